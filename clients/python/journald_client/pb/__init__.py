@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC stubs. Do not edit."""

@@ -1,0 +1,3 @@
+"""journald: a local journal daemon that makes AI-agent runs durable."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,193 @@
+"""The one error tree of journald (SPEC §10).
+
+Every failure is a ``JournaldError`` with a machine ``code``, the name of the gRPC status it
+maps to, a sentence that says what happened *and what to do*, and structured ``metadata``.
+The server maps it to a status exactly once (``journald.server.errors_edge``); every client
+maps it back to its own typed error from the code.
+
+    JournaldError
+    ├── NotFoundError            NOT_FOUND
+    │   ├── SessionNotFound          session_not_found
+    │   └── CheckpointNotFound       checkpoint_not_found
+    ├── SessionExists            ALREADY_EXISTS        session_exists
+    ├── InvalidArgumentError     INVALID_ARGUMENT
+    │   ├── InvalidId                invalid_id
+    │   ├── InvalidRecord            invalid_record
+    │   ├── VersionUnsupported       version_unsupported
+    │   ├── SessionMismatch          session_mismatch
+    │   └── CheckpointImportInvalid  checkpoint_import_invalid
+    ├── SeqError                 FAILED_PRECONDITION
+    │   ├── SeqGap                   seq_gap
+    │   └── SeqConflict              seq_conflict      (ABORTED)
+    ├── LeaseError
+    │   ├── Locked                   locked            (ABORTED)
+    │   └── LeaseLost                lease_lost        (FAILED_PRECONDITION)
+    ├── GateError                FAILED_PRECONDITION   (resume gates, SPEC §5, in order)
+    │   ├── Completed                completed
+    │   ├── InteractivityMismatch    interactivity_mismatch
+    │   ├── ProviderChanged          provider_changed
+    │   └── FingerprintDrift         fingerprint_drift (carries the per-field diff)
+    ├── TurnRunning              FAILED_PRECONDITION   turn_running
+    ├── StoreCorrupted           DATA_LOSS             store_corrupted
+    ├── BackendUnavailable       UNAVAILABLE           backend_unavailable
+    └── StorageFull              RESOURCE_EXHAUSTED    storage_full
+
+This module is part of the pure core: no I/O imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+class JournaldError(Exception):
+    """Base of every journald failure."""
+
+    code: str = "internal"
+    grpc_status: str = "INTERNAL"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        metadata: Mapping[str, object] | None = None,
+        diff: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = {k: str(v) for k, v in (metadata or {}).items()}
+        self.diff: list[str] = list(diff)
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class NotFoundError(JournaldError):
+    grpc_status = "NOT_FOUND"
+
+
+class SessionNotFound(NotFoundError):
+    code = "session_not_found"
+
+
+class CheckpointNotFound(NotFoundError):
+    code = "checkpoint_not_found"
+
+
+class SessionExists(JournaldError):
+    code = "session_exists"
+    grpc_status = "ALREADY_EXISTS"
+
+
+class InvalidArgumentError(JournaldError):
+    grpc_status = "INVALID_ARGUMENT"
+
+
+class InvalidId(InvalidArgumentError):
+    code = "invalid_id"
+
+
+class InvalidRecord(InvalidArgumentError):
+    code = "invalid_record"
+
+
+class VersionUnsupported(InvalidArgumentError):
+    code = "version_unsupported"
+
+
+class SessionMismatch(InvalidArgumentError):
+    code = "session_mismatch"
+
+
+class CheckpointImportInvalid(InvalidArgumentError):
+    code = "checkpoint_import_invalid"
+
+
+class SeqError(JournaldError):
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class SeqGap(SeqError):
+    code = "seq_gap"
+
+
+class SeqConflict(SeqError):
+    code = "seq_conflict"
+    grpc_status = "ABORTED"
+
+
+class LeaseError(JournaldError):
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class Locked(LeaseError):
+    code = "locked"
+    grpc_status = "ABORTED"
+
+
+class LeaseLost(LeaseError):
+    code = "lease_lost"
+
+
+class GateError(JournaldError):
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class Completed(GateError):
+    code = "completed"
+
+
+class InteractivityMismatch(GateError):
+    code = "interactivity_mismatch"
+
+
+class ProviderChanged(GateError):
+    code = "provider_changed"
+
+
+class FingerprintDrift(GateError):
+    code = "fingerprint_drift"
+
+
+class TurnRunning(JournaldError):
+    code = "turn_running"
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class StoreCorrupted(JournaldError):
+    code = "store_corrupted"
+    grpc_status = "DATA_LOSS"
+
+
+class BackendUnavailable(JournaldError):
+    code = "backend_unavailable"
+    grpc_status = "UNAVAILABLE"
+
+
+class StorageFull(JournaldError):
+    code = "storage_full"
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
+def _leaves(cls: type[JournaldError]) -> list[type[JournaldError]]:
+    out: list[type[JournaldError]] = []
+    for sub in cls.__subclasses__():
+        out.extend(_leaves(sub))
+        if "code" in sub.__dict__:
+            out.append(sub)
+    return out
+
+
+ERRORS_BY_CODE: dict[str, type[JournaldError]] = {c.code: c for c in _leaves(JournaldError)}
+"""Every concrete error class by its machine code (the clients' mapping table)."""
+
+
+def from_code(
+    code: str, message: str, metadata: Mapping[str, str] | None = None, diff: Sequence[str] = ()
+) -> JournaldError:
+    """Rebuild a typed error from its wire form (unknown codes become the base class)."""
+    cls = ERRORS_BY_CODE.get(code, JournaldError)
+    err = cls(message, metadata=metadata, diff=diff)
+    if cls is JournaldError:
+        err.code = code
+    return err

@@ -1,0 +1,390 @@
+"""The fold: ``fold(records) -> RunState``, pure and deterministic (SPEC §4).
+
+Invariants of the result:
+
+* ``messages`` is always a history a model API accepts: roles alternate and every tool_use
+  is answered by a tool_result in the next user message. An in-flight tool batch never
+  appears there: it is ``pending`` until its last call is answered, then the assistant
+  message and one user message holding every result (in the order the model made the
+  calls) are committed together.
+* A user record holds only the newly typed blocks. When the conversation already ends on a
+  user message (tool results, or earlier follow-ups) the fold merges the new blocks into it,
+  exactly as a live agent builds its next request; otherwise it starts a user message.
+  Consecutive assistant messages (a ``pause_turn`` continuation) merge the same way.
+* A rebase replaces the messages with its own; counters stay cumulative.
+* Everything else (counters, next iteration, resume boundary) is derived, never stored.
+
+Refused as ``store_corrupted`` naming the seq: a first record that is not meta, a second
+meta, a non-increasing seq, a tool_result before any assistant, a malformed payload.
+Tolerated and reported as anomalies: results for unknown tool ids, duplicate results
+(counted once), a turn abandoned with unanswered calls (closed with synthetic errors).
+
+``fold(more, start=state)`` continues from an earlier state without mutating it, which is
+how the daemon keeps a run's state current on every append.
+
+Pure core: no I/O imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from journald.errors import StoreCorrupted
+from journald.fingerprint import Fingerprint
+from journald.records import GENESIS, Record
+
+Message = dict[str, Any]
+Block = dict[str, Any]
+ABANDONED_TEXT = (
+    "journald: this tool call was never answered (the writer stopped before journaling its "
+    "result); its outcome is unknown. Re-check any state it may have changed before retrying."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    input: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingResult:
+    tool_use_id: str
+    content: list[Block]
+    is_error: bool
+    seq: int
+
+
+@dataclass(slots=True)
+class Pending:
+    """The trailing assistant turn whose tool calls are not all answered."""
+
+    message: Message
+    iteration: int
+    stop_reason: str
+    seq: int
+    calls: list[ToolCall]
+    results: list[PendingResult] = field(default_factory=list)
+
+    @property
+    def answered_ids(self) -> list[str]:
+        return [r.tool_use_id for r in self.results]
+
+    @property
+    def unanswered(self) -> list[ToolCall]:
+        done = set(self.answered_ids)
+        return [c for c in self.calls if c.id not in done]
+
+    def copy(self) -> Pending:
+        return replace(self, calls=list(self.calls), results=list(self.results))
+
+
+@dataclass(slots=True)
+class Counters:
+    llm_calls: int = 0
+    tool_calls: int = 0
+    remote_tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    seq: int
+    kind: str
+    detail: str
+
+
+@dataclass(slots=True)
+class RunState:
+    run_id: str = ""
+    fingerprint: Fingerprint | None = None
+    interactive: bool = False
+    created: str = ""
+    prompt: list[Block] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    lineage: dict[str, Any] | None = None
+    messages: list[Message] = field(default_factory=list)
+    pending: Pending | None = None
+    counters: Counters = field(default_factory=Counters)
+    next_iteration: int = 1
+    last_stop_reason: str = ""
+    terminal: dict[str, Any] | None = None
+    terminal_is_last: bool = False
+    last_seq: int = 0
+    last_hash: str = GENESIS
+    last_ts: str = ""
+    anomalies: list[Anomaly] = field(default_factory=list)
+    # tool_use ids answered anywhere in the run, for duplicate detection across turns
+    answered_ever: set[str] = field(default_factory=set)
+
+    @property
+    def resume_at_input_boundary(self) -> bool:
+        return (
+            self.interactive
+            and self.pending is None
+            and bool(self.messages)
+            and self.messages[-1]["role"] == "assistant"
+            and self.last_stop_reason != "pause_turn"
+        )
+
+    @property
+    def completed(self) -> bool:
+        return self.terminal_is_last and (self.terminal or {}).get("reason") == "completed"
+
+    @property
+    def status(self) -> str:
+        if self.terminal_is_last and self.terminal is not None:
+            return str(self.terminal.get("reason", "ended"))
+        return "open"
+
+    def copy(self) -> RunState:
+        # Message dicts are never mutated in place (merges build new dicts), so shallow
+        # list copies are enough for a continuation to leave this state untouched.
+        return replace(
+            self,
+            prompt=list(self.prompt),
+            labels=dict(self.labels),
+            messages=list(self.messages),
+            pending=self.pending.copy() if self.pending else None,
+            counters=replace(self.counters),
+            anomalies=list(self.anomalies),
+            answered_ever=set(self.answered_ever),
+        )
+
+
+def tool_calls_of(message: Mapping[str, Any]) -> list[ToolCall]:
+    return [
+        ToolCall(str(b["id"]), str(b.get("name", "")), str(b.get("input", "")))
+        for b in message.get("content", [])
+        if b.get("type") == "tool_use"
+    ]
+
+
+def result_block(tool_use_id: str, content: Sequence[Block], is_error: bool) -> Block:
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": list(content),
+        "is_error": is_error,
+    }
+
+
+def abandoned_result(tool_use_id: str) -> Block:
+    return result_block(tool_use_id, [{"type": "text", "text": ABANDONED_TEXT}], True)
+
+
+def append_message(messages: list[Message], role: str, content: Sequence[Block]) -> None:
+    """Append, merging into the last message when it has the same role (a new dict)."""
+    if messages and messages[-1]["role"] == role:
+        last = messages[-1]
+        messages[-1] = {**last, "content": [*last["content"], *content]}
+    else:
+        messages.append({"role": role, "content": list(content)})
+
+
+def pending_blocks(pending: Pending) -> list[Block]:
+    """Result blocks of a pending turn in call order, synthetic errors for unanswered calls."""
+    by_id = {r.tool_use_id: r for r in pending.results}
+    out = []
+    for call in pending.calls:
+        r = by_id.get(call.id)
+        out.append(result_block(call.id, r.content, r.is_error) if r else abandoned_result(call.id))
+    return out
+
+
+def fold(records: Iterable[Record], start: RunState | None = None) -> RunState:
+    """Fold records into a run state, continuing from ``start`` (left untouched) if given."""
+    st = start.copy() if start is not None else RunState()
+    for rec in records:
+        _apply(st, rec)
+    return st
+
+
+def _corrupt(rec: Record, what: str) -> StoreCorrupted:
+    return StoreCorrupted(
+        f"record seq {rec.seq} ({rec.kind}) {what}; the journal cannot be folded: run "
+        "`journald verify` and restore from a checkpoint or backup",
+        metadata={"seq": rec.seq, "kind": rec.kind},
+    )
+
+
+def _need(ok: bool, rec: Record, what: str) -> None:
+    if not ok:
+        raise _corrupt(rec, what)
+
+
+def _blocks(value: object, rec: Record, name: str) -> list[Block]:
+    _need(
+        isinstance(value, list)
+        and all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in value),
+        rec,
+        f"has a malformed {name}: expected a list of content blocks",
+    )
+    assert isinstance(value, list)
+    return value
+
+
+def _message(value: object, rec: Record, role: str) -> Message:
+    _need(
+        isinstance(value, dict) and value.get("role") == role,
+        rec,
+        f"has a malformed message: expected role {role!r}",
+    )
+    assert isinstance(value, dict)
+    _blocks(value.get("content"), rec, "message content")
+    return value
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _close_abandoned(st: RunState, rec: Record) -> None:
+    pending = st.pending
+    if pending is None:
+        return
+    ids = [c.id for c in pending.unanswered]
+    st.anomalies.append(
+        Anomaly(
+            rec.seq,
+            "abandoned_tool_calls",
+            f"tool calls {ids} of seq {pending.seq} were never answered; "
+            "closed with synthetic error results",
+        )
+    )
+    append_message(st.messages, "assistant", pending.message["content"])
+    append_message(st.messages, "user", pending_blocks(pending))
+    st.pending = None
+
+
+def _apply(st: RunState, rec: Record) -> None:
+    p = rec.payload
+    if st.last_seq == 0:
+        _need(rec.kind == "meta", rec, "is the first record but not meta")
+    else:
+        _need(rec.seq > st.last_seq, rec, f"does not follow seq {st.last_seq} (non-increasing)")
+        _need(rec.kind != "meta", rec, "is a second meta record")
+    if rec.kind == "meta":
+        _need(
+            isinstance(p.get("run_id"), str) and isinstance(p.get("fingerprint"), dict),
+            rec,
+            "lacks run_id or fingerprint",
+        )
+        st.run_id = p["run_id"]
+        st.fingerprint = Fingerprint.from_json(p["fingerprint"])
+        st.interactive = bool(p.get("interactive", False))
+        st.created = str(p.get("created", rec.ts))
+        st.prompt = _blocks(p.get("prompt", []), rec, "prompt")
+        st.labels = dict(p.get("labels") or {})
+        st.lineage = p.get("lineage")
+        if st.prompt:
+            st.messages = [{"role": "user", "content": list(st.prompt)}]
+    elif rec.kind == "assistant":
+        msg = _message(p.get("message"), rec, "assistant")
+        _close_abandoned(st, rec)
+        usage = p.get("usage") or {}
+        c = st.counters
+        c.llm_calls += 1
+        c.input_tokens += _count(usage.get("input_tokens"))
+        c.output_tokens += _count(usage.get("output_tokens"))
+        c.cache_read_tokens += _count(usage.get("cache_read_tokens"))
+        c.cache_creation_tokens += _count(usage.get("cache_creation_tokens"))
+        iteration = _count(p.get("iteration"))
+        st.next_iteration = iteration + 1
+        st.last_stop_reason = str(p.get("stop_reason", ""))
+        calls = tool_calls_of(msg)
+        if calls:
+            st.pending = Pending(msg, iteration, st.last_stop_reason, rec.seq, calls)
+        else:
+            append_message(st.messages, "assistant", msg["content"])
+    elif rec.kind == "tool_result":
+        _need(st.counters.llm_calls > 0, rec, "comes before any assistant record")
+        tid = p.get("tool_use_id")
+        _need(isinstance(tid, str) and bool(tid), rec, "lacks tool_use_id")
+        content = _blocks(p.get("content", []), rec, "result content")
+        pending = st.pending
+        if tid in st.answered_ever:
+            st.anomalies.append(
+                Anomaly(
+                    rec.seq,
+                    "duplicate_result",
+                    f"tool_use_id {tid} was already answered; counted once",
+                )
+            )
+        elif pending is None or tid not in {c.id for c in pending.calls}:
+            st.anomalies.append(
+                Anomaly(
+                    rec.seq,
+                    "unknown_tool_use_id",
+                    f"no open tool call has id {tid}; result ignored",
+                )
+            )
+        else:
+            st.answered_ever.add(tid)
+            st.counters.tool_calls += 1
+            st.counters.remote_tool_calls += 1 if p.get("remote") else 0
+            pending.results.append(PendingResult(tid, content, bool(p.get("is_error")), rec.seq))
+            if not pending.unanswered:
+                append_message(st.messages, "assistant", pending.message["content"])
+                append_message(st.messages, "user", pending_blocks(pending))
+                st.pending = None
+    elif rec.kind == "user":
+        content = _blocks(p.get("content"), rec, "content")
+        _close_abandoned(st, rec)
+        append_message(st.messages, "user", content)
+    elif rec.kind == "rebase":
+        msgs = p.get("messages")
+        _need(isinstance(msgs, list), rec, "lacks messages")
+        assert isinstance(msgs, list)
+        for m in msgs:
+            _need(
+                isinstance(m, dict) and m.get("role") in ("user", "assistant"),
+                rec,
+                "holds a message without a user/assistant role",
+            )
+            _blocks(m.get("content"), rec, "message content")
+        if st.pending is not None:
+            st.anomalies.append(
+                Anomaly(
+                    rec.seq,
+                    "pending_replaced",
+                    f"the pending turn of seq {st.pending.seq} was replaced by a rebase",
+                )
+            )
+        st.pending = None
+        st.messages = [dict(m) for m in msgs]
+    elif rec.kind == "terminal":
+        _need(isinstance(p.get("reason"), str), rec, "lacks a reason")
+        st.terminal = dict(p)
+    st.terminal_is_last = rec.kind == "terminal"
+    st.last_seq, st.last_hash, st.last_ts = rec.seq, rec.hash, rec.ts
+
+
+def resume_warnings(st: RunState) -> list[tuple[str, str]]:
+    """Notices that travel with an Open (not refusals)."""
+    out: list[tuple[str, str]] = []
+    if st.pending is not None and st.pending.unanswered:
+        ids = ", ".join(c.id for c in st.pending.unanswered)
+        out.append(
+            (
+                "open_tool_calls",
+                f"the last assistant turn (seq {st.pending.seq}) has unanswered tool calls "
+                f"({ids}): run them or append an error result for each before the next "
+                "model call",
+            )
+        )
+    elif st.last_stop_reason == "pause_turn":
+        out.append(
+            (
+                "paused_turn",
+                "the run rests on a paused turn; the server-side state it depends on may "
+                "have expired, so the next model call may need to start the turn over",
+            )
+        )
+    return out

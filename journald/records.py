@@ -1,0 +1,231 @@
+"""Records: the canonical JSON form, the hash chain and the append rules (SPEC §2, §3).
+
+A record is one JSON object::
+
+    {"v": 1, "seq": 7, "type": "journald.v1.record.tool_result", "ts": "2026-...Z",
+     "prev": "<sha256 hex of record 6's bytes>", "trace": {"trace_id", "span_id"}?,
+     "tool_result": {...}}
+
+Canonical bytes: UTF-8, keys sorted by code point, separators ``,`` and ``:``, no
+insignificant whitespace, non-ASCII characters written as themselves. Records hold no
+floating-point numbers anywhere (raw model JSON such as tool inputs and provider blocks is
+carried as *text*), so every language produces the same bytes with its ordinary JSON
+encoder. ``prev`` of seq 1 is ``GENESIS`` (64 zeros).
+
+Pure core: no I/O imports (a test enforces it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from journald.errors import InvalidId, InvalidRecord, SeqConflict, SeqGap, VersionUnsupported
+
+FORMAT_VERSION = 1
+GENESIS = "0" * 64
+TYPE_PREFIX = "journald.v1.record."
+KINDS = ("meta", "assistant", "tool_result", "user", "rebase", "terminal")
+TYPE_OF = {kind: TYPE_PREFIX + kind for kind in KINDS}
+KIND_OF = {t: k for k, t in TYPE_OF.items()}
+ENVELOPE_KEYS = frozenset({"v", "seq", "type", "ts", "prev", "trace"})
+MAX_ID_BYTES = 128
+MAX_SAFE_INT = 2**53 - 1
+_ID_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_ID_REST = _ID_FIRST | {"_", "-"}
+
+JSON = dict[str, Any]
+
+
+def validate_id(run_id: object, what: str = "run id") -> str:
+    """Return ``run_id`` if it is one safe path component and one NATS subject token."""
+    if not isinstance(run_id, str) or not run_id:
+        raise InvalidId(f"{what} is empty; use letters, digits, '_' and '-' (max 128 bytes)")
+    if len(run_id.encode()) > MAX_ID_BYTES:
+        raise InvalidId(
+            f"{what} is {len(run_id.encode())} bytes; the limit is {MAX_ID_BYTES}",
+            metadata={"id": run_id[:64]},
+        )
+    if run_id[0] not in _ID_FIRST or any(c not in _ID_REST for c in run_id):
+        raise InvalidId(
+            f"{what} {run_id!r} is not a safe id: it must match ^[A-Za-z0-9][A-Za-z0-9_-]*$ "
+            "(one path component and one NATS subject token)",
+            metadata={"id": run_id[:64]},
+        )
+    return run_id
+
+
+def canonical_json(obj: object) -> bytes:
+    """The canonical bytes of a JSON value (sorted keys, compact, UTF-8)."""
+    try:
+        text = json.dumps(
+            obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+        return text.encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise InvalidRecord(f"value cannot be encoded as canonical JSON: {exc}") from exc
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record with its canonical bytes and their hash."""
+
+    seq: int
+    kind: str
+    ts: str
+    prev: str
+    payload: Mapping[str, Any]
+    trace: Mapping[str, str] | None
+    raw: bytes
+    hash: str
+
+    @property
+    def type(self) -> str:
+        return TYPE_OF[self.kind]
+
+    def as_json(self) -> JSON:
+        return envelope(self.seq, self.kind, self.payload, self.prev, self.ts, self.trace)
+
+
+def envelope(
+    seq: int,
+    kind: str,
+    payload: Mapping[str, Any],
+    prev: str,
+    ts: str,
+    trace: Mapping[str, str] | None = None,
+) -> JSON:
+    obj: JSON = {
+        "v": FORMAT_VERSION,
+        "seq": seq,
+        "type": TYPE_OF[kind],
+        "ts": ts,
+        "prev": prev,
+        kind: payload,
+    }
+    if trace:
+        obj["trace"] = dict(trace)
+    return obj
+
+
+def make_record(
+    seq: int,
+    kind: str,
+    payload: Mapping[str, Any],
+    prev: str,
+    ts: str,
+    trace: Mapping[str, str] | None = None,
+) -> Record:
+    """Build a record and its canonical bytes. Shape checks are in ``check_shape``."""
+    if kind not in TYPE_OF:
+        raise InvalidRecord(f"unknown record kind {kind!r}; expected one of {', '.join(KINDS)}")
+    raw = canonical_json(envelope(seq, kind, payload, prev, ts, trace))
+    return Record(
+        seq, kind, ts, prev, payload, dict(trace) if trace else None, raw, sha256_hex(raw)
+    )
+
+
+def decode(raw: bytes) -> Record:
+    """Parse stored bytes into a record, refusing other format versions and non-canonical
+    bytes (a record whose bytes are not canonical cannot be hash-verified across languages)."""
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRecord(f"record is not valid JSON: {exc}") from exc
+    rec = from_json(obj)
+    if rec.raw != raw:
+        raise InvalidRecord(
+            f"record seq {rec.seq} is not in canonical form (sorted keys, compact, UTF-8)",
+            metadata={"seq": rec.seq},
+        )
+    return rec
+
+
+def from_json(obj: object) -> Record:
+    """Build a record from a decoded JSON object, checking the envelope."""
+    if not isinstance(obj, dict):
+        raise InvalidRecord("record must be a JSON object")
+    version = obj.get("v")
+    if version != FORMAT_VERSION:
+        raise VersionUnsupported(
+            f"record format version {version!r} is not supported (this build reads and writes "
+            f"version {FORMAT_VERSION}); upgrade journald or export with a matching version",
+            metadata={"version": version, "supported": FORMAT_VERSION},
+        )
+    seq = obj.get("seq")
+    if type(seq) is not int or not 1 <= seq <= MAX_SAFE_INT:
+        raise InvalidRecord(f"field seq: must be an integer >= 1, got {seq!r}")
+    kind = KIND_OF.get(obj.get("type", ""))
+    if kind is None:
+        raise InvalidRecord(
+            f"field type: unknown record type {obj.get('type')!r}", metadata={"seq": seq}
+        )
+    extra = set(obj) - ENVELOPE_KEYS - {kind}
+    if extra:
+        raise InvalidRecord(
+            f"record seq {seq}: unexpected field(s) {sorted(extra)}; a record carries exactly "
+            f"one payload and it must match its type ({kind})",
+            metadata={"seq": seq},
+        )
+    payload = obj.get(kind)
+    if not isinstance(payload, dict):
+        raise InvalidRecord(
+            f"field {kind}: payload missing or not an object for type {TYPE_OF[kind]}",
+            metadata={"seq": seq},
+        )
+    ts, prev, trace = obj.get("ts"), obj.get("prev"), obj.get("trace")
+    if not isinstance(ts, str) or not isinstance(prev, str):
+        raise InvalidRecord("fields ts and prev must be strings", metadata={"seq": seq})
+    if trace is not None and not isinstance(trace, dict):
+        raise InvalidRecord("field trace must be an object", metadata={"seq": seq})
+    return make_record(seq, kind, payload, prev, ts, trace)
+
+
+def chain(prev_hash: str, records: list[Record]) -> list[Record]:
+    """Re-link records onto ``prev_hash`` (used when the writer did not know the chain)."""
+    out: list[Record] = []
+    for rec in records:
+        linked = make_record(rec.seq, rec.kind, rec.payload, prev_hash, rec.ts, rec.trace)
+        out.append(linked)
+        prev_hash = linked.hash
+    return out
+
+
+# --- Append rules (SPEC §3) ------------------------------------------------------------
+
+APPEND = "append"
+DUPLICATE = "duplicate"
+
+
+def check_append(
+    last_seq: int, seq: int, stored_hash_at_seq: str | None, new_hash: str, run_id: str = ""
+) -> str:
+    """Decide an append: ``APPEND`` (seq == last+1), ``DUPLICATE`` (an identical record is
+    already stored at that seq: an idempotent retry after a lost ack), or raise.
+
+    The caller advances its last seq only after the record is durable; this function never
+    advances anything, so a failed write is retried at the same seq.
+    """
+    if seq == last_seq + 1:
+        return APPEND
+    if seq > last_seq + 1:
+        raise SeqGap(
+            f"run {run_id}: append at seq {seq} but the last stored seq is {last_seq}; "
+            f"the next append must be seq {last_seq + 1} (reload the run to resync)",
+            metadata={"run_id": run_id, "seq": seq, "last_seq": last_seq},
+        )
+    if stored_hash_at_seq is not None and stored_hash_at_seq == new_hash:
+        return DUPLICATE
+    raise SeqConflict(
+        f"run {run_id}: seq {seq} is already stored with different content (last seq "
+        f"{last_seq}); another writer or a stale state wrote it: reload and continue at "
+        f"seq {last_seq + 1}",
+        metadata={"run_id": run_id, "seq": seq, "last_seq": last_seq},
+    )

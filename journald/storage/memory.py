@@ -1,0 +1,169 @@
+"""In-memory backend: the reference implementation of the storage contract (tests only)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from journald.errors import Locked, SessionExists, SessionNotFound, StoreCorrupted
+from journald.records import GENESIS, Record, validate_id
+from journald.storage.base import (
+    DEFAULT_GAP_WAIT_S,
+    MEMORY,
+    AppendResult,
+    RepairReport,
+    RunInfo,
+    VerifyReport,
+)
+from journald.storage.common import SeqTurnstile, plan_append
+from journald.storage.info import run_info_from
+
+
+@dataclass
+class _Run:
+    records: list[Record] = field(default_factory=list)
+    journal: MemoryJournal | None = None
+
+
+class MemoryJournal:
+    durability = MEMORY
+
+    def __init__(self, store: MemoryStore, run_id: str, run: _Run, gap_wait_s: float) -> None:
+        self.run_id = run_id
+        self._store = store
+        self._run = run
+        self._lock = asyncio.Lock()
+        self._gap_wait_s = gap_wait_s
+        self._turn = SeqTurnstile(self.last_seq + 1)
+        self._closed = False
+
+    @property
+    def last_seq(self) -> int:
+        return self._run.records[-1].seq if self._run.records else 0
+
+    @property
+    def last_hash(self) -> str:
+        return self._run.records[-1].hash if self._run.records else GENESIS
+
+    @property
+    def repair(self) -> RepairReport | None:
+        return None
+
+    async def append(self, records: Sequence[Record]) -> list[AppendResult]:
+        if self._closed:
+            raise Locked(f"journal of run {self.run_id} is closed; open it again")
+        if records:
+            await self._turn.wait_for(records[0].seq, self._gap_wait_s, self.run_id)
+        async with self._lock:
+            stored = {
+                r.seq: self._run.records[r.seq - 1] for r in records if r.seq <= self.last_seq
+            }
+            dups, new = plan_append(records, self.last_seq, self.last_hash, stored, self.run_id)
+            self._run.records.extend(new)
+            await self._turn.advance(self.last_seq + 1)
+        return [AppendResult(r.seq, r.hash, MEMORY, True) for r in dups] + [
+            AppendResult(r.seq, r.hash, MEMORY) for r in new
+        ]
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._run.journal is self:
+                self._run.journal = None
+
+
+class MemoryStore:
+    durability = MEMORY
+
+    def __init__(self, gap_wait_s: float = DEFAULT_GAP_WAIT_S) -> None:
+        self._runs: dict[str, _Run] = {}
+        self._gap_wait_s = gap_wait_s
+
+    def _get(self, run_id: str) -> _Run:
+        validate_id(run_id)
+        run = self._runs.get(run_id)
+        if run is None or not run.records:
+            raise SessionNotFound(
+                f"run {run_id} does not exist; list runs with `journald ls`",
+                metadata={"run_id": run_id},
+            )
+        return run
+
+    async def create(self, meta: Record) -> MemoryJournal:
+        run_id = validate_id(meta.payload.get("run_id"))
+        if run_id in self._runs:
+            raise SessionExists(
+                f"run {run_id} already exists; resume it or pick another id",
+                metadata={"run_id": run_id},
+            )
+        run = _Run()
+        self._runs[run_id] = run
+        journal = MemoryJournal(self, run_id, run, self._gap_wait_s)
+        run.journal = journal
+        try:
+            await journal.append([meta])
+        except BaseException:
+            del self._runs[run_id]
+            raise
+        return journal
+
+    async def open(self, run_id: str) -> MemoryJournal:
+        run = self._get(run_id)
+        if run.journal is not None:
+            raise Locked(
+                f"run {run_id} is already open for append in this store",
+                metadata={"run_id": run_id},
+            )
+        run.journal = MemoryJournal(self, run_id, run, self._gap_wait_s)
+        return run.journal
+
+    async def exists(self, run_id: str) -> bool:
+        validate_id(run_id)
+        return run_id in self._runs
+
+    async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
+        for rec in list(self._get(run_id).records):
+            if rec.seq >= from_seq:
+                yield rec
+
+    async def load(self, run_id: str, from_seq: int = 1) -> list[Record]:
+        return [r async for r in self.iter_records(run_id, from_seq)]
+
+    async def info(self, run_id: str) -> RunInfo:
+        recs = self._get(run_id).records
+        return run_info_from(
+            run_id, recs[0], recs[-1], len(recs), sum(len(r.raw) + 1 for r in recs)
+        )
+
+    async def list(self) -> list[RunInfo]:
+        infos = [await self.info(r) for r, run in self._runs.items() if run.records]
+        return sorted(infos, key=lambda i: i.updated, reverse=True)
+
+    async def delete(self, run_id: str) -> bool:
+        validate_id(run_id)
+        run = self._runs.get(run_id)
+        if run is None:
+            return False
+        if run.journal is not None:
+            raise Locked(
+                f"run {run_id} is open for append; end its lease before deleting it",
+                metadata={"run_id": run_id},
+            )
+        del self._runs[run_id]
+        return True
+
+    async def verify(self, run_id: str) -> VerifyReport:
+        recs = self._get(run_id).records
+        prev = recs[0].prev
+        for r in recs:
+            if r.prev != prev:
+                raise StoreCorrupted(
+                    f"run {run_id}: hash chain breaks at seq {r.seq}",
+                    metadata={"run_id": run_id, "seq": r.seq},
+                )
+            prev = r.hash
+        return VerifyReport(len(recs), recs[-1].seq, recs[-1].hash)
+
+    async def close(self) -> None:
+        self._runs.clear()

@@ -1,0 +1,85 @@
+"""JSON Schema enforcement on the live path (SPEC §2).
+
+The published schema is ``journald/schemas/records.v1.json`` (one document, ``$defs`` per
+payload kind). Every record written through the daemon is validated here first: an invalid
+record is refused with ``invalid_record`` naming the field, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from journald.errors import InvalidRecord
+from journald.records import KINDS, Record
+
+SCHEMA_FILE = "records.v1.json"
+
+
+@cache
+def schema_document() -> dict[str, Any]:
+    text = resources.files("journald.schemas").joinpath(SCHEMA_FILE).read_text("utf-8")
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+@cache
+def _validator(name: str) -> Draft202012Validator:
+    doc = schema_document()
+    return Draft202012Validator({"$ref": f"#/$defs/{name}", "$defs": doc["$defs"]})
+
+
+def _path(err: ValidationError) -> str:
+    out = ""
+    for part in err.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(record)"
+
+
+def _best(errors: list[ValidationError]) -> ValidationError:
+    # The deepest error names the most specific field.
+    return max(errors, key=lambda e: len(list(e.absolute_path)))
+
+
+def _no_floats(value: object, where: str) -> None:
+    if isinstance(value, float):
+        raise InvalidRecord(
+            f"field {where}: {value!r} is a floating-point number; records hold integers only "
+            "(carry raw model JSON as text, e.g. a tool_use input string)",
+            metadata={"field": where},
+        )
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _no_floats(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _no_floats(v, f"{where}[{i}]")
+
+
+def validate_payload(kind: str, payload: object) -> None:
+    if kind not in KINDS:
+        raise InvalidRecord(f"field type: unknown record kind {kind!r}")
+    errors = list(_validator(kind).iter_errors(payload))
+    if errors:
+        err = _best(errors)
+        field = f"{kind}.{_path(err)}" if err.absolute_path else kind
+        raise InvalidRecord(f"field {field}: {err.message}", metadata={"field": field})
+    _no_floats(payload, kind)
+
+
+def validate_record(rec: Record) -> None:
+    """Validate envelope and payload of a built record; raise ``InvalidRecord`` naming the field."""
+    obj = rec.as_json()
+    errors = list(_validator("envelope").iter_errors(obj))
+    if errors:
+        err = _best(errors)
+        field = _path(err)
+        raise InvalidRecord(
+            f"field {field}: {err.message}", metadata={"field": field, "seq": rec.seq}
+        )
+    validate_payload(rec.kind, rec.payload)
