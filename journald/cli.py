@@ -1,22 +1,85 @@
-"""The journald command line: `serve` runs the daemon; every other command talks to it."""
+"""The journald command line: ``serve`` runs the daemon; every other command talks to it."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from journald.paths import default_data_dir, default_socket_path
+
+
+def _size(text: str) -> int:
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    t = text.strip().lower().rstrip("ib")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run the daemon (file backend on the default data dir)")
+    p.add_argument(
+        "--socket",
+        type=Path,
+        default=None,
+        help="unix socket path (default: $JOURNALD_SOCKET, else "
+        "$XDG_RUNTIME_DIR/journald/journald.sock, else a per-user temp dir)",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data directory (default: $XDG_STATE_HOME/journald or ~/.local/state/journald)",
+    )
+    p.add_argument("--backend", choices=["file", "jetstream", "memory"], default="file")
+    p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    p.add_argument("--stream", default="JOURNALD", help="JetStream stream to bind (must exist)")
+    p.add_argument("--socket-mode", default="0600", help="socket file mode (octal)")
+    p.add_argument("--socket-group", default=None, help="group to share the socket with")
+    p.add_argument("--max-message-bytes", type=_size, default=64 * 1024 * 1024)
+    p.add_argument("--max-record-bytes", type=_size, default=4 * 1024 * 1024)
+    p.add_argument("--segment-max-bytes", type=_size, default=16 * 1024 * 1024)
+    p.add_argument("--segment-max-records", type=int, default=5000)
+    p.add_argument("--no-segments", action="store_true", help="never seal segments")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from journald.server.daemon import ServeConfig, run
+    from journald.server.service import Limits
+
+    os.umask(0o077)  # every file and directory the daemon creates is private to its user
+    cfg = ServeConfig(
+        socket_path=Path(args.socket or default_socket_path()).absolute(),
+        data_dir=(args.data_dir or default_data_dir()).absolute(),
+        backend=args.backend,
+        socket_mode=int(args.socket_mode, 8),
+        socket_group=args.socket_group,
+        max_message_bytes=args.max_message_bytes,
+        limits=Limits(max_record_bytes=args.max_record_bytes),
+        nats_url=args.nats_url,
+        stream=args.stream,
+        segment_max_bytes=args.segment_max_bytes,
+        segment_max_records=args.segment_max_records,
+        segmentation=not args.no_segments,
+    )
+    return run(cfg)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="journald", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="run the daemon")
+    add_serve(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    print(f"journald {args.command}: not available in this build yet", file=sys.stderr)
+    if args.command == "serve":
+        return cmd_serve(args)
+    print(f"journald: unknown command {args.command}", file=sys.stderr)
     return 2
 
 

@@ -206,6 +206,13 @@ def fold(records: Iterable[Record], start: RunState | None = None) -> RunState:
     return st
 
 
+def fold_into(state: RunState, records: Iterable[Record]) -> RunState:
+    """Fold records into ``state`` in place (the daemon's cached state, after a durable append)."""
+    for rec in records:
+        _apply(state, rec)
+    return state
+
+
 def _corrupt(rec: Record, what: str) -> StoreCorrupted:
     return StoreCorrupted(
         f"record seq {rec.seq} ({rec.kind}) {what}; the journal cannot be folded: run "

@@ -1,0 +1,17 @@
+"""Where the daemon keeps its data and its socket (SPEC §7, §11). Never the working directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from journald_client.paths import default_socket_path
+
+__all__ = ["default_data_dir", "default_socket_path"]
+
+
+def default_data_dir() -> Path:
+    """``$XDG_STATE_HOME/journald``, else ``~/.local/state/journald``."""
+    state = os.environ.get("XDG_STATE_HOME")
+    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "journald"

@@ -1,0 +1,1 @@
+"""The daemon: a thin gRPC servicer over the core and a store."""

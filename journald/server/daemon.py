@@ -1,0 +1,215 @@
+"""``journald serve``: the process around the servicer.
+
+Start-up: take an exclusive lock on the data directory (``<data_dir>/daemon.lock``, holding
+the pid) so two daemons never share one; open the store; bind the unix socket (directory
+0700, socket 0600 unless told otherwise; a stale socket left by a dead daemon is replaced,
+a live one is refused); serve JournalService plus the standard health and reflection
+services on a uvloop event loop.
+
+Shutdown: the first SIGTERM/SIGINT stops accepting calls, ends every lease stream with a
+``shutdown`` event, lets in-flight appends reach the disk, closes the store and exits 0; a
+second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import grp
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import grpc
+from grpc_health.v1 import _async as health_aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from journald_client.pb import journal_pb2 as pb
+from journald_client.pb import journal_pb2_grpc as pb_grpc
+
+from journald.errors import BackendUnavailable
+from journald.server.service import JournalService, Limits
+from journald.storage.base import Store
+
+log = logging.getLogger("journald.daemon")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["JournalService"].full_name
+
+
+@dataclass
+class ServeConfig:
+    socket_path: Path
+    data_dir: Path
+    backend: str = "file"
+    socket_mode: int = 0o600
+    socket_group: str | None = None
+    max_message_bytes: int = 64 * 1024 * 1024
+    limits: Limits = field(default_factory=Limits)
+    nats_url: str = "nats://127.0.0.1:4222"
+    stream: str = "JOURNALD"
+    segment_max_bytes: int = 16 * 1024 * 1024
+    segment_max_records: int = 5000
+    segmentation: bool = True
+    shutdown_grace_s: float = 10.0
+
+
+class DataDirLocked(Exception):
+    pass
+
+
+def lock_data_dir(data_dir: Path) -> IO[str]:
+    """Hold ``daemon.lock`` for the life of the process; refuse if another daemon holds it."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    fh = open(data_dir / "daemon.lock", "a+", encoding="utf-8")  # noqa: SIM115
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        fh.seek(0)
+        other = fh.read().strip() or "unknown"
+        fh.close()
+        raise DataDirLocked(
+            f"data dir {data_dir} is held by another journald daemon (pid {other}); stop it, "
+            "or start this one with another --data-dir"
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def prepare_socket(path: Path, group: str | None) -> None:
+    parent = path.parent
+    mode = 0o750 if group else 0o700
+    parent.mkdir(mode=mode, parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale: its daemon is gone
+        else:
+            raise DataDirLocked(
+                f"socket {path} is served by another running daemon; stop it or pass --socket"
+            )
+        finally:
+            probe.close()
+
+
+async def open_store(cfg: ServeConfig) -> Store:
+    if cfg.backend == "memory":
+        from journald.storage.memory import MemoryStore
+
+        return MemoryStore(gap_wait_s=cfg.limits.gap_wait_s)
+    if cfg.backend == "file":
+        from journald.storage.file import FileStore
+
+        return FileStore(
+            cfg.data_dir,
+            segment_max_bytes=cfg.segment_max_bytes,
+            segment_max_records=cfg.segment_max_records,
+            segmentation=cfg.segmentation,
+            gap_wait_s=cfg.limits.gap_wait_s,
+        )
+    if cfg.backend == "jetstream":
+        from journald.storage.jetstream import JetStreamStore
+
+        return await JetStreamStore.connect(
+            cfg.nats_url, cfg.stream, gap_wait_s=cfg.limits.gap_wait_s
+        )
+    raise BackendUnavailable(f"unknown backend {cfg.backend!r}; use file, jetstream or memory")
+
+
+async def serve(cfg: ServeConfig, ready: asyncio.Event | None = None) -> int:
+    lock = lock_data_dir(cfg.data_dir)
+    try:
+        prepare_socket(cfg.socket_path, cfg.socket_group)
+        store = await open_store(cfg)
+        service = JournalService(store, cfg.limits)
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", cfg.max_message_bytes),
+                ("grpc.max_send_message_length", cfg.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_JournalServiceServicer_to_server(service, server)
+        health_servicer = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            [
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ],
+            server,
+        )
+        server.add_insecure_port(f"unix://{cfg.socket_path}")
+        await server.start()
+        os.chmod(cfg.socket_path, cfg.socket_mode)
+        if cfg.socket_group:
+            os.chown(cfg.socket_path, -1, grp.getgrnam(cfg.socket_group).gr_gid)
+        for name in ("", SERVICE_NAME):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "journald serving on %s (backend %s, data %s)",
+            cfg.socket_path,
+            cfg.backend,
+            cfg.data_dir,
+        )
+        print(
+            f"journald: serving on {cfg.socket_path} (backend {cfg.backend}, data "
+            f"{cfg.data_dir}); stop with Ctrl-C",
+            file=sys.stderr,
+            flush=True,
+        )
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = 0
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            if signals > 1:
+                os._exit(130)  # second signal: now
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("shutting down: ending leases, finishing in-flight appends")
+        await health_servicer.enter_graceful_shutdown()
+        await service.shutdown()
+        await server.stop(cfg.shutdown_grace_s)
+        await store.close()
+        with contextlib.suppress(FileNotFoundError):
+            cfg.socket_path.unlink()
+        return 0
+    finally:
+        lock.close()
+
+
+def run(cfg: ServeConfig) -> int:
+    import uvloop
+
+    logging.basicConfig(
+        level=os.environ.get("JOURNALD_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return uvloop.run(serve(cfg))
+    except DataDirLocked as exc:
+        print(f"journald: {exc}", file=sys.stderr)
+        return 3

@@ -1,0 +1,176 @@
+"""Daemon-owned leases (SPEC §6) and the live-tail hub.
+
+A lease lives exactly as long as its ``Open`` stream: when the client process dies the
+kernel closes its socket, gRPC cancels the stream, and the lease is released at once. The
+table also remembers who holds a run, so a refused ``Open`` can name the holder (name, pid,
+host, since), which a bare flock cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from journald.clock import utc_ts
+from journald.errors import LeaseLost, Locked
+from journald.fold import RunState
+from journald.records import Record
+from journald.storage.base import Journal
+from journald.storage.common import SeqTurnstile
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    name: str
+    pid: int
+    host: str
+    cwd: str
+    since: str
+
+    def describe(self) -> str:
+        who = self.name or "an unnamed client"
+        return f"{who} (pid {self.pid} on {self.host or 'an unknown host'}) since {self.since}"
+
+
+@dataclass(eq=False)
+class Lease:
+    lease_id: str
+    run_id: str
+    holder: Holder
+    journal: Journal
+    state: RunState
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    end_reason: str = ""
+    turnstile: SeqTurnstile = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.turnstile = SeqTurnstile(self.journal.last_seq + 1)
+
+    def end(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.end_reason = reason
+            self.ended.set()
+
+
+class LeaseTable:
+    def __init__(self) -> None:
+        self._by_run: dict[str, Lease] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+        self._closing: dict[str, asyncio.Task[None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_run)
+
+    def opening_lock(self, run_id: str) -> asyncio.Lock:
+        return self._opening.setdefault(run_id, asyncio.Lock())
+
+    async def wait_closed(self, run_id: str) -> None:
+        task = self._closing.get(run_id)
+        if task is not None:
+            await asyncio.shield(task)
+
+    def held(self, run_id: str) -> Lease | None:
+        return self._by_run.get(run_id)
+
+    def refuse_if_held(self, run_id: str) -> None:
+        lease = self._by_run.get(run_id)
+        if lease is not None:
+            h = lease.holder
+            raise Locked(
+                f"run {run_id} is held by {h.describe()}; wait for it to finish or stop that "
+                "process (its lease ends the moment its connection closes)",
+                metadata={
+                    "run_id": run_id,
+                    "holder_name": h.name,
+                    "holder_pid": h.pid,
+                    "holder_host": h.host,
+                    "holder_since": h.since,
+                },
+            )
+
+    def grant(self, run_id: str, holder: Holder, journal: Journal, state: RunState) -> Lease:
+        self.refuse_if_held(run_id)
+        lease = Lease(secrets.token_hex(16), run_id, holder, journal, state)
+        self._by_run[run_id] = lease
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        """Drop the lease now; close its journal once any in-flight append has finished."""
+        if self._by_run.get(lease.run_id) is lease:
+            del self._by_run[lease.run_id]
+        lease.end(lease.end_reason or "released")
+
+        async def close() -> None:
+            async with lease.lock:
+                await lease.journal.close()
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._closing[lease.run_id] = task
+        task.add_done_callback(
+            lambda t: (
+                self._closing.pop(lease.run_id, None)
+                if self._closing.get(lease.run_id) is t
+                else None
+            )
+        )
+
+    def check(self, run_id: str, lease_id: str) -> Lease:
+        lease = self._by_run.get(run_id)
+        if lease is None or lease.lease_id != lease_id or lease.ended.is_set():
+            raise LeaseLost(
+                f"no live lease {lease_id or '(empty)'} on run {run_id}: the lease ended (its "
+                "Open stream closed or the daemon restarted); Open the run again and continue "
+                "at its last seq + 1",
+                metadata={"run_id": run_id},
+            )
+        return lease
+
+    def all(self) -> list[Lease]:
+        return list(self._by_run.values())
+
+    async def end_all(self, reason: str) -> None:
+        for lease in self.all():
+            lease.end(reason)
+        for task in list(self._closing.values()):
+            await asyncio.shield(task)
+
+
+def new_holder(name: str, pid: int, host: str, cwd: str) -> Holder:
+    return Holder(name, pid, host, cwd, utc_ts())
+
+
+END = None
+
+
+class WatchHub:
+    """Fan-out of durable records to live tails; ``None`` on a queue means the run is gone."""
+
+    def __init__(self) -> None:
+        self._subs: dict[str, set[asyncio.Queue[Sequence[Record] | None]]] = {}
+
+    def subscribe(self, run_id: str) -> asyncio.Queue[Sequence[Record] | None]:
+        q: asyncio.Queue[Sequence[Record] | None] = asyncio.Queue()
+        self._subs.setdefault(run_id, set()).add(q)
+        return q
+
+    def unsubscribe(self, run_id: str, q: asyncio.Queue[Sequence[Record] | None]) -> None:
+        subs = self._subs.get(run_id)
+        if subs is not None:
+            subs.discard(q)
+            if not subs:
+                del self._subs[run_id]
+
+    def publish(self, run_id: str, records: Sequence[Record]) -> None:
+        for q in self._subs.get(run_id, ()):
+            q.put_nowait(records)
+
+    def close_run(self, run_id: str) -> None:
+        for q in self._subs.get(run_id, ()):
+            q.put_nowait(END)
+
+    def close_all(self) -> None:
+        for run_id in list(self._subs):
+            self.close_run(run_id)

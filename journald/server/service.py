@@ -1,0 +1,332 @@
+"""The gRPC servicer: decode, call the core or the store, encode. Nothing else lives here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from journald_client.pb import journal_pb2 as pb
+from journald_client.pb import journal_pb2_grpc as pb_grpc
+
+from journald import governance
+from journald.admission import admit
+from journald.clock import utc_ts
+from journald.convert import (
+    fingerprint_from_pb,
+    governance_to_pb,
+    messages_to_pb,
+    record_from_pb,
+    record_to_pb,
+    state_to_pb,
+)
+from journald.errors import InvalidArgumentError, InvalidRecord, SessionExists, SessionNotFound
+from journald.fingerprint import check_gates, diff
+from journald.fold import RunState, fold_into, resume_warnings
+from journald.records import GENESIS, Record, validate_id
+from journald.server.checkpoints import CheckpointRpcs
+from journald.server.edge import streaming, unary
+from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
+from journald.storage.base import AppendResult, Store
+from journald.validation import validate_record
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+DURABILITY = {
+    "memory": pb.DURABILITY_MEMORY,
+    "fsync_local": pb.DURABILITY_FSYNC_LOCAL,
+    "jetstream_ack": pb.DURABILITY_JETSTREAM_ACK,
+}
+
+
+@dataclass
+class Limits:
+    max_record_bytes: int = 4 * 1024 * 1024
+    gap_wait_s: float = 0.5
+
+
+def ack_pb(r: AppendResult) -> pb.Ack:
+    return pb.Ack(
+        seq=r.seq,
+        hash=r.hash,
+        durability=DURABILITY.get(r.durability, pb.DURABILITY_UNSPECIFIED),
+        duplicate=r.duplicate,
+    )
+
+
+async def fold_store(store: Store, run_id: str) -> RunState:
+    state = RunState()
+    async for rec in store.iter_records(run_id):
+        fold_into(state, (rec,))
+    if state.last_seq == 0:
+        raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})
+    return state
+
+
+class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
+    def __init__(self, store: Store, limits: Limits | None = None) -> None:
+        self.store = store
+        self.limits = limits or Limits()
+        self.leases = LeaseTable()
+        self.hub = WatchHub()
+
+    # --- leases -------------------------------------------------------------------------
+
+    @streaming
+    async def Open(self, request: pb.OpenRequest, context: Ctx) -> AsyncIterator[pb.OpenResponse]:
+        run_id = validate_id(request.run_id)
+        c = request.client
+        holder = new_holder(c.name, c.pid, c.host, c.cwd)
+        async with self.leases.opening_lock(run_id):
+            self.leases.refuse_if_held(run_id)
+            await self.leases.wait_closed(run_id)
+            exists = await self.store.exists(run_id)
+            mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
+            if exists and mode == pb.OPEN_MODE_CREATE:
+                raise SessionExists(
+                    f"run {run_id} already exists; resume it or pick another id",
+                    metadata={"run_id": run_id},
+                )
+            if not exists and mode == pb.OPEN_MODE_RESUME:
+                raise SessionNotFound(
+                    f"run {run_id} does not exist; start it instead of "
+                    "resuming (list runs with `journald ls`)",
+                    metadata={"run_id": run_id},
+                )
+            warnings: list[tuple[str, str]] = []
+            if exists:
+                state = await fold_store(self.store, run_id)
+                assert state.fingerprint is not None
+                current = fingerprint_from_pb(request.fingerprint)
+                check_gates(
+                    run_id=run_id,
+                    stored=state.fingerprint,
+                    stored_interactive=state.interactive,
+                    completed=state.completed,
+                    current=current,
+                    current_interactive=request.interactive,
+                    force=request.force,
+                )
+                drift = diff(state.fingerprint, current)
+                if drift:
+                    warnings.append(
+                        (
+                            "fingerprint_drift_forced",
+                            "resumed with force despite drift: " + "; ".join(drift),
+                        )
+                    )
+                journal = await self.store.open(run_id)
+                if journal.repair is not None:
+                    warnings.append(("torn_tail_repaired", journal.repair.sentence()))
+                if journal.last_seq != state.last_seq:
+                    state = await fold_store(self.store, run_id)
+                warnings.extend(resume_warnings(state))
+            else:
+                meta = self._meta_record(run_id, request)
+                journal = await self.store.create(meta)
+                state = fold_into(RunState(), (meta,))
+            lease = self.leases.grant(run_id, holder, journal, state)
+        try:
+            yield pb.OpenResponse(
+                lease=pb.Lease(
+                    lease_id=lease.lease_id,
+                    run_id=run_id,
+                    created=not exists,
+                    last_seq=state.last_seq,
+                    last_hash=state.last_hash,
+                    state=state_to_pb(state),
+                    warnings=[pb.Warning(code=k, message=m) for k, m in warnings],
+                    resume_at_input_boundary=state.resume_at_input_boundary,
+                )
+            )
+            await lease.ended.wait()
+            yield pb.OpenResponse(
+                ended=pb.LeaseEnded(
+                    reason=lease.end_reason,
+                    message=f"the daemon ended the lease on run {run_id} ({lease.end_reason}); "
+                    "Open the run again to continue",
+                )
+            )
+        finally:
+            self.leases.release(lease)
+
+    def _meta_record(self, run_id: str, request: pb.OpenRequest) -> Record:
+        if not request.HasField("fingerprint") or not request.fingerprint.provider:
+            raise InvalidRecord(
+                "field fingerprint: creating a run needs a fingerprint with at least a provider",
+                metadata={"field": "fingerprint"},
+            )
+        meta = pb.Record(
+            seq=1,
+            ts=request.created,
+            meta=pb.MetaPayload(
+                run_id=run_id,
+                created=request.created or utc_ts(),
+                fingerprint=request.fingerprint,
+                prompt_json=request.prompt_json,
+                interactive=request.interactive,
+                labels=request.labels,
+            ),
+        )
+        if request.HasField("trace"):
+            meta.trace.CopyFrom(request.trace)
+        rec = record_from_pb(meta, prev=GENESIS, ts=request.created or utc_ts())
+        self._check(rec)
+        return rec
+
+    def _check(self, rec: Record) -> None:
+        if len(rec.raw) > self.limits.max_record_bytes:
+            raise InvalidRecord(
+                f"record seq {rec.seq} is {len(rec.raw)} bytes; the daemon's limit is "
+                f"{self.limits.max_record_bytes} bytes (--max-record-bytes): store large tool "
+                "output elsewhere and journal a reference",
+                metadata={"seq": rec.seq},
+            )
+        validate_record(rec)
+
+    # --- appends ------------------------------------------------------------------------
+
+    async def _append(self, request: pb.AppendRequest) -> pb.AppendResponse:
+        run_id = validate_id(request.run_id)
+        lease = self.leases.check(run_id, request.lease_id)
+        if not request.records:
+            raise InvalidRecord("an append needs at least one record")
+        await lease.turnstile.wait_for(request.records[0].seq, self.limits.gap_wait_s, run_id)
+        async with lease.lock:
+            self.leases.check(run_id, request.lease_id)
+            records = self._decode(lease, request)
+            new = [r for r in records if r.seq > lease.journal.last_seq]
+            admit(lease.state, new)
+            results = await lease.journal.append(records)
+            if new:
+                fold_into(lease.state, new)
+                self.hub.publish(run_id, new)
+            await lease.turnstile.advance(lease.journal.last_seq + 1)
+        return pb.AppendResponse(acks=[ack_pb(r) for r in results])
+
+    def _decode(self, lease: Lease, request: pb.AppendRequest) -> list[Record]:
+        """Build records; new ones are chained onto the journal's last hash, so the bytes
+        built here are the bytes stored (retried seqs are re-linked by the journal)."""
+        last_seq, last_hash = lease.journal.last_seq, lease.journal.last_hash
+        prev = GENESIS
+        out: list[Record] = []
+        for i, r in enumerate(request.records):
+            link = last_hash if r.seq == last_seq + 1 else prev if r.seq > last_seq else GENESIS
+            try:
+                rec = record_from_pb(r, prev=link, ts=r.ts or utc_ts())
+            except InvalidArgumentError as err:
+                err.message = f"records[{i}] (seq {r.seq}): {err.message}"
+                raise
+            self._check(rec)
+            out.append(rec)
+            prev = rec.hash
+        return out
+
+    @unary
+    async def Append(self, request: pb.AppendRequest, context: Ctx) -> pb.AppendResponse:
+        return await self._append(request)
+
+    @streaming
+    async def AppendStream(
+        self, request_iterator: AsyncIterator[pb.AppendStreamRequest], context: Ctx
+    ) -> AsyncIterator[pb.AppendStreamResponse]:
+        async for req in request_iterator:
+            yield pb.AppendStreamResponse(response=await self._append(req.append))
+
+    # --- reads --------------------------------------------------------------------------
+
+    @streaming
+    async def Load(self, request: pb.LoadRequest, context: Ctx) -> AsyncIterator[pb.LoadResponse]:
+        run_id = validate_id(request.run_id)
+        async for rec in self.store.iter_records(run_id, max(1, request.from_seq)):
+            yield pb.LoadResponse(record=record_to_pb(rec))
+
+    async def state_of(self, run_id: str) -> RunState:
+        lease = self.leases.held(run_id)
+        if lease is not None:
+            return lease.state
+        return await fold_store(self.store, run_id)
+
+    @unary
+    async def Fold(self, request: pb.FoldRequest, context: Ctx) -> pb.FoldResponse:
+        state = await self.state_of(validate_id(request.run_id))
+        out = pb.FoldResponse(state=state_to_pb(state))
+        if request.governed:
+            msgs, report = governance.governed_messages(state)
+            out.governed_messages.extend(messages_to_pb(msgs))
+            out.governance.CopyFrom(governance_to_pb(report))
+        return out
+
+    @unary
+    async def List(self, request: pb.ListRequest, context: Ctx) -> pb.ListResponse:
+        infos = await self.store.list()
+        if request.limit:
+            infos = infos[: request.limit]
+        return pb.ListResponse(
+            runs=[
+                pb.RunInfo(
+                    run_id=i.run_id,
+                    created=i.created,
+                    updated=i.updated,
+                    model=i.model,
+                    prompt_preview=i.prompt_preview,
+                    status="held"
+                    if self.leases.held(i.run_id) and i.status == "open"
+                    else i.status,
+                    record_count=i.record_count,
+                    bytes=i.bytes,
+                    last_seq=i.last_seq,
+                )
+                for i in infos
+            ]
+        )
+
+    @unary
+    async def Delete(self, request: pb.DeleteRequest, context: Ctx) -> pb.DeleteResponse:
+        run_id = validate_id(request.run_id)
+        async with self.leases.opening_lock(run_id):
+            self.leases.refuse_if_held(run_id)
+            await self.leases.wait_closed(run_id)
+            deleted = await self.store.delete(run_id)
+        if deleted:
+            self.hub.close_run(run_id)
+        return pb.DeleteResponse(deleted=deleted)
+
+    @unary
+    async def Verify(self, request: pb.VerifyRequest, context: Ctx) -> pb.VerifyResponse:
+        rep = await self.store.verify(validate_id(request.run_id))
+        return pb.VerifyResponse(
+            records=rep.records,
+            last_seq=rep.last_seq,
+            last_hash=rep.last_hash,
+            segments=rep.segments,
+        )
+
+    @streaming
+    async def Watch(
+        self, request: pb.WatchRequest, context: Ctx
+    ) -> AsyncIterator[pb.WatchResponse]:
+        run_id = validate_id(request.run_id)
+        queue = self.hub.subscribe(run_id)
+        try:
+            last = max(1, request.from_seq) - 1
+            async for rec in self.store.iter_records(run_id, last + 1):
+                yield pb.WatchResponse(record=record_to_pb(rec))
+                last = rec.seq
+            while True:
+                batch = await queue.get()
+                if batch is END:
+                    return
+                for rec in batch:
+                    if rec.seq > last:
+                        yield pb.WatchResponse(record=record_to_pb(rec))
+                        last = rec.seq
+        finally:
+            self.hub.unsubscribe(run_id, queue)
+
+    async def shutdown(self) -> None:
+        """End every lease stream and tail; wait for in-flight appends to reach the disk."""
+        self.hub.close_all()
+        await self.leases.end_all("shutdown")
+        await asyncio.sleep(0)

@@ -1,0 +1,122 @@
+"""Run a real journald daemon as a subprocess on a temp socket and data dir (tests only)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+JOURNALD = [sys.executable, "-m", "journald.cli"]
+START_TIMEOUT_S = 20.0
+
+
+class Daemon:
+    """``Daemon(tmp_path).start()``; stop by its own pid (``stop``, ``kill9``)."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        backend: str = "memory",
+        *extra: str,
+        data_dir: Path | None = None,
+        socket: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.tmp_path = tmp_path
+        self.backend = backend
+        self.extra = list(extra)
+        self.data_dir = data_dir or tmp_path / "data"
+        # unix socket paths are limited to ~107 bytes: keep it short
+        self.socket = socket or Path(
+            f"/tmp/jd-{os.getpid()}-{abs(hash(str(tmp_path))) % 10**8}/journald.sock"
+        )
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = tmp_path / "daemon.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def target(self) -> str:
+        return f"unix://{self.socket}"
+
+    def command(self) -> list[str]:
+        return [
+            *JOURNALD,
+            "serve",
+            "--socket",
+            str(self.socket),
+            "--data-dir",
+            str(self.data_dir),
+            "--backend",
+            self.backend,
+            *self.extra,
+        ]
+
+    def start(self) -> Daemon:
+        env = {**os.environ, **(self.env or {})}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
+        log.close()
+        self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            if self.socket.exists():
+                try:
+                    with grpc.insecure_channel(self.target) as ch:
+                        resp = health_pb2_grpc.HealthStub(ch).Check(
+                            health_pb2.HealthCheckRequest(), timeout=1.0
+                        )
+                        if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                            return
+                except grpc.RpcError:
+                    pass
+            time.sleep(0.05)
+        raise RuntimeError(f"daemon not ready after {START_TIMEOUT_S}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self) -> Daemon:
+        self.kill9()
+        return self.start()
+
+    def __enter__(self) -> Daemon:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.stop()
