@@ -1,3 +1,107 @@
-"""journald-client: a thin Python client for the journald daemon."""
+"""journald-client: a thin Python client for the journald daemon.
+
+Depends only on grpcio and protobuf (OpenTelemetry is used when importable). The daemon owns
+every file; this package never touches the disk.
+"""
+
+from journald_client.aio import AsyncClient, AsyncRun, connect_async
+from journald_client.client import Client, Run, Watch, connect
+from journald_client.codec import Entry
+from journald_client.errors import (
+    BackendUnavailable,
+    CheckpointImportInvalid,
+    CheckpointNotFound,
+    Completed,
+    DaemonUnavailable,
+    FingerprintDrift,
+    GateError,
+    InteractivityMismatch,
+    InvalidArgumentError,
+    InvalidId,
+    InvalidRecord,
+    JournaldError,
+    LeaseError,
+    LeaseLost,
+    Locked,
+    NotFoundError,
+    ProviderChanged,
+    SeqConflict,
+    SeqError,
+    SeqGap,
+    SessionExists,
+    SessionMismatch,
+    SessionNotFound,
+    StorageFull,
+    StoreCorrupted,
+    TurnRunning,
+    VersionUnsupported,
+)
+from journald_client.fingerprint import Fingerprint, compute
+from journald_client.paths import default_socket_path
+from journald_client.state import (
+    Ack,
+    Counters,
+    GovernedView,
+    JournalRecord,
+    PendingResult,
+    PendingTurn,
+    RunInfo,
+    RunState,
+    ToolCall,
+    ToolOutput,
+    VerifyResult,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Ack",
+    "AsyncClient",
+    "AsyncRun",
+    "BackendUnavailable",
+    "CheckpointImportInvalid",
+    "CheckpointNotFound",
+    "Client",
+    "Completed",
+    "Counters",
+    "DaemonUnavailable",
+    "Entry",
+    "Fingerprint",
+    "FingerprintDrift",
+    "GateError",
+    "GovernedView",
+    "InteractivityMismatch",
+    "InvalidArgumentError",
+    "InvalidId",
+    "InvalidRecord",
+    "JournalRecord",
+    "JournaldError",
+    "LeaseError",
+    "LeaseLost",
+    "Locked",
+    "NotFoundError",
+    "PendingResult",
+    "PendingTurn",
+    "ProviderChanged",
+    "Run",
+    "RunInfo",
+    "RunState",
+    "SeqConflict",
+    "SeqError",
+    "SeqGap",
+    "SessionExists",
+    "SessionMismatch",
+    "SessionNotFound",
+    "StorageFull",
+    "StoreCorrupted",
+    "ToolCall",
+    "ToolOutput",
+    "TurnRunning",
+    "VerifyResult",
+    "VersionUnsupported",
+    "Watch",
+    "compute",
+    "connect",
+    "connect_async",
+    "default_socket_path",
+]

@@ -1,0 +1,437 @@
+"""The asyncio client: ``AsyncClient`` and ``AsyncRun``, the same API as the sync one.
+
+Requests are built and answers decoded by ``journald_client.codec`` (shared with the sync
+client); this module only moves them over ``grpc.aio``. The lease stream is kept alive by a
+task and cancelled on ``close()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, cast
+
+import grpc
+import grpc.aio
+
+from journald_client import codec, errors
+from journald_client.client import CHANNEL_OPTIONS, default_name
+from journald_client.codec import Entry, OpenParams
+from journald_client.fingerprint import Fingerprint
+from journald_client.paths import grpc_target
+from journald_client.pb import journal_pb2 as pb
+from journald_client.pb import journal_pb2_grpc as pb_grpc
+from journald_client.state import (
+    Ack,
+    GovernedView,
+    JournalRecord,
+    RunInfo,
+    RunState,
+    ToolCall,
+    VerifyResult,
+)
+
+EOF: Any = cast(Any, grpc.aio).EOF
+
+
+class _AsyncLease:
+    def __init__(self, call: Any, lease: pb.Lease) -> None:
+        self.call = call
+        self.lease = lease
+        self.ended: str | None = None
+        self.task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while True:
+                msg = await self.call.read()
+                if msg is EOF:
+                    break
+                if msg.HasField("ended"):
+                    self.ended = msg.ended.reason or "ended"
+        except (grpc.RpcError, asyncio.CancelledError):
+            pass
+        finally:
+            if self.ended is None:
+                self.ended = "stream_closed"
+
+    async def cancel(self) -> None:
+        self.call.cancel()
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+class AsyncClient:
+    """An asyncio connection to the journald daemon."""
+
+    def __init__(
+        self,
+        socket: str | None = None,
+        *,
+        name: str | None = None,
+        reconnect_timeout: float = 30.0,
+    ) -> None:
+        self.target = grpc_target(socket)
+        self.name = name or default_name()
+        self.reconnect_timeout = reconnect_timeout
+        self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.JournalServiceStub(self._channel)
+        self._runs: list[AsyncRun] = []
+        self._closed = False
+
+    def _error(self, exc: grpc.RpcError) -> errors.JournaldError:
+        return errors.from_rpc_error(exc, self.target)
+
+    async def _unary(self, method: str, request: Any) -> Any:
+        fn = getattr(self._stub, method)
+        try:
+            return await fn(request, metadata=codec.metadata())
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    async def wait_ready(self, wait: float = 5.0) -> None:
+        """Wait until the daemon's socket accepts a connection, or raise ``DaemonUnavailable``."""
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), wait)
+        except TimeoutError:
+            raise errors.unreachable(self.target, f"no answer within {wait:g}s") from None
+
+    async def _open(
+        self,
+        params: OpenParams,
+        *,
+        create: bool,
+        prompt: str | Sequence[Mapping[str, Any]] = (),
+        labels: Mapping[str, str] | None = None,
+    ) -> _AsyncLease:
+        req = codec.open_request(params, create=create, prompt=prompt, labels=labels)
+        call: Any = self._stub.Open(req, metadata=codec.metadata())
+        try:
+            first = await call.read()
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+        if first is EOF:
+            raise errors.LeaseLost(
+                f"the daemon closed the Open stream of run {params.run_id} without a lease"
+            )
+        if not first.HasField("lease"):
+            call.cancel()
+            raise errors.LeaseLost(
+                f"the daemon ended the lease of run {params.run_id} at once "
+                f"({first.ended.reason}: {first.ended.message})"
+            )
+        return _AsyncLease(call, first.lease)
+
+    async def start(
+        self,
+        run_id: str,
+        fingerprint: Fingerprint,
+        prompt: str | Sequence[Mapping[str, Any]],
+        *,
+        interactive: bool = False,
+        labels: Mapping[str, str] | None = None,
+        name: str | None = None,
+    ) -> AsyncRun:
+        """Create a run (``session_exists`` if it exists) and hold its writer lease."""
+        params = OpenParams(run_id, fingerprint, interactive, False, name or self.name)
+        lease = await self._open(params, create=True, prompt=prompt, labels=labels)
+        return self._track(AsyncRun(self, params, lease))
+
+    async def resume(
+        self,
+        run_id: str,
+        fingerprint: Fingerprint,
+        *,
+        interactive: bool = False,
+        force: bool = False,
+        name: str | None = None,
+    ) -> AsyncRun:
+        """Re-open an existing run through the resume gates and hold its writer lease."""
+        params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
+        lease = await self._open(params, create=False)
+        return self._track(AsyncRun(self, params, lease))
+
+    def _track(self, run: AsyncRun) -> AsyncRun:
+        self._runs = [r for r in self._runs if not r.closed] + [run]
+        return run
+
+    async def fold(self, run_id: str) -> RunState:
+        resp = await self._unary("Fold", pb.FoldRequest(run_id=run_id))
+        return codec.state_from_pb(resp.state)
+
+    async def governed_messages(self, run_id: str) -> GovernedView:
+        resp = await self._unary("Fold", pb.FoldRequest(run_id=run_id, governed=True))
+        return codec.governed_from_pb(resp)
+
+    async def load(self, run_id: str, from_seq: int = 1) -> list[JournalRecord]:
+        call = self._stub.Load(
+            pb.LoadRequest(run_id=run_id, from_seq=from_seq), metadata=codec.metadata()
+        )
+        try:
+            return [codec.record_from_pb(m.record) async for m in call]
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    async def list(self, limit: int = 0) -> list[RunInfo]:
+        resp = await self._unary("List", pb.ListRequest(limit=limit))
+        return [codec.run_info_from_pb(r) for r in resp.runs]
+
+    async def delete(self, run_id: str) -> bool:
+        return bool((await self._unary("Delete", pb.DeleteRequest(run_id=run_id))).deleted)
+
+    async def verify(self, run_id: str) -> VerifyResult:
+        return codec.verify_from_pb(await self._unary("Verify", pb.VerifyRequest(run_id=run_id)))
+
+    async def watch(self, run_id: str, from_seq: int = 1) -> AsyncIterator[JournalRecord]:
+        """A live tail of the run's records from ``from_seq`` (break out to stop it)."""
+        call = self._stub.Watch(
+            pb.WatchRequest(run_id=run_id, from_seq=from_seq), metadata=codec.metadata()
+        )
+        try:
+            async for msg in call:
+                if msg.HasField("record"):
+                    yield codec.record_from_pb(msg.record)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise self._error(exc) from None
+        finally:
+            call.cancel()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for run in self._runs:
+            await run.close()
+        await self._channel.close(None)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+async def connect_async(
+    socket: str | None = None,
+    *,
+    name: str | None = None,
+    wait: float = 5.0,
+    reconnect_timeout: float = 30.0,
+) -> AsyncClient:
+    """An async client whose daemon has answered (``DaemonUnavailable`` otherwise)."""
+    client = AsyncClient(socket, name=name, reconnect_timeout=reconnect_timeout)
+    try:
+        await client.wait_ready(wait)
+    except BaseException:
+        await client.close()
+        raise
+    return client
+
+
+AsyncToolFn = Callable[[ToolCall], Awaitable[Any]]
+
+
+class AsyncRun:
+    """The asyncio writer of one run, holding its lease. Seq is handled for the caller."""
+
+    def __init__(self, client: AsyncClient, params: OpenParams, lease: _AsyncLease) -> None:
+        self._client = client
+        self._params = params
+        self._lease = lease
+        self._lock = asyncio.Lock()
+        first = lease.lease
+        self.run_id = params.run_id
+        self.created = first.created
+        self.state: RunState = codec.state_from_pb(first.state, first.warnings)
+        self.last_seq: int = first.last_seq
+        self.next_iteration: int = max(1, self.state.next_iteration)
+        self.reconnects = 0
+        self.closed = False
+
+    @property
+    def lease_id(self) -> str:
+        return self._lease.lease.lease_id
+
+    @property
+    def resume_at_input_boundary(self) -> bool:
+        return self._lease.lease.resume_at_input_boundary
+
+    @property
+    def lease_ended(self) -> str | None:
+        return self._lease.ended
+
+    async def assistant(
+        self,
+        content: str | Sequence[Mapping[str, Any]],
+        *,
+        stop_reason: str,
+        usage: Mapping[str, int] | None = None,
+        iteration: int | None = None,
+    ) -> Ack:
+        it = self.next_iteration if iteration is None else iteration
+        entry = Entry.assistant(content, stop_reason=stop_reason, iteration=it, usage=usage)
+        return (await self.append_many([entry]))[0]
+
+    async def tool_result(
+        self,
+        tool_use_id: str,
+        content: str | Sequence[Mapping[str, Any]],
+        *,
+        is_error: bool = False,
+        remote: bool = False,
+    ) -> Ack:
+        entry = Entry.tool_result(tool_use_id, content, is_error=is_error, remote=remote)
+        return (await self.append_many([entry]))[0]
+
+    async def user(self, content: str | Sequence[Mapping[str, Any]]) -> Ack:
+        return (await self.append_many([Entry.user(content)]))[0]
+
+    async def terminal(self, reason: str, message: str = "") -> Ack:
+        return (await self.append_many([Entry.terminal(reason, message)]))[0]
+
+    async def append_many(self, entries: Sequence[Entry]) -> list[Ack]:
+        if not entries:
+            return []
+        async with self._lock:
+            if self.closed:
+                raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+            records = codec.stamp(entries, self.last_seq + 1)
+            acks = await self._send(records)
+            self.last_seq = acks[-1].seq
+            for rec in records:
+                if rec.HasField("assistant"):
+                    self.next_iteration = rec.assistant.iteration + 1
+            return acks
+
+    async def _send(self, records: list[pb.Record]) -> list[Ack]:
+        deadline: float | None = None
+        delays = codec.backoff()
+        while True:
+            req = pb.AppendRequest(run_id=self.run_id, lease_id=self.lease_id, records=records)
+            try:
+                resp = await self._client._stub.Append(req, metadata=codec.metadata())
+                return codec.acks_from_pb(resp, records)
+            except grpc.RpcError as exc:
+                err = self._client._error(exc)
+            if not (codec.needs_reopen(err) or codec.retry_in_place(err)):
+                raise err
+            if deadline is None:
+                deadline = time.monotonic() + self._client.reconnect_timeout
+            if time.monotonic() >= deadline:
+                raise err
+            if codec.retry_in_place(err):
+                await asyncio.sleep(next(delays))
+                continue
+            adopted = await self._reopen(deadline, records, err)
+            if adopted is not None:
+                return adopted
+
+    async def _reopen(
+        self, deadline: float, records: list[pb.Record], cause: errors.JournaldError
+    ) -> list[Ack] | None:
+        await self._lease.cancel()
+        last: errors.JournaldError = cause
+        for delay in codec.backoff():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise last
+            try:
+                await asyncio.wait_for(self._client._channel.channel_ready(), min(remaining, 1.0))
+            except TimeoutError:
+                last = errors.unreachable(self._client.target, "reconnecting")
+                continue
+            try:
+                lease = await self._client._open(self._params, create=False)
+            except errors.Completed as err:
+                adopted = await self._adopt(records)
+                if adopted is None:
+                    raise err from None
+                return adopted
+            except errors.JournaldError as err:
+                if not codec.reopen_retryable(err):
+                    raise
+                last = err
+                await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                continue
+            self._lease = lease
+            self.reconnects += 1
+            stored = lease.lease.last_seq
+            if stored < records[0].seq - 1:
+                raise errors.StoreCorrupted(
+                    f"run {self.run_id}: after reconnecting, the daemon's last seq is {stored} "
+                    f"but seq {records[0].seq - 1} was acknowledged before; acknowledged "
+                    "records are missing",
+                    metadata={"run_id": self.run_id, "last_seq": str(stored)},
+                )
+            return None
+        raise last  # pragma: no cover
+
+    async def _adopt(self, records: list[pb.Record]) -> list[Ack] | None:
+        try:
+            call = self._client._stub.Load(
+                pb.LoadRequest(run_id=self.run_id, from_seq=records[0].seq),
+                metadata=codec.metadata(),
+            )
+            stored = [m.record async for m in call]
+        except grpc.RpcError:
+            return None
+        if len(stored) < len(records):
+            return None
+        if not all(codec.same_record(a, b) for a, b in zip(records, stored, strict=False)):
+            return None
+        return [Ack(s.seq, s.hash, "unspecified", True) for s in stored[: len(records)]]
+
+    async def fold(self) -> RunState:
+        return await self._client.fold(self.run_id)
+
+    async def governed_messages(self) -> GovernedView:
+        return await self._client.governed_messages(self.run_id)
+
+    async def complete_pending(
+        self, run_tool: AsyncToolFn | Callable[[ToolCall], Any], *, remote: bool = False
+    ) -> list[Ack]:
+        """Run the still-unanswered calls concurrently, journaling each result as it
+        completes (in completion order); a raising tool becomes an ``is_error`` result."""
+        state = await self.fold()
+        if state.pending is None:
+            return []
+
+        async def one(call: ToolCall) -> Ack:
+            try:
+                outcome: Any = run_tool(call)
+                if asyncio.iscoroutine(outcome) or isinstance(outcome, asyncio.Future):
+                    outcome = await outcome
+            except Exception as exc:
+                outcome = exc
+            entry = codec.tool_entry(call, outcome, remote=remote)
+            return (await self.append_many([entry]))[0]
+
+        acks = await asyncio.gather(*(one(c) for c in state.pending.unanswered))
+        return sorted(acks, key=lambda a: a.seq)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        await self._lease.cancel()
+
+    async def __aenter__(self) -> AsyncRun:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

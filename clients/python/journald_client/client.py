@@ -1,0 +1,506 @@
+"""The synchronous client: ``Client`` (reads, opens) and ``Run`` (the writer of one run).
+
+    with Client() as jd, jd.start("run-1", fp, "hello") as run:
+        run.assistant([...tool_use blocks...], stop_reason="tool_use")
+        run.tool_result("toolu_1", "42")
+        run.terminal("completed")
+
+The lease lives exactly as long as the ``Open`` stream, which a background thread keeps
+alive; ``Run.close()`` (or leaving the ``with`` block) cancels it and the daemon releases
+the lease at once. When the daemon goes away mid-run, an append reconnects with bounded
+backoff, re-opens the run in resume mode with the same fingerprint, and resends the same
+record at the same seq with the same bytes (the daemon answers ``duplicate`` if it had
+already stored it), so a record is never lost or written twice.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from journald_client import codec, errors
+from journald_client.codec import Entry, OpenParams
+from journald_client.fingerprint import Fingerprint
+from journald_client.paths import grpc_target
+from journald_client.pb import journal_pb2 as pb
+from journald_client.pb import journal_pb2_grpc as pb_grpc
+from journald_client.state import (
+    Ack,
+    GovernedView,
+    JournalRecord,
+    RunInfo,
+    RunState,
+    ToolCall,
+    VerifyResult,
+)
+
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+def default_name() -> str:
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+
+
+class _Lease:
+    """One granted lease: the live ``Open`` call, kept alive by a daemon thread."""
+
+    def __init__(self, call: Any, lease: pb.Lease) -> None:
+        self.call = call
+        self.lease = lease
+        self.ended: str | None = None
+        self.done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._drain, name=f"journald-lease-{lease.run_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _drain(self) -> None:
+        try:
+            for msg in self.call:
+                if msg.HasField("ended"):
+                    self.ended = msg.ended.reason or "ended"
+        except grpc.RpcError:
+            pass
+        finally:
+            if self.ended is None:
+                self.ended = "stream_closed"
+            self.done.set()
+
+    def cancel(self) -> None:
+        self.call.cancel()
+        self._thread.join(timeout=5)
+
+
+class Client:
+    """A connection to the journald daemon (no disk access: the daemon owns the files)."""
+
+    def __init__(
+        self,
+        socket: str | None = None,
+        *,
+        name: str | None = None,
+        reconnect_timeout: float = 30.0,
+    ) -> None:
+        self.target = grpc_target(socket)
+        self.name = name or default_name()
+        self.reconnect_timeout = reconnect_timeout
+        self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.JournalServiceStub(self._channel)
+        self._runs: list[Run] = []
+        self._closed = False
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    def _error(self, exc: grpc.RpcError) -> errors.JournaldError:
+        return errors.from_rpc_error(exc, self.target)
+
+    def _unary(self, method: str, request: Any) -> Any:
+        fn = getattr(self._stub, method)
+        try:
+            return fn(request, metadata=codec.metadata())
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def wait_ready(self, timeout: float = 5.0) -> None:
+        """Block until the daemon's socket accepts a connection, or raise ``DaemonUnavailable``."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except FutureTimeout:
+            raise errors.unreachable(self.target, f"no answer within {timeout:g}s") from None
+
+    def _open(
+        self,
+        params: OpenParams,
+        *,
+        create: bool,
+        prompt: str | Sequence[Mapping[str, Any]] = (),
+        labels: Mapping[str, str] | None = None,
+    ) -> _Lease:
+        req = codec.open_request(params, create=create, prompt=prompt, labels=labels)
+        call: Any = self._stub.Open(req, metadata=codec.metadata())
+        try:
+            first = next(call)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+        except StopIteration:
+            raise errors.LeaseLost(
+                f"the daemon closed the Open stream of run {params.run_id} without a lease"
+            ) from None
+        if not first.HasField("lease"):
+            call.cancel()
+            raise errors.LeaseLost(
+                f"the daemon ended the lease of run {params.run_id} at once "
+                f"({first.ended.reason}: {first.ended.message})"
+            )
+        return _Lease(call, first.lease)
+
+    # --- writers -----------------------------------------------------------------------
+
+    def start(
+        self,
+        run_id: str,
+        fingerprint: Fingerprint,
+        prompt: str | Sequence[Mapping[str, Any]],
+        *,
+        interactive: bool = False,
+        labels: Mapping[str, str] | None = None,
+        name: str | None = None,
+    ) -> Run:
+        """Create a run (``session_exists`` if it exists) and hold its writer lease."""
+        params = OpenParams(run_id, fingerprint, interactive, False, name or self.name)
+        lease = self._open(params, create=True, prompt=prompt, labels=labels)
+        return self._track(Run(self, params, lease))
+
+    def resume(
+        self,
+        run_id: str,
+        fingerprint: Fingerprint,
+        *,
+        interactive: bool = False,
+        force: bool = False,
+        name: str | None = None,
+    ) -> Run:
+        """Re-open an existing run through the resume gates and hold its writer lease."""
+        params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
+        lease = self._open(params, create=False)
+        return self._track(Run(self, params, lease))
+
+    def _track(self, run: Run) -> Run:
+        self._runs = [r for r in self._runs if not r.closed] + [run]
+        return run
+
+    # --- reads -------------------------------------------------------------------------
+
+    def fold(self, run_id: str) -> RunState:
+        """The run's folded state."""
+        resp = self._unary("Fold", pb.FoldRequest(run_id=run_id))
+        return codec.state_from_pb(resp.state)
+
+    def governed_messages(self, run_id: str) -> GovernedView:
+        """The pairing-governed (sendable) message view and what governance changed."""
+        resp = self._unary("Fold", pb.FoldRequest(run_id=run_id, governed=True))
+        return codec.governed_from_pb(resp)
+
+    def load(self, run_id: str, from_seq: int = 1) -> list[JournalRecord]:
+        """The run's stored records from ``from_seq`` (exact canonical bytes included)."""
+        call = self._stub.Load(
+            pb.LoadRequest(run_id=run_id, from_seq=from_seq), metadata=codec.metadata()
+        )
+        try:
+            return [codec.record_from_pb(m.record) for m in call]
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def list(self, limit: int = 0) -> list[RunInfo]:
+        """The runs the daemon holds, newest first."""
+        resp = self._unary("List", pb.ListRequest(limit=limit))
+        return [codec.run_info_from_pb(r) for r in resp.runs]
+
+    def delete(self, run_id: str) -> bool:
+        """Remove a run (idempotent): False when it did not exist."""
+        return bool(self._unary("Delete", pb.DeleteRequest(run_id=run_id)).deleted)
+
+    def verify(self, run_id: str) -> VerifyResult:
+        """Check the run's hash chain and schemas end to end (``store_corrupted`` if not)."""
+        return codec.verify_from_pb(self._unary("Verify", pb.VerifyRequest(run_id=run_id)))
+
+    def watch(self, run_id: str, from_seq: int = 1) -> Watch:
+        """A live tail of the run's records from ``from_seq``; ``cancel()`` to stop."""
+        call = self._stub.Watch(
+            pb.WatchRequest(run_id=run_id, from_seq=from_seq), metadata=codec.metadata()
+        )
+        return Watch(self, call)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for run in self._runs:
+            run.close()
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def connect(
+    socket: str | None = None,
+    *,
+    name: str | None = None,
+    timeout: float = 5.0,
+    reconnect_timeout: float = 30.0,
+) -> Client:
+    """A client whose daemon has answered (``DaemonUnavailable`` with a hint otherwise)."""
+    client = Client(socket, name=name, reconnect_timeout=reconnect_timeout)
+    try:
+        client.wait_ready(timeout)
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+class Watch:
+    """A live tail: iterate for records; ``cancel()`` (or leave the ``with``) to stop."""
+
+    def __init__(self, client: Client, call: Any) -> None:
+        self._client = client
+        self._call = call
+
+    def __iter__(self) -> Iterator[JournalRecord]:
+        try:
+            for msg in self._call:
+                if msg.HasField("record"):
+                    yield codec.record_from_pb(msg.record)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise self._client._error(exc) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+
+ToolFn = Callable[[ToolCall], Any]
+
+
+class Run:
+    """The writer of one run, holding its lease. Seq is handled for the caller."""
+
+    def __init__(self, client: Client, params: OpenParams, lease: _Lease) -> None:
+        self._client = client
+        self._params = params
+        self._lease = lease
+        self._lock = threading.RLock()
+        first = lease.lease
+        self.run_id = params.run_id
+        self.created = first.created
+        self.state: RunState = codec.state_from_pb(first.state, first.warnings)
+        """The folded state when the lease was granted (``fold()`` for the current one)."""
+        self.last_seq: int = first.last_seq
+        self.next_iteration: int = max(1, self.state.next_iteration)
+        self.reconnects = 0
+        self.closed = False
+
+    @property
+    def lease_id(self) -> str:
+        return self._lease.lease.lease_id
+
+    @property
+    def warnings(self) -> list[Any]:
+        return list(self.state.warnings)
+
+    @property
+    def resume_at_input_boundary(self) -> bool:
+        return self._lease.lease.resume_at_input_boundary
+
+    # --- appends -----------------------------------------------------------------------
+
+    def assistant(
+        self,
+        content: str | Sequence[Mapping[str, Any]],
+        *,
+        stop_reason: str,
+        usage: Mapping[str, int] | None = None,
+        iteration: int | None = None,
+    ) -> Ack:
+        """Journal a model call (before any of its tools run)."""
+        it = self.next_iteration if iteration is None else iteration
+        entry = Entry.assistant(content, stop_reason=stop_reason, iteration=it, usage=usage)
+        return self.append_many([entry])[0]
+
+    def tool_result(
+        self,
+        tool_use_id: str,
+        content: str | Sequence[Mapping[str, Any]],
+        *,
+        is_error: bool = False,
+        remote: bool = False,
+    ) -> Ack:
+        """Journal one tool's result as it completes."""
+        entry = Entry.tool_result(tool_use_id, content, is_error=is_error, remote=remote)
+        return self.append_many([entry])[0]
+
+    def user(self, content: str | Sequence[Mapping[str, Any]]) -> Ack:
+        """Journal an interactive follow-up (only the newly typed blocks)."""
+        return self.append_many([Entry.user(content)])[0]
+
+    def terminal(self, reason: str, message: str = "") -> Ack:
+        """Journal the end of the run (completed, suspended, error, budget, max_iterations)."""
+        return self.append_many([Entry.terminal(reason, message)])[0]
+
+    def append_many(self, entries: Sequence[Entry]) -> list[Ack]:
+        """Append a batch (one durable write) at consecutive seqs."""
+        if not entries:
+            return []
+        with self._lock:
+            if self.closed:
+                raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+            records = codec.stamp(entries, self.last_seq + 1)
+            acks = self._send(records)
+            self.last_seq = acks[-1].seq
+            for rec in records:
+                if rec.HasField("assistant"):
+                    self.next_iteration = rec.assistant.iteration + 1
+            return acks
+
+    def _send(self, records: list[pb.Record]) -> list[Ack]:
+        deadline: float | None = None
+        delays = codec.backoff()
+        while True:
+            req = pb.AppendRequest(run_id=self.run_id, lease_id=self.lease_id, records=records)
+            try:
+                resp = self._client._stub.Append(req, metadata=codec.metadata())
+                return codec.acks_from_pb(resp, records)
+            except grpc.RpcError as exc:
+                err = self._client._error(exc)
+            if not (codec.needs_reopen(err) or codec.retry_in_place(err)):
+                raise err
+            if deadline is None:
+                deadline = time.monotonic() + self._client.reconnect_timeout
+            if time.monotonic() >= deadline:
+                raise err
+            if codec.retry_in_place(err):
+                time.sleep(next(delays))
+                continue
+            adopted = self._reopen(deadline, records, err)
+            if adopted is not None:
+                return adopted
+
+    def _reopen(
+        self, deadline: float, records: list[pb.Record], cause: errors.JournaldError
+    ) -> list[Ack] | None:
+        """Reconnect and re-open in resume mode; returns acks only when the batch turns out
+        to be stored already and the run can no longer be opened (a lost ``completed`` ack)."""
+        self._lease.cancel()
+        last: errors.JournaldError = cause
+        for delay in codec.backoff():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise last
+            try:
+                grpc.channel_ready_future(self._client._channel).result(timeout=min(remaining, 1.0))
+            except FutureTimeout:
+                last = errors.unreachable(self._client.target, "reconnecting")
+                continue
+            try:
+                lease = self._client._open(self._params, create=False)
+            except errors.Completed as err:
+                adopted = self._adopt(records)
+                if adopted is None:
+                    raise err from None
+                return adopted
+            except errors.JournaldError as err:
+                if not codec.reopen_retryable(err):
+                    raise
+                last = err
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                continue
+            self._lease = lease
+            self.reconnects += 1
+            stored = lease.lease.last_seq
+            if stored < records[0].seq - 1:
+                raise errors.StoreCorrupted(
+                    f"run {self.run_id}: after reconnecting, the daemon's last seq is {stored} "
+                    f"but seq {records[0].seq - 1} was acknowledged before; acknowledged "
+                    "records are missing",
+                    metadata={"run_id": self.run_id, "last_seq": str(stored)},
+                )
+            return None
+        raise last  # pragma: no cover - backoff() never ends
+
+    def _adopt(self, records: list[pb.Record]) -> list[Ack] | None:
+        try:
+            call = self._client._stub.Load(
+                pb.LoadRequest(run_id=self.run_id, from_seq=records[0].seq),
+                metadata=codec.metadata(),
+            )
+            stored = [m.record for m in call]
+        except grpc.RpcError:
+            return None
+        if len(stored) < len(records):
+            return None
+        if not all(codec.same_record(a, b) for a, b in zip(records, stored, strict=False)):
+            return None
+        return [Ack(s.seq, s.hash, "unspecified", True) for s in stored[: len(records)]]
+
+    # --- reads and recovery ------------------------------------------------------------
+
+    def fold(self) -> RunState:
+        """The run's current folded state."""
+        return self._client.fold(self.run_id)
+
+    def governed_messages(self) -> GovernedView:
+        """The pairing-governed message view (every tool call paired) and its report."""
+        return self._client.governed_messages(self.run_id)
+
+    def complete_pending(self, run_tool: ToolFn, *, remote: bool = False) -> list[Ack]:
+        """Run only the still-unanswered calls of the pending turn, journaling each result
+        as it completes; a tool that raises becomes an ``is_error`` result."""
+        state = self.fold()
+        if state.pending is None:
+            return []
+        acks = []
+        for call in state.pending.unanswered:
+            try:
+                outcome: Any = run_tool(call)
+            except Exception as exc:
+                outcome = exc
+            acks.append(self.append_many([codec.tool_entry(call, outcome, remote=remote)])[0])
+        return acks
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def lease_ended(self) -> str | None:
+        """Why the lease stream ended (``shutdown``, ``deleted``, ...), or None while held."""
+        return self._lease.ended if self._lease.done.is_set() else None
+
+    def close(self) -> None:
+        """Release the lease (cancels the Open stream)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._lease.cancel()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,424 @@
+"""Request building and response decoding shared by ``Client`` and ``AsyncClient``.
+
+Everything here is free of I/O: the two transports (``client.py``, ``aio.py``) only move the
+messages built here and hand the answers back here to be decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from journald_client import errors, telemetry
+from journald_client.fingerprint import Fingerprint, canonical_json
+from journald_client.pb import journal_pb2 as pb
+from journald_client.state import (
+    Ack,
+    Anomaly,
+    Block,
+    Counters,
+    GovernedView,
+    JournalRecord,
+    Message,
+    PendingResult,
+    PendingTurn,
+    RunInfo,
+    RunState,
+    Terminal,
+    ToolCall,
+    ToolOutput,
+    VerifyResult,
+    Warning,
+)
+
+TERMINAL_REASONS = ("completed", "suspended", "error", "budget", "max_iterations")
+_DURABILITY = {
+    pb.DURABILITY_UNSPECIFIED: "unspecified",
+    pb.DURABILITY_MEMORY: "memory",
+    pb.DURABILITY_FSYNC_LOCAL: "fsync_local",
+    pb.DURABILITY_JETSTREAM_ACK: "jetstream_ack",
+}
+
+
+def now_ts() -> str:
+    """RFC 3339 UTC with microseconds and ``Z``, e.g. ``2026-11-30T12:00:00.000000Z``."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# --- content ---------------------------------------------------------------------------
+
+
+def _block(b: Mapping[str, Any]) -> Block:
+    out = dict(b)
+    # tool_use input and provider data are raw JSON *text* on the wire (no floats in records)
+    if out.get("type") == "tool_use" and "input" in out and not isinstance(out["input"], str):
+        out["input"] = canonical_json(out["input"]).decode()
+    if out.get("type") == "provider" and "data" in out and not isinstance(out["data"], str):
+        out["data"] = canonical_json(out["data"]).decode()
+    if out.get("type") == "tool_result" and "content" in out:
+        out["content"] = blocks(out["content"])
+    return out
+
+
+def blocks(content: str | Sequence[Mapping[str, Any]]) -> list[Block]:
+    """Content blocks from a string (one text block) or a list of blocks."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [_block(b) for b in content]
+
+
+def blocks_json(content: str | Sequence[Mapping[str, Any]]) -> bytes:
+    return canonical_json(blocks(content))
+
+
+def _json_list(data: bytes) -> list[Any]:
+    if not data:
+        return []
+    value = json.loads(data)
+    return value if isinstance(value, list) else []
+
+
+# --- records ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One record to append, before it has a seq. ``ts`` and ``trace`` are fixed when the
+    entry is built, so every retry of it sends the same bytes."""
+
+    record: pb.Record
+
+    @property
+    def kind(self) -> str:
+        return str(self.record.WhichOneof("payload"))
+
+    @staticmethod
+    def _new() -> pb.Record:
+        rec = pb.Record(ts=now_ts())
+        cur = telemetry.current_trace()
+        if cur is not None:
+            rec.trace.CopyFrom(pb.TraceContext(trace_id=cur[0], span_id=cur[1]))
+        return rec
+
+    @classmethod
+    def assistant(
+        cls,
+        content: str | Sequence[Mapping[str, Any]],
+        *,
+        stop_reason: str,
+        iteration: int,
+        usage: Mapping[str, int] | None = None,
+    ) -> Entry:
+        u = dict(usage or {})
+        rec = cls._new()
+        rec.assistant.CopyFrom(
+            pb.AssistantPayload(
+                message=pb.Message(role="assistant", content_json=blocks_json(content)),
+                iteration=iteration,
+                stop_reason=stop_reason,
+                usage=pb.Usage(
+                    input_tokens=int(u.get("input_tokens", 0)),
+                    output_tokens=int(u.get("output_tokens", 0)),
+                    cache_read_tokens=int(u.get("cache_read_tokens", 0)),
+                    cache_creation_tokens=int(u.get("cache_creation_tokens", 0)),
+                ),
+            )
+        )
+        return cls(rec)
+
+    @classmethod
+    def tool_result(
+        cls,
+        tool_use_id: str,
+        content: str | Sequence[Mapping[str, Any]],
+        *,
+        is_error: bool = False,
+        remote: bool = False,
+    ) -> Entry:
+        rec = cls._new()
+        rec.tool_result.CopyFrom(
+            pb.ToolResultPayload(
+                tool_use_id=tool_use_id,
+                content_json=blocks_json(content),
+                is_error=is_error,
+                remote=remote,
+            )
+        )
+        return cls(rec)
+
+    @classmethod
+    def user(cls, content: str | Sequence[Mapping[str, Any]]) -> Entry:
+        rec = cls._new()
+        rec.user.CopyFrom(pb.UserPayload(content_json=blocks_json(content)))
+        return cls(rec)
+
+    @classmethod
+    def terminal(cls, reason: str, message: str = "") -> Entry:
+        if reason not in TERMINAL_REASONS:
+            raise errors.InvalidRecord(
+                f"terminal reason {reason!r} is not one of {', '.join(TERMINAL_REASONS)}"
+            )
+        rec = cls._new()
+        rec.terminal.CopyFrom(pb.TerminalPayload(reason=reason, message=message))
+        return cls(rec)
+
+
+def tool_entry(call: ToolCall, outcome: object, *, remote: bool = False) -> Entry:
+    """The result record for what a tool function returned or raised."""
+    if isinstance(outcome, BaseException):
+        text = f"{type(outcome).__name__}: {outcome}"
+        return Entry.tool_result(call.id, text, is_error=True, remote=remote)
+    if isinstance(outcome, ToolOutput):
+        return Entry.tool_result(call.id, outcome.content, is_error=outcome.is_error, remote=remote)
+    if isinstance(outcome, str):
+        return Entry.tool_result(call.id, outcome, remote=remote)
+    if isinstance(outcome, list):
+        return Entry.tool_result(call.id, outcome, remote=remote)
+    return Entry.tool_result(call.id, canonical_json(outcome).decode(), remote=remote)
+
+
+def stamp(entries: Sequence[Entry], first_seq: int) -> list[pb.Record]:
+    """The records of a batch at consecutive seqs from ``first_seq``."""
+    out = []
+    for i, e in enumerate(entries):
+        rec = pb.Record()
+        rec.CopyFrom(e.record)
+        rec.seq = first_seq + i
+        out.append(rec)
+    return out
+
+
+def same_record(sent: pb.Record, stored: pb.Record) -> bool:
+    """Whether a stored record is the one we sent (ignoring the fields the daemon fills)."""
+
+    def norm(r: pb.Record) -> bytes:
+        c = pb.Record()
+        c.CopyFrom(r)
+        for name in ("prev", "type", "format_version", "canonical", "hash"):
+            c.ClearField(name)
+        return c.SerializeToString(deterministic=True)
+
+    return norm(sent) == norm(stored)
+
+
+# --- requests --------------------------------------------------------------------------
+
+
+def client_info(name: str) -> pb.ClientInfo:
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = ""
+    return pb.ClientInfo(name=name, pid=os.getpid(), host=socket.gethostname(), cwd=cwd)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenParams:
+    """Everything needed to (re-)open a run; kept by a writer for reconnects."""
+
+    run_id: str
+    fingerprint: Fingerprint
+    interactive: bool
+    force: bool
+    name: str
+
+
+def open_request(
+    params: OpenParams,
+    *,
+    create: bool,
+    prompt: str | Sequence[Mapping[str, Any]] = (),
+    labels: Mapping[str, str] | None = None,
+) -> pb.OpenRequest:
+    req = pb.OpenRequest(
+        run_id=params.run_id,
+        mode=pb.OPEN_MODE_CREATE if create else pb.OPEN_MODE_RESUME,
+        fingerprint=params.fingerprint.to_pb(),
+        interactive=params.interactive,
+        force=params.force,
+        client=client_info(params.name),
+    )
+    if create:
+        req.prompt_json = blocks_json(prompt)
+        req.labels.update(dict(labels or {}))
+        req.created = now_ts()
+    cur = telemetry.current_trace()
+    if cur is not None:
+        req.trace.CopyFrom(pb.TraceContext(trace_id=cur[0], span_id=cur[1]))
+    return req
+
+
+def metadata() -> tuple[tuple[str, str | bytes], ...]:
+    """gRPC call metadata: the W3C ``traceparent`` of the current span, if any."""
+    return tuple(telemetry.call_metadata())
+
+
+# --- responses -------------------------------------------------------------------------
+
+
+def message_from_pb(m: pb.Message) -> Message:
+    return {"role": m.role, "content": _json_list(m.content_json)}
+
+
+def state_from_pb(st: pb.RunState, warnings: Sequence[pb.Warning] = ()) -> RunState:
+    pending = None
+    if st.HasField("pending"):
+        p = st.pending
+        pending = PendingTurn(
+            message=message_from_pb(p.message),
+            iteration=p.iteration,
+            stop_reason=p.stop_reason,
+            results=[
+                PendingResult(r.tool_use_id, _json_list(r.content_json), r.is_error, r.seq)
+                for r in p.results
+            ],
+            answered_ids=list(p.answered_ids),
+            unanswered=[ToolCall(c.id, c.name, c.input_json) for c in p.unanswered],
+            seq=p.seq,
+        )
+    c = st.counters
+    lineage = None
+    if st.HasField("lineage"):
+        lineage = {
+            "forked_from_run_id": st.lineage.forked_from_run_id,
+            "forked_from_checkpoint_id": st.lineage.forked_from_checkpoint_id,
+            "forked_at_seq": st.lineage.forked_at_seq,
+        }
+    return RunState(
+        run_id=st.run_id,
+        fingerprint=Fingerprint.from_pb(st.fingerprint) if st.HasField("fingerprint") else None,
+        interactive=st.interactive,
+        messages=[message_from_pb(m) for m in st.messages],
+        pending=pending,
+        counters=Counters(
+            c.llm_calls,
+            c.tool_calls,
+            c.remote_tool_calls,
+            c.input_tokens,
+            c.output_tokens,
+            c.cache_read_tokens,
+            c.cache_creation_tokens,
+        ),
+        next_iteration=st.next_iteration,
+        last_stop_reason=st.last_stop_reason,
+        terminal=(
+            Terminal(st.terminal.reason, st.terminal.message) if st.HasField("terminal") else None
+        ),
+        terminal_is_last=st.terminal_is_last,
+        last_seq=st.last_seq,
+        last_hash=st.last_hash,
+        resume_at_input_boundary=st.resume_at_input_boundary,
+        anomalies=[Anomaly(a.seq, a.kind, a.detail) for a in st.anomalies],
+        labels=dict(st.labels),
+        prompt=_json_list(st.prompt_json),
+        lineage=lineage,
+        warnings=[Warning(w.code, w.message) for w in warnings],
+    )
+
+
+def governed_from_pb(resp: pb.FoldResponse) -> GovernedView:
+    g = resp.governance
+    return GovernedView(
+        messages=[message_from_pb(m) for m in resp.governed_messages],
+        synthesized_results=g.synthesized_results,
+        dropped_messages=g.dropped_messages,
+        dropped_blocks=g.dropped_blocks,
+        state=state_from_pb(resp.state),
+    )
+
+
+def ack_from_pb(a: pb.Ack) -> Ack:
+    return Ack(a.seq, a.hash, _DURABILITY.get(a.durability, "unspecified"), a.duplicate)
+
+
+def acks_from_pb(resp: pb.AppendResponse, sent: Sequence[pb.Record]) -> list[Ack]:
+    acks = [ack_from_pb(a) for a in resp.acks]
+    if [a.seq for a in acks] != [r.seq for r in sent]:
+        raise errors.JournaldError(
+            f"the daemon acknowledged seqs {[a.seq for a in acks]} for an append of seqs "
+            f"{[r.seq for r in sent]}; this is a daemon bug"
+        )
+    return acks
+
+
+def record_from_pb(rec: pb.Record) -> JournalRecord:
+    kind = str(rec.WhichOneof("payload") or "")
+    payload: dict[str, Any] = {}
+    if rec.canonical:
+        obj = json.loads(rec.canonical)
+        if isinstance(obj, dict) and isinstance(obj.get(kind), dict):
+            payload = obj[kind]
+    trace = (
+        {"trace_id": rec.trace.trace_id, "span_id": rec.trace.span_id}
+        if rec.HasField("trace") and rec.trace.trace_id
+        else None
+    )
+    return JournalRecord(
+        seq=rec.seq,
+        kind=kind,
+        ts=rec.ts,
+        prev=rec.prev,
+        hash=rec.hash,
+        canonical=bytes(rec.canonical),
+        trace=trace,
+        payload=payload,
+    )
+
+
+def run_info_from_pb(r: pb.RunInfo) -> RunInfo:
+    return RunInfo(
+        r.run_id,
+        r.created,
+        r.updated,
+        r.model,
+        r.prompt_preview,
+        r.status,
+        r.record_count,
+        r.bytes,
+        r.last_seq,
+    )
+
+
+def verify_from_pb(v: pb.VerifyResponse) -> VerifyResult:
+    return VerifyResult(v.records, v.last_seq, v.last_hash, v.segments)
+
+
+# --- reconnect policy ------------------------------------------------------------------
+
+
+def backoff(initial: float = 0.05, cap: float = 1.0) -> Iterator[float]:
+    """Delays between reconnect attempts: doubling from ``initial`` up to ``cap``."""
+    delay = initial
+    while True:
+        yield delay
+        delay = min(cap, delay * 2)
+
+
+def needs_reopen(err: errors.JournaldError) -> bool:
+    """The lease is gone (daemon restarted or unreachable): reconnect and re-Open."""
+    return isinstance(err, errors.DaemonUnavailable | errors.LeaseLost)
+
+
+def retry_in_place(err: errors.JournaldError) -> bool:
+    """The daemon is up and the lease held, but its backend is briefly unavailable."""
+    return isinstance(err, errors.BackendUnavailable) and not isinstance(
+        err, errors.DaemonUnavailable
+    )
+
+
+def locked_by_self(err: errors.JournaldError) -> bool:
+    """A ``locked`` naming this very process: our abandoned lease is still being released."""
+    return (
+        isinstance(err, errors.Locked)
+        and err.holder_pid == os.getpid()
+        and err.holder_host in ("", socket.gethostname())
+    )
+
+
+def reopen_retryable(err: errors.JournaldError) -> bool:
+    return needs_reopen(err) or retry_in_place(err) or locked_by_self(err)

@@ -1,0 +1,188 @@
+"""Plain dataclasses for what the daemon returns: folded state, acks, records, listings.
+
+Messages are plain dicts ``{"role": ..., "content": [blocks]}``: exactly the shape a model
+API accepts, ready to send.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from journald_client.fingerprint import Fingerprint
+
+Block = dict[str, Any]
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool_use block of an assistant turn."""
+
+    id: str
+    name: str
+    input_json: str
+
+    @property
+    def input(self) -> Any:
+        """The decoded input (``{}`` when the model produced none)."""
+        return json.loads(self.input_json) if self.input_json else {}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingResult:
+    tool_use_id: str
+    content: list[Block]
+    is_error: bool
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTurn:
+    """The trailing assistant turn whose tool calls are not all answered."""
+
+    message: Message
+    iteration: int
+    stop_reason: str
+    results: list[PendingResult]
+    answered_ids: list[str]
+    unanswered: list[ToolCall]
+    seq: int
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """Every tool call of the turn, in the order the model made them."""
+        return [
+            ToolCall(str(b.get("id", "")), str(b.get("name", "")), str(b.get("input", "")))
+            for b in self.message.get("content", [])
+            if b.get("type") == "tool_use"
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    llm_calls: int = 0
+    tool_calls: int = 0
+    remote_tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    seq: int
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Warning:
+    """A notice that travels with an open (``open_tool_calls``, ``paused_turn``, ...)."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """The daemon's fold of a run (SPEC §4)."""
+
+    run_id: str
+    fingerprint: Fingerprint | None
+    interactive: bool
+    messages: list[Message]
+    pending: PendingTurn | None
+    counters: Counters
+    next_iteration: int
+    last_stop_reason: str
+    terminal: Terminal | None
+    terminal_is_last: bool
+    last_seq: int
+    last_hash: str
+    resume_at_input_boundary: bool
+    anomalies: list[Anomaly] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    prompt: list[Block] = field(default_factory=list)
+    lineage: dict[str, Any] | None = None
+    warnings: list[Warning] = field(default_factory=list)
+
+    @property
+    def completed(self) -> bool:
+        return (
+            self.terminal_is_last
+            and self.terminal is not None
+            and (self.terminal.reason == "completed")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GovernedView:
+    """The pairing-governed message list (sendable after an interruption) and its report."""
+
+    messages: list[Message]
+    synthesized_results: int
+    dropped_messages: int
+    dropped_blocks: int
+    state: RunState
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """One durable record: its seq, hash, durability level, and whether it was a retry."""
+
+    seq: int
+    hash: str
+    durability: str
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """A stored record as Load and Watch return it (``canonical`` = the exact bytes)."""
+
+    seq: int
+    kind: str
+    ts: str
+    prev: str
+    hash: str
+    canonical: bytes
+    trace: dict[str, str] | None
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    run_id: str
+    created: str
+    updated: str
+    model: str
+    prompt_preview: str
+    status: str
+    record_count: int
+    bytes: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    records: int
+    last_seq: int
+    last_hash: str
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool function may return to ``complete_pending`` to flag an error itself."""
+
+    content: str | list[Block]
+    is_error: bool = False
