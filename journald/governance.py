@@ -7,9 +7,10 @@ the list can be sent without a 400:
    tool_use gets a synthetic error result (``is_error``, a fixed explanatory text);
 2. ``sanitize`` then walks the list: consecutive same-role messages merge; a tool_result that
    does not answer a tool_use of the message just before it is an orphan and is dropped
-   (an answered id is answered once); a user message left empty is dropped; leading messages
-   that are not a plain user turn are cut back to the first clean boundary; any tool_use
-   still unanswered gets a synthetic error result.
+   (an answered id is answered once); a repeated tool_use id within one assistant turn is
+   dropped; a message left empty is dropped; leading messages that are not a plain,
+   non-empty user turn are cut back to the first clean boundary; any tool_use still
+   unanswered gets a synthetic error result.
 
 The report says how many results were synthesized and how many messages/blocks dropped.
 Writers that resume should close open calls for real instead (run them, or append an
@@ -58,7 +59,11 @@ def _tool_use_ids(msg: Message) -> list[str]:
 
 
 def _is_clean_start(msg: Message) -> bool:
-    return msg["role"] == "user" and not any(b.get("type") == "tool_result" for b in msg["content"])
+    return (
+        msg["role"] == "user"
+        and bool(msg["content"])
+        and not any(b.get("type") == "tool_result" for b in msg["content"])
+    )
 
 
 def sanitize(
@@ -77,13 +82,23 @@ def sanitize(
     open_ids: list[str] = []  # tool_use ids of the previous assistant message
     for m in merged:
         if m["role"] == "assistant":
+            if not m["content"]:  # an empty assistant message is refused by model APIs
+                report.dropped_messages += 1
+                continue
             if open_ids:  # the previous assistant's calls were never answered
                 report.synthesized_results += len(open_ids)
                 out.append({"role": "user", "content": [abandoned_result(i) for i in open_ids]})
-            if out and out[-1]["role"] == "assistant":
-                out[-1] = {**out[-1], "content": [*out[-1]["content"], *m["content"]]}
-            else:
-                out.append(m)
+            base = out.pop() if out and out[-1]["role"] == "assistant" else m
+            combined = [*base["content"], *m["content"]] if base is not m else m["content"]
+            content, seen = [], set()
+            for b in combined:  # a tool_use id may appear once per turn
+                if b.get("type") == "tool_use":
+                    if b.get("id") in seen:
+                        report.dropped_blocks += 1
+                        continue
+                    seen.add(b.get("id"))
+                content.append(b)
+            out.append({**base, "content": content})
             open_ids = _tool_use_ids(out[-1])
             continue
         kept, answered = [], set()
