@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import TimeoutError as FutureTimeout
 from types import TracebackType
 from typing import Any
 
@@ -119,7 +118,7 @@ class Client:
         """Block until the daemon's socket accepts a connection, or raise ``DaemonUnavailable``."""
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
-        except FutureTimeout:
+        except grpc.FutureTimeoutError:
             raise errors.unreachable(self.target, f"no answer within {timeout:g}s") from None
 
     def _open(
@@ -410,7 +409,7 @@ class Run:
                 raise last
             try:
                 grpc.channel_ready_future(self._client._channel).result(timeout=min(remaining, 1.0))
-            except FutureTimeout:
+            except grpc.FutureTimeoutError:
                 last = errors.unreachable(self._client.target, "reconnecting")
                 continue
             try:

@@ -196,7 +196,6 @@ ERRORS_BY_CODE: dict[str, type[JournaldError]] = {c.code: c for c in _leaves(Jou
 
 _FALLBACK: dict[grpc.StatusCode, type[JournaldError]] = {
     grpc.StatusCode.NOT_FOUND: NotFoundError,
-    grpc.StatusCode.ALREADY_EXISTS: SessionExists,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.DATA_LOSS: StoreCorrupted,
 }
@@ -249,6 +248,6 @@ def from_rpc_error(exc: grpc.RpcError, target: str = "") -> JournaldError:
         return unreachable(target, text)
     cls = _FALLBACK.get(status, JournaldError)
     err = cls(text or status.name.lower(), status=status)
-    if cls is JournaldError:
+    if "code" not in cls.__dict__:  # a group class: keep the status as the code
         err.code = status.name.lower()
     return err
