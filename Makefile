@@ -1,27 +1,39 @@
 # journald: two commands for a newcomer.
-#   make run    set up and start the daemon on its embedded default (file backend)
-#   make test   set up and run every check and test (what CI runs)
+#   make run    set up the runtime and start the daemon on its embedded default (file backend)
+#   make test   set up everything and run every check and test (what CI runs)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt constraints.txt pyproject.toml clients/python/pyproject.toml | sha256sum | cut -c1-16)
+PIP := $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt
+HASH = $(shell cat $(1) | sha256sum | cut -c1-12)
+RUN_STAMP := $(VENV)/.run-$(call HASH,constraints.txt pyproject.toml clients/python/pyproject.toml)
+DEV_STAMP := $(VENV)/.dev-$(call HASH,constraints.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml)
+PYTEST_ARGS ?=
 
-.PHONY: setup run test lint gen gen-check check-proto pytest bench clean
+.PHONY: setup setup-run run test lint gen gen-check check-proto clients pytest bench bench-quick clean
 
-setup: $(STAMP)
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check pip==25.3
 
-$(STAMP):
-	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip==25.3
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt -e clients/python -e .
-	@rm -f $(VENV)/.installed-* && touch $@
+$(RUN_STAMP): | $(PY)
+	$(PIP) -e clients/python -e .
+	@touch $@
 
-run: setup
+$(DEV_STAMP): $(RUN_STAMP)
+	$(PIP) -r requirements-dev.txt
+	@touch $@
+
+setup-run: $(RUN_STAMP)
+setup: $(DEV_STAMP)
+
+run: setup-run
 	$(BIN)/journald serve
 
 gen: setup
 	$(PY) scripts/gen_proto.py
+	@if [ -x scripts/gen_clients.sh ]; then scripts/gen_clients.sh; fi
 
 gen-check: setup
 	$(PY) scripts/gen_proto.py --check
@@ -29,16 +41,23 @@ gen-check: setup
 check-proto: setup
 	$(BIN)/buf lint
 	$(BIN)/buf format --diff --exit-code
+	@if [ -x scripts/check_proto_breaking.sh ]; then PATH=$(abspath $(BIN)):$$PATH scripts/check_proto_breaking.sh; fi
 
 lint: setup gen-check check-proto
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-pytest: setup
-	$(BIN)/pytest -q
+clients: setup
+	@if [ -x scripts/setup_clients.sh ]; then PATH=$(abspath $(BIN)):$$PATH scripts/setup_clients.sh && PATH=$(abspath $(BIN)):$$PATH scripts/test_clients.sh; fi
 
-test: lint pytest
+pytest: setup
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test: lint clients pytest
+
+bench-quick: setup
+	$(PY) bench/bench_daemon.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .tools
