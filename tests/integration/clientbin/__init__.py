@@ -1,0 +1,1 @@
+"""Small client programs run as real subprocesses by the client integration tests."""
