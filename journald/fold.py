@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from journald.errors import StoreCorrupted
+from journald.errors import InvalidRecord, StoreCorrupted
 from journald.fingerprint import Fingerprint
 from journald.records import GENESIS, Record
 
@@ -277,14 +277,19 @@ def _apply(st: RunState, rec: Record) -> None:
     else:
         _need(rec.seq > st.last_seq, rec, f"does not follow seq {st.last_seq} (non-increasing)")
         _need(rec.kind != "meta", rec, "is a second meta record")
+    _need(isinstance(p, Mapping), rec, "has a payload that is not an object")
     if rec.kind == "meta":
         _need(
             isinstance(p.get("run_id"), str) and isinstance(p.get("fingerprint"), dict),
             rec,
             "lacks run_id or fingerprint",
         )
+        _need(isinstance(p.get("labels") or {}, dict), rec, "has labels that are not an object")
         st.run_id = p["run_id"]
-        st.fingerprint = Fingerprint.from_json(p["fingerprint"])
+        try:
+            st.fingerprint = Fingerprint.from_json(p["fingerprint"])
+        except InvalidRecord as exc:
+            raise _corrupt(rec, f"has a malformed fingerprint ({exc.message})") from exc
         st.interactive = bool(p.get("interactive", False))
         st.created = str(p.get("created", rec.ts))
         st.prompt = _blocks(p.get("prompt", []), rec, "prompt")
@@ -294,8 +299,18 @@ def _apply(st: RunState, rec: Record) -> None:
             st.messages = [{"role": "user", "content": list(st.prompt)}]
     elif rec.kind == "assistant":
         msg = _message(p.get("message"), rec, "assistant")
-        _close_abandoned(st, rec)
+        _need(
+            all(
+                isinstance(b.get("id"), str) and b["id"]
+                for b in msg["content"]
+                if b["type"] == "tool_use"
+            ),
+            rec,
+            "has a tool_use block without an id",
+        )
         usage = p.get("usage") or {}
+        _need(isinstance(usage, dict), rec, "has a usage that is not an object")
+        _close_abandoned(st, rec)
         c = st.counters
         c.llm_calls += 1
         c.input_tokens += _count(usage.get("input_tokens"))
