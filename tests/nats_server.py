@@ -8,6 +8,7 @@ name. ``NatsServer.kill()`` is a real SIGKILL.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -266,3 +267,88 @@ async def delete_stream(url: str | list[str], name: str) -> None:
             await nc.jetstream().delete_stream(name)
     finally:
         await nc.close()
+
+
+class AckDropProxy:
+    """A tiny TCP proxy on loopback between a NATS client and a server.
+
+    Bytes flow through unchanged, except after ``arm(n)``: when the client has sent its n-th
+    record publish (an ``HPUB <prefix>.`` op) since arming, that chunk is still forwarded to
+    the server, but nothing the server answers afterwards reaches the client and both sides of
+    that connection are cut a moment later. The client sees a lost ack and reconnects (through
+    the proxy again, now passing everything).
+    """
+
+    def __init__(self, upstream_port: int, prefix: str) -> None:
+        self.upstream_port = upstream_port
+        self.marker = f"HPUB {prefix}.".encode()
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._remaining: int | None = None
+        self.cuts = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    def arm(self, nth_publish: int = 1) -> None:
+        self._remaining = nth_publish
+
+    async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        try:
+            ureader, uwriter = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            cwriter.close()
+            return
+        self._writers |= {cwriter, uwriter}
+        blackhole = asyncio.Event()
+
+        async def up() -> None:
+            while data := await creader.read(65536):
+                cut = False
+                if self._remaining is not None:
+                    self._remaining -= data.count(self.marker)
+                    if self._remaining <= 0:
+                        self._remaining = None
+                        blackhole.set()
+                        cut = True
+                uwriter.write(data)
+                await uwriter.drain()
+                if cut:
+                    self.cuts += 1
+                    await asyncio.sleep(0.3)  # let the server store it and answer (dropped)
+                    break
+
+        async def down() -> None:
+            while data := await ureader.read(65536):
+                if blackhole.is_set():
+                    continue
+                cwriter.write(data)
+                await cwriter.drain()
+
+        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except Exception:
+            pass
+        finally:
+            for t in tasks:
+                t.cancel()
+            for w in (cwriter, uwriter):
+                with contextlib.suppress(Exception):
+                    w.close()
+                self._writers.discard(w)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for w in list(self._writers):
+                with contextlib.suppress(Exception):
+                    w.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)

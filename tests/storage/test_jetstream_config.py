@@ -1,0 +1,159 @@
+"""The JetStream store binds only a safe, existing stream and says exactly how to fix one."""
+
+from __future__ import annotations
+
+import pytest
+
+from journald.errors import BackendUnavailable, InvalidRecord
+from journald.storage.jetstream import (
+    RECORD_FLOOR,
+    JetStreamStore,
+    StreamConfigError,
+    subject_prefix,
+)
+from tests.builders import JournalBuilder, result_payload, unlinked
+from tests.nats_server import create_stream, free_port
+from tests.storage.backend_jetstream import fresh_stream, session_server
+
+
+async def refusal(**overrides: object) -> tuple[str, str]:
+    url, name, _ = await fresh_stream(**overrides)
+    with pytest.raises(StreamConfigError) as err:
+        await JetStreamStore.connect(url, name)
+    return name, err.value.message
+
+
+async def test_a_safe_stream_binds_and_derives_its_prefix_from_the_wildcard_subject() -> None:
+    url, name, prefix = await fresh_stream()
+    store = await JetStreamStore.connect(url, name)
+    try:
+        assert store.prefix == prefix
+        assert store.record_subject("run-1", 7) == f"{prefix}.run-1.7"
+        assert store.meta_filter == f"{prefix}.*.1"
+    finally:
+        await store.close()
+
+
+async def test_more_than_one_message_per_subject_is_refused_with_the_edit_fix() -> None:
+    name, msg = await refusal(max_msgs_per_subject=2)
+    assert f"`nats stream edit {name} --max-msgs-per-subject 1`" in msg
+
+
+async def test_discard_old_is_refused_with_both_discard_fixes() -> None:
+    name, msg = await refusal(discard="old", discard_new_per_subject=False)
+    assert f"`nats stream edit {name} --discard new`" in msg
+    assert f"`nats stream edit {name} --discard-per-subject`" in msg
+
+
+async def test_discard_new_without_per_subject_is_refused_with_the_edit_fix() -> None:
+    name, msg = await refusal(discard_new_per_subject=False)
+    assert f"`nats stream edit {name} --discard-per-subject`" in msg
+    assert "--discard new`" not in msg
+
+
+async def test_a_max_age_is_refused_with_the_edit_fix() -> None:
+    name, msg = await refusal(max_age=3600.0)
+    assert f"`nats stream edit {name} --max-age=-1`" in msg
+
+
+async def test_a_max_message_size_below_the_record_floor_is_refused_with_the_edit_fix() -> None:
+    name, msg = await refusal(max_msg_size=RECORD_FLOOR // 2)
+    assert f"`nats stream edit {name} --max-msg-size=-1`" in msg
+    assert str(RECORD_FLOOR) in msg
+
+
+async def test_a_max_message_size_at_the_record_floor_is_accepted() -> None:
+    url, name, _ = await fresh_stream(max_msg_size=RECORD_FLOOR)
+    store = await JetStreamStore.connect(url, name)
+    await store.close()
+
+
+async def test_interest_retention_is_refused_with_a_recreate_line() -> None:
+    name, msg = await refusal(retention="interest")
+    assert "retention is interest" in msg
+    assert f"nats stream add {name} " in msg
+
+
+async def test_a_missing_stream_gets_a_ready_to_run_stream_add_line() -> None:
+    url = session_server().url
+    with pytest.raises(StreamConfigError) as err:
+        await JetStreamStore.connect(url, "NOPE", add_prefix_hint="agents")
+    msg = err.value.message
+    assert "stream NOPE does not exist" in msg
+    assert (
+        "`nats stream add NOPE --subjects 'agents.>' --storage file --replicas 1 "
+        "--retention limits --discard new --discard-per-subject --max-msgs-per-subject 1 "
+        "--max-age=-1 --max-msg-size=-1 --max-msgs=-1 --max-bytes=-1 --dupe-window 2m "
+        "--defaults`"
+    ) in msg
+
+
+async def test_a_stream_without_a_wildcard_subject_fails_construction() -> None:
+    url = session_server().url
+    await create_stream(url, "NOWILD", "nowild", subjects=["nowild.exact"])
+    with pytest.raises(StreamConfigError, match=r"no `<prefix>\.>` wildcard subject"):
+        await JetStreamStore.connect(url, "NOWILD")
+
+
+async def test_a_stream_with_two_wildcard_subjects_fails_construction() -> None:
+    url = session_server().url
+    await create_stream(url, "TWOWILD", "twowild", subjects=["twoa.>", "twob.>"])
+    with pytest.raises(StreamConfigError, match="2 wildcard subject"):
+        await JetStreamStore.connect(url, "TWOWILD")
+
+
+async def test_a_star_token_in_the_subject_fails_construction() -> None:
+    url = session_server().url
+    await create_stream(url, "STAR", "star", subjects=["star.*.>"])
+    with pytest.raises(StreamConfigError, match="wildcard token"):
+        await JetStreamStore.connect(url, "STAR")
+
+
+@pytest.mark.parametrize(
+    ("subjects", "fragment"),
+    [
+        ([], "no `<prefix>.>`"),
+        (["a.b"], "no `<prefix>.>`"),
+        (["a.>", "b.>"], "2 wildcard"),
+        (["a.>", "a.b"], "1 wildcard"),
+        ([">"], "not of the form"),
+        (["a.*"], "not of the form"),
+        (["a..>"], "empty or wildcard token"),
+        ([".a.>"], "empty or wildcard token"),
+        (["a.*.>"], "empty or wildcard token"),
+    ],
+)
+def test_only_a_single_literal_prefix_wildcard_yields_a_prefix(
+    subjects: list[str], fragment: str
+) -> None:
+    with pytest.raises(StreamConfigError, match=fragment.replace(".", r"\.").replace("*", r"\*")):
+        subject_prefix("S", subjects)
+
+
+def test_a_multi_token_prefix_is_kept_whole() -> None:
+    assert subject_prefix("S", ["org.team.journald.>"]) == "org.team.journald"
+
+
+async def test_an_unreachable_server_is_backend_unavailable_naming_the_url() -> None:
+    url = f"nats://127.0.0.1:{free_port()}"
+    with pytest.raises(BackendUnavailable, match="cannot connect to NATS at") as err:
+        await JetStreamStore.connect(url, "ANY", connect_timeout_s=1, connect_attempts=1)
+    assert url in err.value.message
+    assert not isinstance(err.value, StreamConfigError)
+
+
+async def test_a_record_larger_than_the_server_payload_is_refused_naming_the_limit() -> None:
+    url, name, _ = await fresh_stream()
+    store = await JetStreamStore.connect(url, name)
+    try:
+        b = JournalBuilder("big-run")
+        journal = await store.create(b.records[0])
+        huge = unlinked(2, "tool_result", result_payload("t1", "x" * (2 * RECORD_FLOOR)))
+        with pytest.raises(InvalidRecord) as err:
+            await journal.append([huge])
+        assert str(store.max_record_bytes) in err.value.message
+        assert "max_payload" in err.value.message
+        assert journal.last_seq == 1
+        assert [r.seq for r in await store.load("big-run")] == [1]
+    finally:
+        await store.close()
