@@ -1,0 +1,126 @@
+"""Named failpoints for crash and fault tests of the storage layer.
+
+A failpoint is a named place in a write path where a test can make the process die, fail or
+stall. They are armed from the environment before the module is imported::
+
+    JOURNALD_FAILPOINTS="after_write_before_fsync=kill@3,mid_seal=raise:ENOSPC,before_write=sleep:20"
+
+Grammar: ``name=action[:arg][@n]`` items separated by ``,`` or ``;``.
+
+* ``kill``        SIGKILL this process (a real crash: no flush, no finally, no atexit)
+* ``raise[:ERR]`` raise ``OSError(errno.ERR)``; ``ERR`` is ``ENOSPC`` (default), ``EIO``,
+  ``EDQUOT`` or any errno name
+* ``sleep:MS``    sleep MS milliseconds (widens a race window)
+* ``@n``          fire only on the n-th hit of that point (1-based); without it, every hit
+
+Unarmed they cost nothing: call sites read the module-level boolean ``ARMED`` before any
+lookup (``if failpoints.ARMED: failpoints.hit("before_write")``).
+
+Points used by the file backend (``journald.storage.file``):
+
+``before_write``, ``after_write_before_fsync``, ``after_fsync_before_advance``,
+``mid_seal`` (segment linked, manifest not yet written), ``after_seal_manifest`` (manifest
+lists the segment, the active file not yet replaced), ``mid_manifest_write`` (temp manifest
+written and synced, not yet renamed), ``mid_repair`` (torn bytes copied aside, not yet cut),
+``mid_prune_stage`` (new volume staged, not committed), ``mid_prune_rename`` (commit
+recorded in the manifest, staged volume not yet renamed in), ``after_prune_rename``
+(renamed in, old segments and final manifest not yet settled).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+ENV = "JOURNALD_FAILPOINTS"
+POINTS = (
+    "before_write",
+    "after_write_before_fsync",
+    "after_fsync_before_advance",
+    "mid_seal",
+    "after_seal_manifest",
+    "mid_manifest_write",
+    "mid_repair",
+    "mid_prune_stage",
+    "mid_prune_rename",
+    "after_prune_rename",
+)
+
+
+@dataclass(slots=True)
+class _Point:
+    action: str
+    arg: str
+    nth: int
+    hits: int = 0
+
+
+ARMED = False
+_points: dict[str, _Point] = {}
+_lock = threading.Lock()
+
+
+def parse(spec: str) -> dict[str, _Point]:
+    out: dict[str, _Point] = {}
+    for item in spec.replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, action = item.partition("=")
+        name = name.strip()
+        if not sep or name not in POINTS:
+            raise ValueError(
+                f"{ENV}: bad item {item!r}; use name=action with name one of {', '.join(POINTS)}"
+            )
+        nth = 0
+        if "@" in action:
+            action, _, n = action.partition("@")
+            nth = int(n)
+        act, _, arg = action.partition(":")
+        if act not in ("kill", "raise", "sleep"):
+            raise ValueError(f"{ENV}: unknown action {act!r} in {item!r} (kill, raise, sleep)")
+        if act == "raise" and arg and not hasattr(errno, arg):
+            raise ValueError(f"{ENV}: unknown errno name {arg!r} in {item!r}")
+        if act == "sleep":
+            float(arg)
+        out[name] = _Point(act, arg, nth)
+    return out
+
+
+def arm(spec: str) -> None:
+    """Arm failpoints in this process (replaces any armed set); ``""`` disarms."""
+    global ARMED
+    with _lock:
+        _points.clear()
+        _points.update(parse(spec))
+        ARMED = bool(_points)
+
+
+def disarm() -> None:
+    arm("")
+
+
+def hit(name: str) -> None:
+    """Fire ``name`` if it is armed (call only behind ``if failpoints.ARMED``)."""
+    with _lock:
+        point = _points.get(name)
+        if point is None:
+            return
+        point.hits += 1
+        if point.nth and point.hits != point.nth:
+            return
+    if point.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)  # pragma: no cover - SIGKILL is not deliverable late
+    elif point.action == "raise":
+        code = getattr(errno, point.arg or "ENOSPC")
+        raise OSError(code, f"failpoint {name}: {os.strerror(code)}")
+    else:
+        time.sleep(float(point.arg) / 1000.0)
+
+
+arm(os.environ.get(ENV, ""))
