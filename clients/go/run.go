@@ -1,0 +1,339 @@
+package journald
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	pb "github.com/journald/journald/clients/go/journaldv1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+)
+
+var ioEOF = io.EOF
+
+// Block is one content block, e.g. {"type":"text","text":"hi"}.
+type Block = map[string]any
+
+// Text is a text block.
+func Text(text string) Block { return Block{"type": "text", "text": text} }
+
+// ToolUse is a tool_use block; inputJSON is the raw JSON text the model produced.
+func ToolUse(id, name, inputJSON string) Block {
+	return Block{"type": "tool_use", "id": id, "name": name, "input": inputJSON}
+}
+
+// Usage is the token usage of one model call.
+type Usage struct {
+	InputTokens, OutputTokens, CacheReadTokens, CacheCreationTokens uint64
+}
+
+// Assistant is an assistant record: written after each model call, before any tool runs.
+type Assistant struct {
+	Content []Block
+	// Iteration is 1-based; 0 means the run's next iteration.
+	Iteration  uint64
+	StopReason string
+	Usage      Usage
+}
+
+// ToolResult is a tool_result record: written as each tool completes.
+type ToolResult struct {
+	ToolUseID string
+	Content   []Block
+	IsError   bool
+	Remote    bool
+}
+
+// ToolFunc runs one tool call. A non-nil error is journaled as an is_error result with
+// the error text, so the call is closed for real.
+type ToolFunc func(ctx context.Context, call *pb.ToolCall) (content []Block, isError bool, err error)
+
+// Run is an open run holding the writer lease. Appends are serialized; seqs are handled.
+type Run struct {
+	c      *Client
+	lease  *pb.Lease
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu            sync.Mutex
+	lastSeq       uint64
+	lastHash      string
+	nextIteration uint64
+	unanswered    []*pb.ToolCall
+	ended         *pb.LeaseEnded
+	endErr        error
+}
+
+func newRun(c *Client, lease *pb.Lease, cancel context.CancelFunc) *Run {
+	r := &Run{
+		c: c, lease: lease, cancel: cancel, done: make(chan struct{}),
+		lastSeq: lease.GetLastSeq(), lastHash: lease.GetLastHash(),
+		nextIteration: lease.GetState().GetNextIteration(),
+	}
+	if r.nextIteration == 0 {
+		r.nextIteration = 1
+	}
+	r.unanswered = append(r.unanswered, lease.GetState().GetPending().GetUnanswered()...)
+	return r
+}
+
+func (r *Run) watch(stream grpc.ServerStreamingClient[pb.OpenResponse]) {
+	defer close(r.done)
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			r.mu.Lock()
+			if !errors.Is(err, io.EOF) {
+				r.endErr = fromGRPC(err, stream.Trailer())
+			}
+			r.mu.Unlock()
+			return
+		}
+		if e := m.GetEnded(); e != nil {
+			r.mu.Lock()
+			r.ended = e
+			r.mu.Unlock()
+		}
+	}
+}
+
+// ID is the run id.
+func (r *Run) ID() string { return r.lease.GetRunId() }
+
+// Lease is the first Open message: lease id, last seq/hash, folded state, warnings.
+func (r *Run) Lease() *pb.Lease { return r.lease }
+
+// State is the folded state at open time.
+func (r *Run) State() *pb.RunState { return r.lease.GetState() }
+
+// Warnings are the notices that came with the open (e.g. "open_tool_calls").
+func (r *Run) Warnings() []*pb.Warning { return r.lease.GetWarnings() }
+
+// LastSeq is the seq of the last acknowledged record.
+func (r *Run) LastSeq() uint64 { r.mu.Lock(); defer r.mu.Unlock(); return r.lastSeq }
+
+// LastHash is the hash of the last acknowledged record.
+func (r *Run) LastHash() string { r.mu.Lock(); defer r.mu.Unlock(); return r.lastHash }
+
+// NextIteration is the iteration the next assistant record gets by default.
+func (r *Run) NextIteration() uint64 { r.mu.Lock(); defer r.mu.Unlock(); return r.nextIteration }
+
+// Unanswered is the tool calls of the trailing assistant turn not yet answered.
+func (r *Run) Unanswered() []*pb.ToolCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*pb.ToolCall(nil), r.unanswered...)
+}
+
+// Ended is closed when the lease stream finishes (Close, daemon shutdown, deletion).
+func (r *Run) Ended() <-chan struct{} { return r.done }
+
+// EndReason says why the daemon ended the lease (nil while it is held or after Close).
+func (r *Run) EndReason() *pb.LeaseEnded { r.mu.Lock(); defer r.mu.Unlock(); return r.ended }
+
+// Close releases the lease by cancelling the Open stream, and waits for it to finish.
+func (r *Run) Close() error {
+	r.cancel()
+	<-r.done
+	return nil
+}
+
+// Fold returns the run's current folded state from the daemon.
+func (r *Run) Fold(ctx context.Context, governed bool) (*pb.FoldResponse, error) {
+	return r.c.Fold(ctx, r.ID(), governed)
+}
+
+// AppendAssistant journals a model call. Its tool_use blocks become the unanswered calls.
+func (r *Run) AppendAssistant(ctx context.Context, a Assistant) (*pb.Ack, error) {
+	content, err := Canonical(nonNil(a.Content))
+	if err != nil {
+		return nil, err
+	}
+	var calls []*pb.ToolCall
+	for _, b := range a.Content {
+		if b["type"] != "tool_use" {
+			continue
+		}
+		id, _ := b["id"].(string)
+		name, _ := b["name"].(string)
+		calls = append(calls, &pb.ToolCall{Id: id, Name: name, InputJson: inputText(b["input"])})
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	iteration := a.Iteration
+	if iteration == 0 {
+		iteration = r.nextIteration
+	}
+	ack, err := r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_Assistant{Assistant: &pb.AssistantPayload{
+		Message:    &pb.Message{Role: "assistant", ContentJson: content},
+		Iteration:  iteration,
+		StopReason: a.StopReason,
+		Usage: &pb.Usage{
+			InputTokens: a.Usage.InputTokens, OutputTokens: a.Usage.OutputTokens,
+			CacheReadTokens: a.Usage.CacheReadTokens, CacheCreationTokens: a.Usage.CacheCreationTokens,
+		},
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	r.nextIteration = iteration + 1
+	r.unanswered = calls
+	return ack, nil
+}
+
+// AppendToolResult journals one tool's result.
+func (r *Run) AppendToolResult(ctx context.Context, t ToolResult) (*pb.Ack, error) {
+	content, err := Canonical(nonNil(t.Content))
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ack, err := r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_ToolResult{ToolResult: &pb.ToolResultPayload{
+		ToolUseId: t.ToolUseID, ContentJson: content, IsError: t.IsError, Remote: t.Remote,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	kept := r.unanswered[:0:0]
+	for _, c := range r.unanswered {
+		if c.GetId() != t.ToolUseID {
+			kept = append(kept, c)
+		}
+	}
+	r.unanswered = kept
+	return ack, nil
+}
+
+// AppendUser journals a free-standing interactive follow-up (only the new blocks).
+func (r *Run) AppendUser(ctx context.Context, content []Block) (*pb.Ack, error) {
+	raw, err := Canonical(nonNil(content))
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_User{User: &pb.UserPayload{ContentJson: raw}}})
+}
+
+// AppendTerminal journals the end of the run: reason is one of completed, suspended,
+// error, budget, max_iterations.
+func (r *Run) AppendTerminal(ctx context.Context, reason, message string) (*pb.Ack, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_Terminal{Terminal: &pb.TerminalPayload{
+		Reason: reason, Message: message,
+	}}})
+}
+
+// AppendRaw journals a record built by the caller (seq and ts are filled when zero).
+func (r *Run) AppendRaw(ctx context.Context, rec *pb.Record) (*pb.Ack, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appendLocked(ctx, rec)
+}
+
+// appendLocked sends one record at last_seq+1 with a client-side ts, so a retry after a
+// lost ack is byte-identical (the daemon answers it as a duplicate). Caller holds r.mu.
+func (r *Run) appendLocked(ctx context.Context, rec *pb.Record) (*pb.Ack, error) {
+	if rec.Seq == 0 {
+		rec.Seq = r.lastSeq + 1
+	}
+	if rec.Ts == "" {
+		rec.Ts = r.c.now()
+	}
+	if rec.Trace == nil {
+		rec.Trace = recordTrace(ctx)
+	}
+	req := &pb.AppendRequest{RunId: r.ID(), LeaseId: r.lease.GetLeaseId(), Records: []*pb.Record{rec}}
+	var resp *pb.AppendResponse
+	var err error
+	for attempt := 0; ; attempt++ {
+		var trailer metadata.MD
+		resp, err = r.c.rpc.Append(ctx, req, grpc.Trailer(&trailer))
+		if err == nil {
+			break
+		}
+		err = fromGRPC(err, trailer)
+		var jerr *Error
+		if attempt >= 2 || !errors.As(err, &jerr) || jerr.Status != codes.Unavailable ||
+			jerr.Code == CodeBackendUnavailable {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(100*(attempt+1)) * time.Millisecond):
+		}
+	}
+	if len(resp.GetAcks()) != 1 {
+		return nil, fmt.Errorf("journald: append of seq %d answered with %d acks", rec.Seq, len(resp.GetAcks()))
+	}
+	ack := resp.GetAcks()[0]
+	r.lastSeq, r.lastHash = ack.GetSeq(), ack.GetHash()
+	return ack, nil
+}
+
+// CompletePending runs only the unanswered calls of the trailing assistant turn through
+// fn, concurrently, journaling each result as it completes. It returns the acks in
+// completion order and the first append error (results already journaled stay).
+func (r *Run) CompletePending(ctx context.Context, fn ToolFunc) ([]*pb.Ack, error) {
+	calls := r.Unanswered()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		acks     []*pb.Ack
+		firstErr error
+	)
+	for _, call := range calls {
+		wg.Add(1)
+		go func(call *pb.ToolCall) {
+			defer wg.Done()
+			content, isError, err := fn(ctx, call)
+			if err != nil {
+				content, isError = []Block{Text(err.Error())}, true
+			}
+			ack, err := r.AppendToolResult(ctx, ToolResult{ToolUseID: call.GetId(), Content: content, IsError: isError})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			acks = append(acks, ack)
+		}(call)
+	}
+	wg.Wait()
+	return acks, firstErr
+}
+
+func nonNil(blocks []Block) []Block {
+	if blocks == nil {
+		return []Block{}
+	}
+	return blocks
+}
+
+// inputText is a tool_use input as raw JSON text (a string is taken as is).
+func inputText(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case nil:
+		return ""
+	default:
+		raw, err := json.Marshal(x)
+		if err != nil {
+			return ""
+		}
+		return string(raw)
+	}
+}
