@@ -1,0 +1,514 @@
+/**
+ * The journald client: @grpc/grpc-js over the daemon's unix socket, with the stubs
+ * ts-proto generates from proto/journald/v1/journal.proto (src/gen).
+ *
+ * Same shape as the Python client: connect, start / resume with a fingerprint (the lease
+ * lives as long as the Run), append the record kinds with seq handled, fold,
+ * completePending for the calls a crashed writer left unanswered, typed errors.
+ */
+import * as os from "node:os";
+import { BinaryReader } from "@bufbuild/protobuf/wire";
+import { ChannelOptions, ClientReadableStream, credentials, Metadata, ServiceError } from "@grpc/grpc-js";
+import { canonical } from "./canonical";
+import { fromServiceError, JournaldError } from "./errors";
+import {
+  Ack,
+  AppendResponse,
+  Fingerprint,
+  FoldResponse,
+  JournalServiceClient,
+  Lease,
+  LeaseEnded,
+  OpenMode,
+  OpenRequest,
+  OpenResponse,
+  Record as JournalRecord,
+  RunState,
+  ToolCall,
+  TraceContext,
+  VerifyResponse,
+  Warning,
+} from "./gen/journald/v1/journal";
+import { spanIds, traceMetadata } from "./otel";
+import { defaultSocketPath, target } from "./socket";
+
+/** One content block, e.g. {type: "text", text: "hi"}. */
+export type Block = { [key: string]: unknown };
+
+/** A text block. */
+export const text = (t: string): Block => ({ type: "text", text: t });
+
+/** A tool_use block; inputJson is the raw JSON text the model produced. */
+export const toolUse = (id: string, name: string, inputJson: string): Block => ({
+  type: "tool_use",
+  id,
+  name,
+  input: inputJson,
+});
+
+/** RFC 3339 UTC with microseconds: 2026-11-30T12:00:00.000000Z. */
+export function formatTimestamp(d: Date): string {
+  return d.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+}
+
+/** Per-call options. */
+export interface CallOpts {
+  /** The OpenTelemetry Context to propagate (default: the active one). */
+  otelContext?: unknown;
+  /** Deadline in milliseconds from now. */
+  timeoutMs?: number;
+}
+
+export interface ConnectOptions {
+  /** Socket path (default: defaultSocketPath()). */
+  socket?: string;
+  /** Clock for record `ts` and meta `created` (tests pin it for byte-identical journals). */
+  clock?: () => Date;
+  /** The agent name shown in `locked` errors. */
+  clientName?: string;
+  /** How long to wait for the daemon to report SERVING (default 10 s). */
+  timeoutMs?: number;
+  channelOptions?: ChannelOptions;
+}
+
+export interface StartOptions extends CallOpts {
+  runId: string;
+  fingerprint: Fingerprint;
+  interactive?: boolean;
+  /** The initial user prompt as content blocks. */
+  prompt?: Block[];
+  labels?: { [key: string]: string };
+}
+
+export interface ResumeOptions extends CallOpts {
+  runId: string;
+  fingerprint: Fingerprint;
+  interactive?: boolean;
+  /** Waive fingerprint drift (never a provider change). */
+  force?: boolean;
+}
+
+export interface Usage {
+  inputTokens?: number;
+  outputTokens?: number;
+  cacheReadTokens?: number;
+  cacheCreationTokens?: number;
+}
+
+export interface AssistantTurn {
+  content: Block[];
+  /** 1-based; default: the run's next iteration. */
+  iteration?: number;
+  stopReason: string;
+  usage?: Usage;
+}
+
+export interface ToolResultInput {
+  toolUseId: string;
+  content: Block[];
+  isError?: boolean;
+  remote?: boolean;
+}
+
+/** What a tool function returns: result blocks (a string becomes one text block). */
+export type ToolOutput = Block[] | string | { content: Block[] | string; isError?: boolean };
+
+/** Runs one tool call; a thrown error is journaled as an is_error result with its text. */
+export type ToolFn = (call: ToolCall) => Promise<ToolOutput> | ToolOutput;
+
+function deadline(opts?: CallOpts): { deadline?: Date } {
+  return opts?.timeoutMs ? { deadline: new Date(Date.now() + opts.timeoutMs) } : {};
+}
+
+function recordTrace(opts?: CallOpts): TraceContext | undefined {
+  const ids = spanIds(opts?.otelContext);
+  return ids ? { traceId: ids.traceId, spanId: ids.spanId } : undefined;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A connection to one daemon. */
+export class Client {
+  readonly rpc: JournalServiceClient;
+  readonly socket: string;
+  private readonly clock: () => Date;
+  private readonly clientName: string;
+
+  private constructor(socket: string, opts: ConnectOptions) {
+    this.socket = socket;
+    this.clock = opts.clock ?? (() => new Date());
+    this.clientName = opts.clientName ?? "journald-ts";
+    this.rpc = new JournalServiceClient(target(socket), credentials.createInsecure(), opts.channelOptions);
+  }
+
+  /** Dial the daemon and wait until grpc.health.v1 reports SERVING. */
+  static async connect(opts: ConnectOptions = {}): Promise<Client> {
+    const c = new Client(opts.socket ?? defaultSocketPath(), opts);
+    const until = Date.now() + (opts.timeoutMs ?? 10_000);
+    let last: unknown;
+    for (;;) {
+      try {
+        const status = await c.healthCheck(Math.max(until - Date.now(), 1));
+        if (status === 1) return c;
+        last = new Error(`health status ${status}`);
+      } catch (err) {
+        last = err;
+      }
+      if (Date.now() >= until) {
+        c.close();
+        throw new JournaldError("unavailable", `daemon at ${c.socket} is not serving: ${String(last)}`, {
+          cause: last,
+        });
+      }
+      await sleep(50);
+    }
+  }
+
+  /** grpc.health.v1.Health/Check for the whole server: 1 = SERVING. */
+  private healthCheck(timeoutMs: number): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.rpc.makeUnaryRequest(
+        "/grpc.health.v1.Health/Check",
+        () => Buffer.alloc(0), // HealthCheckRequest{service: ""} encodes to no bytes
+        (buf: Buffer) => {
+          const r = new BinaryReader(buf);
+          let status = 0;
+          while (r.pos < r.len) {
+            const [field, wire] = r.tag();
+            if (field === 1) status = r.int32();
+            else r.skip(wire);
+          }
+          return status;
+        },
+        {},
+        new Metadata(),
+        { deadline: new Date(Date.now() + Math.min(timeoutMs, 2000)) },
+        (err: ServiceError | null, status?: number) => (err ? reject(err) : resolve(status ?? 0)),
+      );
+    });
+  }
+
+  /** Close the channel (and with it every lease still open on it). */
+  close(): void {
+    this.rpc.close();
+  }
+
+  /** @internal */
+  now(): string {
+    return formatTimestamp(this.clock());
+  }
+
+  /** @internal Run a unary call and turn a failure into a typed error. */
+  unary<Req, Res>(
+    method: (req: Req, md: Metadata, o: { deadline?: Date }, cb: (e: ServiceError | null, r: Res) => void) => unknown,
+    req: Req,
+    opts?: CallOpts,
+  ): Promise<Res> {
+    return new Promise((resolve, reject) => {
+      method.call(this.rpc, req, traceMetadata(opts?.otelContext), deadline(opts), (err, res) =>
+        err ? reject(fromServiceError(err)) : resolve(res),
+      );
+    });
+  }
+
+  /** A run's folded state (and the governed view when governed). */
+  fold(runId: string, governed = false, opts?: CallOpts): Promise<FoldResponse> {
+    return this.unary(this.rpc.fold, { runId, governed }, opts);
+  }
+
+  /** Check a run's hash chain and record schemas end to end. */
+  verify(runId: string, opts?: CallOpts): Promise<VerifyResponse> {
+    return this.unary(this.rpc.verify, { runId }, opts);
+  }
+
+  /** A run's records from fromSeq (0 = all), with their canonical bytes and hashes. */
+  load(runId: string, fromSeq = 0, opts?: CallOpts): Promise<JournalRecord[]> {
+    return new Promise((resolve, reject) => {
+      const out: JournalRecord[] = [];
+      const call = this.rpc.load({ runId, fromSeq }, traceMetadata(opts?.otelContext), deadline(opts));
+      call.on("data", (m) => m.record && out.push(m.record));
+      call.on("error", (err) => reject(fromServiceError(err)));
+      call.on("end", () => resolve(out));
+    });
+  }
+
+  /** Create a run and take its writer lease. */
+  start(o: StartOptions): Promise<Run> {
+    return this.open(
+      {
+        runId: o.runId,
+        mode: OpenMode.OPEN_MODE_CREATE,
+        fingerprint: o.fingerprint,
+        interactive: o.interactive ?? false,
+        force: false,
+        promptJson: canonical(o.prompt ?? []),
+        labels: o.labels ?? {},
+        client: undefined,
+        created: this.now(),
+        trace: recordTrace(o),
+      },
+      o,
+    );
+  }
+
+  /** Resume an existing run and take its writer lease; the resume gates apply. */
+  resume(o: ResumeOptions): Promise<Run> {
+    return this.open(
+      {
+        runId: o.runId,
+        mode: OpenMode.OPEN_MODE_RESUME,
+        fingerprint: o.fingerprint,
+        interactive: o.interactive ?? false,
+        force: o.force ?? false,
+        promptJson: Buffer.alloc(0),
+        labels: {},
+        client: undefined,
+        created: "",
+        trace: undefined,
+      },
+      o,
+    );
+  }
+
+  private open(req: OpenRequest, opts: CallOpts): Promise<Run> {
+    req.client = { name: this.clientName, pid: process.pid, host: os.hostname(), cwd: process.cwd() };
+    // The stream has no deadline: the lease lives exactly as long as it does.
+    const call = this.rpc.open(req, traceMetadata(opts.otelContext));
+    return new Promise((resolve, reject) => {
+      let run: Run | undefined;
+      call.on("data", (m: OpenResponse) => {
+        if (!run) {
+          if (!m.lease) {
+            call.cancel();
+            reject(new JournaldError("internal", `Open for ${req.runId} answered without a lease`));
+            return;
+          }
+          run = new Run(this, m.lease, call);
+          resolve(run);
+        } else if (m.ended) {
+          run._ended(m.ended);
+        }
+      });
+      call.on("error", (err: ServiceError) => {
+        if (!run) reject(fromServiceError(err));
+        else run._failed(err);
+      });
+      call.on("close", () => run?._closed());
+    });
+  }
+}
+
+/** An open run holding the writer lease. Appends are serialized; seqs are handled. */
+export class Run {
+  readonly id: string;
+  readonly lease: Lease;
+  private readonly client: Client;
+  private readonly call: ClientReadableStream<OpenResponse>;
+  private queue: Promise<unknown> = Promise.resolve();
+  private pending: ToolCall[];
+  private _lastSeq: number;
+  private _lastHash: string;
+  private _nextIteration: number;
+  private endReason: LeaseEnded | undefined;
+  private streamError: unknown;
+  private resolveClosed!: () => void;
+  /** Settles when the lease stream has finished (close(), daemon shutdown, deletion). */
+  readonly closed: Promise<void>;
+
+  /** @internal */
+  constructor(client: Client, lease: Lease, call: ClientReadableStream<OpenResponse>) {
+    this.client = client;
+    this.lease = lease;
+    this.call = call;
+    this.id = lease.runId;
+    this._lastSeq = lease.lastSeq;
+    this._lastHash = lease.lastHash;
+    this._nextIteration = lease.state?.nextIteration || 1;
+    this.pending = [...(lease.state?.pending?.unanswered ?? [])];
+    this.closed = new Promise((r) => (this.resolveClosed = r));
+  }
+
+  /** @internal */
+  _ended(e: LeaseEnded): void {
+    this.endReason = e;
+  }
+  /** @internal */
+  _failed(err: ServiceError): void {
+    this.streamError = fromServiceError(err);
+  }
+  /** @internal */
+  _closed(): void {
+    this.resolveClosed();
+  }
+
+  /** The folded state at open time. */
+  get state(): RunState | undefined {
+    return this.lease.state;
+  }
+  /** Notices that came with the open, e.g. "open_tool_calls". */
+  get warnings(): Warning[] {
+    return this.lease.warnings;
+  }
+  get lastSeq(): number {
+    return this._lastSeq;
+  }
+  get lastHash(): string {
+    return this._lastHash;
+  }
+  get nextIteration(): number {
+    return this._nextIteration;
+  }
+  /** Why the daemon ended the lease, if it did. */
+  get ended(): LeaseEnded | undefined {
+    return this.endReason;
+  }
+  /** The lease stream's failure, if it failed (not a close()). */
+  get error(): unknown {
+    return this.streamError;
+  }
+
+  /** The tool calls of the trailing assistant turn not yet answered. */
+  unanswered(): ToolCall[] {
+    return [...this.pending];
+  }
+
+  /** Release the lease: cancel the Open stream and wait for it to finish. */
+  async close(): Promise<void> {
+    this.call.cancel();
+    await this.closed;
+  }
+
+  /** The run's current folded state from the daemon. */
+  fold(governed = false, opts?: CallOpts): Promise<FoldResponse> {
+    return this.client.fold(this.id, governed, opts);
+  }
+
+  /** Journal a model call (before any tool runs); its tool_use blocks become pending. */
+  appendAssistant(turn: AssistantTurn, opts?: CallOpts): Promise<Ack> {
+    const content = canonical(turn.content);
+    const calls: ToolCall[] = turn.content
+      .filter((b) => b.type === "tool_use")
+      .map((b) => ({
+        id: String(b.id ?? ""),
+        name: String(b.name ?? ""),
+        inputJson: typeof b.input === "string" ? b.input : JSON.stringify(b.input ?? null),
+      }));
+    return this.serial(async () => {
+      const iteration = turn.iteration ?? this._nextIteration;
+      const ack = await this.appendNow(
+        {
+          assistant: {
+            message: { role: "assistant", contentJson: content },
+            iteration,
+            stopReason: turn.stopReason,
+            usage: {
+              inputTokens: turn.usage?.inputTokens ?? 0,
+              outputTokens: turn.usage?.outputTokens ?? 0,
+              cacheReadTokens: turn.usage?.cacheReadTokens ?? 0,
+              cacheCreationTokens: turn.usage?.cacheCreationTokens ?? 0,
+            },
+          },
+        },
+        opts,
+      );
+      this._nextIteration = iteration + 1;
+      this.pending = calls;
+      return ack;
+    });
+  }
+
+  /** Journal one tool's result. */
+  appendToolResult(r: ToolResultInput, opts?: CallOpts): Promise<Ack> {
+    const content = canonical(r.content);
+    return this.serial(async () => {
+      const ack = await this.appendNow(
+        {
+          toolResult: {
+            toolUseId: r.toolUseId,
+            contentJson: content,
+            isError: r.isError ?? false,
+            remote: r.remote ?? false,
+          },
+        },
+        opts,
+      );
+      this.pending = this.pending.filter((c) => c.id !== r.toolUseId);
+      return ack;
+    });
+  }
+
+  /** Journal a free-standing interactive follow-up (only the new blocks). */
+  appendUser(content: Block[], opts?: CallOpts): Promise<Ack> {
+    const raw = canonical(content);
+    return this.serial(() => this.appendNow({ user: { contentJson: raw } }, opts));
+  }
+
+  /** Journal the end of the run: completed, suspended, error, budget, max_iterations. */
+  appendTerminal(reason: string, message = "", opts?: CallOpts): Promise<Ack> {
+    return this.serial(() => this.appendNow({ terminal: { reason, message } }, opts));
+  }
+
+  /** Journal a record built by the caller (seq and ts are filled when unset). */
+  appendRaw(rec: Partial<JournalRecord>, opts?: CallOpts): Promise<Ack> {
+    return this.serial(() => this.appendNow(rec, opts));
+  }
+
+  /**
+   * Run only the unanswered calls through `fn`, concurrently, journaling each result as
+   * it completes. Resolves with the acks in completion order.
+   */
+  async completePending(fn: ToolFn, opts?: CallOpts): Promise<Ack[]> {
+    const acks: Ack[] = [];
+    await Promise.all(
+      this.unanswered().map(async (call) => {
+        let content: Block[];
+        let isError = false;
+        try {
+          const out = await fn(call);
+          const body = typeof out === "string" || Array.isArray(out) ? out : out.content;
+          isError = typeof out === "object" && !Array.isArray(out) ? (out.isError ?? false) : false;
+          content = typeof body === "string" ? [text(body)] : body;
+        } catch (err) {
+          content = [text(err instanceof Error ? err.message : String(err))];
+          isError = true;
+        }
+        acks.push(await this.appendToolResult({ toolUseId: call.id, content, isError }, opts));
+      }),
+    );
+    return acks;
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(fn, fn);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  /** One record at lastSeq+1 with a client-side ts, so a retry after a lost ack is
+   * byte-identical (the daemon answers it as a duplicate). */
+  private async appendNow(payload: Partial<JournalRecord>, opts?: CallOpts): Promise<Ack> {
+    const rec = JournalRecord.fromPartial({
+      ...payload,
+      seq: payload.seq || this._lastSeq + 1,
+      ts: payload.ts || this.client.now(),
+      trace: payload.trace ?? recordTrace(opts),
+    });
+    const req = { runId: this.id, leaseId: this.lease.leaseId, records: [rec] };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const res: AppendResponse = await this.client.unary(this.client.rpc.append, req, opts);
+        if (res.acks.length !== 1) {
+          throw new JournaldError("internal", `append of seq ${rec.seq} answered with ${res.acks.length} acks`);
+        }
+        const ack = res.acks[0];
+        this._lastSeq = ack.seq;
+        this._lastHash = ack.hash;
+        return ack;
+      } catch (err) {
+        const retry = err instanceof JournaldError && err.code === "unavailable" && attempt < 2;
+        if (!retry) throw err;
+        await sleep(100 * (attempt + 1));
+      }
+    }
+  }
+}

@@ -1,0 +1,135 @@
+/**
+ * Typed errors (SPEC §10). Every failed call carries a gRPC status plus a
+ * `journald-error-bin` trailer (a serialized journald.v1.ErrorDetail); the code in it picks
+ * the class. Without the trailer the class comes from the gRPC status alone.
+ */
+import { Metadata, status as Status } from "@grpc/grpc-js";
+import { ErrorDetail } from "./gen/journald/v1/journal";
+
+export const ERROR_TRAILER = "journald-error-bin";
+
+/** Base of every journald failure. */
+export class JournaldError extends Error {
+  /** Machine code, e.g. "locked" (for errors without a trailer: the snake_case status). */
+  readonly code: string;
+  /** The gRPC status code of the call. */
+  readonly grpcCode: number;
+  /** Structured facts, e.g. run_id, seq, holder_pid. */
+  readonly metadata: Record<string, string>;
+  /** Per-field drift lines for fingerprint_drift, e.g. "model: a -> b". */
+  readonly diff: string[];
+
+  constructor(
+    code: string,
+    message: string,
+    opts: { grpcCode?: number; metadata?: Record<string, string>; diff?: string[]; cause?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.grpcCode = opts.grpcCode ?? Status.UNKNOWN;
+    this.metadata = opts.metadata ?? {};
+    this.diff = opts.diff ?? [];
+  }
+
+  override toString(): string {
+    return `${this.name}: ${this.code}: ${this.message}`;
+  }
+}
+
+export class NotFoundError extends JournaldError {}
+export class SessionNotFoundError extends NotFoundError {}
+export class CheckpointNotFoundError extends NotFoundError {}
+export class SessionExistsError extends JournaldError {}
+export class InvalidArgumentError extends JournaldError {}
+export class InvalidIdError extends InvalidArgumentError {}
+export class InvalidRecordError extends InvalidArgumentError {}
+export class VersionUnsupportedError extends InvalidArgumentError {}
+export class SessionMismatchError extends InvalidArgumentError {}
+export class CheckpointImportInvalidError extends InvalidArgumentError {}
+export class SeqError extends JournaldError {}
+export class SeqGapError extends SeqError {}
+export class SeqConflictError extends SeqError {}
+export class LeaseError extends JournaldError {}
+export class LockedError extends LeaseError {}
+export class LeaseLostError extends LeaseError {}
+export class GateError extends JournaldError {}
+export class CompletedError extends GateError {}
+export class InteractivityMismatchError extends GateError {}
+export class ProviderChangedError extends GateError {}
+export class FingerprintDriftError extends GateError {}
+export class TurnRunningError extends JournaldError {}
+export class StoreCorruptedError extends JournaldError {}
+export class BackendUnavailableError extends JournaldError {}
+export class StorageFullError extends JournaldError {}
+/** A failure without a journald code (transport errors, daemon down, ...). */
+export class TransportError extends JournaldError {}
+
+type ErrorClass = new (
+  code: string,
+  message: string,
+  opts?: { grpcCode?: number; metadata?: Record<string, string>; diff?: string[]; cause?: unknown },
+) => JournaldError;
+
+/** Every typed error class by machine code. */
+export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
+  session_not_found: SessionNotFoundError,
+  checkpoint_not_found: CheckpointNotFoundError,
+  session_exists: SessionExistsError,
+  invalid_id: InvalidIdError,
+  invalid_record: InvalidRecordError,
+  version_unsupported: VersionUnsupportedError,
+  session_mismatch: SessionMismatchError,
+  checkpoint_import_invalid: CheckpointImportInvalidError,
+  seq_gap: SeqGapError,
+  seq_conflict: SeqConflictError,
+  locked: LockedError,
+  lease_lost: LeaseLostError,
+  completed: CompletedError,
+  interactivity_mismatch: InteractivityMismatchError,
+  provider_changed: ProviderChangedError,
+  fingerprint_drift: FingerprintDriftError,
+  turn_running: TurnRunningError,
+  store_corrupted: StoreCorruptedError,
+  backend_unavailable: BackendUnavailableError,
+  storage_full: StorageFullError,
+};
+
+/** Rebuild a typed error from its wire form (unknown codes become JournaldError). */
+export function fromCode(
+  code: string,
+  message: string,
+  opts: { grpcCode?: number; metadata?: Record<string, string>; diff?: string[]; cause?: unknown } = {},
+): JournaldError {
+  const cls = ERRORS_BY_CODE[code] ?? JournaldError;
+  return new cls(code, message, opts);
+}
+
+const STATUS_NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries(Status)
+    .filter(([, v]) => typeof v === "number")
+    .map(([k, v]) => [v as number, k.toLowerCase()]),
+);
+
+/** Turn a grpc-js ServiceError (status + trailing metadata) into a typed error. */
+export function fromServiceError(err: unknown): unknown {
+  const e = err as { code?: unknown; details?: unknown; metadata?: unknown; message?: unknown };
+  if (!e || typeof e.code !== "number") return err;
+  const grpcCode = e.code;
+  if (grpcCode === Status.CANCELLED) return err;
+  const details = typeof e.details === "string" ? e.details : String(e.message ?? "");
+  if (e.metadata instanceof Metadata) {
+    for (const raw of e.metadata.get(ERROR_TRAILER)) {
+      if (typeof raw === "string") continue;
+      try {
+        const d = ErrorDetail.decode(raw);
+        if (d.code) {
+          return fromCode(d.code, d.message, { grpcCode, metadata: d.metadata, diff: d.diff, cause: err });
+        }
+      } catch {
+        // A malformed trailer falls through to the status.
+      }
+    }
+  }
+  return new TransportError(STATUS_NAMES[grpcCode] ?? "unknown", details, { grpcCode, cause: err });
+}
