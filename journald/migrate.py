@@ -1,0 +1,236 @@
+"""Copy runs between stores (file <-> JetStream), byte for byte, verified on both sides.
+
+``journald migrate --from file:DIR --to jetstream:URL/STREAM [RUN_ID ...]`` (and the reverse).
+
+Each run is verified on the source (hash chain and schemas), copied record by record with the
+source's canonical bytes (both backends store exactly ``Record.raw``), and verified on the
+destination; the destination's last hash must equal the source's, which pins every byte of
+the chain. A run that already exists at the destination is refused before anything is
+written (nothing is ever overwritten); a copy that fails half-way is deleted from the
+destination so the migration can simply be run again. Writers should be stopped while their
+runs migrate: the copy is of what the source holds when it is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from journald.errors import (
+    InvalidArgumentError,
+    JournaldError,
+    SessionExists,
+    StoreCorrupted,
+)
+from journald.records import GENESIS, Record, validate_id
+from journald.storage.base import Store
+
+BATCH = 64
+
+
+@dataclass(frozen=True, slots=True)
+class MigratedRun:
+    run_id: str
+    records: int
+    bytes: int
+    last_hash: str
+
+
+def new_progress(console: Console | None = None) -> Progress:
+    """The rich progress display ``main`` uses (on stderr)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console or Console(stderr=True),
+        transient=False,
+    )
+
+
+def _check_whole(run_id: str, records: Sequence[Record]) -> None:
+    """A run migrates whole: seqs 1..n, one unbroken chain from the genesis hash."""
+    prev = GENESIS
+    for i, rec in enumerate(records, start=1):
+        if rec.seq != i or rec.prev != prev:
+            raise StoreCorrupted(
+                f"run {run_id} cannot be migrated: its records are not one unbroken chain "
+                f"from seq 1 (at seq {rec.seq}); a pruned or repaired run keeps its history "
+                "only in its source backend",
+                metadata={"run_id": run_id, "seq": rec.seq},
+            )
+        prev = rec.hash
+
+
+async def _copy_run(
+    src: Store, dst: Store, run_id: str, progress: Progress | None, overall: Any
+) -> MigratedRun:
+    before = await src.verify(run_id)
+    records = await src.load(run_id)
+    records = [r for r in records if r.seq <= before.last_seq]
+    _check_whole(run_id, records)
+    task = progress.add_task(f"{run_id}", total=len(records)) if progress is not None else None
+    journal = await dst.create(records[0])
+    try:
+        if progress is not None and task is not None:
+            progress.advance(task)
+        for i in range(1, len(records), BATCH):
+            batch = records[i : i + BATCH]
+            results = await journal.append(batch)
+            for rec, res in zip(batch, results, strict=True):
+                if res.hash != rec.hash:
+                    raise StoreCorrupted(
+                        f"run {run_id}: the destination stored seq {rec.seq} with hash "
+                        f"{res.hash}, not the source's {rec.hash}",
+                        metadata={"run_id": run_id, "seq": rec.seq},
+                    )
+            if progress is not None and task is not None:
+                progress.advance(task, len(batch))
+        await journal.close()
+    except BaseException:
+        await journal.close()
+        with suppress(Exception):
+            await dst.delete(run_id)  # leave nothing half-copied behind
+        raise
+    after = await dst.verify(run_id)
+    if (after.last_seq, after.last_hash) != (before.last_seq, before.last_hash):
+        raise StoreCorrupted(
+            f"run {run_id}: the copy ends at seq {after.last_seq} hash {after.last_hash}, the "
+            f"source at seq {before.last_seq} hash {before.last_hash}; the destination copy "
+            "was kept for inspection",
+            metadata={"run_id": run_id},
+        )
+    if progress is not None and overall is not None:
+        progress.advance(overall)
+    return MigratedRun(run_id, len(records), sum(len(r.raw) for r in records), after.last_hash)
+
+
+async def migrate(
+    src: Store,
+    dst: Store,
+    run_ids: list[str] | None = None,
+    progress: Progress | None = None,
+) -> list[MigratedRun]:
+    """Copy ``run_ids`` (default: every run of ``src``) to ``dst``.
+
+    Refuses with ``SessionExists`` (naming every clash) before writing anything if any run
+    already exists in ``dst``; raises ``StoreCorrupted`` if a chain does not verify on either
+    side. ``progress`` (a rich ``Progress``, e.g. ``new_progress()``) shows one bar per run.
+    """
+    if run_ids is None:
+        ids = [info.run_id for info in await src.list()]
+        ids.reverse()  # oldest first
+    else:
+        ids = [validate_id(r) for r in run_ids]
+    clashes = [r for r in ids if await dst.exists(r)]
+    if clashes:
+        raise SessionExists(
+            f"{len(clashes)} run(s) already exist at the destination: {', '.join(clashes)}; "
+            "migrate never overwrites: delete them there first or leave them out",
+            metadata={"run_ids": ",".join(clashes)},
+        )
+    for r in ids:
+        if not await src.exists(r):
+            await src.load(r)  # raises SessionNotFound naming the run
+    overall = progress.add_task("runs", total=len(ids)) if progress is not None else None
+    out: list[MigratedRun] = []
+    for run_id in ids:
+        out.append(await _copy_run(src, dst, run_id, progress, overall))
+    return out
+
+
+# --- command line -----------------------------------------------------------------------
+
+
+def parse_location(text: str) -> tuple[str, str, str]:
+    """``file:DIR`` → ("file", DIR, ""); ``jetstream:URL/STREAM`` → ("jetstream", URL, STREAM)."""
+    kind, sep, rest = text.partition(":")
+    if not sep or not rest:
+        raise InvalidArgumentError(
+            f"{text!r} is not a store location; use file:DIR or jetstream:URL/STREAM "
+            "(e.g. jetstream:nats://127.0.0.1:4222/JOURNALD)"
+        )
+    if kind == "file":
+        return "file", rest, ""
+    if kind == "jetstream":
+        url, slash, stream = rest.rpartition("/")
+        if not slash or not stream or not url or url.endswith(":/") or url.endswith("/"):
+            raise InvalidArgumentError(
+                f"{text!r} names no stream; use jetstream:URL/STREAM "
+                "(e.g. jetstream:nats://127.0.0.1:4222/JOURNALD)"
+            )
+        return "jetstream", url, stream
+    raise InvalidArgumentError(f"unknown store kind {kind!r} in {text!r}; use file: or jetstream:")
+
+
+async def open_location(text: str, creds: str | None = None) -> Store:
+    kind, where, stream = parse_location(text)
+    if kind == "file":
+        from journald.storage.file import FileStore
+
+        store: Store = FileStore(where)
+        return store
+    from journald.storage.jetstream import JetStreamStore
+
+    return await JetStreamStore.connect(where, stream, user_credentials=creds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="journald migrate",
+        description="Copy runs between stores (file <-> JetStream), verified on both sides; "
+        "never overwrites a run that exists at the destination.",
+    )
+    p.add_argument("--from", dest="src", required=True, help="file:DIR or jetstream:URL/STREAM")
+    p.add_argument("--to", dest="dst", required=True, help="file:DIR or jetstream:URL/STREAM")
+    p.add_argument("--creds", default=None, help="NATS .creds file for a jetstream: side")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("run_ids", nargs="*", help="runs to copy (default: every run)")
+    return p
+
+
+async def _main(args: argparse.Namespace, console: Console) -> int:
+    async with AsyncExitStack() as stack:
+        src = await open_location(args.src, args.creds)
+        stack.push_async_callback(src.close)
+        dst = await open_location(args.dst, args.creds)
+        stack.push_async_callback(dst.close)
+        ids = list(args.run_ids) or None
+        if args.quiet:
+            done = await migrate(src, dst, ids)
+        else:
+            with new_progress(console) as progress:
+                done = await migrate(src, dst, ids, progress)
+    total = sum(r.records for r in done)
+    console.print(f"migrated {len(done)} run(s), {total} record(s), verified on both sides")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    console = Console(stderr=True)
+    try:
+        return asyncio.run(_main(args, console))
+    except JournaldError as exc:
+        console.print(f"journald migrate: {exc}", markup=False, highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Migration file -> JetStream -> file keeps every byte and verifies on both sides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from journald.errors import InvalidArgumentError, SessionExists
+from journald.migrate import main, migrate, new_progress, parse_location
+from journald.storage.file import FileStore
+from journald.storage.jetstream import JetStreamStore
+from tests.builders import JournalBuilder, user_payload
+from tests.storage.backend_jetstream import fresh_stream
+
+
+async def fill(store: FileStore, run_id: str, turns: int) -> JournalBuilder:
+    b = JournalBuilder(run_id, prompt=f"prompt of {run_id} — ünïcode ✓")
+    for i in range(turns):
+        b.turn([f"{run_id}-{i}a", f"{run_id}-{i}b"])
+        b.add("user", user_payload(f"follow-up {i}"))
+    journal = await store.create(b.records[0])
+    await journal.append(b.records[1:])
+    await journal.close()
+    return b
+
+
+def on_disk(data_dir: Path, run_id: str) -> bytes:
+    return (data_dir / "sessions" / run_id / "journal.jsonl").read_bytes()
+
+
+async def test_a_file_run_round_trips_through_jetstream_byte_for_byte(tmp_path: Path) -> None:
+    src = FileStore(tmp_path / "a", segment_max_records=4)  # the source is segmented
+    built = {rid: await fill(src, rid, turns) for rid, turns in (("mig-1", 3), ("mig-2", 1))}
+    url, name, _ = await fresh_stream()
+    js = await JetStreamStore.connect(url, name)
+    back = FileStore(tmp_path / "b", segmentation=False)
+    try:
+        with new_progress() as progress:
+            there = await migrate(src, js, None, progress)
+        assert sorted(r.run_id for r in there) == ["mig-1", "mig-2"]
+        returned = await migrate(js, back, ["mig-1", "mig-2"])
+        for rid, b in built.items():
+            expected = [r.raw for r in b.records]
+            assert [r.raw for r in await js.load(rid)] == expected
+            assert [r.raw for r in await back.load(rid)] == expected
+            assert on_disk(tmp_path / "b", rid) == b"".join(raw + b"\n" for raw in expected)
+            assert (await back.verify(rid)).last_hash == b.records[-1].hash
+            assert (await js.verify(rid)).last_hash == b.records[-1].hash
+        assert {r.run_id: r.last_hash for r in returned} == {
+            rid: b.records[-1].hash for rid, b in built.items()
+        }
+    finally:
+        await js.close()
+        await src.close()
+        await back.close()
+
+
+async def test_migration_refuses_to_overwrite_an_existing_run_before_writing_anything(
+    tmp_path: Path,
+) -> None:
+    src = FileStore(tmp_path / "a")
+    await fill(src, "keep-1", 1)
+    await fill(src, "keep-2", 1)
+    url, name, _ = await fresh_stream()
+    js = await JetStreamStore.connect(url, name)
+    try:
+        await migrate(src, js, ["keep-2"])
+        with pytest.raises(SessionExists, match="keep-2"):
+            await migrate(src, js, None)
+        assert not await js.exists("keep-1")
+    finally:
+        await js.close()
+        await src.close()
+
+
+async def test_the_command_line_migrates_both_ways(tmp_path: Path) -> None:
+    src = FileStore(tmp_path / "a")
+    b = await fill(src, "cli-run", 2)
+    await src.close()
+    url, name, _ = await fresh_stream()
+    to_js = ["--quiet", "--from", f"file:{tmp_path / 'a'}", "--to", f"jetstream:{url}/{name}"]
+    assert await_main(to_js) == 0
+    assert await_main(to_js) == 1  # already there: refused, nothing overwritten
+    back = ["--from", f"jetstream:{url}/{name}", "--to", f"file:{tmp_path / 'c'}", "cli-run"]
+    assert await_main(back) == 0
+    assert on_disk(tmp_path / "c", "cli-run") == b"".join(r.raw + b"\n" for r in b.records)
+
+
+def await_main(argv: list[str]) -> int:
+    # main() runs its own event loop; run it in a worker thread from this async test.
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(main, argv).result(timeout=60)
+
+
+def test_store_locations_parse_into_kind_url_and_stream() -> None:
+    assert parse_location("file:/var/x") == ("file", "/var/x", "")
+    assert parse_location("jetstream:nats://h:4222/JOURNALD") == (
+        "jetstream",
+        "nats://h:4222",
+        "JOURNALD",
+    )
+    for bad in ("jetstream:nats://h:4222", "jetstream:nats://h:4222/", "s3:x", "file:"):
+        with pytest.raises(InvalidArgumentError, match="use"):
+            parse_location(bad)
