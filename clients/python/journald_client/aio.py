@@ -398,7 +398,11 @@ class AsyncRun:
         return await self._client.governed_messages(self.run_id)
 
     async def complete_pending(
-        self, run_tool: AsyncToolFn | Callable[[ToolCall], Any], *, remote: bool = False
+        self,
+        run_tool: AsyncToolFn | Callable[[ToolCall], Any],
+        *,
+        remote: bool = False,
+        on_result: Callable[[ToolCall, Ack], None] | None = None,
     ) -> list[Ack]:
         """Run the still-unanswered calls concurrently, journaling each result as it
         completes (in completion order); a raising tool becomes an ``is_error`` result."""
@@ -414,7 +418,10 @@ class AsyncRun:
             except Exception as exc:
                 outcome = exc
             entry = codec.tool_entry(call, outcome, remote=remote)
-            return (await self.append_many([entry]))[0]
+            ack = (await self.append_many([entry]))[0]
+            if on_result is not None:
+                on_result(call, ack)
+            return ack
 
         acks = await asyncio.gather(*(one(c) for c in state.pending.unanswered))
         return sorted(acks, key=lambda a: a.seq)

@@ -463,9 +463,16 @@ class Run:
         """The pairing-governed message view (every tool call paired) and its report."""
         return self._client.governed_messages(self.run_id)
 
-    def complete_pending(self, run_tool: ToolFn, *, remote: bool = False) -> list[Ack]:
+    def complete_pending(
+        self,
+        run_tool: ToolFn,
+        *,
+        remote: bool = False,
+        on_result: Callable[[ToolCall, Ack], None] | None = None,
+    ) -> list[Ack]:
         """Run only the still-unanswered calls of the pending turn, journaling each result
-        as it completes; a tool that raises becomes an ``is_error`` result."""
+        as it completes; a tool that raises becomes an ``is_error`` result. ``on_result`` is
+        called after each result is durable."""
         state = self.fold()
         if state.pending is None:
             return []
@@ -475,7 +482,10 @@ class Run:
                 outcome: Any = run_tool(call)
             except Exception as exc:
                 outcome = exc
-            acks.append(self.append_many([codec.tool_entry(call, outcome, remote=remote)])[0])
+            ack = self.append_many([codec.tool_entry(call, outcome, remote=remote)])[0]
+            acks.append(ack)
+            if on_result is not None:
+                on_result(call, ack)
         return acks
 
     # --- lifecycle ---------------------------------------------------------------------
