@@ -104,6 +104,7 @@ from journald.errors import (
     InvalidRecord,
     JournaldError,
     Locked,
+    SeqConflict,
     SessionExists,
     SessionNotFound,
     StoreCorrupted,
@@ -330,6 +331,8 @@ class FileJournal:
             _ThreadIO(f"journald-writer-{run_id[:32]}") if store.io == "thread" else _ExecutorIO()
         )
         self._poisoned: JournaldError | None = None
+        self.commits = 0
+        """Durable writes (write + fdatasync) done; group commit makes it < appends."""
         self._closed = False
 
     @property
@@ -394,10 +397,10 @@ class FileJournal:
         for r in await self._store.load(self.run_id, seq):
             if r.seq == seq:
                 return r
-        raise StoreCorrupted(
-            f"run {self.run_id}: seq {seq} is not stored although the journal is past it "
-            "(it was pruned or quarantined); a retry of it cannot be compared",
-            metadata={"run_id": self.run_id, "seq": seq},
+        raise SeqConflict(
+            f"run {self.run_id}: seq {seq} was pruned or quarantined and the journal is at "
+            f"seq {self._last_seq}; continue at seq {self._last_seq + 1}",
+            metadata={"run_id": self.run_id, "seq": seq, "last_seq": self._last_seq},
         )
 
     async def _flush(self) -> None:
@@ -463,6 +466,7 @@ class FileJournal:
                 pass
             raise storage_error(exc, self.run_id, self._path, seq) from exc
         self._size = end
+        self.commits += 1
 
     def _should_seal(self) -> bool:
         s = self._store
