@@ -1,0 +1,114 @@
+"""Sync client reads against a real daemon: load, watch, list, delete, governed view,
+lease end on shutdown, and reconnect across a graceful restart."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+
+import journald_client as jc
+
+from tests.daemon import Daemon
+from tests.integration.clientbin.common import FP
+
+
+def test_load_returns_the_exact_stored_bytes_and_their_hashes(daemon: Daemon) -> None:
+    with jc.connect(str(daemon.socket)) as client:
+        with client.start("bytes", FP, "héllo ✓") as run:
+            acks = run.append_many(
+                [
+                    jc.Entry.assistant(
+                        [{"type": "tool_use", "id": "a", "name": "read", "input": {}}],
+                        stop_reason="tool_use",
+                        iteration=1,
+                    ),
+                    jc.Entry.tool_result("a", "ok"),
+                ]
+            )
+        assert [a.seq for a in acks] == [2, 3]
+        records = client.load("bytes")
+        assert [r.seq for r in records] == [1, 2, 3]
+        for rec in records:
+            assert hashlib.sha256(rec.canonical).hexdigest() == rec.hash
+        assert records[1].prev == records[0].hash
+        assert records[2].hash == acks[1].hash
+        assert records[0].payload["prompt"] == [{"type": "text", "text": "héllo ✓"}]
+        assert [r.seq for r in client.load("bytes", from_seq=3)] == [3]
+
+
+def test_watch_tails_records_as_they_are_appended(daemon: Daemon) -> None:
+    with jc.connect(str(daemon.socket)) as client, client.start("tailed", FP, "hi") as run:
+        seen: list[int] = []
+        watch = client.watch("tailed", from_seq=1)
+        first = threading.Event()
+
+        def consume() -> None:
+            for rec in watch:
+                seen.append(rec.seq)
+                first.set()
+                if rec.kind == "terminal":
+                    return
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        try:
+            assert first.wait(10)
+            run.user("one")
+            run.user("two")
+            run.terminal("completed")
+            reader.join(10)
+        finally:
+            watch.cancel()
+            reader.join(10)
+        assert seen == [1, 2, 3, 4]
+
+
+def test_the_governed_view_synthesizes_results_for_open_calls(daemon: Daemon) -> None:
+    with jc.connect(str(daemon.socket)) as client, client.start("gov", FP, "hi") as run:
+        run.assistant(
+            [
+                {"type": "tool_use", "id": "a", "name": "read", "input": {}},
+                {"type": "tool_use", "id": "b", "name": "read", "input": {}},
+            ],
+            stop_reason="tool_use",
+        )
+        run.tool_result("a", "ok")
+        view = run.governed_messages()
+        assert view.synthesized_results == 1
+        assert [m["role"] for m in view.messages] == ["user", "assistant", "user"]
+        assert [b["is_error"] for b in view.messages[2]["content"]] == [False, True]
+        assert view.state.pending is not None
+
+
+def test_list_and_delete(daemon: Daemon) -> None:
+    with jc.connect(str(daemon.socket)) as client:
+        for rid in ("l1", "l2"):
+            with client.start(rid, FP, f"prompt {rid}") as run:
+                run.terminal("completed")
+        runs = client.list()
+        assert sorted(r.run_id for r in runs) == ["l1", "l2"]
+        assert {r.status for r in runs} == {"completed"}
+        assert {r.model for r in runs} == {"claude-test"}
+        assert client.delete("l1") is True
+        assert client.delete("l1") is False
+        assert [r.run_id for r in client.list()] == ["l2"]
+
+
+def test_a_writer_survives_a_graceful_daemon_restart(tmp_path: Path) -> None:
+    daemon = Daemon(tmp_path, "file")
+    try:
+        daemon.start()
+        with jc.connect(str(daemon.socket)) as client, client.start("graceful", FP, "hi") as run:
+            run.user("one")
+            assert daemon.stop() == 0
+            run._lease.done.wait(10)
+            assert run.lease_ended == "shutdown"
+            daemon.start()
+            assert run.user("two").seq == 3
+            assert run.reconnects == 1
+            run.terminal("completed")
+        with jc.connect(str(daemon.socket)) as client:
+            assert client.fold("graceful").completed
+    finally:
+        daemon.kill9()
