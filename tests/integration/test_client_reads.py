@@ -112,3 +112,18 @@ def test_a_writer_survives_a_graceful_daemon_restart(tmp_path: Path) -> None:
             assert client.fold("graceful").completed
     finally:
         daemon.kill9()
+
+
+def test_a_record_written_inside_a_span_stores_its_trace_context(daemon: Daemon) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("journald-client-test")
+    with jc.connect(str(daemon.socket)) as client, client.start("traced", FP, "hi") as run:
+        with tracer.start_as_current_span("tool") as span:
+            run.user("traced")
+            ctx = span.get_span_context()
+        run.user("untraced")
+        records = client.load("traced")
+    expected = {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
+    assert records[1].trace == expected
+    assert records[2].trace is None

@@ -10,10 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 _trace: Any
+_propagator: Any
 try:  # pragma: no cover - exercised only where opentelemetry is installed
     from opentelemetry import trace as _trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    _propagator = TraceContextTextMapPropagator()
 except ImportError:  # pragma: no cover
     _trace = None
+    _propagator = None
 
 
 def current_trace() -> tuple[str, str, int] | None:
@@ -28,8 +33,8 @@ def current_trace() -> tuple[str, str, int] | None:
 
 def call_metadata() -> list[tuple[str, str]]:
     """gRPC metadata carrying the current W3C trace context (empty without one)."""
-    cur = current_trace()
-    if cur is None:
+    if current_trace() is None:
         return []
-    trace_id, span_id, flags = cur
-    return [("traceparent", f"00-{trace_id}-{span_id}-{flags:02x}")]
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier)  # traceparent (+ tracestate when set)
+    return sorted(carrier.items())
