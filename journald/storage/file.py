@@ -431,15 +431,17 @@ class FileJournal:
                 while len(self._recent) > RECENT:
                     self._recent.popitem(last=False)
                 self._last_seq, self._last_hash = new[-1].seq, new[-1].hash
-                for _, fut in group:
-                    _settle_ok(fut, None)
                 if self._should_seal():
+                    # Sealed before the acknowledgement so an acked append finds the run
+                    # settled; the records are durable either way. A seal that fails before
+                    # its manifest rolls back (retried after the next append); after it, the
+                    # journal refuses appends until reopened (the open completes the seal).
                     try:
                         await self._io.run(self._seal)
                     except Exception as exc:
-                        # Before its manifest is written a failed seal rolls back and is
-                        # retried after the next append; after it the journal is poisoned.
                         log.warning("run %s: sealing a segment failed: %r", self.run_id, exc)
+                for _, fut in group:
+                    _settle_ok(fut, None)
         finally:
             self._flusher = None
 
