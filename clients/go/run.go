@@ -280,39 +280,28 @@ func (r *Run) appendLocked(ctx context.Context, rec *pb.Record) (*pb.Ack, error)
 	return ack, nil
 }
 
-// CompletePending runs only the unanswered calls of the trailing assistant turn through
-// fn, concurrently, journaling each result as it completes. It returns the acks in
-// completion order and the first append error (results already journaled stay).
+// CompletePending runs only the calls of the pending turn that are still unanswered (as
+// the daemon's fold says) through fn, one after another, journaling each result as soon
+// as it completes. A call whose fn returns an error is journaled as an is_error result, so
+// every call is closed for real. It returns the acks in order.
 func (r *Run) CompletePending(ctx context.Context, fn ToolFunc) ([]*pb.Ack, error) {
-	calls := r.Unanswered()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		acks     []*pb.Ack
-		firstErr error
-	)
-	for _, call := range calls {
-		wg.Add(1)
-		go func(call *pb.ToolCall) {
-			defer wg.Done()
-			content, isError, err := fn(ctx, call)
-			if err != nil {
-				content, isError = []Block{Text(err.Error())}, true
-			}
-			ack, err := r.AppendToolResult(ctx, ToolResult{ToolUseID: call.GetId(), Content: content, IsError: isError})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
-			acks = append(acks, ack)
-		}(call)
+	folded, err := r.Fold(ctx, false)
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	return acks, firstErr
+	var acks []*pb.Ack
+	for _, call := range folded.GetState().GetPending().GetUnanswered() {
+		content, isError, ferr := fn(ctx, call)
+		if ferr != nil {
+			content, isError = []Block{Text(ferr.Error())}, true
+		}
+		ack, err := r.AppendToolResult(ctx, ToolResult{ToolUseID: call.GetId(), Content: content, IsError: isError})
+		if err != nil {
+			return acks, err
+		}
+		acks = append(acks, ack)
+	}
+	return acks, nil
 }
 
 func nonNil(blocks []Block) []Block {

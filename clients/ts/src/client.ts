@@ -454,27 +454,28 @@ export class Run {
   }
 
   /**
-   * Run only the unanswered calls through `fn`, concurrently, journaling each result as
-   * it completes. Resolves with the acks in completion order.
+   * Run only the calls of the pending turn that are still unanswered (as the daemon's
+   * fold says) through `fn`, one after another, journaling each result as soon as it
+   * completes. A call whose `fn` throws is journaled as an is_error result with the error
+   * text, so every call is closed for real. Resolves with the acks in order.
    */
-  async completePending(fn: ToolFn, opts?: CallOpts): Promise<Ack[]> {
+  async completePending(fn: ToolFn, opts?: CallOpts & { remote?: boolean }): Promise<Ack[]> {
+    const folded = await this.fold(false, opts);
     const acks: Ack[] = [];
-    await Promise.all(
-      this.unanswered().map(async (call) => {
-        let content: Block[];
-        let isError = false;
-        try {
-          const out = await fn(call);
-          const body = typeof out === "string" || Array.isArray(out) ? out : out.content;
-          isError = typeof out === "object" && !Array.isArray(out) ? (out.isError ?? false) : false;
-          content = typeof body === "string" ? [text(body)] : body;
-        } catch (err) {
-          content = [text(err instanceof Error ? err.message : String(err))];
-          isError = true;
-        }
-        acks.push(await this.appendToolResult({ toolUseId: call.id, content, isError }, opts));
-      }),
-    );
+    for (const call of folded.state?.pending?.unanswered ?? []) {
+      let content: Block[];
+      let isError = false;
+      try {
+        const out = await fn(call);
+        const body = typeof out === "string" || Array.isArray(out) ? out : out.content;
+        isError = typeof out === "object" && !Array.isArray(out) ? (out.isError ?? false) : false;
+        content = typeof body === "string" ? [text(body)] : body;
+      } catch (err) {
+        content = [text(err instanceof Error ? err.message : String(err))];
+        isError = true;
+      }
+      acks.push(await this.appendToolResult({ toolUseId: call.id, content, isError, remote: opts?.remote }, opts));
+    }
     return acks;
   }
 

@@ -5,3 +5,17 @@ export * from "./fingerprint";
 export * from "./otel";
 export * from "./socket";
 export * as pb from "./gen/journald/v1/journal";
+export type {
+  Ack,
+  Fingerprint,
+  FoldResponse,
+  Lease,
+  LeaseEnded,
+  Message,
+  PendingTurn,
+  Record as JournalRecord,
+  RunState,
+  ToolCall,
+  VerifyResponse,
+  Warning,
+} from "./gen/journald/v1/journal";
