@@ -8,8 +8,9 @@ the list can be sent without a 400:
 2. ``sanitize`` then walks the list: consecutive same-role messages merge; a tool_result that
    does not answer a tool_use of the message just before it is an orphan and is dropped
    (an answered id is answered once); a repeated tool_use id within one assistant turn is
-   dropped; a message left empty is dropped; leading messages that are not a plain,
-   non-empty user turn are cut back to the first clean boundary; any tool_use still
+   dropped, and so is a block in the wrong role's message (a tool_result from the assistant,
+   a tool_use from the user); a message left empty is dropped; leading messages that are not
+   a plain, non-empty user turn are cut back to the first clean boundary; any tool_use still
    unanswered gets a synthetic error result.
 
 The report says how many results were synthesized and how many messages/blocks dropped.
@@ -59,10 +60,9 @@ def _tool_use_ids(msg: Message) -> list[str]:
 
 
 def _is_clean_start(msg: Message) -> bool:
+    types = [b.get("type") for b in msg["content"]]
     return (
-        msg["role"] == "user"
-        and bool(msg["content"])
-        and not any(b.get("type") == "tool_result" for b in msg["content"])
+        msg["role"] == "user" and "tool_result" not in types and any(t != "tool_use" for t in types)
     )
 
 
@@ -92,6 +92,9 @@ def sanitize(
             combined = [*base["content"], *m["content"]] if base is not m else m["content"]
             content, seen = [], set()
             for b in combined:  # a tool_use id may appear once per turn
+                if b.get("type") == "tool_result":  # misplaced: results belong to users
+                    report.dropped_blocks += 1
+                    continue
                 if b.get("type") == "tool_use":
                     if b.get("id") in seen:
                         report.dropped_blocks += 1
@@ -103,6 +106,9 @@ def sanitize(
             continue
         kept, answered = [], set()
         for b in m["content"]:
+            if b.get("type") == "tool_use":  # misplaced: only an assistant calls tools
+                report.dropped_blocks += 1
+                continue
             if b.get("type") == "tool_result":
                 tid = b.get("tool_use_id")
                 if tid not in open_ids or tid in answered:
