@@ -22,7 +22,8 @@ def model_ready_problems(msgs: Sequence[dict[str, Any]]) -> list[str]:
     Contract: starts with a user message; roles alternate; no message is empty; a user
     message's tool_results lead its content, answer only tool_uses of the assistant message
     just before it, each exactly once, and answer all of them; an assistant message has
-    no repeated tool_use id; the first user message holds no tool_result.
+    no repeated tool_use id; a tool_use only ever appears in an assistant message and a
+    tool_result only in a user message; the first user message holds no tool_result.
     """
     problems: list[str] = []
     if msgs and msgs[0]["role"] != "user":
@@ -34,6 +35,9 @@ def model_ready_problems(msgs: Sequence[dict[str, Any]]) -> list[str]:
             problems.append(f"message {i} ({m['role']}) is empty")
         if i and msgs[i - 1]["role"] == m["role"]:
             problems.append(f"messages {i - 1} and {i} are both {m['role']}")
+        misplaced = "tool_result" if m["role"] == "assistant" else "tool_use"
+        if any(blk.get("type") == misplaced for blk in m["content"]):
+            problems.append(f"message {i} ({m['role']}) holds a {misplaced} block")
         if m["role"] == "assistant":
             uses = _ids(m, "tool_use", "id")
             if len(set(uses)) != len(uses):

@@ -11,7 +11,9 @@ Reusable by every suite::
   normal form of ``journald.convert`` (so it survives a protobuf round trip) and valid against
   the published schema.
 * ``message_lists()`` draws arbitrary provider-neutral message lists: consecutive same roles,
-  orphan and duplicate tool_results, unanswered and repeated tool_use ids, empty messages.
+  orphan and duplicate tool_results, unanswered and repeated tool_use ids, empty messages,
+  and now and then a block in the wrong role (a tool_result from the assistant, a tool_use
+  from the user).
 * ``live_scenarios()`` draws the steps of a live agent loop (model turns whose tools all
   complete, in any completion order, and typed follow-ups) for the live-vs-fold test.
 """
@@ -111,21 +113,29 @@ result_contents = st.lists(st.one_of(text_blocks, provider_blocks()), max_size=2
 # --- arbitrary message lists ------------------------------------------------------------
 
 
+def _results(ids: st.SearchStrategy[str]) -> st.SearchStrategy[Block]:
+    return st.builds(tool_result_block, ids, result_contents, st.booleans())
+
+
 @st.composite
-def assistant_messages(draw: st.DrawFn, ids: st.SearchStrategy[str] = short_ids) -> Message:
-    blocks = draw(
-        st.lists(
-            st.one_of(assistant_blocks, ids.flatmap(tool_uses)),
-            max_size=4,
-        )
-    )
+def assistant_messages(
+    draw: st.DrawFn, ids: st.SearchStrategy[str] = short_ids, misplaced: bool = True
+) -> Message:
+    choices = [assistant_blocks, ids.flatmap(tool_uses)]
+    if misplaced and draw(st.integers(0, 9)) == 0:  # now and then a result in the wrong role
+        choices.append(_results(ids))
+    blocks = draw(st.lists(st.one_of(*choices), max_size=4))
     return {"role": "assistant", "content": blocks}
 
 
 @st.composite
-def user_messages(draw: st.DrawFn, ids: st.SearchStrategy[str] = short_ids) -> Message:
-    result = st.builds(tool_result_block, ids, result_contents, st.booleans())
-    blocks = draw(st.lists(st.one_of(text_blocks, result), max_size=4))
+def user_messages(
+    draw: st.DrawFn, ids: st.SearchStrategy[str] = short_ids, misplaced: bool = True
+) -> Message:
+    choices = [text_blocks, _results(ids)]
+    if misplaced and draw(st.integers(0, 9)) == 0:  # now and then a call in the wrong role
+        choices.append(ids.flatmap(tool_uses))
+    blocks = draw(st.lists(st.one_of(*choices), max_size=4))
     return {"role": "user", "content": blocks}
 
 
