@@ -480,6 +480,11 @@ class JetStreamStore:
                 delay = min(delay * 2, 1.0)
             except nats.js.errors.APIError as exc:
                 raise self._api_error(what, exc) from exc
+            except nats.errors.Error as exc:
+                raise BackendUnavailable(
+                    f"JetStream stream {self.stream}: {what} failed: {exc}",
+                    metadata={"stream": self.stream},
+                ) from exc
 
     def _api_error(self, what: str, exc: Any) -> JournaldError:
         desc = str(getattr(exc, "description", "") or exc)
@@ -571,6 +576,12 @@ class JetStreamStore:
                 last_exc: BaseException = exc
             except _TRANSIENT as exc:
                 last_exc = exc
+            except nats.errors.Error as exc:
+                raise BackendUnavailable(
+                    f"run {run_id}: appending seq {rec.seq} failed: {exc}; the record may or "
+                    "may not be stored: retry the append at the same seq",
+                    metadata={"run_id": run_id, "seq": rec.seq},
+                ) from exc
             # Unacknowledged: the record may or may not be stored. Publishing again with the
             # same fence is safe: if it landed, the fence rejects the copy and we adopt it.
             if time.monotonic() + delay >= deadline or self._nc.is_closed:
@@ -813,7 +824,8 @@ class JetStreamStore:
             )
         if await self._get(self.run_subject(run_id)) is None:
             return False
-        subject = self.run_subject(run_id)
+        # `<prefix>.<run>.>`: the records and anything else kept under the run (checkpoints).
+        subject = f"{self.prefix}.{run_id}.>"
         await self._retrying(
             f"purging {subject}", lambda: self._jsm.purge_stream(self.stream, subject=subject)
         )
