@@ -31,3 +31,4 @@ func Target(socketPath string) (string, error) {
 	}
 	return "unix://" + abs, nil
 }
+

@@ -1,0 +1,120 @@
+package journald
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	pb "github.com/journald/journald/clients/go/journaldv1"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestDefaultSocketPathFollowsTheDaemonRules(t *testing.T) {
+	uid := strconv.Itoa(os.Getuid())
+	t.Setenv("JOURNALD_SOCKET", "/x/y.sock")
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/7")
+	t.Setenv("TMPDIR", "/var/tmp")
+	if got := DefaultSocketPath(); got != "/x/y.sock" {
+		t.Fatalf("explicit: %s", got)
+	}
+	t.Setenv("JOURNALD_SOCKET", "")
+	if got := DefaultSocketPath(); got != "/run/user/7/journald/journald.sock" {
+		t.Fatalf("runtime dir: %s", got)
+	}
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	if got := DefaultSocketPath(); got != "/var/tmp/journald-"+uid+"/journald.sock" {
+		t.Fatalf("tmpdir: %s", got)
+	}
+	t.Setenv("TMPDIR", "")
+	if got := DefaultSocketPath(); got != "/tmp/journald-"+uid+"/journald.sock" {
+		t.Fatalf("default: %s", got)
+	}
+	if got, _ := Target("/a/b.sock"); got != "unix:///a/b.sock" {
+		t.Fatalf("target: %s", got)
+	}
+}
+
+func TestTheErrorTrailerPicksTheTypedError(t *testing.T) {
+	raw, err := proto.Marshal(&pb.ErrorDetail{
+		Code: "fingerprint_drift", Message: "drifted", Metadata: map[string]string{"run_id": "r"},
+		Diff: []string{"model: a -> b"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fromGRPC(status.Error(codes.FailedPrecondition, "drifted"), metadata.Pairs(ErrorTrailer, string(raw)))
+	if !errors.Is(got, ErrFingerprintDrift) || errors.Is(got, ErrLocked) {
+		t.Fatalf("not fingerprint_drift: %v", got)
+	}
+	var jerr *Error
+	if !errors.As(got, &jerr) || jerr.Diff[0] != "model: a -> b" || jerr.Metadata["run_id"] != "r" ||
+		jerr.Status != codes.FailedPrecondition {
+		t.Fatalf("facts lost: %+v", jerr)
+	}
+	if len(Sentinels) != 20 {
+		t.Fatalf("expected the 20 codes of SPEC §10, have %d", len(Sentinels))
+	}
+}
+
+func TestWithoutTheTrailerTheStatusIsTheFallback(t *testing.T) {
+	got := fromGRPC(status.Error(codes.FailedPrecondition, "nope"), nil)
+	if ErrorCode(got) != "failed_precondition" {
+		t.Fatalf("code %q", ErrorCode(got))
+	}
+	if fromGRPC(context.Canceled, nil) != context.Canceled {
+		t.Fatal("cancellation must pass through")
+	}
+}
+
+func TestCanonicalRefusesFloatsAndInvalidUTF8(t *testing.T) {
+	if _, err := Canonical(map[string]any{"x": 1.5}); err == nil {
+		t.Fatal("float accepted")
+	}
+	if _, err := CanonicalText([]byte(`[1e3]`)); err == nil {
+		t.Fatal("exponent accepted")
+	}
+	if _, err := Canonical("\xff"); err == nil {
+		t.Fatal("invalid UTF-8 accepted")
+	}
+	got, err := Canonical(map[string]any{"b": []string{"<&>"}, "a": uint64(1 << 60), "\u2028": "\u2029"})
+	if err != nil || string(got) != `{"a":1152921504606846976,"b":["<&>"],"`+"\u2028"+`":"`+"\u2029"+`"}` {
+		t.Fatalf("%s %v", got, err)
+	}
+}
+
+
+func TestAnOTelSpanBecomesATraceparentAndTheRecordTrace(t *testing.T) {
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled,
+	}))
+	md := TraceMetadata(ctx)
+	if got := md.Get("traceparent"); len(got) != 1 || got[0] != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+		t.Fatalf("traceparent %v", got)
+	}
+	out, _ := metadata.FromOutgoingContext(withTrace(ctx))
+	if len(out.Get("traceparent")) != 1 {
+		t.Fatalf("outgoing metadata %v", out)
+	}
+	if rt := recordTrace(ctx); rt.GetTraceId() != tid.String() || rt.GetSpanId() != sid.String() {
+		t.Fatalf("record trace %v", rt)
+	}
+	if len(TraceMetadata(context.Background())) != 0 || recordTrace(context.Background()) != nil {
+		t.Fatal("no span must add nothing")
+	}
+}
+
+func TestTimestampsAreRFC3339UTCWithMicroseconds(t *testing.T) {
+	ts := time.Date(2026, 11, 30, 13, 0, 0, 7000, time.FixedZone("CET", 3600)).UTC().Format(TimestampLayout)
+	if ts != "2026-11-30T12:00:00.000007Z" {
+		t.Fatal(ts)
+	}
+}
