@@ -31,4 +31,3 @@ func Target(socketPath string) (string, error) {
 	}
 	return "unix://" + abs, nil
 }
-

@@ -89,7 +89,6 @@ func TestCanonicalRefusesFloatsAndInvalidUTF8(t *testing.T) {
 	}
 }
 
-
 func TestAnOTelSpanBecomesATraceparentAndTheRecordTrace(t *testing.T) {
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
