@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import nats
 import pytest
+from nats.js.errors import NotFoundError
 
 from journald.errors import BackendUnavailable
 from journald.storage.jetstream import JetStreamStore
@@ -46,6 +48,22 @@ async def connect(proxy: AckDropProxy, name: str, retry_window_s: float) -> JetS
     )
 
 
+async def stored_seqs(stream: str, subject_prefix: str, upto: int) -> list[int]:
+    """Which record subjects the server holds, read directly (not through the store)."""
+    nc = await nats.connect(session_server().url)
+    out = []
+    try:
+        for seq in range(1, upto + 1):
+            try:
+                await nc.jsm().get_msg(stream, subject=f"{subject_prefix}.{seq}")
+                out.append(seq)
+            except NotFoundError:
+                pass
+    finally:
+        await nc.close()
+    return out
+
+
 async def assert_exactly(store: JetStreamStore, src: JournalBuilder) -> None:
     loaded = await store.load(src.run_id)
     assert [r.seq for r in loaded] == list(range(1, len(src.records) + 1))
@@ -57,7 +75,7 @@ async def assert_exactly(store: JetStreamStore, src: JournalBuilder) -> None:
 async def test_the_callers_retry_at_the_same_seq_adopts_a_record_whose_ack_was_lost(
     proxied: tuple[AckDropProxy, str, str],
 ) -> None:
-    proxy, name, _ = proxied
+    proxy, name, prefix = proxied
     store = await connect(proxy, name, retry_window_s=0.2)
     try:
         src = run_records("lost-1")
@@ -68,6 +86,7 @@ async def test_the_callers_retry_at_the_same_seq_adopts_a_record_whose_ack_was_l
             await journal.append([src.records[3]])
         assert proxy.cuts == 1
         assert journal.last_seq == 3  # not advanced: the writer does not know it is stored
+        assert await stored_seqs(name, f"{prefix}.lost-1", 5) == [1, 2, 3, 4]  # but it is
         results = None
         for _ in range(50):  # the client reconnects through the proxy; bounded retries
             try:
@@ -104,7 +123,7 @@ async def test_an_append_whose_ack_is_lost_succeeds_by_adoption_within_the_retry
 async def test_a_batch_cut_in_the_middle_leaves_the_journal_unchanged_and_retries_cleanly(
     proxied: tuple[AckDropProxy, str, str],
 ) -> None:
-    proxy, name, _ = proxied
+    proxy, name, prefix = proxied
     store = await connect(proxy, name, retry_window_s=0.2)
     try:
         src = run_records("lost-3")
@@ -114,6 +133,7 @@ async def test_a_batch_cut_in_the_middle_leaves_the_journal_unchanged_and_retrie
         with pytest.raises(BackendUnavailable):
             await journal.append(src.records[1:4])
         assert (journal.last_seq, journal.last_hash, journal.fence) == before
+        assert await stored_seqs(name, f"{prefix}.lost-3", 5) == [1, 2, 3]
         results = None
         for _ in range(50):
             try:
