@@ -1,60 +1,515 @@
 """Checkpoint, compaction, restore, fork, export/import and history RPCs (SPEC §9).
 
-Not implemented in this build: each answers UNIMPLEMENTED with a sentence saying so, so a
-client gets a clear status instead of a hang. (Tracked by the checkpoints issue.)
+Serialization: every operation that reads the head of a run for a write or a checkpoint
+takes the run's lease lock, so it is ordered with the holder's appends:
+
+* a lease is held: the operation runs under ``lease.lock`` on the cached folded state, and a
+  rebase goes through the held lease's journal (``JournalService.commit``: admission, write,
+  fold into the cached state, publish to tails). Compact and Restore append to a held run
+  only for its holder (``lease_id``); anyone else gets ``locked`` naming the holder;
+* no lease is held and the operation writes (Compact, Restore, and Fork's new run): the
+  daemon takes the lease itself for the operation (a concurrent ``Open`` gets ``locked``
+  naming the daemon), then releases it;
+* no lease is held and the operation only reads (Checkpoint, Fork of the head, History,
+  Export): it folds the stored records; a checkpoint is a snapshot at the seq it names.
+
+Idle only: Checkpoint, Compact, Restore and Fork of the head are refused with
+``turn_running`` while the run has a pending turn with unanswered tool calls (Compact
+answers ``REJECTED``/``turn_running``; the others fail with the error).
+
+Everything handed back as a conversation (checkpoints, rebases of restore/fork/compaction,
+History pages) is the governed, paired view (``journald.governance.sanitize``).
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from journald_client.pb import journal_pb2 as pb
 
+from journald.checkpoints import (
+    Checkpoint,
+    CheckpointMeta,
+    CheckpointStore,
+    export_bytes,
+    failpoint,
+    governed,
+    imported,
+    make_checkpoint,
+    new_id,
+    valid_checkpoint_id,
+    verify_export,
+)
+from journald.clock import utc_ts
+from journald.convert import message_from_pb, messages_to_pb, state_to_pb
+from journald.errors import (
+    CheckpointImportInvalid,
+    CheckpointNotFound,
+    InvalidRecord,
+    JournaldError,
+    LeaseLost,
+    SessionExists,
+    SessionMismatch,
+    SessionNotFound,
+    TurnRunning,
+)
+from journald.fold import Message, RunState, fold_into
+from journald.paging import page, tail_start
+from journald.records import GENESIS, Record, make_record, validate_id
+from journald.server.edge import unary
+from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
+from journald.storage.base import AppendResult, Store
+from journald.validation import validate_payload
+
+if TYPE_CHECKING:
+    from journald.server.service import Limits
+
 Ctx = grpc.aio.ServicerContext[Any, Any]
+DAEMON_HOLDER = "journald daemon"
+TRIGGER_PB = {
+    "manual": pb.CHECKPOINT_TRIGGER_MANUAL,
+    "pre_compaction": pb.CHECKPOINT_TRIGGER_PRE_COMPACTION,
+    "pre_restore": pb.CHECKPOINT_TRIGGER_PRE_RESTORE,
+    "pre_prune": pb.CHECKPOINT_TRIGGER_PRE_PRUNE,
+    "import": pb.CHECKPOINT_TRIGGER_IMPORT,
+}
 
 
-async def _unimplemented(context: Ctx, rpc: str) -> NoReturn:
-    await context.abort(
-        grpc.StatusCode.UNIMPLEMENTED, f"{rpc} is not available in this journald build yet"
+def meta_to_pb(m: CheckpointMeta) -> pb.CheckpointMeta:
+    return pb.CheckpointMeta(
+        checkpoint_id=m.checkpoint_id,
+        run_id=m.run_id,
+        trigger=TRIGGER_PB.get(m.trigger, pb.CHECKPOINT_TRIGGER_UNSPECIFIED),
+        label=m.label,
+        seq=m.seq,
+        message_count=m.message_count,
+        created=m.created,
+        model=m.model,
+        hash=m.hash,
+        cwd=m.cwd,
     )
-    raise AssertionError("unreachable")
+
+
+def ack_of(r: AppendResult) -> pb.Ack:
+    from journald.server.service import ack_pb
+
+    return ack_pb(r)
+
+
+async def fold_stored(store: Store, run_id: str) -> RunState:
+    state = RunState()
+    async for rec in store.iter_records(run_id):
+        fold_into(state, (rec,))
+    if state.last_seq == 0:
+        raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})
+    return state
+
+
+def turn_running(state: RunState, what: str) -> TurnRunning:
+    ids = [c.id for c in state.pending.unanswered] if state.pending else []
+    return TurnRunning(
+        f"run {state.run_id}: cannot {what} while tool calls {ids} of seq "
+        f"{state.pending.seq if state.pending else 0} are unanswered; finish the turn (append a "
+        "result for each, is_error if abandoned) and retry",
+        metadata={"run_id": state.run_id},
+    )
+
+
+@dataclass(slots=True)
+class Held:
+    """The run's state for an operation, and the lease to append through (if writing)."""
+
+    state: RunState
+    lease: Lease | None
+    cwd: str
+
+
+def check_summary(summary: Sequence[Message]) -> None:
+    if not summary:
+        raise InvalidRecord(
+            "field summary: a compaction needs at least one summary message",
+            metadata={"field": "summary"},
+        )
+    validate_payload("rebase", {"reason": "compaction", "messages": list(summary)})
+    if summary[0]["role"] != "user":
+        raise InvalidRecord(
+            "field summary[0].role: the summary must start with a user message (the "
+            "compacted history is sent to a model, which needs a user turn first)",
+            metadata={"field": "summary[0].role"},
+        )
+    for i, m in enumerate(summary):
+        if not m["content"] or any(
+            b.get("type") in ("tool_use", "tool_result") for b in m["content"]
+        ):
+            raise InvalidRecord(
+                f"field summary[{i}].content: summary messages need content and hold no "
+                "tool_use/tool_result blocks",
+                metadata={"field": f"summary[{i}].content"},
+            )
 
 
 class CheckpointRpcs:
-    async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
-        await _unimplemented(context, "History")
+    store: Store
+    leases: LeaseTable
+    hub: WatchHub
+    checkpoints: CheckpointStore
+    checkpoint_max: int
+    limits: Limits
 
+    if TYPE_CHECKING:
+
+        async def commit(self, lease: Lease, records: list[Record]) -> list[AppendResult]: ...
+
+        def _check(self, rec: Record) -> None: ...
+
+    # --- serialization --------------------------------------------------------------------
+
+    async def _require_run(self, run_id: str) -> None:
+        if not await self.store.exists(run_id):
+            raise SessionNotFound(
+                f"run {run_id} does not exist; list runs with `journald ls`",
+                metadata={"run_id": run_id},
+            )
+
+    @contextlib.asynccontextmanager
+    async def _daemon_lease(
+        self, run_id: str, create: Record | None = None
+    ) -> AsyncIterator[Lease]:
+        """Hold ``run_id`` as the daemon for one operation (``create``: make the run first)."""
+        holder = new_holder(DAEMON_HOLDER, os.getpid(), socket.gethostname(), "")
+        async with self.leases.opening_lock(run_id):
+            self.leases.refuse_if_held(run_id)
+            await self.leases.wait_closed(run_id)
+            if create is not None:
+                if await self.store.exists(run_id):
+                    raise SessionExists(
+                        f"run {run_id} already exists; fork into another id",
+                        metadata={"run_id": run_id},
+                    )
+                journal = await self.store.create(create)
+                state = fold_into(RunState(), (create,))
+            else:
+                await self._require_run(run_id)
+                journal = await self.store.open(run_id)
+                try:
+                    state = await fold_stored(self.store, run_id)
+                except BaseException:
+                    await journal.close()
+                    raise
+            lease = self.leases.grant(run_id, holder, journal, state)
+        try:
+            async with lease.lock:
+                yield lease
+        finally:
+            self.leases.release(lease)
+            await self.leases.wait_closed(run_id)
+
+    @contextlib.asynccontextmanager
+    async def _head(self, run_id: str, lease_id: str, write: bool) -> AsyncIterator[Held]:
+        """The run's head, serialized with its appends (see the module doc)."""
+        lease = self.leases.held(run_id)
+        if lease is None and lease_id:
+            raise LeaseLost(
+                f"no live lease {lease_id} on run {run_id}: the lease ended; Open the run "
+                "again, or omit lease_id to let the daemon hold the run for the operation",
+                metadata={"run_id": run_id},
+            )
+        if lease is not None:
+            if write and lease.lease_id != lease_id:
+                self.leases.refuse_if_held(run_id)  # raises locked naming the holder
+            async with lease.lock:
+                if lease.ended.is_set():
+                    raise LeaseLost(
+                        f"the lease on run {run_id} ended during the operation; retry",
+                        metadata={"run_id": run_id},
+                    )
+                yield Held(lease.state, lease, lease.holder.cwd)
+            return
+        if write:
+            async with self._daemon_lease(run_id) as own:
+                yield Held(own.state, own, "")
+            return
+        await self._require_run(run_id)
+        yield Held(await fold_stored(self.store, run_id), None, "")
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def _event(self, kind: str, meta: CheckpointMeta) -> None:
+        self.hub.publish_checkpoint(
+            meta.run_id, pb.CheckpointEvent(kind=kind, checkpoint=meta_to_pb(meta))
+        )
+
+    async def _store_checkpoint(self, cp: Checkpoint) -> None:
+        await self.checkpoints.put(cp)
+        self._event("created", cp.meta)
+        if self.checkpoint_max > 0:
+            metas = await self.checkpoints.list(cp.meta.run_id)
+            for old in metas[: max(0, len(metas) - self.checkpoint_max)]:
+                if await self.checkpoints.delete(old.run_id, old.checkpoint_id):
+                    self._event("evicted", old)
+
+    async def _take(self, held: Held, trigger: str, label: str) -> Checkpoint:
+        st = held.state
+        cp = make_checkpoint(
+            run_id=st.run_id,
+            trigger=trigger,
+            label=label,
+            seq=st.last_seq,
+            messages=st.messages,
+            created=utc_ts(),
+            model=st.fingerprint.model if st.fingerprint else "",
+            cwd=held.cwd,
+        )
+        await self._store_checkpoint(cp)
+        return cp
+
+    async def _checkpoint_of(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+        cid = valid_checkpoint_id(checkpoint_id)
+        try:
+            cp = await self.checkpoints.get(run_id, cid)
+        except CheckpointNotFound:
+            owner = await self.checkpoints.owner(cid)
+            if owner is not None and owner != run_id:
+                raise SessionMismatch(
+                    f"checkpoint {cid} belongs to run {owner}, not {run_id}; restore it into "
+                    f"{owner}, fork it, or export it and import it into {run_id}",
+                    metadata={"run_id": run_id, "checkpoint_id": cid, "owner": owner},
+                ) from None
+            raise
+        if cp.meta.run_id != run_id:
+            raise SessionMismatch(
+                f"checkpoint {cid} belongs to run {cp.meta.run_id}, not {run_id}",
+                metadata={"run_id": run_id, "checkpoint_id": cid, "owner": cp.meta.run_id},
+            )
+        return cp
+
+    def _rebase(
+        self,
+        lease: Lease,
+        reason: str,
+        messages: Sequence[Message],
+        cp: Checkpoint | None,
+        covered: tuple[int, int] | None,
+    ) -> Record:
+        payload: dict[str, Any] = {"reason": reason, "messages": list(messages)}
+        if cp is not None:
+            payload["checkpoint_id"] = cp.checkpoint_id
+            payload["checkpoint_hash"] = cp.meta.hash
+        if covered is not None:
+            payload["covered"] = {"from_seq": covered[0], "to_seq": covered[1]}
+        rec = make_record(
+            lease.journal.last_seq + 1, "rebase", payload, lease.journal.last_hash, utc_ts()
+        )
+        self._check(rec)
+        return rec
+
+    @unary
     async def Checkpoint(
         self, request: pb.CheckpointRequest, context: Ctx
     ) -> pb.CheckpointResponse:
-        await _unimplemented(context, "Checkpoint")
+        run_id = validate_id(request.run_id)
+        async with self._head(run_id, "", write=False) as held:
+            if held.state.pending is not None:
+                raise turn_running(held.state, "take a checkpoint")
+            cp = await self._take(held, "manual", request.label)
+        return pb.CheckpointResponse(checkpoint=meta_to_pb(cp.meta))
 
+    @unary
     async def ListCheckpoints(
         self, request: pb.ListCheckpointsRequest, context: Ctx
     ) -> pb.ListCheckpointsResponse:
-        await _unimplemented(context, "ListCheckpoints")
+        run_id = validate_id(request.run_id)
+        await self._require_run(run_id)
+        metas = await self.checkpoints.list(run_id)
+        return pb.ListCheckpointsResponse(checkpoints=[meta_to_pb(m) for m in metas])
 
-    async def Restore(self, request: pb.RestoreRequest, context: Ctx) -> pb.RestoreResponse:
-        await _unimplemented(context, "Restore")
-
+    @unary
     async def DeleteCheckpoint(
         self, request: pb.DeleteCheckpointRequest, context: Ctx
     ) -> pb.DeleteCheckpointResponse:
-        await _unimplemented(context, "DeleteCheckpoint")
+        run_id = validate_id(request.run_id)
+        cid = valid_checkpoint_id(request.checkpoint_id)
+        try:
+            cp = await self.checkpoints.get(run_id, cid)
+        except (CheckpointNotFound, SessionNotFound):
+            return pb.DeleteCheckpointResponse(deleted=False)
+        deleted = await self.checkpoints.delete(run_id, cid)
+        if deleted:
+            self._event("deleted", cp.meta)
+        return pb.DeleteCheckpointResponse(deleted=deleted)
 
+    # --- restore / compact ----------------------------------------------------------------
+
+    @unary
+    async def Restore(self, request: pb.RestoreRequest, context: Ctx) -> pb.RestoreResponse:
+        run_id = validate_id(request.run_id)
+        await self._require_run(run_id)
+        cp = await self._checkpoint_of(run_id, request.checkpoint_id)
+        async with self._head(run_id, request.lease_id, write=True) as held:
+            st = held.state
+            assert held.lease is not None
+            if st.pending is not None:
+                raise turn_running(st, "restore a checkpoint")
+            warnings = []
+            if held.cwd and cp.meta.cwd and held.cwd != cp.meta.cwd:
+                warnings.append(
+                    pb.Warning(
+                        code="cwd_mismatch",
+                        message=f"checkpoint {cp.checkpoint_id} was taken in {cp.meta.cwd}, "
+                        f"the current writer works in {held.cwd}; the conversation was "
+                        "restored, the working directory was not changed (files the "
+                        "conversation mentions may differ)",
+                    )
+                )
+            before = len(st.messages)
+            pre = None
+            if not request.skip_checkpoint:
+                pre = await self._take(held, "pre_restore", f"before restoring {cp.checkpoint_id}")
+                failpoint("op_after_checkpoint")
+            msgs = governed(cp.messages)
+            rec = self._rebase(held.lease, "restore", msgs, cp, (1, st.last_seq))
+            results = await self.commit(held.lease, [rec])
+            failpoint("op_after_rebase")
+            after = len(held.lease.state.messages)
+        return pb.RestoreResponse(
+            from_messages=before,
+            to_messages=after,
+            pre_restore_checkpoint_id=pre.checkpoint_id if pre else "",
+            ack=ack_of(results[0]),
+            warnings=warnings,
+        )
+
+    @unary
     async def Compact(self, request: pb.CompactRequest, context: Ctx) -> pb.CompactResponse:
-        await _unimplemented(context, "Compact")
+        run_id = validate_id(request.run_id)
+        summary = [message_from_pb(m, f"summary[{i}]") for i, m in enumerate(request.summary)]
+        check_summary(summary)
+        rejected = pb.COMPACT_STATUS_REJECTED
+        async with self._head(run_id, request.lease_id, write=True) as held:
+            st = held.state
+            assert held.lease is not None
+            if st.pending is not None:
+                return pb.CompactResponse(status=rejected, reason="turn_running")
+            msgs = governed(st.messages)
+            if not msgs:
+                return pb.CompactResponse(status=rejected, reason="empty_history")
+            start = tail_start(msgs, request.keep_last)
+            if start == 0:
+                return pb.CompactResponse(status=rejected, reason="nothing_to_compact")
+            pre = None
+            if not request.skip_checkpoint:
+                label = request.checkpoint_label or "before compaction"
+                pre = await self._take(held, "pre_compaction", label)
+                failpoint("op_after_checkpoint")
+            covered = (1, st.last_seq)
+            try:
+                new = governed([*summary, *msgs[start:]])
+                rec = self._rebase(held.lease, "compaction", new, None, covered)
+                results = await self.commit(held.lease, [rec])
+            except JournaldError as err:
+                return pb.CompactResponse(
+                    status=pb.COMPACT_STATUS_FAILED,
+                    reason=err.code,
+                    checkpoint_id=pre.checkpoint_id if pre else "",
+                )
+            failpoint("op_after_rebase")
+        return pb.CompactResponse(
+            status=pb.COMPACT_STATUS_COMPACTED,
+            checkpoint_id=pre.checkpoint_id if pre else "",
+            removed_range=pb.SeqRange(from_seq=covered[0], to_seq=covered[1]),
+            ack=ack_of(results[0]),
+        )
 
+    # --- fork -----------------------------------------------------------------------------
+
+    @unary
     async def Fork(self, request: pb.ForkRequest, context: Ctx) -> pb.ForkResponse:
-        await _unimplemented(context, "Fork")
+        source = validate_id(request.run_id)
+        new_run = validate_id(request.new_run_id or f"fork-{new_id().lower()}", "new run id")
+        cp: Checkpoint | None = None
+        if request.checkpoint_id:
+            await self._require_run(source)
+            cp = await self._checkpoint_of(source, request.checkpoint_id)
+            async with self._head(source, "", write=False) as held:
+                src = held.state
+            msgs, at_seq = cp.messages, cp.meta.seq
+        else:
+            async with self._head(source, "", write=False) as held:
+                src = held.state
+                if src.pending is not None:
+                    raise turn_running(src, "fork the head")
+                msgs, at_seq = governed(src.messages), src.last_seq
+        assert src.fingerprint is not None
+        lineage: dict[str, Any] = {"forked_from_run_id": source}
+        if cp is not None:
+            lineage["forked_from_checkpoint_id"] = cp.checkpoint_id
+        lineage["forked_at_seq"] = at_seq
+        now = utc_ts()
+        payload: dict[str, Any] = {
+            "run_id": new_run,
+            "created": now,
+            "fingerprint": src.fingerprint.as_json(),
+            "prompt": list(src.prompt),
+            "interactive": src.interactive,
+        }
+        labels = dict(request.labels) or dict(src.labels)
+        if labels:
+            payload["labels"] = labels
+        payload["lineage"] = lineage
+        meta = make_record(1, "meta", payload, GENESIS, now)
+        self._check(meta)
+        async with self._daemon_lease(new_run, create=meta) as lease:
+            rec = self._rebase(lease, "fork", governed(msgs), cp, None)
+            await self.commit(lease, [rec])
+            state = lease.state
+        return pb.ForkResponse(run_id=new_run, state=state_to_pb(state))
 
+    # --- export / import ------------------------------------------------------------------
+
+    @unary
     async def ExportCheckpoint(
         self, request: pb.ExportCheckpointRequest, context: Ctx
     ) -> pb.ExportCheckpointResponse:
-        await _unimplemented(context, "ExportCheckpoint")
+        run_id = validate_id(request.run_id)
+        await self._require_run(run_id)
+        cp = await self._checkpoint_of(run_id, request.checkpoint_id)
+        return pb.ExportCheckpointResponse(data=export_bytes(cp))
 
+    @unary
     async def ImportCheckpoint(
         self, request: pb.ImportCheckpointRequest, context: Ctx
     ) -> pb.ImportCheckpointResponse:
-        await _unimplemented(context, "ImportCheckpoint")
+        run_id = validate_id(request.run_id)
+        ex = verify_export(request.data)
+        if ex.attachments:
+            raise CheckpointImportInvalid(
+                "the export carries attachments, which this daemon build does not store yet; "
+                "nothing was written",
+                metadata={"run_id": run_id},
+            )
+        async with self._head(run_id, "", write=False) as held:
+            cp = imported(ex, run_id=run_id, seq=held.state.last_seq, created=utc_ts())
+            await self._store_checkpoint(cp)
+        return pb.ImportCheckpointResponse(checkpoint=meta_to_pb(cp.meta))
+
+    # --- history --------------------------------------------------------------------------
+
+    @unary
+    async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
+        run_id = validate_id(request.run_id)
+        lease = self.leases.held(run_id)
+        state = lease.state if lease is not None else await fold_stored(self.store, run_id)
+        msgs = governed(state.messages)
+        p = page(msgs, request.offset, request.limit)
+        return pb.HistoryResponse(
+            messages=messages_to_pb(p.messages),
+            total=p.total,
+            offset=p.offset,
+            next_offset=p.next_offset,
+        )

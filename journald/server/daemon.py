@@ -34,6 +34,7 @@ from grpc_reflection.v1alpha import reflection
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 
+from journald.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
 from journald.errors import BackendUnavailable
 from journald.server.service import JournalService, Limits
 from journald.storage.base import Store
@@ -57,6 +58,8 @@ class ServeConfig:
     segment_max_records: int = 5000
     segmentation: bool = True
     shutdown_grace_s: float = 10.0
+    checkpoint_dir: Path | None = None
+    checkpoint_max: int = 0
 
 
 class DataDirLocked(Exception):
@@ -129,12 +132,26 @@ async def open_store(cfg: ServeConfig) -> Store:
     raise BackendUnavailable(f"unknown backend {cfg.backend!r}; use file, jetstream or memory")
 
 
+def open_checkpoints(cfg: ServeConfig, store: Store) -> CheckpointStore:
+    """Co-located with the run (file backend) unless ``checkpoint_dir`` is set; in memory for
+    the memory backend; ``<data_dir>/checkpoints`` (this host only) for JetStream."""
+    if cfg.checkpoint_dir is not None:
+        return FileCheckpointStore.separate(str(cfg.checkpoint_dir))
+    if cfg.backend == "file":
+        return FileCheckpointStore.colocated_with(str(cfg.data_dir / "sessions"))
+    if cfg.backend == "jetstream":
+        return FileCheckpointStore.separate(str(cfg.data_dir / "checkpoints"))
+    return MemoryCheckpointStore()
+
+
 async def serve(cfg: ServeConfig, ready: asyncio.Event | None = None) -> int:
     lock = lock_data_dir(cfg.data_dir)
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         store = await open_store(cfg)
-        service = JournalService(store, cfg.limits)
+        service = JournalService(
+            store, cfg.limits, open_checkpoints(cfg, store), cfg.checkpoint_max
+        )
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),

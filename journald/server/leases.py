@@ -13,6 +13,8 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from journald_client.pb import journal_pb2 as pb
+
 from journald.clock import utc_ts
 from journald.errors import LeaseLost, Locked
 from journald.fold import RunState
@@ -143,20 +145,22 @@ def new_holder(name: str, pid: int, host: str, cwd: str) -> Holder:
 
 
 END = None
+HubItem = Sequence[Record] | pb.CheckpointEvent | None
 
 
 class WatchHub:
-    """Fan-out of durable records to live tails; ``None`` on a queue means the run is gone."""
+    """Fan-out of durable records and checkpoint events to live tails, in the order they
+    happened; ``None`` on a queue means the run is gone."""
 
     def __init__(self) -> None:
-        self._subs: dict[str, set[asyncio.Queue[Sequence[Record] | None]]] = {}
+        self._subs: dict[str, set[asyncio.Queue[HubItem]]] = {}
 
-    def subscribe(self, run_id: str) -> asyncio.Queue[Sequence[Record] | None]:
-        q: asyncio.Queue[Sequence[Record] | None] = asyncio.Queue()
+    def subscribe(self, run_id: str) -> asyncio.Queue[HubItem]:
+        q: asyncio.Queue[HubItem] = asyncio.Queue()
         self._subs.setdefault(run_id, set()).add(q)
         return q
 
-    def unsubscribe(self, run_id: str, q: asyncio.Queue[Sequence[Record] | None]) -> None:
+    def unsubscribe(self, run_id: str, q: asyncio.Queue[HubItem]) -> None:
         subs = self._subs.get(run_id)
         if subs is not None:
             subs.discard(q)
@@ -166,6 +170,10 @@ class WatchHub:
     def publish(self, run_id: str, records: Sequence[Record]) -> None:
         for q in self._subs.get(run_id, ()):
             q.put_nowait(records)
+
+    def publish_checkpoint(self, run_id: str, event: pb.CheckpointEvent) -> None:
+        for q in self._subs.get(run_id, ()):
+            q.put_nowait(event)
 
     def close_run(self, run_id: str) -> None:
         for q in self._subs.get(run_id, ()):

@@ -13,6 +13,7 @@ from journald_client.pb import journal_pb2_grpc as pb_grpc
 
 from journald import governance
 from journald.admission import admit
+from journald.checkpoints import CheckpointStore, MemoryCheckpointStore
 from journald.clock import utc_ts
 from journald.convert import (
     fingerprint_from_pb,
@@ -65,9 +66,17 @@ async def fold_store(store: Store, run_id: str) -> RunState:
 
 
 class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
-    def __init__(self, store: Store, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        limits: Limits | None = None,
+        checkpoints: CheckpointStore | None = None,
+        checkpoint_max: int = 0,
+    ) -> None:
         self.store = store
         self.limits = limits or Limits()
+        self.checkpoints: CheckpointStore = checkpoints or MemoryCheckpointStore()
+        self.checkpoint_max = checkpoint_max
         self.leases = LeaseTable()
         self.hub = WatchHub()
 
@@ -195,15 +204,20 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         await lease.turnstile.wait_for(request.records[0].seq, self.limits.gap_wait_s, run_id)
         async with lease.lock:
             self.leases.check(run_id, request.lease_id)
-            records = self._decode(lease, request)
-            new = [r for r in records if r.seq > lease.journal.last_seq]
-            admit(lease.state, new)
-            results = await lease.journal.append(records)
-            if new:
-                fold_into(lease.state, new)
-                self.hub.publish(run_id, new)
-            await lease.turnstile.advance(lease.journal.last_seq + 1)
+            results = await self.commit(lease, self._decode(lease, request))
         return pb.AppendResponse(acks=[ack_pb(r) for r in results])
+
+    async def commit(self, lease: Lease, records: list[Record]) -> list[AppendResult]:
+        """Admit, write, fold into the cached state, publish to tails (caller holds
+        ``lease.lock``). Every append path goes through here (appends, rebases)."""
+        new = [r for r in records if r.seq > lease.journal.last_seq]
+        admit(lease.state, new)
+        results = await lease.journal.append(records)
+        if new:
+            fold_into(lease.state, new)
+            self.hub.publish(lease.run_id, new)
+        await lease.turnstile.advance(lease.journal.last_seq + 1)
+        return results
 
     def _decode(self, lease: Lease, request: pb.AppendRequest) -> list[Record]:
         """Build records; new ones are chained onto the journal's last hash, so the bytes
@@ -289,6 +303,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             self.leases.refuse_if_held(run_id)
             await self.leases.wait_closed(run_id)
             deleted = await self.store.delete(run_id)
+            if deleted:
+                await self.checkpoints.drop_run(run_id)
         if deleted:
             self.hub.close_run(run_id)
         return pb.DeleteResponse(deleted=deleted)
@@ -318,6 +334,9 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 batch = await queue.get()
                 if batch is END:
                     return
+                if isinstance(batch, pb.CheckpointEvent):
+                    yield pb.WatchResponse(checkpoint=batch)
+                    continue
                 for rec in batch:
                     if rec.seq > last:
                         yield pb.WatchResponse(record=record_to_pb(rec))
