@@ -44,6 +44,15 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--segment-max-bytes", type=_size, default=16 * 1024 * 1024)
     p.add_argument("--segment-max-records", type=int, default=5000)
     p.add_argument("--no-segments", action="store_true", help="never seal segments")
+    p.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=None,
+        help="keep checkpoints in this directory (default: with each run, deleted with it)",
+    )
+    p.add_argument(
+        "--checkpoint-max", type=int, default=0, help="checkpoints kept per run (0 = no limit)"
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -64,6 +73,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         segment_max_bytes=args.segment_max_bytes,
         segment_max_records=args.segment_max_records,
         segmentation=not args.no_segments,
+        checkpoint_dir=args.checkpoint_dir.absolute() if args.checkpoint_dir else None,
+        checkpoint_max=args.checkpoint_max,
     )
     return run(cfg)
 
