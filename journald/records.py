@@ -153,7 +153,7 @@ def from_json(obj: object) -> Record:
     if not isinstance(obj, dict):
         raise InvalidRecord("record must be a JSON object")
     version = obj.get("v")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:  # not true, not 1.0
         raise VersionUnsupported(
             f"record format version {version!r} is not supported (this build reads and writes "
             f"version {FORMAT_VERSION}); upgrade journald or export with a matching version",
@@ -162,7 +162,8 @@ def from_json(obj: object) -> Record:
     seq = obj.get("seq")
     if type(seq) is not int or not 1 <= seq <= MAX_SAFE_INT:
         raise InvalidRecord(f"field seq: must be an integer >= 1, got {seq!r}")
-    kind = KIND_OF.get(obj.get("type", ""))
+    rtype = obj.get("type")
+    kind = KIND_OF.get(rtype) if isinstance(rtype, str) else None
     if kind is None:
         raise InvalidRecord(
             f"field type: unknown record type {obj.get('type')!r}", metadata={"seq": seq}
