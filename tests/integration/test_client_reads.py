@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import journald_client as jc
+import pytest
 
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
@@ -127,3 +128,27 @@ def test_a_record_written_inside_a_span_stores_its_trace_context(daemon: Daemon)
     expected = {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
     assert records[1].trace == expected
     assert records[2].trace is None
+
+
+def test_a_completed_record_whose_ack_was_lost_is_adopted_after_a_daemon_restart(
+    tmp_path: Path,
+) -> None:
+    from journald_client import codec
+
+    daemon = Daemon(tmp_path, "file")
+    try:
+        daemon.start()
+        with jc.connect(str(daemon.socket)) as client, client.start("lost-ack", FP, "hi") as run:
+            records = codec.stamp([jc.Entry.terminal("completed", "done")], 2)
+            first = run._send(records)
+            # the daemon dies; the writer never saw that ack and sends the same record again:
+            # the run is now completed, so re-opening is refused, but the stored record is ours
+            daemon.kill9()
+            daemon.start()
+            again = run._send(records)
+            assert [(a.seq, a.hash, a.duplicate) for a in again] == [(2, first[0].hash, True)]
+            other = codec.stamp([jc.Entry.terminal("completed", "someone else")], 2)
+            with pytest.raises(jc.Completed):
+                run._send(other)
+    finally:
+        daemon.kill9()

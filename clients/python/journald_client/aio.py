@@ -28,6 +28,7 @@ from journald_client.state import (
     Ack,
     GovernedView,
     JournalRecord,
+    LeaseWarning,
     RunInfo,
     RunState,
     ToolCall,
@@ -93,12 +94,20 @@ class AsyncClient:
         except grpc.RpcError as exc:
             raise self._error(exc) from None
 
-    async def wait_ready(self, wait: float = 5.0) -> None:
-        """Wait until the daemon's socket accepts a connection, or raise ``DaemonUnavailable``."""
+    async def _ready(self, wait: float) -> bool:
+        """Whether the daemon answers within ``wait`` seconds (waiting for it to come up)."""
+        probe = self._channel.unary_unary(codec.HEALTH_CHECK, None, None)
         try:
-            await asyncio.wait_for(self._channel.channel_ready(), wait)
-        except TimeoutError:
-            raise errors.unreachable(self.target, f"no answer within {wait:g}s") from None
+            await probe(b"", timeout=max(wait, 0.001), wait_for_ready=True)
+        except grpc.RpcError as exc:
+            code = exc.code() if callable(getattr(exc, "code", None)) else None
+            return codec.probe_says_ready(code)
+        return True
+
+    async def wait_ready(self, wait: float = 5.0) -> None:
+        """Wait until the daemon answers, or raise ``DaemonUnavailable``."""
+        if not await self._ready(wait):
+            raise errors.unreachable(self.target, f"no answer within {wait:g}s")
 
     async def _open(
         self,
@@ -267,6 +276,11 @@ class AsyncRun:
         return self._lease.lease.resume_at_input_boundary
 
     @property
+    def warnings(self) -> list[LeaseWarning]:
+        """Notices that came with the lease (``open_tool_calls``, ``paused_turn``, ...)."""
+        return list(self.state.warnings)
+
+    @property
     def lease_ended(self) -> str | None:
         return self._lease.ended
 
@@ -345,9 +359,9 @@ class AsyncRun:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise last
-            try:
-                await asyncio.wait_for(self._client._channel.channel_ready(), min(remaining, 1.0))
-            except TimeoutError:
+            if self.closed:
+                raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
+            if not await self._client._ready(min(remaining, 1.0)):
                 last = errors.unreachable(self._client.target, "reconnecting")
                 continue
             try:
@@ -365,6 +379,9 @@ class AsyncRun:
                 continue
             self._lease = lease
             self.reconnects += 1
+            if self.closed:
+                await lease.cancel()
+                raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
             stored = lease.lease.last_seq
             if stored < records[0].seq - 1:
                 raise errors.StoreCorrupted(

@@ -35,6 +35,7 @@ from journald_client.state import (
     Ack,
     GovernedView,
     JournalRecord,
+    LeaseWarning,
     RunInfo,
     RunState,
     ToolCall,
@@ -114,12 +115,20 @@ class Client:
         except grpc.RpcError as exc:
             raise self._error(exc) from None
 
-    def wait_ready(self, timeout: float = 5.0) -> None:
-        """Block until the daemon's socket accepts a connection, or raise ``DaemonUnavailable``."""
+    def _ready(self, timeout: float) -> bool:
+        """Whether the daemon answers within ``timeout`` (waiting for it to come up)."""
+        probe = self._channel.unary_unary(codec.HEALTH_CHECK, None, None)
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            raise errors.unreachable(self.target, f"no answer within {timeout:g}s") from None
+            probe(b"", timeout=max(timeout, 0.001), wait_for_ready=True)
+        except grpc.RpcError as exc:
+            code = exc.code() if callable(getattr(exc, "code", None)) else None
+            return codec.probe_says_ready(code)
+        return True
+
+    def wait_ready(self, timeout: float = 5.0) -> None:
+        """Block until the daemon answers, or raise ``DaemonUnavailable``."""
+        if not self._ready(timeout):
+            raise errors.unreachable(self.target, f"no answer within {timeout:g}s")
 
     def _open(
         self,
@@ -316,7 +325,8 @@ class Run:
         return self._lease.lease.lease_id
 
     @property
-    def warnings(self) -> list[Any]:
+    def warnings(self) -> list[LeaseWarning]:
+        """Notices that came with the lease (``open_tool_calls``, ``paused_turn``, ...)."""
         return list(self.state.warnings)
 
     @property
@@ -407,9 +417,9 @@ class Run:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise last
-            try:
-                grpc.channel_ready_future(self._client._channel).result(timeout=min(remaining, 1.0))
-            except grpc.FutureTimeoutError:
+            if self.closed:
+                raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
+            if not self._client._ready(min(remaining, 1.0)):
                 last = errors.unreachable(self._client.target, "reconnecting")
                 continue
             try:
@@ -427,6 +437,9 @@ class Run:
                 continue
             self._lease = lease
             self.reconnects += 1
+            if self.closed:  # closed while we were re-opening: do not keep the new lease
+                lease.cancel()
+                raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
             stored = lease.lease.last_seq
             if stored < records[0].seq - 1:
                 raise errors.StoreCorrupted(
@@ -496,12 +509,11 @@ class Run:
         return self._lease.ended if self._lease.done.is_set() else None
 
     def close(self) -> None:
-        """Release the lease (cancels the Open stream)."""
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            self._lease.cancel()
+        """Release the lease (cancels the Open stream); a reconnect in progress gives up."""
+        if self.closed:
+            return
+        self.closed = True
+        self._lease.cancel()
 
     def __enter__(self) -> Run:
         return self

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import grpc
+
 from journald_client import errors, telemetry
 from journald_client.fingerprint import Fingerprint, canonical_json
 from journald_client.pb import journal_pb2 as pb
@@ -24,6 +26,7 @@ from journald_client.state import (
     Counters,
     GovernedView,
     JournalRecord,
+    LeaseWarning,
     Message,
     PendingResult,
     PendingTurn,
@@ -33,7 +36,6 @@ from journald_client.state import (
     ToolCall,
     ToolOutput,
     VerifyResult,
-    Warning,
 )
 
 TERMINAL_REASONS = ("completed", "suspended", "error", "budget", "max_iterations")
@@ -317,7 +319,7 @@ def state_from_pb(st: pb.RunState, warnings: Sequence[pb.Warning] = ()) -> RunSt
         labels=dict(st.labels),
         prompt=_json_list(st.prompt_json),
         lineage=lineage,
-        warnings=[Warning(w.code, w.message) for w in warnings],
+        warnings=[LeaseWarning(w.code, w.message) for w in warnings],
     )
 
 
@@ -397,6 +399,16 @@ def backoff(initial: float = 0.05, cap: float = 1.0) -> Iterator[float]:
     while True:
         yield delay
         delay = min(cap, delay * 2)
+
+
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+"""Probed (an empty HealthCheckRequest, raw bytes) with wait_for_ready to learn when the
+daemon accepts calls again, without a connectivity-polling thread."""
+
+
+def probe_says_ready(status: grpc.StatusCode | None) -> bool:
+    """Any answer from the daemon, even UNIMPLEMENTED, means it is up."""
+    return status not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def needs_reopen(err: errors.JournaldError) -> bool:

@@ -79,7 +79,7 @@ class Anomaly:
 
 
 @dataclass(frozen=True, slots=True)
-class Warning:
+class LeaseWarning:
     """A notice that travels with an open (``open_tool_calls``, ``paused_turn``, ...)."""
 
     code: str
@@ -113,7 +113,7 @@ class RunState:
     labels: dict[str, str] = field(default_factory=dict)
     prompt: list[Block] = field(default_factory=list)
     lineage: dict[str, Any] | None = None
-    warnings: list[Warning] = field(default_factory=list)
+    warnings: list[LeaseWarning] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
