@@ -1,0 +1,106 @@
+"""History paging (journald.paging): every message once, every page self-paired."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from journald.fold import fold
+from journald.governance import sanitize
+from journald.paging import Page, page, tail_start
+from journald.records import Record
+from tests.builders import JournalBuilder
+from tests.unit.strategies import journals, message_lists
+
+Message = dict[str, Any]
+
+
+def self_paired(msgs: Sequence[Message]) -> bool:
+    """No tool_use without its result in the next message, no result without its call."""
+    for i, m in enumerate(msgs):
+        blocks = m["content"]
+        if m["role"] == "assistant":
+            calls = {b["id"] for b in blocks if b.get("type") == "tool_use"}
+            if calls:
+                if i + 1 >= len(msgs) or msgs[i + 1]["role"] != "user":
+                    return False
+                got = {
+                    b["tool_use_id"]
+                    for b in msgs[i + 1]["content"]
+                    if b.get("type") == "tool_result"
+                }
+                if not calls <= got:
+                    return False
+        else:
+            answers = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
+            if answers:
+                if i == 0 or msgs[i - 1]["role"] != "assistant":
+                    return False
+                calls = {b.get("id") for b in msgs[i - 1]["content"] if b.get("type") == "tool_use"}
+                if not answers <= calls:
+                    return False
+    return True
+
+
+def walk(msgs: Sequence[Message], limits: Sequence[int]) -> list[Page]:
+    pages, offset, i = [], 0, 0
+    while offset < len(msgs):
+        p = page(msgs, offset, limits[i % len(limits)])
+        pages.append(p)
+        assert p.offset == offset
+        assert p.next_offset > offset
+        offset = p.next_offset
+        i += 1
+    return pages
+
+
+def conversation(records: list[Record]) -> list[Message]:
+    return sanitize(fold(records).messages)[0]
+
+
+@settings(max_examples=60)
+@given(journals(max_steps=16), st.lists(st.integers(1, 6), min_size=1, max_size=4))
+def test_following_next_offset_visits_every_message_once_in_self_paired_pages(
+    records: list[Record], limits: list[int]
+) -> None:
+    msgs = conversation(records)
+    pages = walk(msgs, limits)
+    assert [m for p in pages for m in p.messages] == msgs
+    for p in pages:
+        assert p.total == len(msgs)
+        assert self_paired(p.messages)
+    assert not pages or pages[-1].next_offset == len(msgs)
+
+
+@settings(max_examples=100)
+@given(message_lists(max_size=12), st.integers(0, 15), st.integers(0, 8))
+def test_any_offset_aligns_back_and_any_end_aligns_forward(
+    raw: list[Message], offset: int, limit: int
+) -> None:
+    msgs = sanitize(raw)[0]
+    p = page(msgs, offset, limit)
+    assert p.offset <= min(offset, len(msgs))
+    assert p.messages == msgs[p.offset : p.next_offset]
+    assert self_paired(p.messages)
+    if limit == 0:
+        assert p.messages == []
+    else:
+        assert len(p.messages) >= min(limit, len(msgs) - p.offset)
+
+
+def test_an_offset_inside_a_tool_round_moves_back_to_its_call() -> None:
+    b = JournalBuilder("paging")
+    b.turn(["a", "b"])
+    b.turn(["c"])
+    msgs = conversation(b.records)  # user, assistant(a, b), user(results), assistant(c), user
+    assert len(msgs) == 5
+    p = page(msgs, 2, 1)
+    assert (p.offset, p.next_offset) == (1, 3)
+    assert page(msgs, 0, 2).next_offset == 3  # the end moves forward past the results
+    assert page(msgs, 4, 0) == Page([], 5, 3, 3)
+    assert tail_start(msgs, 1) == 3
+    assert tail_start(msgs, 0) == 5
+    assert page(msgs, 99, 5) == Page([], 5, 5, 5)
