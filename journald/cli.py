@@ -80,9 +80,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from journald import cli_commands
+
     parser = argparse.ArgumentParser(prog="journald", description=__doc__)
+    cli_commands.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve(sub)
+    cli_commands.add_commands(sub)
     return parser
 
 
@@ -90,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return cmd_serve(args)
+    if getattr(args, "client_command", None) is not None:
+        from journald.cli_commands import dispatch
+
+        return dispatch(args)
     print(f"journald: unknown command {args.command}", file=sys.stderr)
     return 2
 
