@@ -23,7 +23,7 @@ def _workspace(tmp_path: Path) -> Path:
     return ws
 
 
-def test_the_example_agent_is_killed_mid_batch_and_resumes_to_completion(
+def test_the_example_agent_is_killed_twice_mid_batch_and_resumes_to_completion(
     daemon: Daemon, tmp_path: Path
 ) -> None:
     ws = _workspace(tmp_path)
@@ -41,13 +41,20 @@ def test_the_example_agent_is_killed_mid_batch_and_resumes_to_completion(
             assert len(state.pending.unanswered) == 6
             assert not state.terminal_is_last
 
-        resumed = procs.script(AGENT, *args, "--resume", out=tmp_path / "2.out", env=env)
+        # killed again in the middle of completing the pending turn
+        again = procs.script(
+            AGENT, *args, "--resume", "--crash-after", "2", out=tmp_path / "2.out", env=env
+        )
+        assert again.wait(60) == -9, again.text()
+        assert "pending turn at seq 4: 3 result(s) journaled, 6 call(s) to run" in again.text()
+
+        resumed = procs.script(AGENT, *args, "--resume", out=tmp_path / "3.out", env=env)
         assert resumed.wait(60) == 0, resumed.text()
         out = resumed.text()
-        assert "pending turn at seq 4: 3 result(s) journaled, 6 call(s) to run" in out
+        assert "pending turn at seq 4: 5 result(s) journaled, 4 call(s) to run" in out
         # only the unanswered calls ran on resume
-        assert "[toolu_02_00]" not in out
-        assert "[toolu_02_03]" in out
+        assert "[toolu_02_04]" not in out
+        assert "[toolu_02_05]" in out
 
     digest = hashlib.sha256((ws / "b.txt").read_bytes()).hexdigest()
     assert f"- b.txt sha256_file: {digest}" in out

@@ -105,3 +105,22 @@ def test_starting_an_existing_run_and_resuming_a_missing_one_are_typed(client: j
         client.resume("missing", FP)
     with pytest.raises(jc.InvalidId):
         client.start("../escape", FP, "x")
+
+
+def test_an_interactive_run_resumed_after_an_answer_waits_for_input(client: jc.Client) -> None:
+    _make(client, "chat", interactive=True)
+    with client.resume("chat", FP, interactive=True) as run:
+        assert run.resume_at_input_boundary
+        assert run.state.resume_at_input_boundary
+        assert run.warnings == []
+        run.user("a follow-up")
+    with client.resume("chat", FP, interactive=True) as run:
+        assert not run.resume_at_input_boundary
+        assert run.next_iteration == 2
+
+
+def test_resuming_on_a_paused_turn_warns(client: jc.Client) -> None:
+    with client.start("paused-turn", FP, "hello") as run:
+        run.assistant("thinking...", stop_reason="pause_turn")
+    with client.resume("paused-turn", FP) as run:
+        assert [w.code for w in run.warnings] == ["paused_turn"]
