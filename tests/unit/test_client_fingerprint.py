@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from journald_client import fingerprint as cfp
 
@@ -72,6 +72,7 @@ json_values = st.recursive(
 )
 
 
+@settings(max_examples=60)
 @given(
     prompt=st.lists(st.text(), max_size=4),
     tools=st.lists(st.dictionaries(st.text(), json_values, max_size=4), max_size=4),
@@ -84,6 +85,7 @@ def test_the_client_and_the_daemon_hash_any_configuration_identically(
     assert mine.as_json() == theirs.as_json()
 
 
+@settings(max_examples=100)
 @given(value=json_values)
 def test_the_client_and_the_daemon_canonicalize_any_value_identically(value: Any) -> None:
     assert cfp.canonical_json(value) == daemon_canonical(value)

@@ -42,9 +42,11 @@ from journald_client.state import (
     VerifyResult,
 )
 
+# Reconnect quickly after a daemon restart. grpc.min_reconnect_backoff_ms is deliberately
+# left alone: gRPC also uses it as the minimum connect timeout, and a tiny one fails
+# connection attempts on a loaded host.
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
