@@ -84,19 +84,15 @@ import contextlib
 import fcntl
 import itertools
 import json
-import logging
 import os
-import queue
 import shutil
 import socket
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from journald import failpoints
 from journald.errors import (
@@ -104,7 +100,6 @@ from journald.errors import (
     InvalidRecord,
     JournaldError,
     Locked,
-    SeqConflict,
     SessionExists,
     SessionNotFound,
     StoreCorrupted,
@@ -113,13 +108,20 @@ from journald.records import GENESIS, Record, decode, sha256_hex, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
-    AppendResult,
     QuarantineReport,
     RepairReport,
     RunInfo,
     VerifyReport,
 )
-from journald.storage.common import SeqTurnstile, plan_append
+from journald.storage.file_journal import (
+    RECENT,
+    FileJournal,
+    OpenState,
+    SegmentStats,
+    now_utc,
+    read_file,
+    unique_path,
+)
 from journald.storage.info import run_info_from
 from journald.storage.segments import (
     BROKEN,
@@ -143,16 +145,12 @@ from journald.storage.segments import (
     read_manifest,
     split_active,
     split_complete,
-    storage_error,
     write_all,
     write_manifest,
 )
 
-T = TypeVar("T")
 MiB = 1024 * 1024
 MISSING = b"\0missing"
-log = logging.getLogger(__name__)
-RECENT = 1024  # records kept in memory per journal for idempotent-retry comparisons
 Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
 Infos = list[RunInfo]
@@ -175,390 +173,6 @@ class PruneReport:
     dropped_to: int = 0
     dropped_records: int = 0
     kept_records: int = 0
-
-
-# --- blocking I/O off the event loop -------------------------------------------------------
-
-
-class _ThreadIO:
-    """A dedicated writer thread per journal (FIFO, so writes keep their order)."""
-
-    def __init__(self, name: str) -> None:
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._t = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._t.start()
-
-    def _loop(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            fn, args, loop, fut = item
-            try:
-                res = fn(*args)
-            except BaseException as exc:
-                loop.call_soon_threadsafe(_settle_exc, fut, exc)
-            else:
-                loop.call_soon_threadsafe(_settle_ok, fut, res)
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
-        self._q.put((fn, args, loop, fut))
-        return await fut
-
-    def stop(self) -> None:
-        self._q.put(None)
-        self._t.join(timeout=5)
-
-
-class _ExecutorIO:
-    """``asyncio.to_thread`` on the loop's default executor."""
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(fn, *args)
-
-    def stop(self) -> None:
-        pass
-
-
-def _settle_ok(fut: asyncio.Future[Any], res: Any) -> None:
-    if not fut.done():
-        fut.set_result(res)
-
-
-def _settle_exc(fut: asyncio.Future[Any], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
-
-
-# --- per-run state -----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Stats:
-    """Running figures of the active segment (become its manifest entry when sealed)."""
-
-    records: int = 0
-    messages: int = 0
-    first_seq: int = 0
-    first_hash: str = ""
-    first_prev: str = ""
-    last_seq: int = 0
-    last_hash: str = ""
-
-    def add(self, rec: Record) -> None:
-        if not self.records:
-            self.first_seq, self.first_hash, self.first_prev = rec.seq, rec.hash, rec.prev
-        self.records += 1
-        self.messages += message_count(rec)
-        self.last_seq, self.last_hash = rec.seq, rec.hash
-
-    def segment(self, name: str, size: int) -> SegmentInfo:
-        return SegmentInfo(
-            name,
-            self.first_seq,
-            self.last_seq,
-            self.records,
-            self.messages,
-            size,
-            self.first_hash,
-            self.last_hash,
-            self.first_prev,
-        )
-
-
-@dataclass(slots=True)
-class _OpenState:
-    manifest: Manifest
-    size: int
-    stats: _Stats
-    last_seq: int
-    last_hash: str
-    meta: Record | None
-    recent: list[Record] = field(default_factory=list)
-    repair: RepairReport | None = None
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _unique(path: str) -> str:
-    if not os.path.exists(path):
-        return path
-    for i in range(1, 10_000):
-        cand = f"{path}.{i}"
-        if not os.path.exists(cand):
-            return cand
-    return f"{path}.{uuid.uuid4().hex}"
-
-
-class FileJournal:
-    """The exclusive append handle of one run in a ``FileStore``."""
-
-    durability = FSYNC_LOCAL
-
-    def __init__(
-        self, store: FileStore, run_id: str, lock_fd: int, st: _OpenState, first: bool
-    ) -> None:
-        self.run_id = run_id
-        self._store = store
-        self._dir = store.run_dir(run_id)
-        self._path = os.path.join(self._dir, JOURNAL)
-        self._lock_fd = lock_fd
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
-        self._manifest = st.manifest
-        self._size = st.size
-        self._stats = st.stats
-        self._meta = st.meta
-        self._last_seq, self._last_hash = st.last_seq, st.last_hash
-        self._q_seq, self._q_hash = st.last_seq, st.last_hash
-        self._recent: OrderedDict[int, Record] = OrderedDict((r.seq, r) for r in st.recent)
-        self._repair = st.repair
-        self._first_write = first
-        self._turn = SeqTurnstile(st.last_seq + 1)
-        self._plan_lock = asyncio.Lock()
-        self._queue: list[tuple[list[Record], asyncio.Future[None]]] = []
-        self._tail: asyncio.Future[None] | None = None
-        self._flusher: asyncio.Task[None] | None = None
-        self._io: _ThreadIO | _ExecutorIO = (
-            _ThreadIO(f"journald-writer-{run_id[:32]}") if store.io == "thread" else _ExecutorIO()
-        )
-        self._poisoned: JournaldError | None = None
-        self.commits = 0
-        """Durable writes (write + fdatasync) done; group commit makes it < appends."""
-        self._closed = False
-
-    @property
-    def last_seq(self) -> int:
-        return self._last_seq
-
-    @property
-    def last_hash(self) -> str:
-        return self._last_hash
-
-    @property
-    def repair(self) -> RepairReport | None:
-        return self._repair
-
-    # -- append ----------------------------------------------------------------------------
-
-    async def append(self, records: Sequence[Record]) -> list[AppendResult]:
-        if self._closed:
-            raise Locked(
-                f"journal of run {self.run_id} is closed; open it again",
-                metadata={"run_id": self.run_id},
-            )
-        if self._poisoned is not None:
-            raise self._poisoned
-        if not records:
-            plan_append(records, self._q_seq, self._q_hash, {}, self.run_id)
-        await self._turn.wait_for(records[0].seq, self._store.gap_wait_s, self.run_id)
-        for _ in range(len(records) + 64):
-            async with self._plan_lock:
-                inflight = self._q_seq > self._last_seq
-                overlaps = records[0].seq <= self._q_seq and records[-1].seq > self._last_seq
-                if not (inflight and overlaps):
-                    stored = {
-                        r.seq: await self._stored(r.seq) for r in records if r.seq <= self._q_seq
-                    }
-                    dups, new = plan_append(records, self._q_seq, self._q_hash, stored, self.run_id)
-                    fut: asyncio.Future[None] | None = None
-                    if new:
-                        fut = asyncio.get_running_loop().create_future()
-                        self._queue.append((new, fut))
-                        self._tail = fut
-                        self._q_seq, self._q_hash = new[-1].seq, new[-1].hash
-                        await self._turn.advance(self._q_seq + 1)
-                        if self._flusher is None:
-                            self._flusher = asyncio.create_task(self._flush())
-                    break
-                tail = self._tail
-            if tail is not None:
-                await asyncio.wait([tail])
-        else:  # pragma: no cover - every queued batch settles
-            raise BackendUnavailable(f"run {self.run_id}: append could not be scheduled")
-        if fut is not None:
-            await fut
-        return [AppendResult(r.seq, r.hash, FSYNC_LOCAL, True) for r in dups] + [
-            AppendResult(r.seq, r.hash, FSYNC_LOCAL) for r in new
-        ]
-
-    async def _stored(self, seq: int) -> Record:
-        rec = self._recent.get(seq)
-        if rec is not None:
-            return rec
-        for r in await self._store.load(self.run_id, seq):
-            if r.seq == seq:
-                return r
-        raise SeqConflict(
-            f"run {self.run_id}: seq {seq} was pruned or quarantined and the journal is at "
-            f"seq {self._last_seq}; continue at seq {self._last_seq + 1}",
-            metadata={"run_id": self.run_id, "seq": seq, "last_seq": self._last_seq},
-        )
-
-    async def _flush(self) -> None:
-        try:
-            while self._queue:
-                group, self._queue = self._queue, []
-                new = [r for batch, _ in group for r in batch]
-                data = b"".join(r.raw + b"\n" for r in new)
-                try:
-                    await self._io.run(self._write_durable, data, new[0].seq)
-                except Exception as exc:
-                    err = (
-                        exc
-                        if isinstance(exc, JournaldError)
-                        else BackendUnavailable(f"run {self.run_id}: write failed: {exc!r}")
-                    )
-                    for _, fut in group + self._queue:
-                        _settle_exc(fut, err)
-                    self._queue = []
-                    self._q_seq, self._q_hash = self._last_seq, self._last_hash
-                    self._turn.next_seq = self._last_seq + 1
-                    continue
-                for r in new:
-                    self._stats.add(r)
-                    self._recent[r.seq] = r
-                    if self._meta is None:
-                        self._meta = r
-                while len(self._recent) > RECENT:
-                    self._recent.popitem(last=False)
-                self._last_seq, self._last_hash = new[-1].seq, new[-1].hash
-                if self._should_seal():
-                    # Sealed before the acknowledgement so an acked append finds the run
-                    # settled; the records are durable either way. A seal that fails before
-                    # its manifest rolls back (retried after the next append); after it, the
-                    # journal refuses appends until reopened (the open completes the seal).
-                    try:
-                        await self._io.run(self._seal)
-                    except Exception as exc:
-                        log.warning("run %s: sealing a segment failed: %r", self.run_id, exc)
-                for _, fut in group:
-                    _settle_ok(fut, None)
-        finally:
-            self._flusher = None
-
-    def _write_durable(self, data: bytes, seq: int) -> None:
-        pre = self._size
-        try:
-            if failpoints.ARMED:
-                failpoints.hit("before_write")
-            end = write_all(self._fd, data, pre)
-            if failpoints.ARMED:
-                failpoints.hit("after_write_before_fsync")
-            os.fdatasync(self._fd)
-            if self._first_write:
-                fsync_dir(self._dir)
-                fsync_dir(os.path.dirname(self._dir))
-                self._first_write = False
-            if failpoints.ARMED:
-                failpoints.hit("after_fsync_before_advance")
-        except OSError as exc:
-            try:
-                os.ftruncate(self._fd, pre)
-                os.fdatasync(self._fd)
-            except OSError:
-                pass
-            raise storage_error(exc, self.run_id, self._path, seq) from exc
-        self._size = end
-        self.commits += 1
-
-    def _should_seal(self) -> bool:
-        s = self._store
-        return (
-            s.segmentation
-            and self._stats.records > 0
-            and (self._stats.records >= s.segment_max_records or self._size >= s.segment_max_bytes)
-        )
-
-    def _seal(self) -> None:
-        m = self._manifest
-        name = f"{len(m.segments) + 1:06d}.jsonl"
-        seg_dir = os.path.join(self._dir, SEGMENTS)
-        if not os.path.isdir(seg_dir):
-            os.mkdir(seg_dir, DIR_MODE)
-            fsync_dir(self._dir)
-        seg = os.path.join(seg_dir, name)
-        try:
-            os.link(self._path, seg)
-        except FileExistsError:
-            if not os.path.samefile(self._path, seg):
-                raise
-        fsync_dir(seg_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_seal")
-        nm = Manifest(
-            m.generation + 1,
-            [*m.segments, self._stats.segment(name, self._size)],
-            list(m.anchors),
-        )
-        try:
-            write_manifest(self._dir, nm)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(seg)
-            raise
-        self._manifest = nm
-        try:
-            if failpoints.ARMED:
-                failpoints.hit("after_seal_manifest")
-            atomic_write(self._path, b"")
-            fd = os.open(self._path, os.O_WRONLY, FILE_MODE)
-        except OSError as exc:
-            self._poisoned = BackendUnavailable(
-                f"run {self.run_id}: sealing segment {name} stopped half way ({exc}); end this "
-                "lease and open the run again (the open completes the seal)",
-                metadata={"run_id": self.run_id},
-            )
-            raise
-        os.close(self._fd)
-        self._fd = fd
-        self._size = 0
-        self._stats = _Stats()
-        self._write_cache()
-
-    def _write_cache(self) -> None:
-        if self._meta is None or not self._recent:
-            return
-        last = self._recent[next(reversed(self._recent))]
-        count = sum(s.records for s in self._manifest.segments) + self._stats.records
-        size = sum(s.bytes for s in self._manifest.segments) + self._size
-        info = run_info_from(self.run_id, self._meta, last, count, size)
-        st = os.fstat(self._fd)
-        obj = {
-            "info": {k: getattr(info, k) for k in RunInfo.__dataclass_fields__},
-            "journal_ino": st.st_ino,
-            "journal_size": self._size,
-            "generation": self._manifest.generation,
-        }
-        with contextlib.suppress(OSError):  # a cache: list() recomputes it when stale
-            atomic_write(
-                os.path.join(self._dir, META_CACHE),
-                json.dumps(obj, sort_keys=True).encode(),
-                sync=False,
-            )
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        flusher = self._flusher
-        if flusher is not None:
-            await asyncio.wait([flusher])
-        try:
-            await self._io.run(self._write_cache)
-        finally:
-            self._io.stop()
-            os.close(self._fd)
-            os.close(self._lock_fd)
-            self._store.forget(self.run_id, self)
 
 
 class FileStore:
@@ -634,7 +248,7 @@ class FileStore:
         except BaseException:
             os.close(fd)
             raise
-        info = f"pid={os.getpid()} host={socket.gethostname()} since={_now()}\n".encode()
+        info = f"pid={os.getpid()} host={socket.gethostname()} since={now_utc()}\n".encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
         return fd
@@ -680,8 +294,8 @@ class FileStore:
                     run_id, Line(seg, 0, b""), 0, "a segment file not listed in the manifest"
                 )
             start_seq, start_hash = m.active_start()
-            stats = _Stats()
-            data = _read(path)
+            stats = SegmentStats()
+            data = read_file(path)
             end = split_complete(data)[1]
             for _, rec in self._chain(run_id, m, file_lines(seg, data), start_seq, start_hash):
                 stats.add(rec)
@@ -723,7 +337,7 @@ class FileStore:
 
     def _repair_tail(self, run_id: str, run_dir: str, data: bytes, end: int) -> RepairReport:
         path = os.path.join(run_dir, JOURNAL)
-        broken = _unique(os.path.join(run_dir, BROKEN))
+        broken = unique_path(os.path.join(run_dir, BROKEN))
         fd = os.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
             write_all(fd, data[end:], 0)
@@ -752,16 +366,16 @@ class FileStore:
             )
         return ChainReader(run_id, lines, start_seq, start_hash, pos, m.anchor_after())
 
-    def _open_state(self, run_id: str, run_dir: str) -> _OpenState:
+    def _open_state(self, run_id: str, run_dir: str) -> OpenState:
         m = self._settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
-        data = _read(path) if os.path.exists(path) else b""
+        data = read_file(path) if os.path.exists(path) else b""
         end = split_active(data)[1]
         report = None
         if end < len(data):
             report = self._repair_tail(run_id, run_dir, data, end)
         start_seq, start_hash = m.active_start()
-        stats = _Stats()
+        stats = SegmentStats()
         recent: list[Record] = []
         for _, rec in self._chain(run_id, m, file_lines(path, data[:end]), start_seq, start_hash):
             stats.add(rec)
@@ -785,7 +399,7 @@ class FileStore:
                 meta = decode(f.readline().rstrip(b"\n"))
         elif recent and recent[0].seq == 1:
             meta = recent[0]
-        return _OpenState(m, end, stats, last_seq, last_hash, meta, recent[-RECENT:], report)
+        return OpenState(m, end, stats, last_seq, last_hash, meta, recent[-RECENT:], report)
 
     # -- Store protocol --------------------------------------------------------------------
 
@@ -799,7 +413,7 @@ class FileStore:
             )
         run_dir = self.run_dir(run_id)
 
-        def prepare() -> tuple[int, _OpenState]:
+        def prepare() -> tuple[int, OpenState]:
             try:
                 os.mkdir(run_dir, DIR_MODE)
             except FileExistsError:
@@ -823,7 +437,7 @@ class FileStore:
             fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
             os.ftruncate(fd, 0)  # a create that crashed before its meta was durable
             os.close(fd)
-            return lock, _OpenState(Manifest(), 0, _Stats(), 0, GENESIS, None)
+            return lock, OpenState(Manifest(), 0, SegmentStats(), 0, GENESIS, None)
 
         lock, st = await asyncio.to_thread(prepare)
         journal = FileJournal(self, run_id, lock, st, first=True)
@@ -968,14 +582,14 @@ class FileStore:
     def _recover(self, run_id: str, run_dir: str, qdir: str) -> QuarantineReport:
         m = self._settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
-        data = _read(path) if os.path.exists(path) else b""
+        data = read_file(path) if os.path.exists(path) else b""
         lines_a, end = split_active(data)
         if end < len(data):
             self._repair_tail(run_id, run_dir, data, end)
         lines: list[Line] = []
         for s in m.segments:
             seg = os.path.join(run_dir, SEGMENTS, s.file)
-            lines.extend(file_lines(seg, _read(seg)))
+            lines.extend(file_lines(seg, read_file(seg)))
         lines.extend(Line(path, i, raw) for i, raw in enumerate(lines_a, 1))
         anchors = {a.after_seq: a for a in m.anchors}
         bad: list[tuple[Line, int, str]] = []
@@ -1055,10 +669,10 @@ class FileStore:
                 if m.pending:
                     staged = os.path.join(run_dir, m.pending)
                     try:
-                        data = _read(staged)
+                        data = read_file(staged)
                         name = staged
                     except FileNotFoundError:
-                        data, name = _read(path), path
+                        data, name = read_file(path), path
                     files.append((name, data[: split_active(data)[1]], None))
                 else:
                     segs = m.segments
@@ -1068,7 +682,7 @@ class FileStore:
                     for s in segs[idx:]:
                         seg = os.path.join(run_dir, SEGMENTS, s.file)
                         try:
-                            data = _read(seg)
+                            data = read_file(seg)
                         except FileNotFoundError:
                             data = MISSING
                         self.segment_opens += 1
@@ -1168,7 +782,7 @@ class FileStore:
             with open(self._seg_path(run_id, m.segments[0].file), "rb") as f:
                 first = decode(f.readline().rstrip(b"\n"))
             if last is None:
-                seg = _read(self._seg_path(run_id, m.segments[-1].file))
+                seg = read_file(self._seg_path(run_id, m.segments[-1].file))
                 last = decode(split_complete(seg)[0][-1])
         if first is None or last is None:
             raise self._not_found(run_id)
@@ -1268,7 +882,7 @@ def _decoded(line: Line) -> Record | None:
 def _cached_info(run_dir: str) -> RunInfo | None:
     """The listing row from ``meta.json`` if it still describes the files, else None."""
     try:
-        obj = json.loads(_read(os.path.join(run_dir, META_CACHE)))
+        obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
         st = os.stat(os.path.join(run_dir, JOURNAL))
         m = read_manifest(run_dir, "")
         gen = m.generation if m else 0
