@@ -96,6 +96,15 @@ def test_list_and_delete(daemon: Daemon) -> None:
         assert [r.run_id for r in client.list()] == ["l2"]
 
 
+def test_deleting_a_held_run_is_refused_naming_the_holder(daemon: Daemon) -> None:
+    with jc.connect(str(daemon.socket)) as client:
+        with client.start("held-del", FP, "hi", name="keeper"):
+            with pytest.raises(jc.Locked) as info:
+                client.delete("held-del")
+            assert info.value.holder_name == "keeper"
+        assert client.delete("held-del") is True
+
+
 def test_a_writer_survives_a_graceful_daemon_restart(tmp_path: Path) -> None:
     daemon = Daemon(tmp_path, "file")
     try:
