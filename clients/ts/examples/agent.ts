@@ -120,11 +120,24 @@ async function reachErrors(client: Client, runId: string): Promise<void> {
   );
   await holder.close();
   // fingerprint_drift: resume with another model and system prompt.
+  // The daemon releases the lease when it sees the cancelled stream, a moment after
+  // close() resolves: a resume in that window is still `locked`, so retry briefly.
   const drifted = computeFingerprint({ ...config, model: "claude-test-2", systemPrompt: ["You are somebody else."] });
-  await client.resume({ runId, fingerprint: drifted }).then(
-    (r) => r.close().then(() => report("fingerprint_drift", undefined, FingerprintDriftError)),
-    (err) => report("fingerprint_drift", err, FingerprintDriftError),
-  );
+  const deadline = Date.now() + 3000;
+  for (;;) {
+    try {
+      await (await client.resume({ runId, fingerprint: drifted })).close();
+      report("fingerprint_drift", undefined, FingerprintDriftError);
+      return;
+    } catch (err) {
+      if (err instanceof LockedError && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 20));
+        continue;
+      }
+      report("fingerprint_drift", err, FingerprintDriftError);
+      return;
+    }
+  }
 }
 
 async function main(): Promise<void> {

@@ -183,7 +183,16 @@ func reachErrors(ctx context.Context, client *journald.Client, runID string) err
 	if err != nil {
 		return err
 	}
-	_, err = client.Resume(ctx, journald.ResumeOptions{RunID: runID, Fingerprint: fp2})
+	// The daemon releases the lease when it sees the cancelled stream, a moment after
+	// Close returns: a resume in that window is still `locked`, so retry briefly.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		_, err = client.Resume(ctx, journald.ResumeOptions{RunID: runID, Fingerprint: fp2})
+		if !errors.Is(err, journald.ErrLocked) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	report("fingerprint_drift", err, journald.ErrFingerprintDrift)
 	return nil
 }
