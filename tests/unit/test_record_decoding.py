@@ -17,14 +17,14 @@ from tests.unit.strategies import journals, json_values
 ENVELOPE_KEYS = ["v", "seq", "type", "ts", "prev", "trace", "user", "meta", "assistant"]
 
 
-@settings(max_examples=200)
+@settings(max_examples=150)
 @given(st.binary(max_size=200))
 def test_decoding_arbitrary_bytes_raises_only_typed_errors(raw: bytes) -> None:
     with contextlib.suppress(errors.JournaldError):
         records.decode(raw)
 
 
-@settings(max_examples=300)
+@settings(max_examples=150)
 @given(st.dictionaries(st.sampled_from(ENVELOPE_KEYS), json_values, max_size=8))
 def test_decoding_any_json_object_raises_only_typed_errors(obj: dict[str, Any]) -> None:
     raw = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -35,7 +35,7 @@ def test_decoding_any_json_object_raises_only_typed_errors(obj: dict[str, Any]) 
     assert rec.raw == raw
 
 
-@settings(max_examples=100)
+@settings(max_examples=60)
 @given(journals(max_steps=4), st.data())
 def test_decoding_a_record_with_one_envelope_field_replaced_raises_only_typed_errors(
     recs: list[records.Record], data: st.DataObject
