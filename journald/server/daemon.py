@@ -34,6 +34,7 @@ from grpc_reflection.v1alpha import reflection
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 
+from journald import telemetry
 from journald.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
 from journald.errors import BackendUnavailable
 from journald.server.service import JournalService, Limits
@@ -144,7 +145,10 @@ def open_checkpoints(cfg: ServeConfig, store: Store) -> CheckpointStore:
     return MemoryCheckpointStore()
 
 
-async def serve(cfg: ServeConfig, ready: asyncio.Event | None = None) -> int:
+async def serve(
+    cfg: ServeConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
+) -> int:
+    """Serve until SIGTERM/SIGINT (or until ``stop`` is set, for in-process use)."""
     lock = lock_data_dir(cfg.data_dir)
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
@@ -152,6 +156,7 @@ async def serve(cfg: ServeConfig, ready: asyncio.Event | None = None) -> int:
         service = JournalService(
             store, cfg.limits, open_checkpoints(cfg, store), cfg.checkpoint_max
         )
+        telemetry.observe_leases(lambda: len(service.leases))
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),
@@ -190,7 +195,7 @@ async def serve(cfg: ServeConfig, ready: asyncio.Event | None = None) -> int:
             flush=True,
         )
 
-        stop = asyncio.Event()
+        stop = stop if stop is not None else asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = 0
 
@@ -225,8 +230,11 @@ def run(cfg: ServeConfig) -> int:
         level=os.environ.get("JOURNALD_LOG_LEVEL", "WARNING"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    log.info(telemetry.configure_from_env())
     try:
         return uvloop.run(serve(cfg))
     except DataDirLocked as exc:
         print(f"journald: {exc}", file=sys.stderr)
         return 3
+    finally:
+        telemetry.shutdown()

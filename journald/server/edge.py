@@ -20,6 +20,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from journald_client.pb import journal_pb2 as pb
 
+from journald import telemetry
 from journald.errors import JournaldError
 
 log = logging.getLogger("journald.server")
@@ -72,7 +73,9 @@ def unary(
         self: Any, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
     ) -> Resp:
         try:
-            return await fn(self, request, context)
+            return await telemetry.traced_unary(
+                fn.__name__, request, context, fn(self, request, context)
+            )
         except JournaldError as err:
             await abort(context, err)
         except grpc.aio.AbortError:
@@ -93,7 +96,8 @@ def streaming(
         self: Any, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
     ) -> AsyncIterator[Resp]:
         try:
-            async for item in fn(self, request, context):
+            stream = fn(self, request, context)
+            async for item in telemetry.traced_stream(fn.__name__, request, context, stream):
                 yield item
         except JournaldError as err:
             await abort(context, err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +12,7 @@ import grpc
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 
-from journald import governance
+from journald import governance, telemetry
 from journald.admission import admit
 from journald.checkpoints import CheckpointStore, MemoryCheckpointStore
 from journald.clock import utc_ts
@@ -58,8 +59,10 @@ def ack_pb(r: AppendResult) -> pb.Ack:
 
 async def fold_store(store: Store, run_id: str) -> RunState:
     state = RunState()
-    async for rec in store.iter_records(run_id):
-        fold_into(state, (rec,))
+    with telemetry.fold_span(run_id) as span:
+        async for rec in store.iter_records(run_id):
+            fold_into(state, (rec,))
+        span.set("journald.seq.last", state.last_seq)
     if state.last_seq == 0:
         raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})
     return state
@@ -132,6 +135,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                     state = await fold_store(self.store, run_id)
                 warnings.extend(resume_warnings(state))
             else:
+                telemetry.stamp_open(request, context)
                 meta = self._meta_record(run_id, request)
                 journal = await self.store.create(meta)
                 state = fold_into(RunState(), (meta,))
@@ -196,7 +200,9 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
 
     # --- appends ------------------------------------------------------------------------
 
-    async def _append(self, request: pb.AppendRequest) -> pb.AppendResponse:
+    async def _append(
+        self, request: pb.AppendRequest, context: Ctx | None = None
+    ) -> pb.AppendResponse:
         run_id = validate_id(request.run_id)
         lease = self.leases.check(run_id, request.lease_id)
         if not request.records:
@@ -204,6 +210,11 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         await lease.turnstile.wait_for(request.records[0].seq, self.limits.gap_wait_s, run_id)
         async with lease.lock:
             self.leases.check(run_id, request.lease_id)
+            if (parent := telemetry.unstamped_parent(request.records, context)) is not None:
+                stored = functools.partial(self.store.load, run_id)
+                await telemetry.stamp_records(
+                    request.records, lease.journal.last_seq, parent, stored
+                )
             results = await self.commit(lease, self._decode(lease, request))
         return pb.AppendResponse(acks=[ack_pb(r) for r in results])
 
@@ -212,9 +223,11 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         ``lease.lock``). Every append path goes through here (appends, rebases)."""
         new = [r for r in records if r.seq > lease.journal.last_seq]
         admit(lease.state, new)
-        results = await lease.journal.append(records)
+        with telemetry.store_append(lease.run_id, new):
+            results = await lease.journal.append(records)
         if new:
-            fold_into(lease.state, new)
+            with telemetry.fold_span(lease.run_id, len(new)):
+                fold_into(lease.state, new)
             self.hub.publish(lease.run_id, new)
         await lease.turnstile.advance(lease.journal.last_seq + 1)
         return results
@@ -239,14 +252,14 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
 
     @unary
     async def Append(self, request: pb.AppendRequest, context: Ctx) -> pb.AppendResponse:
-        return await self._append(request)
+        return await self._append(request, context)
 
     @streaming
     async def AppendStream(
         self, request_iterator: AsyncIterator[pb.AppendStreamRequest], context: Ctx
     ) -> AsyncIterator[pb.AppendStreamResponse]:
         async for req in request_iterator:
-            yield pb.AppendStreamResponse(response=await self._append(req.append))
+            yield pb.AppendStreamResponse(response=await self._append(req.append, context))
 
     # --- reads --------------------------------------------------------------------------
 
