@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -50,6 +51,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 4
 EXIT_UNREACHABLE = 5
 EXIT_INTERRUPTED = 130
+CONNECT_TIMEOUT_S = 10.0
 START_HINT = "start it with `journald serve` (or `make run`)"
 
 STYLES = {
@@ -93,8 +95,28 @@ class Context:
 
     @property
     def client(self) -> Client:
+        """A client whose daemon has answered: fails at once (``DaemonUnavailable``) when
+        nothing listens on the socket, else waits up to ``CONNECT_TIMEOUT_S`` for a busy
+        daemon to finish the connection handshake."""
         if self._client is None:
-            self._client = Client(self.socket, name="journald-cli")
+            path = self.socket_path.removeprefix("unix:")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+            except OSError as exc:
+                why = (exc.strerror or str(exc)).lower()
+                raise DaemonUnavailable(
+                    f"cannot connect to {path}: {why}", metadata={"socket": path, "why": why}
+                ) from None
+            finally:
+                probe.close()
+            client = Client(self.socket, name="journald-cli")
+            try:
+                client.wait_ready(CONNECT_TIMEOUT_S)
+            except BaseException:
+                client.close()
+                raise
+            self._client = client
         return self._client
 
     @property
@@ -188,11 +210,13 @@ def dispatch(args: argparse.Namespace) -> int:
         return cmd.run(ctx, args)
     except DaemonUnavailable as err:
         where = err.metadata.get("socket") or ctx.socket_path
-        why = "no socket there" if not os.path.exists(where) else err.message.split("; ")[0]
-        ctx.note(
-            f"cannot reach the journald daemon at {where} ({why})\n"
-            f"hint: {START_HINT}, or pass --socket PATH (or set JOURNALD_SOCKET)"
-        )
+        if not os.path.exists(where):
+            what = f"cannot reach the journald daemon at {where} (no socket there)"
+        elif "why" in err.metadata:
+            what = f"cannot reach the journald daemon at {where} ({err.metadata['why']})"
+        else:
+            what = err.message.split("; ")[0]
+        ctx.note(f"{what}\nhint: {START_HINT}, or pass --socket PATH (or set JOURNALD_SOCKET)")
         return EXIT_UNREACHABLE
     except NotFoundError as err:
         hint = "" if "journald ls" in err.message else " (list runs with `journald ls`)"
