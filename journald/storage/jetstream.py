@@ -342,13 +342,16 @@ class JetStreamStore:
     ) -> JetStreamStore:
         """Connect, bind ``stream`` and check its configuration.
 
+        ``url`` is one server URL, a comma-separated list, or a list (a cluster's seeds).
+
         Credentials and TLS are nats-py's own options (``user_credentials`` a .creds file,
         ``nkeys_seed``, ``token``, ``user``/``password``, ``tls`` an ``ssl.SSLContext``,
         ``tls_hostname``); anything else in ``nats_options`` goes to ``nats.connect``.
         Raises ``BackendUnavailable`` when the server cannot be reached and
         ``StreamConfigError`` (a ``BackendUnavailable``) when the stream is missing or unsafe.
         """
-        servers = [url] if isinstance(url, str) else list(url)
+        raw = url.split(",") if isinstance(url, str) else list(url)
+        servers = [u.strip() for u in raw if u.strip()]
 
         async def _quiet(_exc: Exception) -> None:
             return None

@@ -157,3 +157,13 @@ async def test_a_record_larger_than_the_server_payload_is_refused_naming_the_lim
         assert [r.seq for r in await store.load("big-run")] == [1]
     finally:
         await store.close()
+
+
+async def test_a_comma_separated_url_list_reaches_any_live_server() -> None:
+    url, name, prefix = await fresh_stream()
+    dead = f"nats://127.0.0.1:{free_port()}"
+    store = await JetStreamStore.connect(f"{dead}, {url}", name, connect_timeout_s=1)
+    try:
+        assert store.prefix == prefix
+    finally:
+        await store.close()
