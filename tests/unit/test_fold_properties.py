@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from journald import convert, governance, records, validation
@@ -74,6 +74,18 @@ def test_governed_messages_of_any_journal_are_model_ready(recs: list[Record]) ->
     if not report.changed:
         state = fold(recs)
         assert state.pending is None or not state.pending.unanswered
+
+
+@settings(max_examples=40)
+@given(journals())
+def test_folded_messages_are_model_ready_without_governance_when_no_rebase_intervenes(
+    recs: list[Record],
+) -> None:
+    # SPEC §4: messages is always a history a model API accepts (rebases carry whatever the
+    # client sent, and the generator also writes empty assistant turns, as a model may).
+    assume(recs[0].payload["prompt"] and all(r.kind != "rebase" for r in recs))
+    problems = model_ready_problems(fold(recs).messages)
+    assert [p for p in problems if "is empty" not in p] == []
 
 
 @settings(max_examples=150)
