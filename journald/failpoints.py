@@ -20,8 +20,8 @@ Points used by the file backend (``journald.storage.file``):
 
 ``before_write``, ``after_write_before_fsync``, ``after_fsync_before_advance``,
 ``mid_seal`` (segment linked, manifest not yet written), ``after_seal_manifest`` (manifest
-lists the segment, the active file not yet replaced), ``mid_manifest_write`` (temp manifest
-written and synced, not yet renamed), ``mid_repair`` (torn bytes copied aside, not yet cut),
+lists the segment, the active file not yet replaced), ``mid_manifest_write`` (any manifest:
+temp written and synced, not yet renamed), ``mid_repair`` (torn bytes copied aside, not yet cut),
 ``mid_prune_stage`` (new volume staged, not committed), ``mid_prune_rename`` (commit
 recorded in the manifest, staged volume not yet renamed in), ``after_prune_rename``
 (renamed in, old segments and final manifest not yet settled).

@@ -74,7 +74,15 @@ Recovery rules
   staged file is renamed over ``journal.jsonl``, old segments are removed and the manifest is
   rewritten without ``pending``. Before the commit a crash rolls back (the staged file is
   removed on the next open); after it readers read the staged volume alone, and the next open
-  finishes the rename. seqs keep growing after a prune and are never reused.
+  finishes the rename. seqs keep growing after a prune and are never reused; a retry of a
+  pruned seq is ``SeqConflict``. ``verify`` accepts the gap only through the anchor, so a
+  pruned run still verifies and any other break is still corruption. The ``pre_prune``
+  checkpoint belongs to the checkpoint store: pass it as ``prune(run_id, before=...)``; it
+  runs with the run locked and read, before anything changes, and its failure aborts.
+
+Modules: ``segments`` (manifest, line format, the strict chain reader, durable-write helpers),
+``file_journal`` (the append handle: group commit, durable writes, sealing), this module (the
+store: layout, locks, reads, recovery, prune). Failpoints: ``journald.failpoints``.
 """
 
 from __future__ import annotations
