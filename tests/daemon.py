@@ -94,7 +94,9 @@ class Daemon:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM and wait; the socket directory is removed once the daemon has gone."""
         if self.proc is None or self.proc.poll() is not None:
+            self._remove_socket_dir()
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -103,6 +105,13 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
             raise
+        finally:
+            self._remove_socket_dir()
+
+    def _remove_socket_dir(self) -> None:
+        with contextlib.suppress(OSError):
+            self.socket.unlink(missing_ok=True)
+            self.socket.parent.rmdir()
 
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

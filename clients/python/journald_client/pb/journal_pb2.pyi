@@ -1244,14 +1244,16 @@ Global___Warning: _TypeAlias = Warning  # noqa: Y015
 
 @_typing.final
 class LeaseEnded(_message.Message):
-    """LeaseEnded is sent when the daemon ends a lease (shutdown, run deleted)."""
+    """LeaseEnded is sent when the daemon ends a lease (it is shutting down). A held run cannot
+    be deleted: Delete answers `locked` naming the holder.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
-    """Machine code, e.g. "shutdown", "deleted"."""
+    """Machine code: "shutdown"."""
     message: _builtins.str
     """A sentence."""
     def __init__(
