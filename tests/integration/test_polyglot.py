@@ -91,22 +91,10 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
         _missing("node is not installed")
     if not (TS_DIR / "node_modules" / ".bin" / "tsc").exists():
         _missing("clients/ts/node_modules is missing: run scripts/setup_clients.sh")
-    go_bin = out / "go-agent"
-    subprocess.run(
-        [go, "build", "-o", str(go_bin), "./examples/agent"],
-        cwd=GO_DIR,
-        check=True,
-        timeout=BUILD_TIMEOUT_S,
-    )
-    quick_bin = out / "go-quickstart"
-    subprocess.run(
-        [go, "build", "-o", str(quick_bin), "./examples/quickstart"],
-        cwd=GO_DIR,
-        check=True,
-        timeout=BUILD_TIMEOUT_S,
-    )
     ts_out = out / "ts"
-    subprocess.run(
+    go_out = out / "go"
+    # tsc and go build run side by side (each is stopped by its own pid on failure).
+    tsc = subprocess.Popen(
         [
             str(TS_DIR / "node_modules" / ".bin" / "tsc"),
             "-p",
@@ -115,9 +103,20 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
             str(ts_out),
         ],
         cwd=TS_DIR,
-        check=True,
-        timeout=BUILD_TIMEOUT_S,
     )
+    try:
+        subprocess.run(
+            [go, "build", "-o", f"{go_out}/", "./examples/agent", "./examples/quickstart"],
+            cwd=GO_DIR,
+            check=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        assert tsc.wait(timeout=BUILD_TIMEOUT_S) == 0, "tsc failed"
+    finally:
+        if tsc.poll() is None:
+            tsc.kill()
+            tsc.wait()
+    go_bin, quick_bin = go_out / "agent", go_out / "quickstart"
     return {
         "go": [str(go_bin)],
         "go-quickstart": [str(quick_bin)],
