@@ -314,3 +314,51 @@ async def test_writer_thread_and_executor_io_store_the_same_bytes(tmp_path: Path
         await journal.close()
         raws.append(read(tmp_path / io / "sessions" / RUN / JOURNAL))
     assert raws[0] == raws[1] == b"".join(r.raw + b"\n" for r in records)
+
+
+async def test_readers_racing_seals_and_a_prune_always_see_a_whole_volume(
+    tmp_path: Path,
+) -> None:
+    b = JournalBuilder(RUN)
+    for i in range(25):
+        b.turn([f"t{i}"])
+        if i == 18:
+            b.add("rebase", {"reason": "compaction", "messages": []})
+    records = b.records
+    by_seq = {r.seq: r.raw for r in records}
+    rebase_seq = next(r.seq for r in records if r.kind == "rebase")
+    store = FileStore(tmp_path, segment_max_records=3)
+    journal = await store.create(records[0])
+    done = asyncio.Event()
+    seen: list[int] = []
+
+    async def reader() -> None:
+        for _ in range(2000):
+            if done.is_set():
+                return
+            loaded = await store.load(RUN)
+            seqs = [r.seq for r in loaded]
+            # a whole volume: the full prefix, or (after the prune) meta + rebase onward
+            assert seqs[0] == 1
+            assert seqs == list(range(1, len(seqs) + 1)) or seqs[1:] == list(
+                range(rebase_seq, rebase_seq + len(seqs) - 1)
+            )
+            assert all(r.raw == by_seq[r.seq] for r in loaded)
+            seen.append(len(seqs))
+
+    async def writer() -> None:
+        nonlocal journal
+        try:
+            for rec in records[1:]:
+                await journal.append([rec])
+                if rec.seq == rebase_seq + 10:
+                    await journal.close()
+                    assert (await store.prune(RUN)).pruned
+                    journal = await store.open(RUN)
+        finally:
+            done.set()
+
+    await asyncio.gather(reader(), reader(), writer())
+    await journal.close()
+    assert len(seen) > 10
+    assert (await store.verify(RUN)).last_seq == records[-1].seq
