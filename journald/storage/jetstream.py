@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -81,6 +82,11 @@ MAX_MSGS_PER_SUBJECT_EXCEEDED = 10077
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 HDR_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+HDR_BATCH_ID = "Nats-Batch-Id"
+HDR_BATCH_SEQ = "Nats-Batch-Sequence"
+HDR_BATCH_COMMIT = "Nats-Batch-Commit"
+MAX_ATOMIC_BATCH = 1000
+"""nats-server's default limit of messages in one atomic batch."""
 DEFAULT_PREFIX = "journald"
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
@@ -95,6 +101,8 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
     ConnectionError,
 )
+
+_BATCH_FAILURES: tuple[type[BaseException], ...] = (*_TRANSIENT, nats.errors.Error)
 
 
 class StreamConfigError(BackendUnavailable):
@@ -269,8 +277,12 @@ class JetStreamJournal:
             dups, new = plan_append(records, self.last_seq, self.last_hash, stored, self.run_id)
             self._store._check_sizes(new)
             fence = self._fence
-            for rec in new:
-                fence = await self._store._publish(self, rec, fence)
+            batch_fence = await self._store._publish_atomic(self, new, fence)
+            if batch_fence is not None:
+                fence = batch_fence
+            else:
+                for rec in new:
+                    fence = await self._store._publish(self, rec, fence)
             if new:
                 self._last = new[-1]
                 self._fence = fence
@@ -303,6 +315,7 @@ class JetStreamStore:
         gap_wait_s: float,
         ack_timeout_s: float,
         retry_window_s: float,
+        atomic_batches: bool = False,
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream(timeout=ack_timeout_s)
@@ -313,6 +326,9 @@ class JetStreamStore:
         self.gap_wait_s = gap_wait_s
         self.ack_timeout_s = ack_timeout_s
         self.retry_window_s = retry_window_s
+        self.atomic_batches = atomic_batches
+        """The stream allows atomic batch publish (nats-server >= 2.12, ``allow_atomic``): a
+        multi-record append is then one all-or-nothing batch, one round trip."""
         self._open: dict[str, JetStreamJournal | None] = {}
         self._closed = False
 
@@ -444,6 +460,7 @@ class JetStreamStore:
             gap_wait_s=gap_wait_s,
             ack_timeout_s=ack_timeout_s,
             retry_window_s=retry_window_s,
+            atomic_batches=bool(getattr(info.config, "allow_atomic", False)),
         )
 
     # -- subjects ----------------------------------------------------------------------
@@ -597,6 +614,50 @@ class JetStreamStore:
                 ) from last_exc
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    async def _publish_atomic(
+        self, journal: JetStreamJournal, records: Sequence[Record], fence: int
+    ) -> int | None:
+        """Publish ``records`` as one atomic batch fenced on ``fence`` (first message) and
+        return the new fence, or None when the per-record path must run instead: atomic
+        batches off, a single record, or any failure. The batch is all-or-nothing on the
+        server, so after a failure the per-record path either finds nothing and publishes,
+        or finds the whole batch (our message ids, our bytes) and adopts it record by record.
+        """
+        if not self.atomic_batches or not 1 < len(records) <= MAX_ATOMIC_BATCH:
+            return None
+        run_id = journal.run_id
+        batch_id = f"{journal.msg_id(records[0].seq)}.{secrets.token_hex(4)}"
+        last = len(records)
+        try:
+            for k, rec in enumerate(records, start=1):
+                headers = {
+                    HDR_MSG_ID: journal.msg_id(rec.seq),
+                    HDR_BATCH_ID: batch_id,
+                    HDR_BATCH_SEQ: str(k),
+                }
+                if k == 1:
+                    headers[HDR_LAST_SUBJECT_SEQ] = str(fence)
+                    headers[HDR_LAST_SUBJECT_SEQ_SUBJECT] = self.run_subject(run_id)
+                subject = self.record_subject(run_id, rec.seq)
+                if k < last:
+                    await self._nc.publish(subject, rec.raw, headers=headers)
+                    continue
+                headers[HDR_BATCH_COMMIT] = "1"
+                reply = await self._nc.request(
+                    subject, rec.raw, timeout=self.ack_timeout_s, headers=headers
+                )
+        except _BATCH_FAILURES:
+            return None
+        try:
+            resp = json.loads(reply.data)
+        except ValueError:
+            return None
+        if "error" in resp or resp.get("stream") != self.stream or "seq" not in resp:
+            return None
+        if int(resp.get("count", last)) != last:
+            return None
+        return int(resp["seq"])
 
     async def _resolve(self, run_id: str, rec: Record, msg_id: str, subject: str) -> int:
         """A fenced publish was refused: adopt our own lost ack, or name the conflict."""

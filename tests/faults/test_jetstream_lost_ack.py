@@ -163,3 +163,23 @@ async def test_a_create_whose_ack_is_lost_is_adopted_not_session_exists(
         await assert_exactly(store, src)
     finally:
         await store.close()
+
+
+async def test_an_atomic_batch_cut_anywhere_lands_whole_or_not_at_all_then_completes() -> None:
+    _, name, prefix = await fresh_stream(allow_atomic=True)
+    proxy = AckDropProxy(session_server().port, prefix)
+    await proxy.start()
+    store = await connect(proxy, name, retry_window_s=10.0)
+    try:
+        assert store.atomic_batches
+        src = run_records("lost-5")
+        journal = await store.create(src.records[0])
+        proxy.arm(1)  # cut after the first chunk carrying a record of the batch
+        results = await journal.append(src.records[1:5])
+        assert proxy.cuts == 1
+        assert [r.seq for r in results] == [2, 3, 4, 5]
+        await journal.append(src.records[5:])
+        await assert_exactly(store, src)
+    finally:
+        await store.close()
+        await proxy.close()

@@ -41,7 +41,9 @@ async def fresh_stream(**overrides: object) -> tuple[str, str, str]:
 
 
 async def make_store(tmp_path: Path) -> JetStreamStore:
-    url, name, _ = await fresh_stream()
+    # The contract suite runs with atomic batches on (as deploy/nats/stream.json); the
+    # per-record path is exercised by the test_jetstream_* suites on default streams.
+    url, name, _ = await fresh_stream(allow_atomic=True)
     (tmp_path / "jetstream-stream").write_text(f"{url}\n{name}\n")
     return await JetStreamStore.connect(url, name, gap_wait_s=0.2, ack_timeout_s=2.0)
 

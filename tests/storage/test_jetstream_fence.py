@@ -151,3 +151,34 @@ async def test_listing_uses_the_meta_subjects_and_reports_sizes(
     assert rows["list-a"].record_count == len(src.records)
     assert rows["list-a"].bytes == sum(len(r.raw) + 1 for r in src.records)
     assert rows["list-a"].last_seq == len(src.records)
+
+
+async def test_a_batch_is_one_atomic_publish_when_the_stream_allows_atomic_batches() -> None:
+    url, name, prefix = await fresh_stream(allow_atomic=True)
+    store = await JetStreamStore.connect(url, name)
+    other = await JetStreamStore.connect(url, name)
+    try:
+        assert store.atomic_batches
+        src = run_records("atomic-run", turns=2)
+        j = await store.create(src.records[0])
+        results = await j.append(src.records[1:4])
+        assert [r.seq for r in results] == [2, 3, 4]
+        stale = await other.open("atomic-run")
+        await stale.close()
+        jb = await other.open("atomic-run")
+        await jb.append(src.records[4:6])
+        with pytest.raises(Locked):
+            await j.append(src.records[4:7])  # a fenced batch from the stale writer
+        await jb.append(src.records[6:])
+        nc = await nats.connect(url)
+        try:
+            msg = await nc.jsm().get_msg(name, subject=f"{prefix}.atomic-run.3")
+            assert msg.headers["Nats-Batch-Id"].startswith(j.msg_id(2))
+        finally:
+            await nc.close()
+        loaded = await other.load("atomic-run")
+        assert [r.raw for r in loaded] == [r.raw for r in src.records]
+        assert (await other.verify("atomic-run")).records == len(src.records)
+    finally:
+        await store.close()
+        await other.close()
