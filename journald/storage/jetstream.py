@@ -22,12 +22,16 @@ stale writer (``wrong last sequence``) instead of interleaving. Each publish car
 read back: our own message id with our bytes is a lost ack, adopted (success); our id with other
 bytes is a ``SeqConflict``; anything else is ``Locked`` (``SessionExists`` at seq 1).
 
-Batches are published in order, one fenced publish per record (no group commit: the fence of
-record n+1 is the stream sequence the server assigned to record n). The journal's
-``last_seq``/``last_hash``/fence advance only when the whole batch is acknowledged; after a
-partial failure the records that did land carry our message ids, so the retry at the same seq
-adopts them one by one and continues. Acks carry durability ``jetstream_ack``: what the server
-promised on ack (with ``sync_interval: always`` an fsync on every node that acknowledged).
+A multi-record append is one atomic batch (``Nats-Batch-Id``/``-Sequence``/``-Commit``, the
+fence on its first message: one round trip, all or nothing) when the stream has
+``allow_atomic`` (nats-server >= 2.12). Otherwise, and after any batch failure, records are
+published in order, one fenced publish each (the fence of record n+1 is the stream sequence
+the server assigned to record n). The journal's ``last_seq``/``last_hash``/fence advance only
+when the whole batch is acknowledged; after a partial failure the records that did land carry
+our message ids, so the retry at the same seq adopts them one by one and continues.
+
+Acks carry durability ``jetstream_ack``: what the server promised on ack (with
+``sync_interval: always`` an fsync on every node that acknowledged).
 """
 
 from __future__ import annotations
