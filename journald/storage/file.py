@@ -162,6 +162,7 @@ MISSING = b"\0missing"
 Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
 Infos = list[RunInfo]
+Segments = list[SegmentInfo]
 PrePrune = Callable[[str, Sequence[Record]], Awaitable[None]]
 
 
@@ -503,6 +504,18 @@ class FileStore:
 
     async def verify(self, run_id: str) -> VerifyReport:
         return await asyncio.to_thread(self._verify, run_id)
+
+    async def segments(self, run_id: str) -> Segments:
+        """The sealed segments of a run, oldest first (seq range, record and message counts,
+        bytes, first/last hash), from its manifest; empty for a single-volume run. History
+        paging walks this from the tail to pick ``from_seq`` without reading old segments."""
+        run_dir = self.run_dir(run_id)
+        m = await asyncio.to_thread(read_manifest, run_dir, run_id)
+        if m is None or m.pending:
+            if not await self.exists(run_id):
+                raise self._not_found(run_id)
+            return []
+        return list(m.segments)
 
     async def close(self) -> None:
         for journal in list(self._open.values()):

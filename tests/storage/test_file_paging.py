@@ -48,6 +48,12 @@ async def test_reading_the_last_records_of_a_100k_run_opens_only_the_tail_segmen
     await journal.close()
     assert (await store.info(RUN)).record_count == TOTAL
     segments = TOTAL // PER_SEGMENT
+    index = await store.segments(RUN)
+    assert [(s.first_seq, s.last_seq) for s in index][-2:] == [
+        (TOTAL - 2 * PER_SEGMENT + 1, TOTAL - PER_SEGMENT),
+        (TOTAL - PER_SEGMENT + 1, TOTAL),
+    ]
+    assert sum(s.messages for s in index) == TOTAL  # the prompt and one per user record
 
     for n, touched in ((50, 1), (PER_SEGMENT + 10, 2)):
         before = store.segment_opens
