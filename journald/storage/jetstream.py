@@ -700,7 +700,7 @@ class JetStreamStore:
             deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=start_sseq,
             headers_only=headers_only or None,
-            inactive_threshold=30.0,
+            inactive_threshold=5.0,
         )
 
         async def make() -> Any:

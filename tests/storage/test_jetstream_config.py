@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import nats
 import pytest
+from nats.js.errors import NotFoundError
 
 from journald.errors import BackendUnavailable, InvalidRecord
 from journald.storage.jetstream import (
@@ -86,6 +88,12 @@ async def test_a_missing_stream_gets_a_ready_to_run_stream_add_line() -> None:
         "--max-age=-1 --max-msg-size=-1 --max-msgs=-1 --max-bytes=-1 --dupe-window 2m "
         "--defaults`"
     ) in msg
+    nc = await nats.connect(url)
+    try:
+        with pytest.raises(NotFoundError):
+            await nc.jsm().stream_info("NOPE")  # the store never creates a stream
+    finally:
+        await nc.close()
 
 
 async def test_a_stream_without_a_wildcard_subject_fails_construction() -> None:
