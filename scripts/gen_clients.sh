@@ -9,7 +9,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-BUF="${BUF:-$ROOT/.venv/bin/buf}"
+BUF="${BUF:-}"
+if [ -z "$BUF" ]; then
+  if [ -x "$ROOT/.venv/bin/buf" ]; then BUF="$ROOT/.venv/bin/buf"; else BUF=buf; fi
+fi
 export PATH="$ROOT/.tools/bin:$ROOT/clients/ts/node_modules/.bin:$PATH"
 OUTPUTS=(clients/go/journaldv1 clients/ts/src/gen)
 

@@ -2355,10 +2355,11 @@ func (x *Warning) GetMessage() string {
 	return ""
 }
 
-// LeaseEnded is sent when the daemon ends a lease (shutdown, run deleted).
+// LeaseEnded is sent when the daemon ends a lease (it is shutting down). A held run cannot
+// be deleted: Delete answers `locked` naming the holder.
 type LeaseEnded struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Machine code, e.g. "shutdown", "deleted".
+	// Machine code: "shutdown".
 	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	// A sentence.
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`

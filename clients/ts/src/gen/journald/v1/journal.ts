@@ -671,9 +671,12 @@ export interface Warning {
   message: string;
 }
 
-/** LeaseEnded is sent when the daemon ends a lease (shutdown, run deleted). */
+/**
+ * LeaseEnded is sent when the daemon ends a lease (it is shutting down). A held run cannot
+ * be deleted: Delete answers `locked` naming the holder.
+ */
 export interface LeaseEnded {
-  /** Machine code, e.g. "shutdown", "deleted". */
+  /** Machine code: "shutdown". */
   reason: string;
   /** A sentence. */
   message: string;
