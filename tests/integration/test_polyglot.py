@@ -46,6 +46,7 @@ GO_DIR = ROOT / "clients" / "go"
 TS_DIR = ROOT / "clients" / "ts"
 EXPECTED = Path(__file__).parent / "expected" / "polyglot_state.json"
 RUN_ID = "polyglot-1"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 BUILD_TIMEOUT_S = 240
 AGENT_TIMEOUT_S = 30
 BYTES_FIELDS = {"content_json", "prompt_json"}
@@ -247,13 +248,18 @@ def test_a_go_writer_killed_mid_turn_is_finished_by_a_typescript_writer_and_pyth
 
     # The stored bytes decode as canonical records in the Python core and chain by prev;
     # the Go writer stamped seq 1-3, the TypeScript writer seq 4-6, each from its fixed clock.
+    # Both writers ran under one W3C trace (OpenTelemetry API), each in its own span.
     prev = GENESIS
-    stamps = []
+    stamps, spans = [], []
     for msg in stub.Load(pb.LoadRequest(run_id=RUN_ID)):
         rec = decode(msg.record.canonical)
         assert (rec.prev, rec.hash) == (prev, msg.record.hash)
         prev = rec.hash
         stamps.append(rec.ts)
+        spans.append(dict(rec.trace or {}))
+    go_span = {"trace_id": TRACE_ID, "span_id": "00f067aa0ba902b7"}
+    ts_span = {"trace_id": TRACE_ID, "span_id": "53995c3f42cd8ad8"}
+    assert spans == [go_span] * 3 + [ts_span] * 3
     assert stamps == [
         "2026-11-30T12:00:00.000000Z",
         "2026-11-30T12:00:01.000000Z",

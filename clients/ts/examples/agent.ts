@@ -14,6 +14,7 @@
  * byte-identical run after run.
  */
 import { parseArgs } from "node:util";
+import { context, trace, TraceFlags } from "@opentelemetry/api";
 import {
   Client,
   computeFingerprint,
@@ -61,21 +62,29 @@ async function getWeather(call: ToolCall): Promise<string> {
   return `${city}: 9 °C, föhn wind`;
 }
 
+/** The polyglot agents share one W3C trace; this agent writes under its own span. */
+const otelContext = trace.setSpanContext(context.active(), {
+  traceId: "4bf92f3577b34da6a3ce929d0e0e4736",
+  spanId: "53995c3f42cd8ad8",
+  traceFlags: TraceFlags.SAMPLED,
+});
+
 async function resume(client: Client, runId: string): Promise<void> {
-  const run = await client.resume({ runId, fingerprint: computeFingerprint(config) });
+  const opts = { otelContext };
+  const run = await client.resume({ runId, fingerprint: computeFingerprint(config), ...opts });
   try {
     const unanswered = run.unanswered().map((c) => c.id);
     const warnings = run.warnings.map((w) => w.code);
     const acks = await run.completePending(async (call) => {
       if (call.name !== "get_weather") throw new Error(`unknown tool ${call.name}`);
       return getWeather(call);
-    });
+    }, opts);
     await run.appendAssistant({
       content: [text("Paris is 14 °C with light rain; Zürich is 9 °C under föhn, a warm dry wind.")],
       stopReason: "end_turn",
       usage: { inputTokens: 300, outputTokens: 60, cacheReadTokens: 250 },
-    });
-    const terminal = await run.appendTerminal("completed", "answered");
+    }, opts);
+    const terminal = await run.appendTerminal("completed", "answered", opts);
     console.log(
       JSON.stringify({
         unanswered,

@@ -22,7 +22,23 @@ import (
 
 	journald "github.com/journald/journald/clients/go"
 	pb "github.com/journald/journald/clients/go/journaldv1"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// The agents of the polyglot test share one W3C trace (each writes under its own span):
+// records carry it, and every RPC sends it as `traceparent`.
+const (
+	traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	spanID  = "00f067aa0ba902b7"
+)
+
+func withSpan(ctx context.Context) context.Context {
+	tid, _ := trace.TraceIDFromHex(traceID)
+	sid, _ := trace.SpanIDFromHex(spanID)
+	return trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled,
+	}))
+}
 
 // Config is the agent configuration shared by every language in the polyglot test: the
 // TypeScript agent computes the same fingerprint from the same values.
@@ -86,7 +102,7 @@ func main() {
 	}
 	switch flag.Arg(0) {
 	case "start":
-		err = startAndHang(ctx, client, *runID)
+		err = startAndHang(withSpan(ctx), client, *runID)
 	case "errors":
 		err = reachErrors(ctx, client, *runID)
 	default:
