@@ -14,6 +14,7 @@ import journald_client as jc
 import pytest
 
 from tests.daemon import Daemon
+from tests.integration.clientbin.common import FP
 from tests.integration.clientbin.procs import ROOT, Procs
 from tests.storage.backend_jetstream import fresh_stream
 
@@ -52,3 +53,33 @@ def test_a_run_started_on_one_daemon_resumes_on_another_through_the_stream(
             assert state.pending is None
             assert client.verify("shared").last_seq == state.last_seq
             assert [r.run_id for r in client.list()] == ["shared"]
+
+
+def test_a_stale_writer_on_one_daemon_is_locked_after_another_daemon_took_the_run_over(
+    tmp_path: Path,
+) -> None:
+    url, name, _ = asyncio.run(fresh_stream())
+    flags = ("--nats-url", url, "--stream", name)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    host_a = Daemon(tmp_path / "a", "jetstream", *flags, socket=Path(f"/tmp/jd-js-a-{name}/s"))
+    host_b = Daemon(tmp_path / "b", "jetstream", *flags, socket=Path(f"/tmp/jd-js-b-{name}/s"))
+    with (
+        host_a,
+        host_b,
+        jc.connect(str(host_a.socket)) as client_a,
+        jc.connect(str(host_b.socket)) as client_b,
+    ):
+        run_a = client_a.start("fenced", FP, "hello")
+        run_a.assistant("first answer", stop_reason="end_turn")
+        # host A's agent hangs (its lease is still held on A); host B takes the run over
+        run_b = client_b.resume("fenced", FP)
+        run_b.user("a follow-up typed on host B")
+        run_b.assistant("answer from B", stop_reason="end_turn")
+        with pytest.raises(jc.Locked):
+            run_a.user("a stale follow-up from host A")
+        run_b.terminal("completed")
+        records = client_a.load("fenced")
+        assert [r.seq for r in records] == [1, 2, 3, 4, 5]
+        assert "stale" not in repr(client_a.fold("fenced").messages)
+        assert client_a.verify("fenced").last_seq == 5
