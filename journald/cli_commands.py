@@ -311,11 +311,15 @@ def _run_ls(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.tty:
         from rich.table import Table
 
+        # as in the plain table, only the prompt gives way to the width
+        widths = [max(cell_width(r[c]) for r in [header, *rows]) for c in range(5)]
+        room = max(4, ctx.width - sum(w + 2 for w in widths))
         t = Table(box=None, pad_edge=False, header_style="bold")
         for h in header:
-            t.add_column(h, no_wrap=h != "PROMPT", overflow="ellipsis")
+            t.add_column(h, no_wrap=True, overflow="ellipsis")
         for r in rows:
-            t.add_row(*r, style="yellow" if r[2] == "held" else None)
+            style = "yellow" if r[2] == "held" else None
+            t.add_row(*r[:-1], elide_end(r[-1], room), style=style)
         ctx.console.print(t)
     else:
         ctx.text("\n".join(table([header, *rows], ctx.width)))
