@@ -61,7 +61,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     os.umask(0o077)  # every file and directory the daemon creates is private to its user
     cfg = ServeConfig(
-        socket_path=Path(args.socket or default_socket_path()).absolute(),
+        socket_path=Path(
+            args.socket or getattr(args, "global_socket", None) or default_socket_path()
+        ).absolute(),
         data_dir=(args.data_dir or default_data_dir()).absolute(),
         backend=args.backend,
         socket_mode=int(args.socket_mode, 8),
