@@ -28,8 +28,9 @@ Configuration: the standard ``OTEL_*`` variables, read once at start-up by
 OTLP endpoint is given (``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``…_TRACES_ENDPOINT``); metrics
 likewise with ``OTEL_METRICS_EXPORTER`` / ``…_METRICS_ENDPOINT``. ``OTEL_SDK_DISABLED=true``
 or ``none`` turns a signal off. Sampler, batch sizes, headers, resource attributes and
-``OTEL_SERVICE_NAME`` are the SDK's own variables. OTLP needs the
-``opentelemetry-exporter-otlp-proto-grpc`` package; without it the daemon says so and runs
+``OTEL_SERVICE_NAME`` are the SDK's own variables. OTLP over gRPC (the default) needs the
+``opentelemetry-exporter-otlp-proto-grpc`` package, ``OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf``
+needs ``opentelemetry-exporter-otlp-proto-http``; without it the daemon says so and runs
 untraced.
 
 Cost when nothing is configured: every hook below first checks one module global and
@@ -155,11 +156,25 @@ def _exporters(environ: Mapping[str, str], signal: str) -> list[str]:
     return ["otlp"] if endpoint else []
 
 
-def _span_exporter(name: str) -> Any:
+def _http(env: Mapping[str, str], signal: str) -> bool:
+    """Whether OTLP for ``signal`` is configured as HTTP (else gRPC, the default)."""
+    protocol = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or env.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"
+    )
+    return protocol.strip().lower().startswith("http")
+
+
+def _span_exporter(name: str, env: Mapping[str, str]) -> Any:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter()
+    if name == "otlp" and _http(env, "traces"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpSpanExporter,
+        )
+
+        return HttpSpanExporter()
     if name == "otlp":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
@@ -167,11 +182,17 @@ def _span_exporter(name: str) -> Any:
     raise ValueError(f"unsupported OTEL_TRACES_EXPORTER {name!r} (use otlp, console or none)")
 
 
-def _metric_exporter(name: str) -> Any:
+def _metric_exporter(name: str, env: Mapping[str, str]) -> Any:
     if name == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return ConsoleMetricExporter()
+    if name == "otlp" and _http(env, "metrics"):
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+            OTLPMetricExporter as HttpMetricExporter,
+        )
+
+        return HttpMetricExporter()
     if name == "otlp":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
@@ -188,11 +209,6 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> str:
     traces, metrics = _exporters(env, "traces"), _exporters(env, "metrics")
     if not traces and not metrics:
         return "telemetry off (no OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER / OTLP endpoint)"
-    protocol = env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc").strip().lower()
-    if protocol != "grpc" and "otlp" in traces + metrics:
-        log.warning(
-            "OTEL_EXPORTER_OTLP_PROTOCOL=%s is not supported by this build; using grpc", protocol
-        )
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
     attrs = {} if env.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: "journald"}
@@ -207,7 +223,7 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> str:
 
             tp = SdkTracerProvider(resource=resource)
             for name in traces:
-                tp.add_span_processor(BatchSpanProcessor(_span_exporter(name)))
+                tp.add_span_processor(BatchSpanProcessor(_span_exporter(name, env)))
             trace.set_tracer_provider(tp)
             install(tracer_provider=tp)
             _shutdown.append(tp.shutdown)
@@ -217,19 +233,22 @@ def configure_from_env(environ: Mapping[str, str] | None = None) -> str:
             from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-            readers = [PeriodicExportingMetricReader(_metric_exporter(n)) for n in metrics]
+            readers = [PeriodicExportingMetricReader(_metric_exporter(n, env)) for n in metrics]
             mp = SdkMeterProvider(resource=resource, metric_readers=readers)
             otel_metrics.set_meter_provider(mp)
             install(meter_provider=mp)
             _shutdown.append(mp.shutdown)
             done.append("metrics → " + ", ".join(metrics))
     except ImportError as exc:
+        package = "opentelemetry-exporter-otlp-proto-" + ("http" if ".http" in str(exc) else "grpc")
         log.warning(
-            "OpenTelemetry export is configured but %s is missing (pip install "
-            "opentelemetry-exporter-otlp-proto-grpc); running untraced",
+            "OpenTelemetry export is configured but %s is missing (pip install %s); "
+            "running untraced",
             exc.name,
+            package,
         )
-        return f"telemetry off ({exc.name} missing)"
+        reset()
+        return f"telemetry off ({exc.name} missing: pip install {package})"
     except ValueError as exc:
         log.warning("%s; running without that exporter", exc)
         return f"telemetry partly off ({exc})"
