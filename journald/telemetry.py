@@ -46,6 +46,7 @@ so an idempotent retry under a new span is still byte-identical.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import re
@@ -164,21 +165,25 @@ def _http(env: Mapping[str, str], signal: str) -> bool:
     return protocol.strip().lower().startswith("http")
 
 
+def _otlp(signal: str, env: Mapping[str, str]) -> Any:
+    """The OTLP exporter class for ``traces`` / ``metrics`` (an optional package, imported
+    by name: ``ImportError`` when it is not installed)."""
+    transport = "http" if _http(env, signal) else "grpc"
+    module, cls = {
+        "traces": ("trace_exporter", "OTLPSpanExporter"),
+        "metrics": ("metric_exporter", "OTLPMetricExporter"),
+    }[signal]
+    mod = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transport}.{module}")
+    return getattr(mod, cls)
+
+
 def _span_exporter(name: str, env: Mapping[str, str]) -> Any:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter()
-    if name == "otlp" and _http(env, "traces"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter as HttpSpanExporter,
-        )
-
-        return HttpSpanExporter()
     if name == "otlp":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter()
+        return _otlp("traces", env)()
     raise ValueError(f"unsupported OTEL_TRACES_EXPORTER {name!r} (use otlp, console or none)")
 
 
@@ -187,16 +192,8 @@ def _metric_exporter(name: str, env: Mapping[str, str]) -> Any:
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return ConsoleMetricExporter()
-    if name == "otlp" and _http(env, "metrics"):
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-            OTLPMetricExporter as HttpMetricExporter,
-        )
-
-        return HttpMetricExporter()
     if name == "otlp":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-        return OTLPMetricExporter()
+        return _otlp("metrics", env)()
     raise ValueError(f"unsupported OTEL_METRICS_EXPORTER {name!r} (use otlp, console or none)")
 
 
