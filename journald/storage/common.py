@@ -79,6 +79,12 @@ class SeqTurnstile:
                     metadata={"run_id": run_id, "seq": seq, "next_seq": self.next_seq},
                 ) from None
 
+    async def reset(self, next_seq: int) -> None:
+        """Move back to ``next_seq`` (a queued write failed: everything after it is void)."""
+        async with self._cond:
+            self.next_seq = next_seq
+            self._cond.notify_all()
+
     async def advance(self, next_seq: int) -> None:
         async with self._cond:
             self.next_seq = max(self.next_seq, next_seq)

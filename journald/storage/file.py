@@ -99,7 +99,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from journald import failpoints
@@ -112,6 +111,7 @@ from journald.errors import (
     SessionNotFound,
     StoreCorrupted,
 )
+from journald.paths import default_data_dir
 from journald.records import GENESIS, Record, decode, sha256_hex, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
@@ -164,13 +164,6 @@ Records = list[Record]
 Infos = list[RunInfo]
 Segments = list[SegmentInfo]
 PrePrune = Callable[[str, Sequence[Record]], Awaitable[None]]
-
-
-def default_data_dir() -> Path:
-    """``$XDG_STATE_HOME/journald``, else ``~/.local/state/journald``; never the cwd."""
-    xdg = os.environ.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "state"
-    return base / "journald"
 
 
 @dataclass(frozen=True, slots=True)

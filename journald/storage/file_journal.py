@@ -293,7 +293,7 @@ class FileJournal:
                         _settle_exc(fut, err)
                     self._queue = []
                     self._q_seq, self._q_hash = self._last_seq, self._last_hash
-                    self._turn.next_seq = self._last_seq + 1
+                    await self._turn.reset(self._last_seq + 1)
                     continue
                 for r in new:
                     self._stats.add(r)
