@@ -39,7 +39,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -86,6 +88,8 @@ MAX_MSGS_PER_SUBJECT_EXCEEDED = 10077
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 HDR_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+HDR_WRITER = "Journald-Writer"
+"""Who wrote a record (``<host> pid <pid>`` or the daemon's name): named in ``Locked``."""
 HDR_BATCH_ID = "Nats-Batch-Id"
 HDR_BATCH_SEQ = "Nats-Batch-Sequence"
 HDR_BATCH_COMMIT = "Nats-Batch-Commit"
@@ -320,6 +324,7 @@ class JetStreamStore:
         ack_timeout_s: float,
         retry_window_s: float,
         atomic_batches: bool = False,
+        writer: str | None = None,
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream(timeout=ack_timeout_s)
@@ -331,6 +336,7 @@ class JetStreamStore:
         self.ack_timeout_s = ack_timeout_s
         self.retry_window_s = retry_window_s
         self.atomic_batches = atomic_batches
+        self.writer = writer or f"{socket.gethostname()} pid {os.getpid()}"
         """The stream allows atomic batch publish (nats-server >= 2.12, ``allow_atomic``): a
         multi-record append is then one all-or-nothing batch, one round trip."""
         self._open: dict[str, JetStreamJournal | None] = {}
@@ -357,6 +363,7 @@ class JetStreamStore:
         tls: Any = None,
         tls_hostname: str | None = None,
         name: str = "journald",
+        writer: str | None = None,
         add_prefix_hint: str = DEFAULT_PREFIX,
         **nats_options: Any,
     ) -> JetStreamStore:
@@ -367,6 +374,8 @@ class JetStreamStore:
         Credentials and TLS are nats-py's own options (``user_credentials`` a .creds file,
         ``nkeys_seed``, ``token``, ``user``/``password``, ``tls`` an ``ssl.SSLContext``,
         ``tls_hostname``); anything else in ``nats_options`` goes to ``nats.connect``.
+        ``writer`` names this store on every record it writes (header ``Journald-Writer``,
+        default ``<host> pid <pid>``), so a stale writer's ``Locked`` names who moved on.
         Raises ``BackendUnavailable`` when the server cannot be reached and
         ``StreamConfigError`` (a ``BackendUnavailable``) when the stream is missing or unsafe.
         """
@@ -465,6 +474,7 @@ class JetStreamStore:
             ack_timeout_s=ack_timeout_s,
             retry_window_s=retry_window_s,
             atomic_batches=bool(getattr(info.config, "allow_atomic", False)),
+            writer=writer,
         )
 
     # -- subjects ----------------------------------------------------------------------
@@ -523,8 +533,8 @@ class JetStreamStore:
             metadata={"stream": self.stream, "err_code": getattr(exc, "err_code", "")},
         )
 
-    async def _get(self, subject: str) -> tuple[Record, int, str] | None:
-        """The (record, stream seq, msg id) last stored on ``subject`` (may be a wildcard)."""
+    async def _get(self, subject: str) -> tuple[Record, int, dict[str, str]] | None:
+        """The (record, stream seq, headers) last stored on ``subject`` (may be a wildcard)."""
 
         async def op() -> Any:
             try:
@@ -544,7 +554,7 @@ class JetStreamStore:
                 f"hold a valid record: {exc.message}",
                 metadata={"stream": self.stream, "subject": msg.subject},
             ) from exc
-        return rec, int(msg.seq), str(headers.get(HDR_MSG_ID, ""))
+        return rec, int(msg.seq), {str(k): str(v) for k, v in headers.items()}
 
     async def _stored_record(self, run_id: str, seq: int) -> Record:
         got = await self._get(self.record_subject(run_id, seq))
@@ -574,6 +584,7 @@ class JetStreamStore:
         msg_id = journal.msg_id(rec.seq)
         headers = {
             HDR_MSG_ID: msg_id,
+            HDR_WRITER: self.writer,
             HDR_LAST_SUBJECT_SEQ: str(fence),
             HDR_LAST_SUBJECT_SEQ_SUBJECT: self.run_subject(run_id),
         }
@@ -637,6 +648,7 @@ class JetStreamStore:
             for k, rec in enumerate(records, start=1):
                 headers = {
                     HDR_MSG_ID: journal.msg_id(rec.seq),
+                    HDR_WRITER: self.writer,
                     HDR_BATCH_ID: batch_id,
                     HDR_BATCH_SEQ: str(k),
                 }
@@ -667,8 +679,8 @@ class JetStreamStore:
         """A fenced publish was refused: adopt our own lost ack, or name the conflict."""
         got = await self._get(subject)
         if got is not None:
-            stored, sseq, stored_id = got
-            if stored_id == msg_id:
+            stored, sseq, headers = got
+            if headers.get(HDR_MSG_ID) == msg_id:
                 if stored.raw == rec.raw:
                     return sseq  # our own write whose ack was lost: adopt it
                 raise SeqConflict(
@@ -682,11 +694,14 @@ class JetStreamStore:
                     "another id",
                     metadata={"run_id": run_id},
                 )
+        holder = ""
+        if got is not None:
+            holder = f" ({got[2].get(HDR_WRITER) or 'an unnamed writer'} wrote seq {rec.seq})"
         raise Locked(
-            f"run {run_id} was appended to by another writer (another host or an earlier "
-            f"open) after this journal's last record; this journal is stale and may not "
-            f"write seq {rec.seq}: reopen the run to continue from its real end",
-            metadata={"run_id": run_id, "seq": rec.seq},
+            f"run {run_id} was appended to by another writer{holder} after this journal's "
+            f"last record; this journal is stale and may not write seq {rec.seq}: reopen "
+            "the run to continue from its real end",
+            metadata={"run_id": run_id, "seq": rec.seq, "holder": holder.strip(" ()")},
         )
 
     async def _messages(

@@ -18,8 +18,8 @@ from tests.storage.backend_jetstream import fresh_stream
 @pytest.fixture
 async def two_hosts() -> AsyncIterator[tuple[JetStreamStore, JetStreamStore, str, str]]:
     url, name, prefix = await fresh_stream()
-    a = await JetStreamStore.connect(url, name, gap_wait_s=0.2)
-    b = await JetStreamStore.connect(url, name, gap_wait_s=0.2)
+    a = await JetStreamStore.connect(url, name, gap_wait_s=0.2, writer="host-a pid 1")
+    b = await JetStreamStore.connect(url, name, gap_wait_s=0.2, writer="host-b pid 2")
     try:
         yield a, b, url, prefix
     finally:
@@ -44,8 +44,9 @@ async def test_a_stale_writer_on_another_host_is_locked_and_never_interleaves(
     jb = await b.open("run-x")
     assert (jb.last_seq, jb.last_hash) == (4, src.records[3].hash)
     await jb.append(src.records[4:6])
-    with pytest.raises(Locked, match="stale"):
+    with pytest.raises(Locked, match="stale") as err:
         await ja.append([src.records[4]])
+    assert "host-b pid 2 wrote seq 5" in err.value.message
     with pytest.raises(Locked):
         await ja.append([unlinked(5, "user", user_payload("from the stale host"))])
     assert ja.last_seq == 4
