@@ -132,43 +132,57 @@ def stream_add_command(stream: str, prefix: str = DEFAULT_PREFIX, replicas: int 
     )
 
 
+def _valid_wildcard(subject: str) -> bool:
+    tokens = subject.split(".")
+    return (
+        len(tokens) >= 2
+        and tokens[-1] == ">"
+        and all(t and not any(c in t for c in "*> \t\r\n") for t in tokens[:-1])
+    )
+
+
 def subject_prefix(stream: str, subjects: Sequence[str] | None) -> str:
     """Derive the prefix from the stream's single ``<prefix>.>`` subject."""
     subjects = list(subjects or [])
-    wild = [s for s in subjects if "*" in s.split(".") or ">" in s.split(".") or "*" in s]
-    fix = f"nats stream edit {stream} --subjects '<prefix>.>'"
+    wild = [s for s in subjects if "*" in s or ">" in s]
+    dedicated = f"or bind a dedicated stream: `{stream_add_command(stream)}`"
     if not wild:
         raise StreamConfigError(
             f"stream {stream} has no `<prefix>.>` wildcard subject (subjects: {subjects}); "
-            f"journald needs exactly one; fix: `{fix}`",
+            f"journald needs exactly one; fix: `nats stream edit {stream} --subjects "
+            f"'{DEFAULT_PREFIX}.>'` {dedicated}",
             metadata={"stream": stream},
         )
     if len(subjects) != 1:
+        keep = [s for s in wild if _valid_wildcard(s)]
+        fix = (
+            f"fix: `nats stream edit {stream} --subjects '{keep[0]}'` "
+            if len(keep) == 1
+            else "fix: keep exactly one `<prefix>.>` subject "
+        )
         raise StreamConfigError(
             f"stream {stream} has {len(wild)} wildcard subject(s) among {subjects}; journald "
             f"derives its prefix from exactly one `<prefix>.>` subject and nothing else; "
-            f"fix: `{fix}` (or bind a dedicated stream)",
+            f"{fix}{dedicated}",
             metadata={"stream": stream},
         )
     subject = subjects[0]
     tokens = subject.split(".")
     if len(tokens) < 2 or tokens[-1] != ">":
         raise StreamConfigError(
-            f"stream {stream} subject {subject!r} is not of the form `<prefix>.>`; fix: `{fix}`",
+            f"stream {stream} subject {subject!r} is not of the form `<prefix>.>`; {dedicated}",
             metadata={"stream": stream},
         )
-    head = tokens[:-1]
-    for tok in head:
-        if not tok or tok in ("*", ">") or any(c in tok for c in "*> \t\r\n"):
-            raise StreamConfigError(
-                f"stream {stream} subject {subject!r} has an empty or wildcard token before "
-                f"the final `>`; journald needs a literal prefix; fix: `{fix}`",
-                metadata={"stream": stream},
-            )
-    return ".".join(head)
+    if not _valid_wildcard(subject):
+        raise StreamConfigError(
+            f"stream {stream} subject {subject!r} has an empty or wildcard token before "
+            f"the final `>`; journald needs a literal prefix; {dedicated}",
+            metadata={"stream": stream},
+        )
+    return ".".join(tokens[:-1])
 
 
-def config_problems(stream: str, cfg: Any) -> list[str]:
+def config_problems(stream: str, cfg: Any, prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Every unsafe setting of a stream config, each with its exact ``nats`` fix."""
     out: list[str] = []
     edit = f"nats stream edit {stream}"
@@ -207,8 +221,9 @@ def config_problems(stream: str, cfg: Any) -> list[str]:
     if retention not in ("", "limits"):
         out.append(
             f"retention is {retention}, journald needs limits (records must not disappear when "
-            "consumed); retention cannot be edited: create a new stream with "
-            f"`{stream_add_command(stream)}` and migrate"
+            "consumed) and retention cannot be edited: copy the runs out with `journald "
+            f"migrate --from jetstream:URL/{stream} --to file:DIR`, delete the stream, recreate "
+            f"it with `{stream_add_command(stream, prefix)}` and migrate back"
         )
     if getattr(cfg, "no_ack", False):
         out.append(f"acks are disabled, journald needs them; fix: `{edit} --ack`")
@@ -218,7 +233,7 @@ def config_problems(stream: str, cfg: Any) -> list[str]:
 def check_stream_config(stream: str, cfg: Any) -> str:
     """Return the subject prefix of a safe stream config, or raise ``StreamConfigError``."""
     prefix = subject_prefix(stream, getattr(cfg, "subjects", None))
-    problems = config_problems(stream, cfg)
+    problems = config_problems(stream, cfg, prefix)
     if problems:
         raise StreamConfigError(
             f"stream {stream} is not safe for journald: " + "; ".join(problems),

@@ -175,3 +175,10 @@ async def test_a_comma_separated_url_list_reaches_any_live_server() -> None:
         assert store.prefix == prefix
     finally:
         await store.close()
+
+
+def test_one_valid_wildcard_beside_other_subjects_gets_the_exact_edit_fix() -> None:
+    with pytest.raises(StreamConfigError) as err:
+        subject_prefix("S", ["keep.>", "other.literal"])
+    assert "`nats stream edit S --subjects 'keep.>'`" in err.value.message
+    assert "`nats stream add S " in err.value.message
