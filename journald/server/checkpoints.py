@@ -400,7 +400,8 @@ class CheckpointRpcs:
             if not msgs:
                 return pb.CompactResponse(status=rejected, reason="empty_history")
             start = tail_start(msgs, request.keep_last)
-            if start == 0:
+            new = governed([*summary, *msgs[start:]])
+            if start == 0 or len(new) >= len(msgs):  # it would not shrink the history
                 return pb.CompactResponse(status=rejected, reason="nothing_to_compact")
             pre = None
             if not request.skip_checkpoint:
@@ -409,7 +410,6 @@ class CheckpointRpcs:
                 failpoint("op_after_checkpoint")
             covered = (1, st.last_seq)
             try:
-                new = governed([*summary, *msgs[start:]])
                 rec = self._rebase(held.lease, "compaction", new, None, covered)
                 results = await self.commit(held.lease, [rec])
             except JournaldError as err:
