@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"sync"
 	"time"
 
 	pb "github.com/journald/journald/clients/go/journaldv1"
@@ -224,8 +226,38 @@ func (c *Client) clientInfo() *pb.ClientInfo {
 	return &pb.ClientInfo{Name: c.opts.clientName, Pid: uint32(os.Getpid()), Host: host, Cwd: cwd}
 }
 
+// openRuns holds the run ids this process has a lease on (a Run not yet closed).
+var openRuns sync.Map
+
+// open opens the lease stream, with one courtesy: the daemon releases a lease when it
+// sees the cancelled stream, a moment after Run.Close returns here. A `locked` error that
+// names this very process as the holder of a run it no longer has open is that window,
+// so it is retried for up to 3 s. Any other error, or a lock held by anyone else, returns
+// at once.
 func (c *Client) open(ctx context.Context, req *pb.OpenRequest) (*Run, error) {
-	req.Client = c.clientInfo()
+	info := c.clientInfo()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		run, err := c.openOnce(ctx, req, info)
+		var jerr *Error
+		if err == nil || !errors.As(err, &jerr) || jerr.Code != CodeLocked ||
+			jerr.Metadata["holder_pid"] != strconv.Itoa(int(info.Pid)) ||
+			jerr.Metadata["holder_host"] != info.Host || time.Now().After(deadline) {
+			return run, err
+		}
+		if _, held := openRuns.Load(req.RunId); held {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Client) openOnce(ctx context.Context, req *pb.OpenRequest, info *pb.ClientInfo) (*Run, error) {
+	req.Client = info
 	// The lease lives as long as this stream, which must outlive ctx: it is cancelled by
 	// Run.Close (or by the process dying, which the daemon sees at once).
 	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

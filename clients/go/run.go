@@ -80,11 +80,13 @@ func newRun(c *Client, lease *pb.Lease, cancel context.CancelFunc) *Run {
 		r.nextIteration = 1
 	}
 	r.unanswered = append(r.unanswered, lease.GetState().GetPending().GetUnanswered()...)
+	openRuns.Store(r.ID(), struct{}{})
 	return r
 }
 
 func (r *Run) watch(stream grpc.ServerStreamingClient[pb.OpenResponse]) {
 	defer close(r.done)
+	defer openRuns.Delete(r.ID())
 	for {
 		m, err := stream.Recv()
 		if err != nil {

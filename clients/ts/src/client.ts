@@ -10,7 +10,7 @@ import * as os from "node:os";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { ChannelOptions, ClientReadableStream, credentials, Metadata, ServiceError } from "@grpc/grpc-js";
 import { canonical } from "./canonical";
-import { fromServiceError, JournaldError } from "./errors";
+import { fromServiceError, JournaldError, LockedError } from "./errors";
 import {
   Ack,
   AppendResponse,
@@ -126,6 +126,9 @@ function recordTrace(opts?: CallOpts): TraceContext | undefined {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Run ids this process holds a lease on (a Run not yet closed), across clients. */
+const OPEN_RUNS = new Set<string>();
 
 /** A connection to one daemon. */
 export class Client {
@@ -270,7 +273,30 @@ export class Client {
     );
   }
 
-  private open(req: OpenRequest, opts: CallOpts): Promise<Run> {
+  /**
+   * Open, with one courtesy: the daemon releases a lease when it sees the cancelled
+   * stream, a moment after `run.close()` resolves here. A `locked` error naming this very
+   * process as the holder of a run it no longer has open is that window, so it is retried
+   * for up to 3 s. Every other error, and a lock held by anyone else, is thrown at once.
+   */
+  private async open(req: OpenRequest, opts: CallOpts): Promise<Run> {
+    const until = Date.now() + 3000;
+    for (;;) {
+      try {
+        return await this.openOnce(req, opts);
+      } catch (err) {
+        const ours =
+          err instanceof LockedError &&
+          err.metadata.holder_pid === String(process.pid) &&
+          err.metadata.holder_host === os.hostname() &&
+          !OPEN_RUNS.has(req.runId);
+        if (!ours || Date.now() >= until) throw err;
+        await sleep(20);
+      }
+    }
+  }
+
+  private openOnce(req: OpenRequest, opts: CallOpts): Promise<Run> {
     req.client = { name: this.clientName, pid: process.pid, host: os.hostname(), cwd: process.cwd() };
     // The stream has no deadline: the lease lives exactly as long as it does.
     const call = this.rpc.open(req, traceMetadata(opts.otelContext));
@@ -326,6 +352,7 @@ export class Run {
     this._nextIteration = lease.state?.nextIteration || 1;
     this.pending = [...(lease.state?.pending?.unanswered ?? [])];
     this.closed = new Promise((r) => (this.resolveClosed = r));
+    OPEN_RUNS.add(this.id);
   }
 
   /** @internal */
@@ -338,6 +365,7 @@ export class Run {
   }
   /** @internal */
   _closed(): void {
+    OPEN_RUNS.delete(this.id);
     this.resolveClosed();
   }
 
