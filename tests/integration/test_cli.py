@@ -219,6 +219,8 @@ def test_tail_follow_prints_records_appended_after_it_started_and_exits_on_delet
             threading.Thread(target=_reader, args=(proc.stdout, out), daemon=True).start()
             threading.Thread(target=_reader, args=(proc.stderr, err), daemon=True).start()
             started = err.get(timeout=30)
+            while "following" not in started:  # skip anything else the process logs first
+                started = err.get(timeout=30)
             assert "following run cli-tail from seq 3" in started
             writer.append(writer.result("t1", out="\x1b[31mred\x1b[0m output"))  # seq 3
             writer.append(writer.terminal("completed"))  # seq 4
