@@ -93,6 +93,8 @@ HDR_WRITER = "Journald-Writer"
 HDR_BATCH_ID = "Nats-Batch-Id"
 HDR_BATCH_SEQ = "Nats-Batch-Sequence"
 HDR_BATCH_COMMIT = "Nats-Batch-Commit"
+LIST_CONCURRENCY = 8
+"""Runs whose info ``list`` reads at once (each is a few requests and one short consumer)."""
 MAX_ATOMIC_BATCH = 1000
 """nats-server's default limit of messages in one atomic batch."""
 DEFAULT_PREFIX = "journald"
@@ -906,10 +908,17 @@ class JetStreamStore:
 
     async def list(self) -> list[RunInfo]:
         self._check_open()
-        infos: list[RunInfo] = []
-        for run_id in await self._run_ids():
-            with contextlib.suppress(SessionNotFound):
-                infos.append(await self.info(run_id))
+        gate = asyncio.Semaphore(LIST_CONCURRENCY)
+
+        async def one(run_id: str) -> RunInfo | None:
+            async with gate:
+                try:
+                    return await self.info(run_id)
+                except SessionNotFound:  # deleted while listing
+                    return None
+
+        found = await asyncio.gather(*(one(r) for r in await self._run_ids()))
+        infos = [i for i in found if i is not None]
         return sorted(infos, key=lambda i: i.updated, reverse=True)
 
     async def delete(self, run_id: str) -> bool:

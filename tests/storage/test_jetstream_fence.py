@@ -183,3 +183,14 @@ async def test_a_batch_is_one_atomic_publish_when_the_stream_allows_atomic_batch
     finally:
         await store.close()
         await other.close()
+
+
+async def test_listing_many_runs_reads_them_concurrently_and_misses_none(
+    two_hosts: tuple[JetStreamStore, JetStreamStore, str, str],
+) -> None:
+    a, b, _, _ = two_hosts
+    ids = [f"many-{i:02d}" for i in range(25)]
+    for rid in ids:
+        j = await a.create(JournalBuilder(rid).records[0])
+        await j.close()
+    assert sorted(i.run_id for i in await b.list()) == ids
