@@ -5,8 +5,8 @@ tool calls and the first call's result, then is killed with SIGKILL without clos
 TypeScript agent (clients/ts/examples/agent.ts) resumes the run, sees exactly the one
 unanswered call, completes it, journals the final answer and the terminal record. Python
 folds the run through the generated stubs and compares the state with a checked-in
-expectation, then verifies the hash chain (Verify RPC; `journald verify` is not a CLI
-subcommand yet). Both agents stamp records with a fixed clock, so the journal, and with it
+expectation, then verifies the hash chain with `journald verify` (the CLI) and the Verify
+RPC. Both agents stamp records with a fixed clock, so the journal, and with it
 every hash, is byte-identical on every run: the expected state pins the cross-language
 encoding end to end.
 
@@ -39,6 +39,7 @@ from journald_client.pb import journal_pb2_grpc as pb_grpc
 
 from journald.fingerprint import hash_system_prompt, hash_tools
 from journald.records import GENESIS, decode
+from tests.daemon import JOURNALD as JOURNALD_CLI
 from tests.daemon import Daemon
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,6 +246,19 @@ def test_a_go_writer_killed_mid_turn_is_finished_by_a_typescript_writer_and_pyth
     verified = stub.Verify(pb.VerifyRequest(run_id=RUN_ID))
     assert (verified.records, verified.last_seq) == (6, 6)
     assert verified.last_hash == summary["lastHash"]
+    cli = subprocess.run(
+        [*JOURNALD_CLI, "verify", "--socket", socket, "--json", RUN_ID],
+        capture_output=True,
+        text=True,
+        timeout=AGENT_TIMEOUT_S,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout) == {
+        "records": 6,
+        "last_seq": 6,
+        "last_hash": summary["lastHash"],
+        "segments": verified.segments,
+    }
 
     # The stored bytes decode as canonical records in the Python core and chain by prev;
     # the Go writer stamped seq 1-3, the TypeScript writer seq 4-6, each from its fixed clock.
