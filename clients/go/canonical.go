@@ -43,8 +43,16 @@ func CanonicalText(text []byte) ([]byte, error) {
 	return Canonical(v)
 }
 
-// ParseJSON decodes JSON text with numbers kept as json.Number (never float64).
+// ParseJSON decodes JSON text with numbers kept as json.Number (never float64). Text that
+// is not valid UTF-8, or escapes a lone surrogate (\ud800), is refused, as Python and
+// TypeScript refuse it: encoding/json alone would silently turn both into U+FFFD.
 func ParseJSON(text []byte) (any, error) {
+	if !utf8.Valid(text) {
+		return nil, fmt.Errorf("journald: invalid JSON: not UTF-8")
+	}
+	if err := checkSurrogateEscapes(text); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(text))
 	dec.UseNumber()
 	var v any
@@ -265,3 +273,40 @@ func writeIntegerText(buf *bytes.Buffer, text string) error {
 
 // Genesis is the `prev` of seq 1: 64 zeros.
 const Genesis = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// checkSurrogateEscapes refuses \uD800-\uDBFF not followed by \uDC00-\uDFFF, and a
+// \uDC00-\uDFFF that does not follow one.
+func checkSurrogateEscapes(text []byte) error {
+	surrogate := func(i int) (rune, bool) {
+		if i+6 > len(text) || text[i] != '\\' || text[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(text[i+2:i+6]), 16, 32)
+		if err != nil {
+			return 0, false
+		}
+		return rune(v), true
+	}
+	for i := 0; i < len(text); i++ {
+		if text[i] != '\\' {
+			continue
+		}
+		r, ok := surrogate(i)
+		if !ok {
+			i++ // skip the escaped character (\\, \", ...)
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			if lo, ok := surrogate(i + 6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+				i += 11
+				continue
+			}
+			return fmt.Errorf("journald: invalid JSON: lone surrogate escape at byte %d", i)
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return fmt.Errorf("journald: invalid JSON: lone surrogate escape at byte %d", i)
+		}
+		i += 5
+	}
+	return nil
+}

@@ -83,6 +83,14 @@ func TestCanonicalRefusesFloatsAndInvalidUTF8(t *testing.T) {
 	if _, err := Canonical("\xff"); err == nil {
 		t.Fatal("invalid UTF-8 accepted")
 	}
+	for _, bad := range []string{`"\ud800"`, `"\udc00"`, `"a\ud83dx"`, "\"\xff\""} {
+		if _, err := CanonicalText([]byte(bad)); err == nil {
+			t.Fatalf("%s accepted", bad)
+		}
+	}
+	if got, err := CanonicalText([]byte(`["\ud83d\ude00","\\ud800","\u00e9"]`)); err != nil || string(got) != `["😀","\\ud800","é"]` {
+		t.Fatalf("valid escapes: %s %v", got, err)
+	}
 	got, err := Canonical(map[string]any{"b": []string{"<&>"}, "a": uint64(1 << 60), "\u2028": "\u2029"})
 	if err != nil || string(got) != `{"a":1152921504606846976,"b":["<&>"],"`+"\u2028"+`":"`+"\u2029"+`"}` {
 		t.Fatalf("%s %v", got, err)
