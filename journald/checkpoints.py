@@ -254,7 +254,7 @@ def decode_file(data: bytes, where: str) -> Checkpoint:
     except (ValueError, UnicodeDecodeError) as exc:
         raise StoreCorrupted(
             f"checkpoint file {where} is damaged ({exc}); delete it with "
-            "`journald checkpoint delete` or restore it from a backup",
+            "`journald checkpoint <run> --delete <id>` or restore it from a backup",
             metadata={"file": where},
         ) from exc
 

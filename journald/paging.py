@@ -9,8 +9,9 @@ just before it, so the two are never split).
 
 * the start aligns *back*: ``offset`` is moved down to the nearest clean boundary (and
   clamped to ``total``); the corrected value is returned as ``offset``;
-* the end aligns *forward*: ``offset + limit`` is moved up to the nearest clean boundary,
-  so ``limit`` is a lower bound (``limit`` messages unless the conversation ends first);
+* the end aligns *forward*: the *requested* ``offset + limit`` is moved up to the nearest
+  clean boundary, so ``limit`` is a lower bound (``limit`` messages unless the conversation
+  ends first), and ``page(m, total - n, n)`` is always the tail page;
 * ``next_offset`` is the end (``total`` at the end). Following ``next_offset`` from 0 visits
   every message exactly once, and each page is self-paired;
 * ``limit == 0`` returns no messages, only ``total`` (``offset`` and ``next_offset`` are the
@@ -67,7 +68,7 @@ def page(messages: Sequence[Message], offset: int, limit: int) -> Page:
     start = align_back(messages, offset)
     if limit <= 0:
         return Page([], total, start, start)
-    end = align_forward(messages, start + limit)
+    end = align_forward(messages, min(offset, total) + limit)
     return Page(list(messages[start:end]), total, start, end)
 
 

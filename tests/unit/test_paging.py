@@ -87,6 +87,8 @@ def test_any_offset_aligns_back_and_any_end_aligns_forward(
     assert self_paired(p.messages)
     if limit == 0:
         assert p.messages == []
+    elif offset + limit >= len(msgs):
+        assert p.next_offset == len(msgs)
     else:
         assert len(p.messages) >= min(limit, len(msgs) - p.offset)
 
@@ -102,5 +104,6 @@ def test_an_offset_inside_a_tool_round_moves_back_to_its_call() -> None:
     assert page(msgs, 0, 2).next_offset == 3  # the end moves forward past the results
     assert page(msgs, 4, 0) == Page([], 5, 3, 3)
     assert tail_start(msgs, 1) == 3
+    assert page(msgs, 4, 1) == Page(msgs[3:], 5, 3, 5)  # total - n, n: the tail page
     assert tail_start(msgs, 0) == 5
     assert page(msgs, 99, 5) == Page([], 5, 5, 5)

@@ -1,0 +1,335 @@
+"""CLI commands for checkpoints (SPEC §9): ``checkpoint``, ``checkpoints``, ``restore``,
+``compact``, ``fork``, ``export``, ``import``, ``history``.
+
+They talk to the daemon through the CLI's ``journald_client.Client`` (errors map to the exit
+codes of ``journald.cli_commands``). Until the client package gains checkpoint methods, the
+requests are sent through its generic unary call (``_rpc`` below is the only place to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from journald_client.pb import journal_pb2 as pb
+
+from journald.cli_commands import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, Command, Context, register
+from journald.replay import elide_end, one_line, result_text
+
+TRIGGERS = {
+    pb.CHECKPOINT_TRIGGER_MANUAL: "manual",
+    pb.CHECKPOINT_TRIGGER_PRE_COMPACTION: "pre_compaction",
+    pb.CHECKPOINT_TRIGGER_PRE_RESTORE: "pre_restore",
+    pb.CHECKPOINT_TRIGGER_PRE_PRUNE: "pre_prune",
+    pb.CHECKPOINT_TRIGGER_IMPORT: "import",
+}
+COMPACT_STATUS = {
+    pb.COMPACT_STATUS_COMPACTED: "compacted",
+    pb.COMPACT_STATUS_REJECTED: "rejected",
+    pb.COMPACT_STATUS_FAILED: "failed",
+}
+
+
+def _rpc(ctx: Context, method: str, request: Any) -> Any:
+    return ctx.client._unary(method, request)  # see the module doc
+
+
+def meta_json(m: pb.CheckpointMeta) -> dict[str, Any]:
+    return {
+        "checkpoint_id": m.checkpoint_id,
+        "run_id": m.run_id,
+        "trigger": TRIGGERS.get(m.trigger, "unspecified"),
+        "label": m.label,
+        "seq": m.seq,
+        "message_count": m.message_count,
+        "created": m.created,
+        "model": m.model,
+        "hash": m.hash,
+        "cwd": m.cwd,
+    }
+
+
+def message_json(m: pb.Message) -> dict[str, Any]:
+    return {"role": m.role, "content": json.loads(m.content_json)}
+
+
+# --- checkpoint / checkpoints -------------------------------------------------------------
+
+
+def _add_checkpoint(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id")
+    p.add_argument("--label", default="", help="a label for the checkpoint")
+    p.add_argument("--delete", metavar="ID", help="delete checkpoint ID instead (idempotent)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _run_checkpoint(ctx: Context, args: argparse.Namespace) -> int:
+    if args.delete:
+        req = pb.DeleteCheckpointRequest(run_id=args.run, checkpoint_id=args.delete)
+        deleted = _rpc(ctx, "DeleteCheckpoint", req).deleted
+        ctx.note(f"checkpoint {args.delete} {'deleted' if deleted else 'did not exist'}")
+        return EXIT_OK
+    cp = _rpc(ctx, "Checkpoint", pb.CheckpointRequest(run_id=args.run, label=args.label))
+    if args.json:
+        ctx.json(meta_json(cp.checkpoint))
+    else:
+        m = cp.checkpoint
+        ctx.text(f"{m.checkpoint_id}  seq {m.seq}, {m.message_count} messages")
+    return EXIT_OK
+
+
+def _add_checkpoints(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _run_checkpoints(ctx: Context, args: argparse.Namespace) -> int:
+    cps = _rpc(ctx, "ListCheckpoints", pb.ListCheckpointsRequest(run_id=args.run)).checkpoints
+    if args.json:
+        ctx.json([meta_json(m) for m in cps])
+        return EXIT_OK
+    if not cps:
+        ctx.note(f"run {args.run} has no checkpoints (take one with `journald checkpoint`)")
+        return EXIT_OK
+    for m in cps:
+        trig = TRIGGERS.get(m.trigger, "?")
+        label = f"  {one_line(m.label)}" if m.label else ""
+        ctx.text(
+            f"{m.checkpoint_id}  {trig:<14} seq {m.seq:<6} {m.message_count:>5} msgs  "
+            f"{m.created[:19].replace('T', ' ')}{label}"
+        )
+    return EXIT_OK
+
+
+# --- restore / compact / fork -------------------------------------------------------------
+
+
+def _add_restore(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id")
+    p.add_argument("checkpoint", help="checkpoint id")
+    p.add_argument("--no-checkpoint", action="store_true", help="skip the pre_restore checkpoint")
+
+
+def _run_restore(ctx: Context, args: argparse.Namespace) -> int:
+    resp = _rpc(
+        ctx,
+        "Restore",
+        pb.RestoreRequest(
+            run_id=args.run, checkpoint_id=args.checkpoint, skip_checkpoint=args.no_checkpoint
+        ),
+    )
+    for w in resp.warnings:
+        ctx.note(f"warning: {w.code}: {w.message}")
+    pre = f" (pre_restore checkpoint {resp.pre_restore_checkpoint_id})"
+    ctx.text(
+        f"restored {args.checkpoint}: {resp.from_messages} -> {resp.to_messages} messages at "
+        f"seq {resp.ack.seq}{pre if resp.pre_restore_checkpoint_id else ''}"
+    )
+    return EXIT_OK
+
+
+def _add_compact(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--summary", help="the summary text (becomes one user message)")
+    src.add_argument(
+        "--summary-file",
+        type=Path,
+        help="a JSON array of messages ({role, content}) or plain text ('-' = stdin)",
+    )
+    p.add_argument("--keep", type=int, default=0, help="trailing messages to keep (aligned)")
+    p.add_argument("--label", default="", help="label of the pre_compaction checkpoint")
+    p.add_argument(
+        "--no-checkpoint", action="store_true", help="skip the pre_compaction checkpoint"
+    )
+
+
+def _summary(args: argparse.Namespace) -> list[pb.Message]:
+    if args.summary is not None:
+        text = args.summary
+    else:
+        path: Path = args.summary_file
+        text = sys.stdin.read() if str(path) == "-" else path.read_text("utf-8")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if isinstance(value, list):
+            return [
+                pb.Message(
+                    role=m["role"],
+                    content_json=json.dumps(m["content"], ensure_ascii=False).encode(),
+                )
+                for m in value
+            ]
+    block = {"type": "text", "text": text}
+    return [pb.Message(role="user", content_json=json.dumps([block]).encode())]
+
+
+def _run_compact(ctx: Context, args: argparse.Namespace) -> int:
+    resp = _rpc(
+        ctx,
+        "Compact",
+        pb.CompactRequest(
+            run_id=args.run,
+            summary=_summary(args),
+            keep_last=max(0, args.keep),
+            skip_checkpoint=args.no_checkpoint,
+            checkpoint_label=args.label,
+        ),
+    )
+    status = COMPACT_STATUS.get(resp.status, "unspecified")
+    cp = f", checkpoint {resp.checkpoint_id}" if resp.checkpoint_id else ""
+    if resp.status == pb.COMPACT_STATUS_COMPACTED:
+        r = resp.removed_range
+        ctx.text(f"compacted seqs {r.from_seq}..{r.to_seq} at seq {resp.ack.seq}{cp}")
+        return EXIT_OK
+    ctx.note(f"compaction {status}: {resp.reason}{cp}")
+    return EXIT_ERROR
+
+
+def _add_fork(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="source run id")
+    p.add_argument("--checkpoint", default="", help="fork this checkpoint (default: the head)")
+    p.add_argument("--as", dest="new_run", default="", help="the new run id (default: generated)")
+    p.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", help="label the new run"
+    )
+
+
+def _run_fork(ctx: Context, args: argparse.Namespace) -> int:
+    labels = dict(item.split("=", 1) for item in args.label if "=" in item)
+    resp = _rpc(
+        ctx,
+        "Fork",
+        pb.ForkRequest(
+            run_id=args.run, checkpoint_id=args.checkpoint, new_run_id=args.new_run, labels=labels
+        ),
+    )
+    ctx.text(resp.run_id)
+    ctx.note(f"forked {args.run} into {resp.run_id} ({len(resp.state.messages)} messages)")
+    return EXIT_OK
+
+
+# --- export / import ----------------------------------------------------------------------
+
+
+def _add_export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id")
+    p.add_argument("checkpoint", help="checkpoint id")
+    p.add_argument("-o", "--output", type=Path, help="write to this file (default: stdout)")
+
+
+def _run_export(ctx: Context, args: argparse.Namespace) -> int:
+    req = pb.ExportCheckpointRequest(run_id=args.run, checkpoint_id=args.checkpoint)
+    data: bytes = _rpc(ctx, "ExportCheckpoint", req).data
+    if args.output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        args.output.write_bytes(data)
+        ctx.note(f"wrote {len(data)} bytes to {args.output}")
+    return EXIT_OK
+
+
+def _add_import(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="the target run (must exist)")
+    p.add_argument("file", help="an exported checkpoint ('-' = stdin)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _run_import(ctx: Context, args: argparse.Namespace) -> int:
+    if args.file == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        try:
+            data = Path(args.file).read_bytes()
+        except FileNotFoundError:
+            ctx.note(f"no such file: {args.file}")
+            return EXIT_NOT_FOUND
+    resp = _rpc(ctx, "ImportCheckpoint", pb.ImportCheckpointRequest(run_id=args.run, data=data))
+    if args.json:
+        ctx.json(meta_json(resp.checkpoint))
+    else:
+        ctx.text(resp.checkpoint.checkpoint_id)
+    return EXIT_OK
+
+
+# --- history ------------------------------------------------------------------------------
+
+
+def _add_history(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run id")
+    p.add_argument("--offset", type=int, default=0, help="first message index (aligned back)")
+    p.add_argument("--limit", type=int, default=50, help="at least this many (0 = total only)")
+    p.add_argument("--tail", action="store_true", help="the last page (offset = total - limit)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def summarize(m: dict[str, Any], width: int) -> str:
+    parts = []
+    for b in m["content"]:
+        t = b.get("type")
+        if t == "text":
+            parts.append(one_line(str(b.get("text", ""))))
+        elif t == "tool_use":
+            parts.append(f"-> {one_line(str(b.get('name', '?')))}")
+        elif t == "tool_result":
+            mark = "!" if b.get("is_error") else "<-"
+            parts.append(f"{mark} {one_line(result_text(b))}")
+        else:
+            parts.append(f"[{t}]")
+    return elide_end(" | ".join(parts), width)
+
+
+def _run_history(ctx: Context, args: argparse.Namespace) -> int:
+    offset = max(0, args.offset)
+    if args.tail:
+        total = _rpc(ctx, "History", pb.HistoryRequest(run_id=args.run, limit=0)).total
+        offset = max(0, total - max(0, args.limit))
+    resp = _rpc(
+        ctx, "History", pb.HistoryRequest(run_id=args.run, offset=offset, limit=max(0, args.limit))
+    )
+    if args.json:
+        ctx.json(
+            {
+                "total": resp.total,
+                "offset": resp.offset,
+                "next_offset": resp.next_offset,
+                "messages": [message_json(m) for m in resp.messages],
+            }
+        )
+        return EXIT_OK
+    for i, m in enumerate(resp.messages, resp.offset):
+        prefix = f"{i:>6} {m.role:<9} "
+        ctx.text(prefix + summarize(message_json(m), max(20, ctx.width - len(prefix))))
+    ctx.note(
+        f"messages {resp.offset}..{resp.next_offset - 1 if resp.messages else resp.offset} "
+        f"of {resp.total}; next offset {resp.next_offset}"
+    )
+    return EXIT_OK
+
+
+for _cmd in (
+    Command(
+        "checkpoint", "take (or --delete) a checkpoint of a run", _add_checkpoint, _run_checkpoint
+    ),
+    Command(
+        "checkpoints", "list a run's checkpoints, oldest first", _add_checkpoints, _run_checkpoints
+    ),
+    Command(
+        "restore",
+        "restore a checkpoint into its run (appends a rebase)",
+        _add_restore,
+        _run_restore,
+    ),
+    Command("compact", "replace a run's early history by a summary", _add_compact, _run_compact),
+    Command("fork", "start a new run from a checkpoint or the head", _add_fork, _run_fork),
+    Command("export", "export a checkpoint as self-contained bytes", _add_export, _run_export),
+    Command("import", "import exported checkpoint bytes into a run", _add_import, _run_import),
+    Command("history", "page through a run's conversation", _add_history, _run_history),
+):
+    register(_cmd)
