@@ -37,6 +37,13 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--backend", choices=["file", "jetstream", "memory"], default="file")
     p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     p.add_argument("--stream", default="JOURNALD", help="JetStream stream to bind (must exist)")
+    p.add_argument("--nats-creds", default=None, help="NATS .creds file (JWT + nkey)")
+    p.add_argument(
+        "--nats-user", default=None, help="NATS user (password from $JOURNALD_NATS_PASSWORD)"
+    )
+    p.add_argument("--nats-tls-ca", default=None, help="CA bundle to verify the NATS server")
+    p.add_argument("--nats-tls-cert", default=None, help="client certificate for NATS mTLS")
+    p.add_argument("--nats-tls-key", default=None, help="client key for NATS mTLS")
     p.add_argument("--socket-mode", default="0600", help="socket file mode (octal)")
     p.add_argument("--socket-group", default=None, help="group to share the socket with")
     p.add_argument("--max-message-bytes", type=_size, default=64 * 1024 * 1024)
@@ -53,6 +60,27 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--checkpoint-max", type=int, default=0, help="checkpoints kept per run (0 = no limit)"
     )
+
+
+def nats_options(args: argparse.Namespace) -> dict[str, object]:
+    """Credentials and TLS for the JetStream backend; secrets come from the environment."""
+    import socket
+    import ssl
+
+    opts: dict[str, object] = {"writer": f"journald {socket.gethostname()} pid {os.getpid()}"}
+    if args.nats_creds:
+        opts["user_credentials"] = args.nats_creds
+    if args.nats_user:
+        opts["user"] = args.nats_user
+        opts["password"] = os.environ.get("JOURNALD_NATS_PASSWORD", "")
+    if os.environ.get("JOURNALD_NATS_TOKEN"):
+        opts["token"] = os.environ["JOURNALD_NATS_TOKEN"]
+    if args.nats_tls_ca or args.nats_tls_cert:
+        ctx = ssl.create_default_context(cafile=args.nats_tls_ca)
+        if args.nats_tls_cert:
+            ctx.load_cert_chain(args.nats_tls_cert, args.nats_tls_key)
+        opts["tls"] = ctx
+    return opts
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -89,11 +117,22 @@ def build_parser() -> argparse.ArgumentParser:
     cli_commands.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve(sub)
+    mig = sub.add_parser(
+        "migrate",
+        add_help=False,
+        help="copy runs between file and JetStream stores (see migrate --help)",
+    )
+    mig.add_argument("rest", nargs=argparse.REMAINDER)
     cli_commands.add_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["migrate"]:  # its own parser (works on stores, not through the daemon)
+        from journald import migrate
+
+        return migrate.main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return cmd_serve(args)

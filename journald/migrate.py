@@ -204,7 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _main(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path
+
+    from journald.server.daemon import lock_data_dir
+
     async with AsyncExitStack() as stack:
+        for loc in (args.src, args.dst):
+            if loc.startswith("file:"):  # a daemon must not write the dir while we copy it
+                stack.callback(lock_data_dir(Path(loc.removeprefix("file:"))).close)
         src = await open_location(args.src, args.creds)
         stack.push_async_callback(src.close)
         dst = await open_location(args.dst, args.creds)
@@ -228,6 +235,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JournaldError as exc:
         console.print(f"journald migrate: {exc}", markup=False, highlight=False)
         return 1
+    except Exception as exc:
+        from journald.server.daemon import DataDirLocked
+
+        if not isinstance(exc, DataDirLocked):
+            raise
+        console.print(f"journald migrate: {exc}", markup=False, highlight=False)
+        return 3
     except KeyboardInterrupt:
         return 130
 

@@ -55,6 +55,7 @@ class ServeConfig:
     limits: Limits = field(default_factory=Limits)
     nats_url: str = "nats://127.0.0.1:4222"
     stream: str = "JOURNALD"
+    nats_options: dict[str, object] = field(default_factory=dict)
     segment_max_bytes: int = 16 * 1024 * 1024
     segment_max_records: int = 5000
     segmentation: bool = True
