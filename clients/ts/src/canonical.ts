@@ -220,7 +220,9 @@ export function parseJson(text: string): JsonValue {
     if (i >= text.length) fail("unterminated string");
     i++;
     const lit = text.slice(start, i);
-    return simple ? lit.slice(1, -1) : (JSON.parse(lit) as string);
+    if (!simple) return JSON.parse(lit) as string; // refuses raw control characters too
+    if (/[\u0000-\u001f]/.test(lit)) fail("raw control character in a string");
+    return lit.slice(1, -1);
   };
   const v = value();
   ws();

@@ -27,4 +27,6 @@ test("floats, unsafe numbers and lone surrogates are refused", () => {
   assert.throws(() => parseJson("[1e3]"), /integers only/);
   assert.throws(() => canonicalText(2 ** 60), /bigint/);
   assert.throws(() => canonicalText("\ud800"), /lone surrogate/);
+  assert.throws(() => canonicalText(parseJson('"\\ud800"')), /lone surrogate/);
+  assert.throws(() => parseJson('"a\nb"'), /control character/);
 });
