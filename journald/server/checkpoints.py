@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 DAEMON_HOLDER = "journald daemon"
+HISTORY_CACHE_RUNS = 8  # dormant runs whose governed conversation History keeps
 TRIGGER_PB = {
     "manual": pb.CHECKPOINT_TRIGGER_MANUAL,
     "pre_compaction": pb.CHECKPOINT_TRIGGER_PRE_COMPACTION,
@@ -500,12 +502,32 @@ class CheckpointRpcs:
 
     # --- history --------------------------------------------------------------------------
 
+    async def _conversation(self, run_id: str) -> list[Message]:
+        """The governed conversation: from the lease's cached state when held, else from a
+        small cache of dormant runs keyed by what ``Store.info`` reports (any append, prune
+        or re-creation changes the key), else by folding the stored records."""
+        lease = self.leases.held(run_id)
+        if lease is not None:
+            return governed(lease.state.messages)
+        info = await self.store.info(run_id)
+        key = (info.created, info.updated, info.last_seq, info.record_count, info.bytes)
+        cache: OrderedDict[str, tuple[Any, list[Message]]] = self.__dict__.setdefault(
+            "_history_cache", OrderedDict()
+        )
+        hit = cache.get(run_id)
+        if hit is not None and hit[0] == key:
+            cache.move_to_end(run_id)
+            return hit[1]
+        msgs = governed((await fold_stored(self.store, run_id)).messages)
+        cache[run_id] = (key, msgs)
+        while len(cache) > HISTORY_CACHE_RUNS:
+            cache.popitem(last=False)
+        return msgs
+
     @unary
     async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
         run_id = validate_id(request.run_id)
-        lease = self.leases.held(run_id)
-        state = lease.state if lease is not None else await fold_stored(self.store, run_id)
-        msgs = governed(state.messages)
+        msgs = await self._conversation(run_id)
         p = page(msgs, request.offset, request.limit)
         return pb.HistoryResponse(
             messages=messages_to_pb(p.messages),

@@ -435,6 +435,17 @@ def test_history_pages_are_self_paired_and_cover_the_conversation(
     # an offset inside a tool round aligns back to the tool_use
     inside = s.History(pb.HistoryRequest(run_id="cp-history", offset=2, limit=1))
     assert (inside.offset, inside.next_offset) == (1, 3)
+    # a dormant run's pages are cached until the run changes
+    more = until_unlocked(lambda: Lease(s, "cp-history", mode=pb.OPEN_MODE_RESUME))
+    more.append(
+        pb.Record(
+            seq=more.next_seq(), ts=TS, user=pb.UserPayload(content_json=blocks(text("and?")))
+        )
+    )
+    more.close()
+    tail = s.History(pb.HistoryRequest(run_id="cp-history", offset=13, limit=5))
+    assert (tail.total, tail.offset, tail.next_offset) == (15, 13, 15)
+    assert conv(tail.messages)[-1] == ("user", [text("and?")])
 
 
 def test_deleting_a_run_deletes_its_colocated_checkpoints(
