@@ -4827,6 +4827,272 @@ func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
 	return nil
 }
 
+// PutAttachmentRequest uploads the bytes of one attachment.
+type PutAttachmentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run that owns it (must exist).
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The bytes.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// Media type, e.g. "image/png".
+	MediaType string `protobuf:"bytes,3,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// Optional file name.
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutAttachmentRequest) Reset() {
+	*x = PutAttachmentRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAttachmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAttachmentRequest) ProtoMessage() {}
+
+func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
+func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *PutAttachmentRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *PutAttachmentRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *PutAttachmentRequest) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *PutAttachmentRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// PutAttachmentResponse says where the bytes are and how to reference them.
+type PutAttachmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SHA-256 hex of the bytes (the attachment's address).
+	Sha256 string `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Size in bytes.
+	Size uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// The canonical attachment block to put in a record's content:
+	// {"type":"attachment","sha256","media_type","size","name"?}.
+	BlockJson []byte `protobuf:"bytes,3,opt,name=block_json,json=blockJson,proto3" json:"block_json,omitempty"`
+	// True when the run already held these bytes (nothing was written).
+	Existed       bool `protobuf:"varint,4,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutAttachmentResponse) Reset() {
+	*x = PutAttachmentResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutAttachmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutAttachmentResponse) ProtoMessage() {}
+
+func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
+func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *PutAttachmentResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *PutAttachmentResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PutAttachmentResponse) GetBlockJson() []byte {
+	if x != nil {
+		return x.BlockJson
+	}
+	return nil
+}
+
+func (x *PutAttachmentResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
+// GetAttachmentRequest reads an attachment back.
+type GetAttachmentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run that owns it.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// SHA-256 hex of the bytes.
+	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAttachmentRequest) Reset() {
+	*x = GetAttachmentRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAttachmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAttachmentRequest) ProtoMessage() {}
+
+func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
+func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *GetAttachmentRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *GetAttachmentRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+// GetAttachmentResponse carries the bytes (verified against their SHA-256).
+type GetAttachmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bytes.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// SHA-256 hex of the bytes.
+	Sha256 string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Size in bytes.
+	Size          uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAttachmentResponse) Reset() {
+	*x = GetAttachmentResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAttachmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAttachmentResponse) ProtoMessage() {}
+
+func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
+func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *GetAttachmentResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *GetAttachmentResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *GetAttachmentResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 // ErrorDetail is sent in the `journald-error-bin` trailer of every failed call.
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4844,7 +5110,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4856,7 +5122,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4869,7 +5135,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -5243,7 +5509,26 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x18ImportCheckpointResponse\x12;\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\v2\x1b.journald.v1.CheckpointMetaR\n" +
-	"checkpoint\"\xd0\x01\n" +
+	"checkpoint\"t\n" +
+	"\x14PutAttachmentRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x03 \x01(\tR\tmediaType\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"|\n" +
+	"\x15PutAttachmentResponse\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1d\n" +
+	"\n" +
+	"block_json\x18\x03 \x01(\fR\tblockJson\x12\x18\n" +
+	"\aexisted\x18\x04 \x01(\bR\aexisted\"E\n" +
+	"\x14GetAttachmentRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"W\n" +
+	"\x15GetAttachmentResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"\xd0\x01\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12B\n" +
@@ -5274,8 +5559,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x1aCOMPACT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPACT_STATUS_COMPACTED\x10\x01\x12\x1b\n" +
 	"\x17COMPACT_STATUS_REJECTED\x10\x02\x12\x19\n" +
-	"\x15COMPACT_STATUS_FAILED\x10\x032\xcb\n" +
-	"\n" +
+	"\x15COMPACT_STATUS_FAILED\x10\x032\xfb\v\n" +
 	"\x0eJournalService\x12=\n" +
 	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12A\n" +
 	"\x06Append\x12\x1a.journald.v1.AppendRequest\x1a\x1b.journald.v1.AppendResponse\x12W\n" +
@@ -5295,7 +5579,9 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x04Fork\x12\x18.journald.v1.ForkRequest\x1a\x19.journald.v1.ForkResponse\x12_\n" +
 	"\x10ExportCheckpoint\x12$.journald.v1.ExportCheckpointRequest\x1a%.journald.v1.ExportCheckpointResponse\x12_\n" +
 	"\x10ImportCheckpoint\x12$.journald.v1.ImportCheckpointRequest\x1a%.journald.v1.ImportCheckpointResponse\x12A\n" +
-	"\x06Verify\x12\x1a.journald.v1.VerifyRequest\x1a\x1b.journald.v1.VerifyResponseB?Z=github.com/journald/journald/clients/go/journaldv1;journaldv1b\x06proto3"
+	"\x06Verify\x12\x1a.journald.v1.VerifyRequest\x1a\x1b.journald.v1.VerifyResponse\x12V\n" +
+	"\rPutAttachment\x12!.journald.v1.PutAttachmentRequest\x1a\".journald.v1.PutAttachmentResponse\x12V\n" +
+	"\rGetAttachment\x12!.journald.v1.GetAttachmentRequest\x1a\".journald.v1.GetAttachmentResponseB?Z=github.com/journald/journald/clients/go/journaldv1;journaldv1b\x06proto3"
 
 var (
 	file_journald_v1_journal_proto_rawDescOnce sync.Once
@@ -5310,7 +5596,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -5380,16 +5666,20 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*ExportCheckpointResponse)(nil), // 65: journald.v1.ExportCheckpointResponse
 	(*ImportCheckpointRequest)(nil),  // 66: journald.v1.ImportCheckpointRequest
 	(*ImportCheckpointResponse)(nil), // 67: journald.v1.ImportCheckpointResponse
-	(*ErrorDetail)(nil),              // 68: journald.v1.ErrorDetail
-	nil,                              // 69: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 70: journald.v1.RunState.LabelsEntry
-	nil,                              // 71: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 72: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 73: journald.v1.ErrorDetail.MetadataEntry
+	(*PutAttachmentRequest)(nil),     // 68: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 69: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 70: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 71: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 72: journald.v1.ErrorDetail
+	nil,                              // 73: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 74: journald.v1.RunState.LabelsEntry
+	nil,                              // 75: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 76: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 77: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	5,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	69, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	73, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	7,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	4,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	9,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
@@ -5412,10 +5702,10 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	15, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
 	21, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
 	7,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	70, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	74, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
 	0,  // 25: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
 	5,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	71, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	75, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
 	24, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
 	6,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
 	22, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
@@ -5445,10 +5735,10 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	3,  // 54: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
 	13, // 55: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
 	30, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	72, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	76, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
 	22, // 58: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
 	51, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	73, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	77, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
 	25, // 61: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
 	31, // 62: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
 	33, // 63: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
@@ -5467,26 +5757,30 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	64, // 76: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
 	66, // 77: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
 	49, // 78: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	29, // 79: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	32, // 80: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	34, // 81: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	36, // 82: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	38, // 83: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	41, // 84: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	43, // 85: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	46, // 86: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	48, // 87: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	53, // 88: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	55, // 89: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	57, // 90: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	59, // 91: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	61, // 92: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	63, // 93: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	65, // 94: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	67, // 95: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	50, // 96: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	79, // [79:97] is the sub-list for method output_type
-	61, // [61:79] is the sub-list for method input_type
+	68, // 79: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	70, // 80: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	29, // 81: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	32, // 82: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	34, // 83: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	36, // 84: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	38, // 85: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	41, // 86: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	43, // 87: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	46, // 88: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	48, // 89: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	53, // 90: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	55, // 91: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	57, // 92: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	59, // 93: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	61, // 94: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	63, // 95: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	65, // 96: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	67, // 97: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	50, // 98: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	69, // 99: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	71, // 100: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	81, // [81:101] is the sub-list for method output_type
+	61, // [61:81] is the sub-list for method input_type
 	61, // [61:61] is the sub-list for extension type_name
 	61, // [61:61] is the sub-list for extension extendee
 	0,  // [0:61] is the sub-list for field type_name
@@ -5519,7 +5813,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   70,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

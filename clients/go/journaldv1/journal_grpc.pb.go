@@ -50,6 +50,8 @@ const (
 	JournalService_ExportCheckpoint_FullMethodName = "/journald.v1.JournalService/ExportCheckpoint"
 	JournalService_ImportCheckpoint_FullMethodName = "/journald.v1.JournalService/ImportCheckpoint"
 	JournalService_Verify_FullMethodName           = "/journald.v1.JournalService/Verify"
+	JournalService_PutAttachment_FullMethodName    = "/journald.v1.JournalService/PutAttachment"
+	JournalService_GetAttachment_FullMethodName    = "/journald.v1.JournalService/GetAttachment"
 )
 
 // JournalServiceClient is the client API for JournalService service.
@@ -98,6 +100,11 @@ type JournalServiceClient interface {
 	ImportCheckpoint(ctx context.Context, in *ImportCheckpointRequest, opts ...grpc.CallOption) (*ImportCheckpointResponse, error)
 	// Verify checks a run's hash chain and record schemas end to end.
 	Verify(ctx context.Context, in *VerifyRequest, opts ...grpc.CallOption) (*VerifyResponse, error)
+	// PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+	// returns the attachment block that records reference instead of inlining the bytes.
+	PutAttachment(ctx context.Context, in *PutAttachmentRequest, opts ...grpc.CallOption) (*PutAttachmentResponse, error)
+	// GetAttachment reads an attachment of a run back by its SHA-256.
+	GetAttachment(ctx context.Context, in *GetAttachmentRequest, opts ...grpc.CallOption) (*GetAttachmentResponse, error)
 }
 
 type journalServiceClient struct {
@@ -318,6 +325,26 @@ func (c *journalServiceClient) Verify(ctx context.Context, in *VerifyRequest, op
 	return out, nil
 }
 
+func (c *journalServiceClient) PutAttachment(ctx context.Context, in *PutAttachmentRequest, opts ...grpc.CallOption) (*PutAttachmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutAttachmentResponse)
+	err := c.cc.Invoke(ctx, JournalService_PutAttachment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) GetAttachment(ctx context.Context, in *GetAttachmentRequest, opts ...grpc.CallOption) (*GetAttachmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAttachmentResponse)
+	err := c.cc.Invoke(ctx, JournalService_GetAttachment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JournalServiceServer is the server API for JournalService service.
 // All implementations must embed UnimplementedJournalServiceServer
 // for forward compatibility.
@@ -364,6 +391,11 @@ type JournalServiceServer interface {
 	ImportCheckpoint(context.Context, *ImportCheckpointRequest) (*ImportCheckpointResponse, error)
 	// Verify checks a run's hash chain and record schemas end to end.
 	Verify(context.Context, *VerifyRequest) (*VerifyResponse, error)
+	// PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+	// returns the attachment block that records reference instead of inlining the bytes.
+	PutAttachment(context.Context, *PutAttachmentRequest) (*PutAttachmentResponse, error)
+	// GetAttachment reads an attachment of a run back by its SHA-256.
+	GetAttachment(context.Context, *GetAttachmentRequest) (*GetAttachmentResponse, error)
 	mustEmbedUnimplementedJournalServiceServer()
 }
 
@@ -427,6 +459,12 @@ func (UnimplementedJournalServiceServer) ImportCheckpoint(context.Context, *Impo
 }
 func (UnimplementedJournalServiceServer) Verify(context.Context, *VerifyRequest) (*VerifyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Verify not implemented")
+}
+func (UnimplementedJournalServiceServer) PutAttachment(context.Context, *PutAttachmentRequest) (*PutAttachmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutAttachment not implemented")
+}
+func (UnimplementedJournalServiceServer) GetAttachment(context.Context, *GetAttachmentRequest) (*GetAttachmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAttachment not implemented")
 }
 func (UnimplementedJournalServiceServer) mustEmbedUnimplementedJournalServiceServer() {}
 func (UnimplementedJournalServiceServer) testEmbeddedByValue()                        {}
@@ -741,6 +779,42 @@ func _JournalService_Verify_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_PutAttachment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutAttachmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).PutAttachment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_PutAttachment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).PutAttachment(ctx, req.(*PutAttachmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JournalService_GetAttachment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAttachmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).GetAttachment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_GetAttachment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).GetAttachment(ctx, req.(*GetAttachmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JournalService_ServiceDesc is the grpc.ServiceDesc for JournalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -803,6 +877,14 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Verify",
 			Handler:    _JournalService_Verify_Handler,
+		},
+		{
+			MethodName: "PutAttachment",
+			Handler:    _JournalService_PutAttachment_Handler,
+		},
+		{
+			MethodName: "GetAttachment",
+			Handler:    _JournalService_GetAttachment_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -2456,6 +2456,137 @@ class ImportCheckpointResponse(_message.Message):
 Global___ImportCheckpointResponse: _TypeAlias = ImportCheckpointResponse  # noqa: Y015
 
 @_typing.final
+class PutAttachmentRequest(_message.Message):
+    """---------------------------------------------------------------------------------------
+    Attachments
+    ---------------------------------------------------------------------------------------
+
+    PutAttachmentRequest uploads the bytes of one attachment.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    MEDIA_TYPE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run that owns it (must exist)."""
+    data: _builtins.bytes
+    """The bytes."""
+    media_type: _builtins.str
+    """Media type, e.g. "image/png"."""
+    name: _builtins.str
+    """Optional file name."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+        media_type: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "media_type", b"media_type", "name", b"name", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutAttachmentRequest: _TypeAlias = PutAttachmentRequest  # noqa: Y015
+
+@_typing.final
+class PutAttachmentResponse(_message.Message):
+    """PutAttachmentResponse says where the bytes are and how to reference them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    BLOCK_JSON_FIELD_NUMBER: _builtins.int
+    EXISTED_FIELD_NUMBER: _builtins.int
+    sha256: _builtins.str
+    """SHA-256 hex of the bytes (the attachment's address)."""
+    size: _builtins.int
+    """Size in bytes."""
+    block_json: _builtins.bytes
+    """The canonical attachment block to put in a record's content:
+    {"type":"attachment","sha256","media_type","size","name"?}.
+    """
+    existed: _builtins.bool
+    """True when the run already held these bytes (nothing was written)."""
+    def __init__(
+        self,
+        *,
+        sha256: _builtins.str = ...,
+        size: _builtins.int = ...,
+        block_json: _builtins.bytes = ...,
+        existed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_json", b"block_json", "existed", b"existed", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutAttachmentResponse: _TypeAlias = PutAttachmentResponse  # noqa: Y015
+
+@_typing.final
+class GetAttachmentRequest(_message.Message):
+    """GetAttachmentRequest reads an attachment back."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run that owns it."""
+    sha256: _builtins.str
+    """SHA-256 hex of the bytes."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        sha256: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAttachmentRequest: _TypeAlias = GetAttachmentRequest  # noqa: Y015
+
+@_typing.final
+class GetAttachmentResponse(_message.Message):
+    """GetAttachmentResponse carries the bytes (verified against their SHA-256)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The bytes."""
+    sha256: _builtins.str
+    """SHA-256 hex of the bytes."""
+    size: _builtins.int
+    """Size in bytes."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        sha256: _builtins.str = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAttachmentResponse: _TypeAlias = GetAttachmentResponse  # noqa: Y015
+
+@_typing.final
 class ErrorDetail(_message.Message):
     """---------------------------------------------------------------------------------------
     Errors

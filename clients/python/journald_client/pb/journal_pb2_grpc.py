@@ -125,6 +125,16 @@ class JournalServiceStub:
                 request_serializer=journald_dot_v1_dot_journal__pb2.VerifyRequest.SerializeToString,
                 response_deserializer=journald_dot_v1_dot_journal__pb2.VerifyResponse.FromString,
                 _registered_method=True)
+        self.PutAttachment = channel.unary_unary(
+                '/journald.v1.JournalService/PutAttachment',
+                request_serializer=journald_dot_v1_dot_journal__pb2.PutAttachmentRequest.SerializeToString,
+                response_deserializer=journald_dot_v1_dot_journal__pb2.PutAttachmentResponse.FromString,
+                _registered_method=True)
+        self.GetAttachment = channel.unary_unary(
+                '/journald.v1.JournalService/GetAttachment',
+                request_serializer=journald_dot_v1_dot_journal__pb2.GetAttachmentRequest.SerializeToString,
+                response_deserializer=journald_dot_v1_dot_journal__pb2.GetAttachmentResponse.FromString,
+                _registered_method=True)
 
 
 class JournalServiceServicer:
@@ -261,6 +271,21 @@ class JournalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutAttachment(self, request, context):
+        """PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+        returns the attachment block that records reference instead of inlining the bytes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAttachment(self, request, context):
+        """GetAttachment reads an attachment of a run back by its SHA-256.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JournalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -353,6 +378,16 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.Verify,
                     request_deserializer=journald_dot_v1_dot_journal__pb2.VerifyRequest.FromString,
                     response_serializer=journald_dot_v1_dot_journal__pb2.VerifyResponse.SerializeToString,
+            ),
+            'PutAttachment': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutAttachment,
+                    request_deserializer=journald_dot_v1_dot_journal__pb2.PutAttachmentRequest.FromString,
+                    response_serializer=journald_dot_v1_dot_journal__pb2.PutAttachmentResponse.SerializeToString,
+            ),
+            'GetAttachment': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAttachment,
+                    request_deserializer=journald_dot_v1_dot_journal__pb2.GetAttachmentRequest.FromString,
+                    response_serializer=journald_dot_v1_dot_journal__pb2.GetAttachmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -842,6 +877,60 @@ class JournalService:
             '/journald.v1.JournalService/Verify',
             journald_dot_v1_dot_journal__pb2.VerifyRequest.SerializeToString,
             journald_dot_v1_dot_journal__pb2.VerifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutAttachment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/journald.v1.JournalService/PutAttachment',
+            journald_dot_v1_dot_journal__pb2.PutAttachmentRequest.SerializeToString,
+            journald_dot_v1_dot_journal__pb2.PutAttachmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAttachment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/journald.v1.JournalService/GetAttachment',
+            journald_dot_v1_dot_journal__pb2.GetAttachmentRequest.SerializeToString,
+            journald_dot_v1_dot_journal__pb2.GetAttachmentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -88,6 +88,12 @@ class JournalServiceStub:
     """ImportCheckpoint verifies exported bytes completely, then stores them as a checkpoint."""
     Verify: _grpc.UnaryUnaryMultiCallable[_journal_pb2.VerifyRequest, _journal_pb2.VerifyResponse]
     """Verify checks a run's hash chain and record schemas end to end."""
+    PutAttachment: _grpc.UnaryUnaryMultiCallable[_journal_pb2.PutAttachmentRequest, _journal_pb2.PutAttachmentResponse]
+    """PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+    returns the attachment block that records reference instead of inlining the bytes.
+    """
+    GetAttachment: _grpc.UnaryUnaryMultiCallable[_journal_pb2.GetAttachmentRequest, _journal_pb2.GetAttachmentResponse]
+    """GetAttachment reads an attachment of a run back by its SHA-256."""
 
 @_typing.type_check_only
 class JournalServiceAsyncStub(JournalServiceStub):
@@ -137,6 +143,12 @@ class JournalServiceAsyncStub(JournalServiceStub):
     """ImportCheckpoint verifies exported bytes completely, then stores them as a checkpoint."""
     Verify: _aio.UnaryUnaryMultiCallable[_journal_pb2.VerifyRequest, _journal_pb2.VerifyResponse]  # type: ignore[assignment]
     """Verify checks a run's hash chain and record schemas end to end."""
+    PutAttachment: _aio.UnaryUnaryMultiCallable[_journal_pb2.PutAttachmentRequest, _journal_pb2.PutAttachmentResponse]  # type: ignore[assignment]
+    """PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+    returns the attachment block that records reference instead of inlining the bytes.
+    """
+    GetAttachment: _aio.UnaryUnaryMultiCallable[_journal_pb2.GetAttachmentRequest, _journal_pb2.GetAttachmentResponse]  # type: ignore[assignment]
+    """GetAttachment reads an attachment of a run back by its SHA-256."""
 
 class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
     """JournalService is the whole daemon surface."""
@@ -291,5 +303,23 @@ class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_journal_pb2.VerifyResponse, _abc.Awaitable[_journal_pb2.VerifyResponse]]:
         """Verify checks a run's hash chain and record schemas end to end."""
+
+    @_abc_1.abstractmethod
+    def PutAttachment(
+        self,
+        request: _journal_pb2.PutAttachmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_journal_pb2.PutAttachmentResponse, _abc.Awaitable[_journal_pb2.PutAttachmentResponse]]:
+        """PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+        returns the attachment block that records reference instead of inlining the bytes.
+        """
+
+    @_abc_1.abstractmethod
+    def GetAttachment(
+        self,
+        request: _journal_pb2.GetAttachmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_journal_pb2.GetAttachmentResponse, _abc.Awaitable[_journal_pb2.GetAttachmentResponse]]:
+        """GetAttachment reads an attachment of a run back by its SHA-256."""
 
 def add_JournalServiceServicer_to_server(servicer: JournalServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1055,6 +1055,51 @@ export interface ImportCheckpointResponse {
   checkpoint: CheckpointMeta | undefined;
 }
 
+/** PutAttachmentRequest uploads the bytes of one attachment. */
+export interface PutAttachmentRequest {
+  /** The run that owns it (must exist). */
+  runId: string;
+  /** The bytes. */
+  data: Buffer;
+  /** Media type, e.g. "image/png". */
+  mediaType: string;
+  /** Optional file name. */
+  name: string;
+}
+
+/** PutAttachmentResponse says where the bytes are and how to reference them. */
+export interface PutAttachmentResponse {
+  /** SHA-256 hex of the bytes (the attachment's address). */
+  sha256: string;
+  /** Size in bytes. */
+  size: number;
+  /**
+   * The canonical attachment block to put in a record's content:
+   * {"type":"attachment","sha256","media_type","size","name"?}.
+   */
+  blockJson: Buffer;
+  /** True when the run already held these bytes (nothing was written). */
+  existed: boolean;
+}
+
+/** GetAttachmentRequest reads an attachment back. */
+export interface GetAttachmentRequest {
+  /** The run that owns it. */
+  runId: string;
+  /** SHA-256 hex of the bytes. */
+  sha256: string;
+}
+
+/** GetAttachmentResponse carries the bytes (verified against their SHA-256). */
+export interface GetAttachmentResponse {
+  /** The bytes. */
+  data: Buffer;
+  /** SHA-256 hex of the bytes. */
+  sha256: string;
+  /** Size in bytes. */
+  size: number;
+}
+
 /** ErrorDetail is sent in the `journald-error-bin` trailer of every failed call. */
 export interface ErrorDetail {
   /** Machine code, e.g. "locked", "fingerprint_drift" (SPEC §10). */
@@ -9142,6 +9187,442 @@ export const ImportCheckpointResponse: MessageFns<ImportCheckpointResponse> = {
   },
 };
 
+function createBasePutAttachmentRequest(): PutAttachmentRequest {
+  return { runId: "", data: Buffer.alloc(0), mediaType: "", name: "" };
+}
+
+export const PutAttachmentRequest: MessageFns<PutAttachmentRequest> = {
+  encode(message: PutAttachmentRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.runId !== "") {
+      writer.uint32(10).string(message.runId);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(18).bytes(message.data);
+    }
+    if (message.mediaType !== "") {
+      writer.uint32(26).string(message.mediaType);
+    }
+    if (message.name !== "") {
+      writer.uint32(34).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PutAttachmentRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePutAttachmentRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.mediaType = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PutAttachmentRequest {
+    return {
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+      mediaType: isSet(object.mediaType)
+        ? globalThis.String(object.mediaType)
+        : isSet(object.media_type)
+        ? globalThis.String(object.media_type)
+        : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+    };
+  },
+
+  toJSON(message: PutAttachmentRequest): unknown {
+    const obj: any = {};
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    if (message.mediaType !== "") {
+      obj.mediaType = message.mediaType;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PutAttachmentRequest>, I>>(base?: I): PutAttachmentRequest {
+    return PutAttachmentRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PutAttachmentRequest>, I>>(object: I): PutAttachmentRequest {
+    const message = createBasePutAttachmentRequest();
+    message.runId = object.runId ?? "";
+    message.data = object.data ?? Buffer.alloc(0);
+    message.mediaType = object.mediaType ?? "";
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBasePutAttachmentResponse(): PutAttachmentResponse {
+  return { sha256: "", size: 0, blockJson: Buffer.alloc(0), existed: false };
+}
+
+export const PutAttachmentResponse: MessageFns<PutAttachmentResponse> = {
+  encode(message: PutAttachmentResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sha256 !== "") {
+      writer.uint32(10).string(message.sha256);
+    }
+    if (message.size !== 0) {
+      writer.uint32(16).uint64(message.size);
+    }
+    if (message.blockJson.length !== 0) {
+      writer.uint32(26).bytes(message.blockJson);
+    }
+    if (message.existed !== false) {
+      writer.uint32(32).bool(message.existed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PutAttachmentResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePutAttachmentResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.size = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.blockJson = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.existed = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PutAttachmentResponse {
+    return {
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+      size: isSet(object.size) ? globalThis.Number(object.size) : 0,
+      blockJson: isSet(object.blockJson)
+        ? Buffer.from(bytesFromBase64(object.blockJson))
+        : isSet(object.block_json)
+        ? Buffer.from(bytesFromBase64(object.block_json))
+        : Buffer.alloc(0),
+      existed: isSet(object.existed) ? globalThis.Boolean(object.existed) : false,
+    };
+  },
+
+  toJSON(message: PutAttachmentResponse): unknown {
+    const obj: any = {};
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    if (message.size !== 0) {
+      obj.size = Math.round(message.size);
+    }
+    if (message.blockJson.length !== 0) {
+      obj.blockJson = base64FromBytes(message.blockJson);
+    }
+    if (message.existed !== false) {
+      obj.existed = message.existed;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PutAttachmentResponse>, I>>(base?: I): PutAttachmentResponse {
+    return PutAttachmentResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PutAttachmentResponse>, I>>(object: I): PutAttachmentResponse {
+    const message = createBasePutAttachmentResponse();
+    message.sha256 = object.sha256 ?? "";
+    message.size = object.size ?? 0;
+    message.blockJson = object.blockJson ?? Buffer.alloc(0);
+    message.existed = object.existed ?? false;
+    return message;
+  },
+};
+
+function createBaseGetAttachmentRequest(): GetAttachmentRequest {
+  return { runId: "", sha256: "" };
+}
+
+export const GetAttachmentRequest: MessageFns<GetAttachmentRequest> = {
+  encode(message: GetAttachmentRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.runId !== "") {
+      writer.uint32(10).string(message.runId);
+    }
+    if (message.sha256 !== "") {
+      writer.uint32(18).string(message.sha256);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetAttachmentRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetAttachmentRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetAttachmentRequest {
+    return {
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+    };
+  },
+
+  toJSON(message: GetAttachmentRequest): unknown {
+    const obj: any = {};
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetAttachmentRequest>, I>>(base?: I): GetAttachmentRequest {
+    return GetAttachmentRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetAttachmentRequest>, I>>(object: I): GetAttachmentRequest {
+    const message = createBaseGetAttachmentRequest();
+    message.runId = object.runId ?? "";
+    message.sha256 = object.sha256 ?? "";
+    return message;
+  },
+};
+
+function createBaseGetAttachmentResponse(): GetAttachmentResponse {
+  return { data: Buffer.alloc(0), sha256: "", size: 0 };
+}
+
+export const GetAttachmentResponse: MessageFns<GetAttachmentResponse> = {
+  encode(message: GetAttachmentResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.data.length !== 0) {
+      writer.uint32(10).bytes(message.data);
+    }
+    if (message.sha256 !== "") {
+      writer.uint32(18).string(message.sha256);
+    }
+    if (message.size !== 0) {
+      writer.uint32(24).uint64(message.size);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetAttachmentResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetAttachmentResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.size = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetAttachmentResponse {
+    return {
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+      size: isSet(object.size) ? globalThis.Number(object.size) : 0,
+    };
+  },
+
+  toJSON(message: GetAttachmentResponse): unknown {
+    const obj: any = {};
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    if (message.size !== 0) {
+      obj.size = Math.round(message.size);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetAttachmentResponse>, I>>(base?: I): GetAttachmentResponse {
+    return GetAttachmentResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetAttachmentResponse>, I>>(object: I): GetAttachmentResponse {
+    const message = createBaseGetAttachmentResponse();
+    message.data = object.data ?? Buffer.alloc(0);
+    message.sha256 = object.sha256 ?? "";
+    message.size = object.size ?? 0;
+    return message;
+  },
+};
+
 function createBaseErrorDetail(): ErrorDetail {
   return { code: "", message: "", metadata: {}, diff: [] };
 }
@@ -9576,6 +10057,31 @@ export const JournalServiceService = {
     responseSerialize: (value: VerifyResponse): Buffer => Buffer.from(VerifyResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): VerifyResponse => VerifyResponse.decode(value),
   },
+  /**
+   * PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+   * returns the attachment block that records reference instead of inlining the bytes.
+   */
+  putAttachment: {
+    path: "/journald.v1.JournalService/PutAttachment" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PutAttachmentRequest): Buffer => Buffer.from(PutAttachmentRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PutAttachmentRequest => PutAttachmentRequest.decode(value),
+    responseSerialize: (value: PutAttachmentResponse): Buffer =>
+      Buffer.from(PutAttachmentResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): PutAttachmentResponse => PutAttachmentResponse.decode(value),
+  },
+  /** GetAttachment reads an attachment of a run back by its SHA-256. */
+  getAttachment: {
+    path: "/journald.v1.JournalService/GetAttachment" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetAttachmentRequest): Buffer => Buffer.from(GetAttachmentRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetAttachmentRequest => GetAttachmentRequest.decode(value),
+    responseSerialize: (value: GetAttachmentResponse): Buffer =>
+      Buffer.from(GetAttachmentResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetAttachmentResponse => GetAttachmentResponse.decode(value),
+  },
 } as const;
 
 export interface JournalServiceServer extends UntypedServiceImplementation {
@@ -9625,6 +10131,13 @@ export interface JournalServiceServer extends UntypedServiceImplementation {
   importCheckpoint: handleUnaryCall<ImportCheckpointRequest, ImportCheckpointResponse>;
   /** Verify checks a run's hash chain and record schemas end to end. */
   verify: handleUnaryCall<VerifyRequest, VerifyResponse>;
+  /**
+   * PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+   * returns the attachment block that records reference instead of inlining the bytes.
+   */
+  putAttachment: handleUnaryCall<PutAttachmentRequest, PutAttachmentResponse>;
+  /** GetAttachment reads an attachment of a run back by its SHA-256. */
+  getAttachment: handleUnaryCall<GetAttachmentRequest, GetAttachmentResponse>;
 }
 
 export interface JournalServiceClient extends Client {
@@ -9872,6 +10385,41 @@ export interface JournalServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: VerifyResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
+   * returns the attachment block that records reference instead of inlining the bytes.
+   */
+  putAttachment(
+    request: PutAttachmentRequest,
+    callback: (error: ServiceError | null, response: PutAttachmentResponse) => void,
+  ): ClientUnaryCall;
+  putAttachment(
+    request: PutAttachmentRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: PutAttachmentResponse) => void,
+  ): ClientUnaryCall;
+  putAttachment(
+    request: PutAttachmentRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: PutAttachmentResponse) => void,
+  ): ClientUnaryCall;
+  /** GetAttachment reads an attachment of a run back by its SHA-256. */
+  getAttachment(
+    request: GetAttachmentRequest,
+    callback: (error: ServiceError | null, response: GetAttachmentResponse) => void,
+  ): ClientUnaryCall;
+  getAttachment(
+    request: GetAttachmentRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetAttachmentResponse) => void,
+  ): ClientUnaryCall;
+  getAttachment(
+    request: GetAttachmentRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetAttachmentResponse) => void,
   ): ClientUnaryCall;
 }
 
