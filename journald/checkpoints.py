@@ -47,6 +47,7 @@ from journald.errors import (
     CheckpointNotFound,
     InvalidArgumentError,
     JournaldError,
+    NotFoundError,
     SessionNotFound,
     StoreCorrupted,
 )
@@ -331,10 +332,12 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def durable_write(path: str, data: bytes) -> None:
-    """Temp file (0600) in the same directory, fsync, rename over ``path``, fsync the dir."""
+def durable_write(path: str, data: bytes, points: bool = True) -> None:
+    """Temp file (0600) in the same directory, fsync, rename over ``path``, fsync the dir
+    (``points``: the checkpoint failpoints apply)."""
     directory = os.path.dirname(path)
-    failpoint("cp_before_write")
+    if points:
+        failpoint("cp_before_write")
     tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:12]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
@@ -345,13 +348,15 @@ def durable_write(path: str, data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        failpoint("cp_after_temp_write")
+        if points:
+            failpoint("cp_after_temp_write")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    failpoint("cp_after_rename")
+    if points:
+        failpoint("cp_after_rename")
     _fsync_dir(directory)
 
 
@@ -484,6 +489,157 @@ class FileCheckpointStore:
         await asyncio.to_thread(self._drop_run, run_id)
 
 
+# --- attachments --------------------------------------------------------------------------
+
+SHA256_HEX = frozenset("0123456789abcdef")
+
+
+class AttachmentNotFound(NotFoundError):
+    code = "attachment_not_found"
+
+
+def valid_sha256(digest: str) -> str:
+    if len(digest) != 64 or not set(digest) <= SHA256_HEX:
+        raise InvalidArgumentError(
+            f"attachment address {digest[:70]!r} is not a lowercase SHA-256 hex digest",
+            metadata={"sha256": digest[:70]},
+        )
+    return digest
+
+
+def attachment_block(digest: str, size: int, media_type: str, name: str = "") -> dict[str, Any]:
+    block: dict[str, Any] = {
+        "type": "attachment",
+        "sha256": digest,
+        "media_type": media_type,
+        "size": size,
+    }
+    if name:
+        block["name"] = name
+    return block
+
+
+class AttachmentStore(Protocol):
+    """Binary tool outputs, stored once per run, addressed by the SHA-256 of their bytes.
+    Attachments are never deleted on their own: they go with their run, so every checkpoint
+    of the run keeps what it references."""
+
+    async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:
+        """Store ``data``; (its sha256, whether the run already held it)."""
+        ...
+
+    async def get(self, run_id: str, digest: str) -> bytes:
+        """The bytes (verified); ``AttachmentNotFound`` if the run does not hold them."""
+        ...
+
+    async def drop_run(self, run_id: str) -> None: ...
+
+
+def _attachment_missing(run_id: str, digest: str) -> AttachmentNotFound:
+    return AttachmentNotFound(
+        f"run {run_id} holds no attachment {digest}; upload it with PutAttachment",
+        metadata={"run_id": run_id, "sha256": digest},
+    )
+
+
+class MemoryAttachmentStore:
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[str, bytes]] = {}
+
+    async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:
+        digest = sha256_hex(data)
+        blobs = self._runs.setdefault(run_id, {})
+        existed = digest in blobs
+        blobs[digest] = bytes(data)
+        return digest, existed
+
+    async def get(self, run_id: str, digest: str) -> bytes:
+        data = self._runs.get(run_id, {}).get(valid_sha256(digest))
+        if data is None:
+            raise _attachment_missing(run_id, digest)
+        return data
+
+    async def drop_run(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+
+class FileAttachmentStore:
+    """``<dir>/<sha256>`` per attachment (0600, durable); ``dir_of`` as for checkpoints."""
+
+    def __init__(
+        self,
+        dir_of: Callable[[str], str],
+        *,
+        colocated: bool,
+        run_dir_of: Callable[[str], str] | None = None,
+    ) -> None:
+        self._dir_of = dir_of
+        self._colocated = colocated
+        self._run_dir_of = run_dir_of
+
+    @staticmethod
+    def colocated_with(sessions_dir: str) -> FileAttachmentStore:
+        return FileAttachmentStore(
+            lambda run: os.path.join(sessions_dir, validate_id(run), "attachments"),
+            colocated=True,
+            run_dir_of=lambda run: os.path.join(sessions_dir, validate_id(run)),
+        )
+
+    @staticmethod
+    def separate(root: str) -> FileAttachmentStore:
+        return FileAttachmentStore(
+            lambda run: os.path.join(root, validate_id(run)), colocated=False
+        )
+
+    def _put(self, run_id: str, data: bytes) -> tuple[str, bool]:
+        if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
+            raise SessionNotFound(f"run {run_id} does not exist", metadata={"run_id": run_id})
+        digest = sha256_hex(data)
+        d = self._dir_of(run_id)
+        path = os.path.join(d, digest)
+        if os.path.exists(path):
+            return digest, True
+        if not os.path.isdir(d):
+            os.makedirs(d, DIR_MODE, exist_ok=True)
+            _fsync_dir(os.path.dirname(d))
+        durable_write(path, data, points=False)
+        return digest, False
+
+    async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:
+        return await asyncio.to_thread(self._put, run_id, data)
+
+    def _get(self, run_id: str, digest: str) -> bytes:
+        path = os.path.join(self._dir_of(run_id), valid_sha256(digest))
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise _attachment_missing(run_id, digest) from None
+        if sha256_hex(data) != digest:
+            raise StoreCorrupted(
+                f"attachment {path} does not match its SHA-256 (damaged on disk); restore it "
+                "from a backup or upload the original bytes again",
+                metadata={"run_id": run_id, "file": path},
+            )
+        return data
+
+    async def get(self, run_id: str, digest: str) -> bytes:
+        return await asyncio.to_thread(self._get, run_id, digest)
+
+    def _drop_run(self, run_id: str) -> None:
+        if self._colocated:
+            return
+        d = self._dir_of(run_id)
+        for n in os.listdir(d) if os.path.isdir(d) else ():
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(d, n))
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
+
+    async def drop_run(self, run_id: str) -> None:
+        await asyncio.to_thread(self._drop_run, run_id)
+
+
 # --- export / import ----------------------------------------------------------------------
 
 
@@ -530,9 +686,9 @@ def _invalid(what: str) -> CheckpointImportInvalid:
     )
 
 
-def attachment_refs(messages: Sequence[Mapping[str, Any]]) -> set[str]:
-    """SHA-256 digests of every attachment block, at any depth (tool results nest blocks)."""
-    out: set[str] = set()
+def attachment_blocks(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every attachment block, at any depth (tool results nest blocks)."""
+    out: list[dict[str, Any]] = []
 
     def walk(blocks: object) -> None:
         if not isinstance(blocks, list):
@@ -540,12 +696,17 @@ def attachment_refs(messages: Sequence[Mapping[str, Any]]) -> set[str]:
         for b in blocks:
             if isinstance(b, dict):
                 if b.get("type") == "attachment" and isinstance(b.get("sha256"), str):
-                    out.add(b["sha256"])
+                    out.append(b)
                 walk(b.get("content"))
 
     for m in messages:
         walk(m.get("content"))
     return out
+
+
+def attachment_refs(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """SHA-256 digests of every attachment the messages reference."""
+    return {b["sha256"] for b in attachment_blocks(messages)}
 
 
 def verify_export(data: bytes) -> Exported:
@@ -624,10 +785,22 @@ def verify_export(data: bytes) -> Exported:
             raise _invalid(f"attachments[{i}] is not base64") from None
         if sha256_hex(raw) != a["sha256"] or len(raw) != a["size"]:
             raise _invalid(f"attachments[{i}] does not match its sha256 or size")
+        if a["sha256"] in atts:
+            raise _invalid(f"attachments[{i}] repeats {a['sha256']}")
         atts[a["sha256"]] = raw
-    missing = attachment_refs(msgs) - set(atts)
-    if missing:
-        raise _invalid(f"the messages reference attachments it does not carry: {sorted(missing)}")
+    for blk in attachment_blocks(msgs):
+        if blk["sha256"] in atts and blk.get("size") != len(atts[blk["sha256"]]):
+            raise _invalid(
+                f"an attachment block gives size {blk.get('size')!r} for "
+                f"{blk['sha256']}, which holds {len(atts[blk['sha256']])} bytes"
+            )
+    refs = attachment_refs(msgs)
+    if refs != set(atts):
+        missing, extra = sorted(refs - set(atts)), sorted(set(atts) - refs)
+        raise _invalid(
+            f"attachments do not match the references of the messages (missing {missing}, "
+            f"unreferenced {extra})"
+        )
     return Exported(meta, msgs, atts)
 
 

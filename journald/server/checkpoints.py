@@ -35,9 +35,12 @@ import grpc
 from journald_client.pb import journal_pb2 as pb
 
 from journald.checkpoints import (
+    AttachmentStore,
     Checkpoint,
     CheckpointMeta,
     CheckpointStore,
+    attachment_block,
+    attachment_refs,
     export_bytes,
     failpoint,
     governed,
@@ -45,12 +48,12 @@ from journald.checkpoints import (
     make_checkpoint,
     new_id,
     valid_checkpoint_id,
+    valid_sha256,
     verify_export,
 )
 from journald.clock import utc_ts
 from journald.convert import message_from_pb, messages_to_pb, state_to_pb
 from journald.errors import (
-    CheckpointImportInvalid,
     CheckpointNotFound,
     InvalidRecord,
     JournaldError,
@@ -62,7 +65,14 @@ from journald.errors import (
 )
 from journald.fold import Message, RunState, fold_into
 from journald.paging import page, tail_start
-from journald.records import GENESIS, Record, make_record, validate_id
+from journald.records import (
+    GENESIS,
+    Record,
+    canonical_json,
+    make_record,
+    sha256_hex,
+    validate_id,
+)
 from journald.server.edge import unary
 from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
 from journald.storage.base import AppendResult, Store
@@ -162,6 +172,7 @@ class CheckpointRpcs:
     hub: WatchHub
     checkpoints: CheckpointStore
     checkpoint_max: int
+    attachments: AttachmentStore
     limits: Limits
 
     if TYPE_CHECKING:
@@ -467,6 +478,7 @@ class CheckpointRpcs:
         meta = make_record(1, "meta", payload, GENESIS, now)
         self._check(meta)
         async with self._daemon_lease(new_run, create=meta) as lease:
+            await self._copy_attachments(source, new_run, msgs)
             rec = self._rebase(lease, "fork", governed(msgs), cp, None)
             await self.commit(lease, [rec])
             state = lease.state
@@ -481,24 +493,59 @@ class CheckpointRpcs:
         run_id = validate_id(request.run_id)
         await self._require_run(run_id)
         cp = await self._checkpoint_of(run_id, request.checkpoint_id)
-        return pb.ExportCheckpointResponse(data=export_bytes(cp))
+        blobs = {d: await self.attachments.get(run_id, d) for d in attachment_refs(cp.messages)}
+        return pb.ExportCheckpointResponse(data=export_bytes(cp, blobs))
 
     @unary
     async def ImportCheckpoint(
         self, request: pb.ImportCheckpointRequest, context: Ctx
     ) -> pb.ImportCheckpointResponse:
         run_id = validate_id(request.run_id)
-        ex = verify_export(request.data)
-        if ex.attachments:
-            raise CheckpointImportInvalid(
-                "the export carries attachments, which this daemon build does not store yet; "
-                "nothing was written",
-                metadata={"run_id": run_id},
-            )
+        ex = verify_export(request.data)  # everything is checked before anything is written
         async with self._head(run_id, "", write=False) as held:
             cp = imported(ex, run_id=run_id, seq=held.state.last_seq, created=utc_ts())
+            for data in ex.attachments.values():  # content-addressed: idempotent
+                await self.attachments.put(run_id, data)
             await self._store_checkpoint(cp)
         return pb.ImportCheckpointResponse(checkpoint=meta_to_pb(cp.meta))
+
+    # --- attachments ----------------------------------------------------------------------
+
+    async def _copy_attachments(self, source: str, target: str, msgs: Sequence[Message]) -> None:
+        for digest in sorted(attachment_refs(msgs)):
+            await self.attachments.put(target, await self.attachments.get(source, digest))
+
+    @unary
+    async def PutAttachment(
+        self, request: pb.PutAttachmentRequest, context: Ctx
+    ) -> pb.PutAttachmentResponse:
+        run_id = validate_id(request.run_id)
+        await self._require_run(run_id)
+        if not request.media_type:
+            raise InvalidRecord(
+                "field media_type: an attachment needs a media type, e.g. image/png",
+                metadata={"field": "media_type"},
+            )
+        block = attachment_block(
+            sha256_hex(request.data), len(request.data), request.media_type, request.name
+        )
+        validate_payload("user", {"content": [block]})
+        digest, existed = await self.attachments.put(run_id, request.data)
+        return pb.PutAttachmentResponse(
+            sha256=digest,
+            size=len(request.data),
+            block_json=canonical_json(block),
+            existed=existed,
+        )
+
+    @unary
+    async def GetAttachment(
+        self, request: pb.GetAttachmentRequest, context: Ctx
+    ) -> pb.GetAttachmentResponse:
+        run_id = validate_id(request.run_id)
+        await self._require_run(run_id)
+        data = await self.attachments.get(run_id, valid_sha256(request.sha256))
+        return pb.GetAttachmentResponse(data=data, sha256=request.sha256, size=len(data))
 
     # --- history --------------------------------------------------------------------------
 

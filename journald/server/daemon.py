@@ -35,7 +35,14 @@ from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 
 from journald import telemetry
-from journald.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
+from journald.checkpoints import (
+    AttachmentStore,
+    CheckpointStore,
+    FileAttachmentStore,
+    FileCheckpointStore,
+    MemoryAttachmentStore,
+    MemoryCheckpointStore,
+)
 from journald.errors import BackendUnavailable
 from journald.server.service import JournalService, Limits
 from journald.storage.base import Store
@@ -146,6 +153,16 @@ def open_checkpoints(cfg: ServeConfig, store: Store) -> CheckpointStore:
     return MemoryCheckpointStore()
 
 
+def open_blobs(cfg: ServeConfig) -> AttachmentStore:
+    """Attachments live with the run (file backend), in memory (memory backend), or under
+    ``<data_dir>/attachments`` on this host (JetStream)."""
+    if cfg.backend == "file":
+        return FileAttachmentStore.colocated_with(str(cfg.data_dir / "sessions"))
+    if cfg.backend == "jetstream":
+        return FileAttachmentStore.separate(str(cfg.data_dir / "attachments"))
+    return MemoryAttachmentStore()
+
+
 async def serve(
     cfg: ServeConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
 ) -> int:
@@ -155,7 +172,7 @@ async def serve(
         prepare_socket(cfg.socket_path, cfg.socket_group)
         store = await open_store(cfg)
         service = JournalService(
-            store, cfg.limits, open_checkpoints(cfg, store), cfg.checkpoint_max
+            store, cfg.limits, open_checkpoints(cfg, store), cfg.checkpoint_max, open_blobs(cfg)
         )
         telemetry.observe_leases(lambda: len(service.leases))
         server = grpc.aio.server(

@@ -14,7 +14,12 @@ from journald_client.pb import journal_pb2_grpc as pb_grpc
 
 from journald import governance, telemetry
 from journald.admission import admit
-from journald.checkpoints import CheckpointStore, MemoryCheckpointStore
+from journald.checkpoints import (
+    AttachmentStore,
+    CheckpointStore,
+    MemoryAttachmentStore,
+    MemoryCheckpointStore,
+)
 from journald.clock import utc_ts
 from journald.convert import (
     fingerprint_from_pb,
@@ -75,11 +80,13 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         limits: Limits | None = None,
         checkpoints: CheckpointStore | None = None,
         checkpoint_max: int = 0,
+        attachments: AttachmentStore | None = None,
     ) -> None:
         self.store = store
         self.limits = limits or Limits()
         self.checkpoints: CheckpointStore = checkpoints or MemoryCheckpointStore()
         self.checkpoint_max = checkpoint_max
+        self.attachments: AttachmentStore = attachments or MemoryAttachmentStore()
         self.leases = LeaseTable()
         self.hub = WatchHub()
 
@@ -318,6 +325,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             deleted = await self.store.delete(run_id)
             if deleted:
                 await self.checkpoints.drop_run(run_id)
+                await self.attachments.drop_run(run_id)
         if deleted:
             self.hub.close_run(run_id)
         return pb.DeleteResponse(deleted=deleted)
