@@ -75,3 +75,138 @@ def page(messages: Sequence[Message], offset: int, limit: int) -> Page:
 def tail_start(messages: Sequence[Message], keep_last: int) -> int:
     """Where a kept tail of at least ``keep_last`` messages starts (aligned back)."""
     return align_back(messages, len(messages) - max(0, keep_last))
+
+
+# --- paging from the tail (for segmented runs) ------------------------------------------------
+#
+# A reader that must not fold a whole long run needs, at some seq S, a *fold mark*: how many
+# messages the fold holds after S, the role of the last one, and whether a turn is open.
+# ``MessageCounter`` computes marks record by record without keeping message content, so a
+# store can keep one per sealed segment (e.g. in its manifest). ``fold_window`` then folds only
+# the records after a mark, and ``page_window`` serves any page that starts after the mark's
+# last message: the cost grows with the distance from the end, not with the run's length.
+#
+# Exact for every journal the fold accepts, except one that reuses a tool_use id of an earlier
+# turn in a later assistant turn (the fold treats its result as a duplicate; a window fold
+# cannot know the id was answered before the mark).
+
+
+@dataclass(frozen=True, slots=True)
+class FoldMark:
+    seq: int  # the last record counted
+    messages: int  # len(fold(records[:seq]).messages)
+    last_role: str  # role of the last of them ("" when none)
+    pending_seq: int  # seq of the assistant record of the open turn (0: none)
+
+
+class MessageCounter:
+    """The fold's message count, followed record by record (content-free)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.count = 0
+        self.last_role = ""
+        self.llm_calls = 0
+        self.pending_seq = 0
+        self.calls: list[str] = []
+        self.answered: set[str] = set()  # within the open turn
+        self.answered_ever: set[str] = set()
+
+    def mark(self) -> FoldMark:
+        return FoldMark(self.seq, self.count, self.last_role, self.pending_seq)
+
+    def _append(self, role: str) -> None:
+        if self.last_role != role:
+            self.count += 1
+            self.last_role = role
+
+    def _commit(self) -> None:
+        self._append("assistant")
+        self._append("user")
+        self.pending_seq, self.calls, self.answered = 0, [], set()
+
+    def add(self, kind: str, seq: int, payload: Mapping[str, Any]) -> None:
+        self.seq = seq
+        if kind == "meta":
+            self.count, self.last_role = (1, "user") if payload.get("prompt") else (0, "")
+        elif kind == "assistant":
+            if self.pending_seq:
+                self._commit()
+            self.llm_calls += 1
+            content = (payload.get("message") or {}).get("content") or []
+            calls = [str(b["id"]) for b in content if b.get("type") == "tool_use"]
+            if calls:
+                self.pending_seq, self.calls, self.answered = seq, calls, set()
+            else:
+                self._append("assistant")
+        elif kind == "tool_result":
+            tid = payload.get("tool_use_id")
+            if tid in self.answered_ever or not self.pending_seq or tid not in self.calls:
+                return
+            self.answered_ever.add(str(tid))
+            self.answered.add(str(tid))
+            if all(c in self.answered for c in self.calls):
+                self._commit()
+        elif kind == "user":
+            if self.pending_seq:
+                self._commit()
+            self._append("user")
+        elif kind == "rebase":
+            msgs = payload.get("messages") or []
+            self.count = len(msgs)
+            self.last_role = str(msgs[-1]["role"]) if msgs else ""
+            self.pending_seq, self.calls, self.answered = 0, [], set()
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The fold's messages from global index ``base`` on (``messages[0]`` may be a stand-in
+    for the message at ``base`` when ``partial_first``); ``total`` is the whole count."""
+
+    base: int
+    messages: list[Message]
+    total: int
+    partial_first: bool
+
+
+def fold_window(mark: FoldMark, records: Sequence[Any]) -> Window:
+    """Fold ``records`` (every record after ``mark.seq``, in order; ``mark.pending_seq`` must
+    be 0: start at an earlier mark otherwise) continuing the message list of the mark."""
+    from journald.fold import RunState, fold_into
+
+    if mark.pending_seq:
+        raise ValueError("fold_window needs a mark without an open turn")
+    seed = RunState(last_seq=mark.seq)
+    seed.counters.llm_calls = 1
+    if mark.messages:
+        seed.messages = [{"role": mark.last_role, "content": []}]
+    st = fold_into(seed, records)
+    if any(r.kind == "rebase" for r in records):  # the window replaced everything before
+        return Window(0, list(st.messages), len(st.messages), False)
+    base = max(0, mark.messages - 1)
+    return Window(base, list(st.messages), base + len(st.messages), bool(mark.messages))
+
+
+def page_window(w: Window, offset: int, limit: int) -> Page | None:
+    """The page ``page(all_messages, offset, limit)`` computed from a window, or None when
+    the page would need messages before the window (fold from an earlier mark)."""
+    first_full = w.base + (1 if w.partial_first else 0)
+    offset = max(0, min(offset, w.total))
+    msgs: list[Message] = w.messages
+
+    def at(i: int) -> Message:
+        return msgs[i - w.base]
+
+    start = offset
+    while start > first_full and start < w.total and answers_previous(at(start)):
+        start -= 1
+    if start < w.total and start >= first_full and answers_previous(at(start)):
+        return None  # the aligned start lies before the window
+    if start < first_full and start < w.total:
+        return None
+    if limit <= 0:
+        return Page([], w.total, start, start)
+    end = min(offset + limit, w.total)
+    while end < w.total and answers_previous(at(end)):
+        end += 1
+    return Page([at(i) for i in range(start, end)], w.total, start, end)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from journald.fold import fold
 from journald.governance import sanitize
-from journald.paging import Page, page, tail_start
+from journald.paging import MessageCounter, Page, fold_window, page, page_window, tail_start
 from journald.records import Record
 from tests.builders import JournalBuilder
 from tests.unit.strategies import journals, message_lists
@@ -107,3 +107,33 @@ def test_an_offset_inside_a_tool_round_moves_back_to_its_call() -> None:
     assert page(msgs, 4, 1) == Page(msgs[3:], 5, 3, 5)  # total - n, n: the tail page
     assert tail_start(msgs, 0) == 5
     assert page(msgs, 99, 5) == Page([], 5, 5, 5)
+
+
+@settings(max_examples=60)
+@given(journals(max_steps=16), st.data())
+def test_a_fold_mark_and_the_records_after_it_page_like_the_whole_run(
+    records: list[Record], data: st.DataObject
+) -> None:
+    full = fold(records).messages
+    counter = MessageCounter()
+    marks = []
+    for i, rec in enumerate(records):
+        counter.add(rec.kind, rec.seq, rec.payload)
+        prefix = fold(records[: i + 1]).messages
+        mark = counter.mark()
+        assert mark.messages == len(prefix)
+        assert mark.last_role == (prefix[-1]["role"] if prefix else "")
+        if mark.pending_seq == 0:
+            marks.append((i + 1, mark))
+    for cut, mark in marks:
+        w = fold_window(mark, records[cut:])
+        assert w.total == len(full)
+        skip = 1 if w.partial_first else 0
+        assert w.messages[skip:] == full[w.base + skip :]
+        offset = data.draw(st.integers(0, len(full) + 1))
+        limit = data.draw(st.integers(0, 5))
+        got = page_window(w, offset, limit)
+        if got is not None:
+            assert got == page(full, offset, limit)
+        elif limit > 0:
+            assert offset <= w.base + skip  # only pages reaching before the window are refused
