@@ -1,0 +1,55 @@
+"""The framework's limit: a no-op unary gRPC echo on a unix socket, served like the daemon
+(grpc.aio on a uvloop event loop, the same server options), with no protobuf at all (the
+handler receives and returns raw bytes). Run as a subprocess by bench/run_all.py:
+
+    .venv/bin/python bench/echo_server.py /tmp/x/echo.sock
+
+It serves until SIGTERM. The client side lives in bench/agents.py (system ``echo``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+METHOD = "/journald.bench.Echo/Echo"
+
+
+async def serve(socket_path: str) -> None:
+    import grpc
+
+    async def echo(request: bytes, context: object) -> bytes:
+        return request
+
+    handler = grpc.method_handlers_generic_handler(
+        "journald.bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+    )
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"unix://{socket_path}")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    print("ready", flush=True)
+    await stop.wait()
+    await server.stop(0.5)
+
+
+def main() -> int:
+    import uvloop
+
+    uvloop.run(serve(sys.argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,241 @@
+"""Profile the daemon's append path with py-spy while agents append, and summarize it.
+
+``start(pid, seconds, out)`` runs ``py-spy record --threads --format raw`` against the daemon
+(on-CPU samples only); ``summarize`` turns the collapsed stacks into shares of the event-loop
+thread's samples (by category and by leaf function) and of the writer threads' samples;
+``stage_costs`` times each step of the append path in-process, per record.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+FRAME = re.compile(r"^(?P<fn>[^ ]+) \((?P<file>[^:]+)(?::\d+)?\)$")
+
+# First matching rule (checked leaf to root) names the category of a sample.
+CATEGORIES: list[tuple[str, str]] = [
+    ("fdatasync / write (writer thread)", r"_write_durable|fdatasync|write_all"),
+    ("validation (JSON Schema)", r"validate_record|jsonschema|validators\.py|_keywords"),
+    (
+        "record_from_pb / canonical JSON / sha256",
+        r"record_from_pb|canonical_json|make_record"
+        r"|payload_from_pb|sha256",
+    ),
+    ("fold / admit", r"fold_into|_apply|admit"),
+    ("telemetry (spans)", r"telemetry|opentelemetry"),
+    ("store append (queue, futures)", r"storage/file\.py|FileJournal|_flush|append \("),
+    ("leases / turnstile", r"leases\.py|turnstile|wait_for"),
+    ("gRPC (cygrpc, aio server)", r"grpc|cygrpc|_server\.py|aio"),
+    ("protobuf", r"protobuf|_pb2|SerializeToString|FromString"),
+    ("native: uvloop + gRPC core (no Python frame)", r"Runner\.run|uvloop"),
+]
+
+
+def pyspy() -> str | None:
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def start(pid: int, seconds: float, out: Path, rate: int = 250) -> subprocess.Popen[bytes]:
+    exe = pyspy()
+    if exe is None:
+        raise RuntimeError("py-spy is not installed (bench/requirements.txt)")
+    return subprocess.Popen(
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(max(1, round(seconds))),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--threads",
+            "--nonblocking",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """User + system CPU seconds of a process (or of one of its threads) from /proc."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _frames(stack: str) -> list[str]:
+    return [f for f in stack.split(";") if f]
+
+
+def summarize(path: Path, top: int = 12) -> dict[str, Any]:
+    loop_total = 0
+    writer_total = 0
+    cats: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    writer: Counter[str] = Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count_s = line.rpartition(" ")
+        if not stack or not count_s.isdigit():
+            continue
+        count = int(count_s)
+        frames = _frames(stack)
+        thread = frames[1] if len(frames) > 1 and frames[0].startswith("process") else frames[0]
+        body = [f for f in frames if FRAME.match(f)]
+        if "journald-writer" in thread or any("_loop (journald/storage" in f for f in body):
+            writer_total += count
+            writer[_short(body[-1]) if body else "(native)"] += count
+            continue
+        if "MainThread" not in thread and "main" not in thread.lower():
+            continue
+        loop_total += count
+        leaf = body[-1] if body else "(native)"
+        leaves[_short(leaf)] += count
+        cats[_category(body)] += count
+    return {
+        "loop_samples": loop_total,
+        "writer_samples": writer_total,
+        "categories": [(k, v / loop_total) for k, v in cats.most_common()] if loop_total else [],
+        "leaves": [(k, v / loop_total) for k, v in leaves.most_common(top)] if loop_total else [],
+        "writer": [(k, v / writer_total) for k, v in writer.most_common(5)] if writer_total else [],
+    }
+
+
+def _short(frame: str) -> str:
+    m = FRAME.match(frame)
+    if not m:
+        return frame
+    file = m.group("file")
+    parts = Path(file).parts
+    if "site-packages" in parts:
+        file = "/".join(parts[parts.index("site-packages") + 1 :])
+    elif "journald" in parts:
+        file = "/".join(parts[parts.index("journald") :])
+    return f"{m.group('fn')} ({file})"
+
+
+def _category(body: list[str]) -> str:
+    for frame in reversed(body):
+        for name, pattern in CATEGORIES:
+            if re.search(pattern, frame):
+                return name
+    return "other"
+
+
+def stage_costs(n: int = 2000) -> list[tuple[str, float]]:
+    """CPU cost per record (µs) of each step of ``JournalService._append`` for the bench's
+    ~1 KB records, measured in this process on the same code (no RPC, no disk)."""
+    import time
+
+    from journald_client.pb import journal_pb2 as pb
+
+    from journald.admission import admit
+    from journald.convert import record_from_pb
+    from journald.fold import RunState, fold_into
+    from journald.records import GENESIS, make_record
+    from journald.server.service import ack_pb
+    from journald.storage.base import AppendResult
+    from journald.validation import validate_record
+    from tests.builders import meta_payload
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from agent_procs import Journald
+
+    builder = Journald.__new__(Journald)
+    builder.pb = pb
+    reqs = [
+        pb.AppendRequest(run_id="r", lease_id="l", records=[builder.record(s)]).SerializeToString()
+        for s in range(2, n + 2)
+    ]
+    state = fold_into(RunState(), [make_record(1, "meta", meta_payload("r"), GENESIS, "t")])
+    t: dict[str, float] = dict.fromkeys(
+        (
+            "parse AppendRequest (protobuf)",
+            "record_from_pb (canonical JSON + sha256)",
+            "validate_record (JSON Schema)",
+            "admit + fold_into",
+            "ack + serialize response",
+        ),
+        0.0,
+    )
+    proto = "validate, prototype: each block checked only against its own type's schema"
+    t[proto] = 0.0
+    check_fast = dispatch_validator()
+    keys = list(t)
+    prev = state.last_hash
+    for raw in reqs:
+        t0 = time.perf_counter()
+        req = pb.AppendRequest.FromString(raw)
+        t1 = time.perf_counter()
+        rec = record_from_pb(req.records[0], prev=prev, ts=req.records[0].ts)
+        t2 = time.perf_counter()
+        validate_record(rec)
+        t3 = time.perf_counter()
+        admit(state, [rec])
+        fold_into(state, [rec])
+        t4 = time.perf_counter()
+        pb.AppendResponse(
+            acks=[ack_pb(AppendResult(rec.seq, rec.hash, "fsync_local"))]
+        ).SerializeToString()
+        t5 = time.perf_counter()
+        if check_fast(rec):
+            raise AssertionError("prototype validator disagrees")
+        t6 = time.perf_counter()
+        prev = rec.hash
+        for k, a, b in zip(keys, (t0, t1, t2, t3, t4, t5), (t1, t2, t3, t4, t5, t6), strict=True):
+            t[k] += b - a
+    return [(k, v / n * 1e6) for k, v in t.items()]
+
+
+def dispatch_validator() -> Any:
+    """A prototype (not shipped) of the same checks as journald.validation for a payload:
+    the schema's ``block`` (an if/then chain over seven block types, each branch evaluated and
+    its failures built as error objects) is replaced by picking the block's own schema by its
+    ``type`` in Python; the envelope is checked as today. Returns ``check(record) -> errors``."""
+    import copy
+
+    from jsonschema import Draft202012Validator
+
+    from journald.validation import schema_document
+
+    defs = schema_document()["$defs"]
+    loose = copy.deepcopy(defs)
+    loose["block"] = {
+        "type": "object",
+        "required": ["type"],
+        "properties": {"type": {"type": "string"}},
+    }
+
+    def make(name: str, d: dict[str, Any]) -> Any:
+        return Draft202012Validator({"$ref": f"#/$defs/{name}", "$defs": d})
+
+    kinds = {k: make(k, loose) for k in ("assistant", "tool_result", "user")}
+    blocks = {k[: -len("_block")]: make(k, defs) for k in defs if k.endswith("_block")}
+
+    envelope = make("envelope", defs)
+
+    def check(rec: Any) -> list[Any]:
+        kind, payload = rec.kind, rec.payload
+        errors = list(envelope.iter_errors(rec.as_json()))
+        errors += list(kinds[kind].iter_errors(payload))
+        content = payload["message"]["content"] if kind == "assistant" else payload["content"]
+        for b in content:
+            v = blocks.get(b.get("type"))
+            if v is not None:
+                errors += list(v.iter_errors(b))
+        return errors
+
+    return check

@@ -1,0 +1,563 @@
+"""Turn bench/run_all.py's results into docs/benchmarks.md and its PNG plots."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+LABELS: dict[str, str] = {
+    "raw": "raw write+fdatasync (N files, N threads)",
+    "echo": "gRPC no-op echo (own servicer)",
+    "inproc": "journald in-process FileStore.append",
+    "unary": "journald daemon, unary Append (1 record)",
+    "batch": "journald daemon, Append of 16 records",
+    "stream": "journald daemon, AppendStream (1 record/msg)",
+    "js-unary": "journald daemon on JetStream, unary Append",
+    "nats": "direct nats-py js.publish (same stream)",
+    "sqlite": "SQLite WAL synchronous=FULL, insert+commit",
+    "sqlitesaver": "LangGraph SqliteSaver.put",
+    "sqlitesession": "OpenAI Agents SQLiteSession.add_items",
+}
+ORDER = list(LABELS)
+
+# What History did when this report's run was made (checked against the code of that run).
+HISTORY_WHY = (
+    "`History` on a run without a lease folded the whole run (`fold_stored`) and governed every "
+    "message before slicing one page, so its cost grows with the run's length. SPEC §9 asks "
+    "for a read from the tail backwards through the segment manifest (cost by distance from "
+    "the end); that is the change to make in `journald/server/checkpoints.py`, and the file "
+    "store already pages tail segments."
+)
+
+
+def _f(x: Any, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def row(results: dict[str, Any], system: str, n: int) -> dict[str, Any] | None:
+    r = results["rows"].get(f"{system}@{n}")
+    return r if r and not r.get("error") else None
+
+
+def goals(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every goal figure of issue 9, computed from this run's rows: (goal, measured, limit,
+    ratio, met). ``ratio`` is measured / limit for "<=" goals and limit / measured for ">="."""
+    out: list[dict[str, Any]] = []
+
+    def add(
+        goal: str, measured: float | None, limit: float | None, le: bool, note: str = ""
+    ) -> None:
+        if measured is None or limit is None or math.isnan(measured) or math.isnan(limit):
+            out.append({"goal": goal, "measured": None, "limit": None, "met": None, "note": note})
+            return
+        met = measured <= limit if le else measured >= limit
+        ratio = (measured / limit) if limit else float("nan")
+        out.append(
+            {
+                "goal": goal,
+                "measured": measured,
+                "limit": limit,
+                "ratio": ratio,
+                "met": met,
+                "le": le,
+                "note": note,
+            }
+        )
+
+    def get(system: str, n: int, key: str) -> float | None:
+        r = row(res, system, n)
+        return None if r is None else float(r[key])
+
+    u1, e1, raw1 = get("unary", 1, "p50_ms"), get("echo", 1, "p50_ms"), get("raw", 1, "p50_ms")
+    floor = (e1 + raw1) if e1 is not None and raw1 is not None else None
+    add(
+        "unary Append p50 <= 1.25 x (echo p50 + raw fdatasync p50) [ms]",
+        u1,
+        None if floor is None else 1.25 * floor,
+        True,
+    )
+    add(
+        "unary Append p99 <= 3 x its p50 [ms]",
+        get("unary", 1, "p99_ms"),
+        None if u1 is None else 3 * u1,
+        True,
+    )
+    top = max(res["config"]["concurrency"])
+    e64 = get("echo", top, "rate")
+    add(
+        f"unary at {top} runs >= 0.8 x echo throughput at {top} in flight [rec/s]",
+        get("unary", top, "rate"),
+        None if e64 is None else 0.8 * e64,
+        False,
+    )
+    rawn = get("raw", top, "rate")
+    lim = None if rawn is None else min(10_000.0, 0.5 * rawn)
+    for form in ("batch", "stream"):
+        add(
+            f"{form} at {top} runs >= min(10,000, 0.5 x raw {top}-file fdatasync rate) [rec/s]",
+            get(form, top, "rate"),
+            lim,
+            False,
+        )
+    if 16 in res["config"]["concurrency"]:
+        s16 = get("sqlite", 16, "rate")
+        add(
+            "16 agent processes: unary throughput >= SQLite FULL's [rec/s]",
+            get("unary", 16, "rate"),
+            s16,
+            False,
+        )
+        add(
+            "16 agent processes: unary p99 < SQLite FULL's p99 [ms]",
+            get("unary", 16, "p99_ms"),
+            get("sqlite", 16, "p99_ms"),
+            True,
+        )
+        for form in ("batch", "stream"):
+            add(
+                f"16 agent processes: {form} >= 2 x SQLite FULL [rec/s]",
+                get(form, 16, "rate"),
+                None if s16 is None else 2 * s16,
+                False,
+            )
+    for alt in ("sqlitesaver", "sqlitesession"):
+        for form in ("unary", "batch", "stream"):
+            for n in res["config"]["alt_concurrency"]:
+                a = get(alt, n, "rate")
+                add(
+                    f"{form} at {n} >= 2 x {alt} at {n} [rec/s]",
+                    get(form, n, "rate"),
+                    None if a is None else 2 * a,
+                    False,
+                )
+    opens = {o["records"]: o for o in res.get("resume", {}).get("open", [])}
+    o10 = opens.get(10_000)
+    add(
+        "Open of a 10k-record run <= 3 x read+JSON-parse of its files [ms]",
+        None if o10 is None else o10["open_ms"],
+        None if o10 is None else 3 * o10["parse_ms"],
+        True,
+    )
+    hist = res.get("resume", {}).get("history", [])
+    if hist:
+        small = min(hist, key=lambda h: h["messages"])
+        big = max(hist, key=lambda h: h["messages"])
+        add(
+            f"History tail page (first call) at {big['messages']:,} messages <= 1.5 x at "
+            f"{small['messages']:,} [ms]",
+            big["page_ms"],
+            1.5 * small["page_ms"],
+            True,
+            "" if big["messages"] >= 900_000 else "largest size measured (see History)",
+        )
+    mem = res.get("memory")
+    if mem and "held_mb" in mem:
+        add(
+            f"daemon RSS with {mem['leases']:,} open leases <= 150 MB [MB]",
+            mem["held_mb"],
+            150.0,
+            True,
+        )
+    js1, n1 = get("js-unary", 1, "p50_ms"), get("nats", 1, "p50_ms")
+    add(
+        "JetStream Append p50 <= 1.25 x (direct publish p50 + echo p50) [ms]",
+        js1,
+        None if n1 is None or e1 is None else 1.25 * (n1 + e1),
+        True,
+    )
+    return out
+
+
+def throughput_table(res: dict[str, Any]) -> list[str]:
+    conc = sorted({int(k.split("@")[1]) for k in res["rows"]})
+    lines = [
+        "| system | " + " | ".join(f"{n} × rec/s (p50 / p99 ms)" for n in conc) + " |",
+        "|---|" + "---|" * len(conc),
+    ]
+    for system in ORDER:
+        cells = []
+        seen = False
+        for n in conc:
+            r = res["rows"].get(f"{system}@{n}")
+            if r is None:
+                cells.append("–")
+            elif r.get("error"):
+                seen = True
+                cells.append("failed")
+            else:
+                seen = True
+                cells.append(f"**{r['rate']:,.0f}** ({r['p50_ms']:.2f} / {r['p99_ms']:.2f})")
+        if seen:
+            lines.append(f"| {LABELS[system]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plots(res: dict[str, Any], out: Path) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made: list[str] = []
+    conc = sorted({int(k.split("@")[1]) for k in res["rows"]})
+    cdf_at = [n for n in (1, 16) if n in conc]
+    if not cdf_at:
+        return made
+    fig, axes = plt.subplots(1, len(cdf_at), figsize=(7 * len(cdf_at), 5), squeeze=False)
+    for ax, n in zip(axes[0], cdf_at, strict=True):
+        for system in ORDER:
+            r = row(res, system, n)
+            if r is None or not r.get("cdf"):
+                continue
+            ys = [i / (len(r["cdf"]) - 1) for i in range(len(r["cdf"]))]
+            ax.plot(r["cdf"], ys, label=LABELS[system], linewidth=1.4)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency per call (ms, log)")
+        ax.set_ylabel("fraction of calls")
+        ax.set_title(f"Latency CDF, {n} concurrent writer(s), 1 KB records")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    name = "benchmarks-latency-cdf.png"
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    made.append(name)
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for system in ORDER:
+        pts = [(n, row(res, system, n)) for n in conc]
+        pts2 = [(n, r["rate"]) for n, r in pts if r is not None and r["rate"] > 0]
+        if pts2:
+            ax.plot([p[0] for p in pts2], [p[1] for p in pts2], marker="o", label=LABELS[system])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(conc)
+    ax.set_xticklabels([str(n) for n in conc])
+    ax.set_xlabel("concurrent writers (runs / agents / threads)")
+    ax.set_ylabel("durable records per second (log)")
+    ax.set_title("Throughput vs concurrency, 1 KB records, durable before ack")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    name = "benchmarks-throughput.png"
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    made.append(name)
+    return made
+
+
+def markdown(res: dict[str, Any], images: list[str]) -> str:
+    f = res["facts"]
+    cfg = res["config"]
+    L: list[str] = []
+    L += [
+        "# journald benchmarks",
+        "",
+        "One run of `bench/run_all.py`: every workload below ran side by side, in one process "
+        "tree, on the same disk, with ~1 KB records that are durable before acknowledgement in "
+        "every system. Numbers are from **this one run on this machine** and move between runs; "
+        "read the ratios (all measured in the same run) rather than the absolute figures.",
+        "",
+        "Reproduce (writes this file and the PNGs beside it):",
+        "",
+        "```",
+        res["command"],
+        "```",
+        "",
+        "## Conditions",
+        "",
+        f"- run started {res['started']} UTC, took {res['duration_s']:.0f} s "
+        f"({'quick smoke' if cfg['quick'] else 'full'} mode, {cfg['seconds']} s per "
+        "throughput workload)",
+        f"- load average (1/5/15 min) before: {res['load_before']}; after: {res['load_after']}",
+        f"- {f['nproc']} CPUs ({f['cpu']}), shared: the benchmark's own clients, daemon, "
+        "nats-server and the raw-disk loops compete for the same cores, and other processes "
+        "(colleagues' test suites, editors) may have been running on this machine",
+        f"- memory {f['memory_gib']} GiB; disk: {f['disk']}; work dir {f['bench_dir']}",
+        f"- kernel {f['kernel']} ({f['os']}); Python {f['python']}; grpcio {f['grpcio']}; "
+        f"protobuf {f['protobuf']}; uvloop {f['uvloop']}; nats-py {f['nats-py']}; "
+        f"{f['nats-server']}; SQLite {f['sqlite']}; langgraph-checkpoint-sqlite "
+        f"{f['langgraph-checkpoint-sqlite']}; openai-agents {f['openai-agents']}",
+        "- latency is per call (a 16-record batch is one call); throughput is durable records "
+        "per second over the measured window; p50/p99 are nearest-rank over every call",
+    ]
+    if res.get("skipped"):
+        L += ["", "**Skipped in this run:**", ""]
+        L += [f"- {s}" for s in res["skipped"]]
+    if res.get("errors"):
+        L += ["", "**Failed in this run:**", ""]
+        L += [f"- {e}" for e in res["errors"]]
+    L += ["", "## Goals (ratios from this run)", ""]
+    L += ["| goal | measured | limit | measured / limit | met |", "|---|---:|---:|---:|---|"]
+    for g in res["goals"]:
+        if g["met"] is None:
+            L.append(f"| {g['goal']} | n/a | n/a | n/a | not measured {g['note']} |")
+            continue
+        verdict = "**met**" if g["met"] else "**missed**"
+        if not g["met"]:
+            if g["le"]:
+                verdict += f" by {g['ratio']:.2f}×"
+            else:
+                verdict += f" (reaches {g['ratio']:.2f}× of the limit)"
+        if g["note"]:
+            verdict += f" ({g['note']})"
+        L.append(
+            f"| {g['goal']} | {_f(g['measured'])} | {_f(g['limit'])} | {g['ratio']:.2f} | "
+            f"{verdict} |"
+        )
+    L += ["", "## Throughput and latency", ""]
+    L += [
+        "Each cell: durable records/s, then per-call p50 / p99 latency in ms. Concurrency is "
+        "runs (journald: each run its own lease, spread over "
+        f"{cfg['procs']} client processes at most), agents (SQLite family: one process and one "
+        "connection per agent, one shared database file), threads (raw fdatasync: one file "
+        "each) or calls in flight (echo, nats-py).",
+        "",
+    ]
+    L += throughput_table(res)
+    for img in images:
+        L += ["", f"![{img}]({img})"]
+    limits = res.get("limit_notes", [])
+    if limits:
+        L += ["", "### How the limits were measured", ""]
+        L += [f"- {x}" for x in limits]
+    rs = res.get("resume", {})
+    if rs.get("open"):
+        L += ["", "## Resume: Open of an existing run", ""]
+        L += [
+            "Time to the first Open response (lease granted, run folded), median of "
+            f"{cfg['reps']} opens; bytes the daemon read during the Open (`rchar` of its "
+            "/proc/PID/io, so page-cache hits count); beside a tight loop in the benchmark "
+            "process that reads the run's files and `json.loads` every line.",
+            "",
+            "| records | run size on disk | Open (ms) | bytes read by the daemon | "
+            "first Open response | read+parse loop (ms) | Open / loop |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for o in rs["open"]:
+            L.append(
+                f"| {o['records']:,} | {o['run_bytes'] / 2**20:,.1f} MiB | {o['open_ms']:,.1f} | "
+                f"{o['bytes_read'] / 2**20:,.1f} MiB | "
+                f"{o.get('response_bytes', 0) / 2**20:,.1f} MiB | {o['parse_ms']:,.1f} | "
+                f"{o['open_ms'] / o['parse_ms']:.2f} |"
+            )
+    probe = rs.get("default_limits_open")
+    if probe:
+        if probe["result"] == "ok":
+            L += ["", f"A daemon with default limits also opened `{probe['run']}`."]
+        else:
+            L += [
+                "",
+                f"**A daemon started with default limits cannot resume `{probe['run']}`**: its "
+                f"Open answered `{probe['result']}`. The table above was measured on a daemon "
+                "started with `--max-message-bytes 1GiB`.",
+            ]
+    if rs.get("history"):
+        L += ["", "## History: tail page", ""]
+        L += [
+            f"`History(run, offset=total-{rs.get('page', 50)}, limit={rs.get('page', 50)})` on "
+            "a run the daemon holds no lease on: the first call on a freshly started daemon "
+            "(cold: nothing of the run in the daemon's memory, the OS page cache warm), then "
+            "the median of the repeats (warm).",
+            "",
+            "| messages | tail page, first call (ms) | repeats (ms, median) | page messages |",
+            "|---:|---:|---:|---:|",
+        ]
+        for h in rs["history"]:
+            warm = h.get("warm_ms")
+            L.append(
+                f"| {h['messages']:,} | {h['page_ms']:,.1f} | "
+                f"{'–' if warm is None else f'{warm:,.1f}'} | {h['page_messages']} |"
+            )
+    for note in rs.get("notes", []):
+        L += ["", note]
+    mem = res.get("memory")
+    if mem and "held_mb" in mem:
+        L += ["", "## Memory", ""]
+        L += [
+            "| daemon state | RSS (MB) | threads |",
+            "|---|---:|---:|",
+            f"| idle (started, health checked) | {mem['idle_mb']:.1f} | {mem['idle_threads']} |",
+            f"| {mem['leases']:,} open leases (each a new run) | {mem['held_mb']:.1f} | "
+            f"{mem['held_threads']} |",
+            f"| after the {mem['leases']:,} leases ended | {mem['after_mb']:.1f} | "
+            f"{mem['after_threads']} |",
+        ]
+    prof = res.get("profile")
+    if prof and prof.get("categories"):
+        L += ["", "## Profile of the append path", ""]
+        L += [prof.get("intro", "")]
+        L += ["", "| event-loop thread, by category | share of samples |", "|---|---:|"]
+        L += [f"| {k} | {v * 100:.1f}% |" for k, v in prof["categories"]]
+        L += ["", "| event-loop thread, top leaf functions | share |", "|---|---:|"]
+        L += [f"| `{k}` | {v * 100:.1f}% |" for k, v in prof["leaves"]]
+        if prof.get("stages"):
+            L += [
+                "",
+                "Per-record CPU cost of each step of `JournalService._append`, timed in-process "
+                "on the same code with the benchmark's ~1 KB records (no RPC, no disk):",
+                "",
+                "| step | µs per record |",
+                "|---|---:|",
+            ]
+            L += [f"| {k} | {v:,.1f} |" for k, v in prof["stages"]]
+        if prof.get("writer"):
+            L += ["", "| writer threads, top leaf functions | share |", "|---|---:|"]
+            L += [f"| `{k}` | {v * 100:.1f}% |" for k, v in prof["writer"]]
+    try:
+        L += ["", *analysis(res)]
+    except Exception as exc:  # never lose the tables for the prose
+        L += ["", f"(analysis failed: {type(exc).__name__}: {exc})"]
+    L.append("")
+    return "\n".join(L)
+
+
+def write(res: dict[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    res["goals"] = goals(res)
+    try:
+        images = plots(res, out)
+    except Exception as exc:  # the tables matter more than the pictures
+        images = []
+        res.setdefault("errors", []).append(f"plots: {type(exc).__name__}: {exc}")
+    path = out / "benchmarks.md"
+    path.write_text(markdown(res, images))
+    return path
+
+
+def _g(res: dict[str, Any], system: str, n: int, key: str) -> float | None:
+    r = row(res, system, n)
+    return None if r is None else float(r[key])
+
+
+def analysis(res: dict[str, Any]) -> list[str]:
+    """Why the goals are met or missed, from this run's own numbers (profile included)."""
+    out: list[str] = ["## Why: what the numbers say"]
+    prof = res.get("profile") or {}
+    stages = dict(prof.get("stages") or [])
+    conc = res["config"]["concurrency"]
+    top = max(conc)
+    if stages:
+        proto_key = next((k for k in stages if k.startswith("validate, prototype")), None)
+        proto = stages.pop(proto_key) if proto_key else None
+        total = sum(stages.values())
+        val = next((v for k, v in stages.items() if k.startswith("validate_record")), 0.0)
+        batch = _g(res, "batch", top, "rate")
+        text = (
+            f"**The append path is CPU-bound in the daemon, not disk- or framework-bound.** "
+            f"Per record, the servicer's own steps cost {total:,.0f} µs of CPU in this run, "
+            f"of which JSON Schema validation (`journald/validation.py`, `validate_record`) "
+            f"is {val:,.0f} µs ({val / total * 100:.0f}%). One event loop can therefore "
+            f"apply at most ~{1e6 / total:,.0f} records/s whatever the batching, before any "
+            "gRPC or client cost"
+        )
+        if batch is not None:
+            text += f"; the 16-record batch form reached {batch:,.0f} records/s at {top} runs"
+        text += "."
+        if prof.get("loop_busy") is not None and prof.get("daemon_cpu") is not None:
+            text += (
+                f" Under unary load the event-loop thread used "
+                f"{prof['loop_busy'] * 100:.0f}% of a core (whole daemon "
+                f"{prof['daemon_cpu'] * 100:.0f}%), while the clients, also Python, share "
+                "the same two cores."
+            )
+        out.append(text)
+        if proto is not None and val:
+            new_total = total - val + proto
+            out.append(
+                "**Proposed (not made: `journald/validation.py` is not in this change's "
+                "scope): validate each content block against its own type's schema.** The "
+                "schema's `block` is an if/then chain over seven block types, so every block "
+                "is evaluated against every branch and each failed `const` builds a "
+                "`ValidationError` (`Validator.evolve`, `descend`, `referencing` lookups "
+                "dominate the profile). A prototype that picks the block schema by its `type` "
+                f"in Python (same envelope and payload checks) took {proto:,.0f} µs instead of "
+                f"{val:,.0f} µs per record in this run ({val / proto:.1f}× faster); with it "
+                f"the per-record CPU would drop from {total:,.0f} to {new_total:,.0f} µs "
+                f"(ceiling ~{1e6 / new_total:,.0f} records/s). A compiled validator (generated "
+                "code for the published schema, checked against the same test vectors) "
+                "would go further."
+            )
+    e1, raw1, u1 = _g(res, "echo", 1, "p50_ms"), _g(res, "raw", 1, "p50_ms"), None
+    u1 = _g(res, "unary", 1, "p50_ms")
+    if e1 is not None and raw1 is not None and u1 is not None:
+        out.append(
+            f"**Single-run latency.** unary Append p50 {u1:.2f} ms against a floor of "
+            f"{e1 + raw1:.2f} ms (echo {e1:.2f} + fdatasync {raw1:.2f}): the remaining "
+            f"{u1 - e1 - raw1:.2f} ms is the CPU above (decode, canonical JSON, validation, "
+            "fold) plus the hand-off of each write to the run's writer thread and back "
+            "(`_ThreadIO.run`, visible in the profile). The p99 tail comes from the same CPU "
+            "contention: on two shared cores a single delayed scheduling slice of the daemon, "
+            "the client or the disk flush shows up whole in the p99."
+        )
+    s16, u16 = _g(res, "sqlite", 16, "rate"), _g(res, "unary", 16, "rate")
+    if s16 is not None and u16 is not None:
+        out.append(
+            f"**Against SQLite at 16 agent processes** ({s16:,.0f} rec/s for SQLite FULL, "
+            f"{u16:,.0f} for unary Append): each SQLite agent does its own encoding and "
+            "commit in its own process, so the CPU work is spread over both cores and only "
+            "the WAL write lock and the fsync are shared; journald funnels every record "
+            "through one daemon event loop that also validates and folds it (work SQLite "
+            "does not do), so the validation cost above decides this comparison."
+        )
+    rs = res.get("resume") or {}
+    bd = dict(rs.get("open_breakdown") or {})
+    if bd:
+        n = int(bd.pop("records"))
+        parts = ", ".join(f"{k} {v:,.0f} ms" for k, v in bd.items())
+        opens = {o["records"]: o for o in rs.get("open", [])}
+        o = opens.get(n)
+        extra = ""
+        if o:
+            extra = (
+                f" The daemon read {o['bytes_read'] / o['run_bytes']:.1f}× the run's size "
+                f"and sent a {o.get('response_bytes', 0) / 2**20:.1f} MiB first response."
+            )
+        out.append(
+            f"**Open is O(run length) three times over.** For the {n:,}-record run, timed "
+            f"in-process on the same code: {parts}.{extra} Proposed (in `service.Open` and "
+            "the file store, owned by others): open the journal first and fold from the "
+            "records it already read (one read instead of two), and let clients ask for the "
+            "state without the full message list (History pages it) so the first response "
+            "stays small; with segmented runs a checkpointed fold would make it O(tail)."
+        )
+    hist = rs.get("history") or []
+    if len(hist) >= 2:
+        small = min(hist, key=lambda h: h["messages"])
+        big = max(hist, key=lambda h: h["messages"])
+        if big["page_ms"] > 1.5 * small["page_ms"]:
+            out.append(
+                f"**History tail page grows with the run** ({small['page_ms']:,.0f} ms at "
+                f"{small['messages']:,} messages, {big['page_ms']:,.0f} ms at "
+                f"{big['messages']:,}, first call on a fresh daemon): {HISTORY_WHY}"
+            )
+        else:
+            out.append(
+                f"**History tail page does not grow with the run** ({small['page_ms']:,.0f} ms "
+                f"at {small['messages']:,} messages, {big['page_ms']:,.0f} ms at "
+                f"{big['messages']:,}, first call on a fresh daemon)."
+            )
+    js1, n1 = _g(res, "js-unary", 1, "p50_ms"), _g(res, "nats", 1, "p50_ms")
+    if js1 is not None and n1 is not None and e1 is not None:
+        out.append(
+            f"**JetStream.** Append p50 {js1:.2f} ms against {n1:.2f} ms for a direct "
+            f"publish plus {e1:.2f} ms of gRPC: the same per-record CPU as the file backend "
+            "plus a fenced publish (expected-last-subject-sequence headers) whose ack waits "
+            "for nats-server's `sync_interval: always` flush."
+        )
+    mem = res.get("memory") or {}
+    if "held_mb" in mem:
+        per = (mem["held_mb"] - mem["idle_mb"]) / max(1, mem["leases"]) * 1024
+        out.append(
+            f"**Memory.** {mem['leases']:,} open leases cost ~{per:,.0f} KiB each "
+            f"({mem['held_threads']} threads: the file store gives every open journal its "
+            "own writer thread, whose stack is mostly untouched and so barely counts in RSS)."
+        )
+    return ["\n\n".join(out)]

@@ -1,0 +1,277 @@
+"""Resume and memory workloads for bench/run_all.py, against a real daemon.
+
+* ``build_runs``: runs of N ~1 KB records written with the file backend's own writer;
+* ``open_times``: ``Open`` (resume) of each run: time to the lease, bytes the daemon read
+  (``rchar`` of /proc/PID/io), beside reading + JSON-parsing the run's files in a loop;
+* ``history_tail``: ``History`` of the last page of a run (the daemon holds no lease on it);
+* ``lease_memory``: daemon RSS idle and with N open leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from common import RunWriter, run_bytes
+
+PAGE = 50
+
+
+def build_runs(data_dir: Path, sizes: dict[str, int]) -> dict[str, float]:
+    """Write ``{run_id: records}`` into ``data_dir``; returns the seconds each took."""
+    from journald.storage.file import FileStore
+
+    writer = RunWriter()
+    writer.check()
+    took: dict[str, float] = {}
+
+    async def go() -> None:
+        store = FileStore(data_dir)
+        try:
+            for run_id, n in sizes.items():
+                t0 = time.perf_counter()
+                await writer.write(store, run_id, n)
+                took[run_id] = time.perf_counter() - t0
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+    return took
+
+
+def rchar(pid: int) -> int:
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    return 0
+
+
+def parse_files(run_dir: Path) -> tuple[float, int]:
+    """Read and JSON-parse every line of a run's files: (seconds, records)."""
+    files = (
+        sorted((run_dir / "segments").glob("*.jsonl")) if (run_dir / "segments").is_dir() else []
+    )
+    files.append(run_dir / "journal.jsonl")
+    t0 = time.perf_counter()
+    n = 0
+    for path in files:
+        with open(path, "rb") as f:
+            data = f.read()
+        for line in data.splitlines():
+            if line:
+                json.loads(line)
+                n += 1
+    return time.perf_counter() - t0, n
+
+
+async def _open_once(stub: Any, pb: Any, run_id: str) -> tuple[float, int, int]:
+    from journald.convert import fingerprint_to_pb
+    from tests.builders import FP
+
+    t0 = time.perf_counter()
+    call = stub.Open(
+        pb.OpenRequest(run_id=run_id, mode=pb.OPEN_MODE_RESUME, fingerprint=fingerprint_to_pb(FP))
+    )
+    resp = await call.read()
+    took = time.perf_counter() - t0
+    last = resp.lease.last_seq
+    call.cancel()
+    return took, last, resp.ByteSize()
+
+
+async def _wait_released(stub: Any, pb: Any, run_id: str) -> None:
+    """The lease ends when the stream closes; wait until the daemon lists the run as free."""
+    for _ in range(200):
+        resp = await stub.List(pb.ListRequest())
+        if all(r.status != "held" for r in resp.runs if r.run_id == run_id):
+            return
+        await asyncio.sleep(0.02)
+
+
+def open_times(
+    target: str, pid: int, data_dir: Path, runs: dict[str, int], reps: int
+) -> list[dict[str, Any]]:
+    import grpc
+    from journald_client.pb import journal_pb2 as pb
+    from journald_client.pb import journal_pb2_grpc as pbg
+
+    rows: list[dict[str, Any]] = []
+    # the first Open response carries the whole folded state: allow what the Python client
+    # allows (journald_client sets 64 MiB) and more, so 100k-record runs fit
+    opts = [("grpc.max_receive_message_length", 512 * 1024 * 1024)]
+
+    async def go() -> None:
+        async with grpc.aio.insecure_channel(target, options=opts) as ch:
+            stub = pbg.JournalServiceStub(ch)
+            for run_id, n in runs.items():
+                times, reads = [], []
+                size = 0
+                for _ in range(reps):
+                    before = rchar(pid)
+                    took, last, size = await _open_once(stub, pb, run_id)
+                    reads.append(rchar(pid) - before)
+                    times.append(took)
+                    await _wait_released(stub, pb, run_id)
+                    if last != n:
+                        raise RuntimeError(f"Open of {run_id} saw last seq {last}, wanted {n}")
+                run_dir = data_dir / "sessions" / run_id
+                parse = [parse_files(run_dir)[0] for _ in range(reps)]
+                rows.append(
+                    {
+                        "records": n,
+                        "open_ms": statistics.median(times) * 1e3,
+                        "open_all_ms": [t * 1e3 for t in times],
+                        "bytes_read": int(statistics.median(reads)),
+                        "response_bytes": size,
+                        "run_bytes": run_bytes(run_dir),
+                        "parse_ms": statistics.median(parse) * 1e3,
+                    }
+                )
+
+    asyncio.run(go())
+    return rows
+
+
+def history_tail(target: str, run_id: str, total: int, reps: int) -> dict[str, Any]:
+    """``History(offset=total-PAGE, limit=PAGE)`` of a run with ``total`` messages: the first
+    call on a freshly started daemon (cold: nothing of the run in the daemon's memory; the
+    OS page cache is warm), then ``reps - 1`` repeats (median)."""
+    import grpc
+    from journald_client.pb import journal_pb2 as pb
+    from journald_client.pb import journal_pb2_grpc as pbg
+
+    async def go() -> dict[str, Any]:
+        opts = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        async with grpc.aio.insecure_channel(target, options=opts) as ch:
+            stub = pbg.JournalServiceStub(ch)
+            req = pb.HistoryRequest(run_id=run_id, offset=max(0, total - PAGE), limit=PAGE)
+            times = []
+            resp = None
+            for _ in range(max(1, reps)):
+                t0 = time.perf_counter()
+                resp = await stub.History(req)
+                times.append(time.perf_counter() - t0)
+            assert resp is not None
+            return {
+                "messages": resp.total,
+                "page_ms": times[0] * 1e3,
+                "warm_ms": statistics.median(times[1:]) * 1e3 if len(times) > 1 else None,
+                "page_all_ms": [t * 1e3 for t in times],
+                "page_messages": len(resp.messages),
+            }
+
+    return asyncio.run(go())
+
+
+def open_probe(target: str, run_id: str) -> str:
+    """One Open (resume) of ``run_id``: "ok" or the error the daemon answered."""
+    import grpc
+    from journald_client.pb import journal_pb2 as pb
+    from journald_client.pb import journal_pb2_grpc as pbg
+
+    async def go() -> str:
+        opts = [("grpc.max_receive_message_length", 1024 * 1024 * 1024)]
+        async with grpc.aio.insecure_channel(target, options=opts) as ch:
+            try:
+                await _open_once(pbg.JournalServiceStub(ch), pb, run_id)
+            except grpc.aio.AioRpcError as err:
+                return f"{err.code().name}: {err.details()}"
+            return "ok"
+
+    return asyncio.run(go())
+
+
+def rss_mb(pid: int) -> tuple[float, int]:
+    """(resident set size in MiB, thread count) from /proc/PID/status."""
+    rss_kb, threads = 0, 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss_kb = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                threads = int(line.split()[1])
+    return rss_kb / 1024, threads
+
+
+def lease_memory(target: str, pid: int, leases: int) -> dict[str, Any]:
+    """RSS of an idle daemon, then with ``leases`` runs open (each a new run with a lease)."""
+    import grpc
+    from journald_client.pb import journal_pb2 as pb
+    from journald_client.pb import journal_pb2_grpc as pbg
+
+    from journald.convert import fingerprint_to_pb
+    from tests.builders import FP
+
+    idle, idle_threads = rss_mb(pid)
+    out: dict[str, Any] = {"idle_mb": idle, "idle_threads": idle_threads, "leases": leases}
+
+    async def go() -> None:
+        channels = [grpc.aio.insecure_channel(target) for _ in range(8)]
+        calls: list[Any] = []
+        gate = asyncio.Semaphore(64)
+        try:
+
+            async def one(i: int) -> None:
+                stub = pbg.JournalServiceStub(channels[i % len(channels)])
+                async with gate:
+                    call = stub.Open(
+                        pb.OpenRequest(
+                            run_id=f"lease-{i}",
+                            mode=pb.OPEN_MODE_CREATE,
+                            fingerprint=fingerprint_to_pb(FP),
+                            prompt_json=b"[]",
+                        )
+                    )
+                    calls.append(call)
+                    await call.read()
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(leases)))
+            out["open_s"] = time.perf_counter() - t0
+            await asyncio.sleep(0.5)
+            held, threads = rss_mb(pid)
+            out["held_mb"], out["held_threads"] = held, threads
+        finally:
+            for c in calls:
+                c.cancel()
+            for ch in channels:
+                await ch.close()
+        await asyncio.sleep(1.0)
+        out["after_mb"], out["after_threads"] = rss_mb(pid)
+
+    asyncio.run(go())
+    return out
+
+
+def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:
+    """The steps of the daemon's Open of an existing run, timed in this process on the same
+    code (ms): fold from disk, the store's open for append, the first response's encoding."""
+    from journald.convert import state_to_pb
+    from journald.server.service import fold_store
+    from journald.storage.file import FileStore
+
+    async def go() -> dict[str, float]:
+        store = FileStore(data_dir)
+        try:
+            t0 = time.perf_counter()
+            state = await fold_store(store, run_id)
+            t1 = time.perf_counter()
+            journal = await store.open(run_id)
+            t2 = time.perf_counter()
+            state_to_pb(state).SerializeToString()
+            t3 = time.perf_counter()
+            await journal.close()
+        finally:
+            await store.close()
+        return {
+            "fold_store (read + decode + verify + fold)": (t1 - t0) * 1e3,
+            "store.open (open for append: reads the run again)": (t2 - t1) * 1e3,
+            "state_to_pb + serialize (the whole conversation)": (t3 - t2) * 1e3,
+        }
+
+    return asyncio.run(go())

@@ -1,0 +1,665 @@
+"""Every journald benchmark side by side in one run, beside the physical limits and the tools
+users would pick instead; writes docs/benchmarks.md and its PNG plots.
+
+    .venv/bin/python bench/run_all.py            # full run, < 10 minutes on 2 cores
+    .venv/bin/python bench/run_all.py --quick    # CI smoke, < 2 minutes
+    .venv/bin/python bench/run_all.py --quick --out /tmp/report
+
+Workloads (~1 KB records, durable before acknowledgement everywhere), in this order, on one
+disk (a temp dir under --dir, default the system temp dir):
+
+* limits: raw ``write + fdatasync`` on 1 file and on N files from N threads; a no-op gRPC unary
+  echo (our own servicer, bench/echo_server.py, grpc.aio + uvloop like the daemon) on a unix
+  socket at 1 / N calls in flight;
+* journald: in-process FileStore; the daemon (file backend) with unary Append, 16-record
+  Append and AppendStream at 1 / 16 / 64 runs; the daemon on JetStream (nats-server
+  ``sync_interval: always``) beside direct nats-py publishes to the same stream;
+* alternatives: SQLite WAL + synchronous=FULL, LangGraph SqliteSaver, OpenAI Agents
+  SQLiteSession (skipped, and said so in the report, when their packages are missing:
+  ``.venv/bin/pip install -r bench/requirements.txt``);
+* resume: Open of 1k / 10k / 100k-record runs; History tail page at 1k / 100k / 1M messages;
+  daemon RSS idle and with 1,000 open leases;
+* a py-spy profile of the daemon under unary appends from 16 runs.
+
+Every process started here (daemons, nats-server, echo server, agent processes, py-spy) is
+stopped by its own pid, also on failure. Every workload is bounded in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+from common import ROOT, RunWriter, summarize
+
+BENCH = Path(__file__).resolve().parent
+PY = sys.executable
+
+
+@dataclass
+class Config:
+    quick: bool
+    seconds: float
+    concurrency: list[int]
+    alt_concurrency: list[int]
+    procs: int
+    open_sizes: list[int]
+    history_sizes: list[int]
+    leases: int
+    profile_s: float
+    reps: int
+    budget_s: float
+    skip: set[str] = field(default_factory=set)
+
+    @classmethod
+    def make(cls, quick: bool, seconds: float | None, skip: set[str]) -> Config:
+        if quick:
+            return cls(
+                True,
+                seconds or 0.4,
+                [1, 4],
+                [4],
+                4,
+                [1_000, 10_000],
+                [1_000, 10_000],
+                100,
+                1.5,
+                2,
+                100.0,
+                skip,
+            )
+        return cls(
+            False,
+            seconds or 3.0,
+            [1, 16, 64],
+            [1, 16, 64],
+            16,
+            [1_000, 10_000, 100_000],
+            [1_000, 100_000, 1_000_000],
+            1_000,
+            6.0,
+            3,
+            560.0,
+            skip,
+        )
+
+
+@dataclass
+class Ctx:
+    cfg: Config
+    work: Path
+    started: float = field(default_factory=time.monotonic)
+    res: dict[str, Any] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def stop_pid(proc: subprocess.Popen[Any], group: bool = False) -> None:
+    """SIGTERM by pid (or the process group this harness created for it), then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        if group:
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def echo_server(work: Path) -> Iterator[str]:
+    sock = Path(tempfile.mkdtemp(prefix="jd-echo-", dir="/tmp")) / "echo.sock"
+    proc = subprocess.Popen(
+        [PY, str(BENCH / "echo_server.py"), str(sock)], stdout=subprocess.PIPE, cwd=ROOT
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if b"ready" not in line:
+            raise RuntimeError("echo server did not start")
+        yield f"unix://{sock}"
+    finally:
+        stop_pid(proc)
+        with contextlib.suppress(OSError):
+            sock.unlink()
+            sock.parent.rmdir()
+
+
+def run_agents(
+    ctx: Ctx,
+    system: str,
+    n: int,
+    target: str = "",
+    tag: str = "",
+    on_go: Callable[[], None] | None = None,
+    seconds: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    d = ctx.work / f"agents-{system}-{n}-{tag or 'x'}"
+    d.mkdir(parents=True, exist_ok=True)
+    seconds = seconds if seconds is not None else ctx.cfg.seconds
+    spec = {
+        "system": system,
+        "agents": n,
+        "procs": ctx.cfg.procs,
+        "seconds": seconds,
+        "dir": str(d),
+        "target": target,
+        "tag": f"{system}-{n}{tag}",
+        "out": str(d / "result.json"),
+        "stream_prefix": extra.get("stream_prefix", ""),
+    }
+    spec_path = d / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    proc = subprocess.Popen(
+        [PY, str(BENCH / "agent_procs.py"), str(spec_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        start_new_session=True,  # its forked agents share its process group: stop them too
+    )
+    err_lines: list[bytes] = []
+    drain = threading.Thread(
+        target=lambda: err_lines.extend(proc.stderr.readlines()) if proc.stderr else None,
+        daemon=True,
+    )
+    drain.start()
+    # a hung agent host (or agent) is stopped by this watchdog, so reading its output ends
+    watchdog = threading.Timer(seconds + 150, stop_pid, args=(proc,), kwargs={"group": True})
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == b"go" and on_go is not None:
+                on_go()
+        proc.wait(30)
+    finally:
+        watchdog.cancel()
+        stop_pid(proc, group=True)
+        drain.join(5)
+    out = Path(spec["out"])
+    if not out.exists():
+        tail = b"".join(err_lines[-15:]).decode(errors="replace")
+        raise RuntimeError(f"{system} x{n}: agent host failed (exit {proc.returncode}): {tail}")
+    data = json.loads(out.read_text())
+    if data["errors"]:
+        raise RuntimeError(f"{system} x{n}: {data['errors'][0][-1500:]}")
+    extra_fields = {"procs": data["procs"]}
+    if data.get("synchronous"):
+        extra_fields["synchronous"] = data["synchronous"]
+    return summarize(system, data["lat"], data["records"], data["wall"], **extra_fields)
+
+
+# --- in-process workloads ------------------------------------------------------------------
+
+
+def raw_fdatasync(directory: Path, threads: int, seconds: float) -> dict[str, Any]:
+    """``write + fdatasync`` of 1 KB at the end of a file, one file per thread."""
+    data = b"x" * (common.RECORD_BYTES - 1) + b"\n"
+    lats: list[list[float]] = [[] for _ in range(threads)]
+    start_evt = threading.Event()
+    deadline = [0.0]
+
+    def worker(i: int) -> None:
+        path = directory / f"raw-{threads}-{i}.bin"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        mine = lats[i]
+        offset = 0
+        try:
+            start_evt.wait()
+            while time.perf_counter() < deadline[0]:
+                t0 = time.perf_counter()
+                offset += os.pwrite(fd, data, offset)
+                os.fdatasync(fd)
+                mine.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+            path.unlink()
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    t0 = time.perf_counter()
+    deadline[0] = t0 + seconds
+    start_evt.set()
+    for t in ts:
+        t.join()
+    wall = time.perf_counter() - t0
+    lat = [x for xs in lats for x in xs]
+    return summarize("raw", lat, len(lat), wall)
+
+
+def in_process(directory: Path, runs: int, seconds: float) -> dict[str, Any]:
+    """``FileJournal.append`` of one ~1 KB record per call, ``runs`` runs concurrently."""
+    from journald.records import GENESIS, make_record
+    from journald.storage.file import FileStore
+    from tests.builders import meta_payload
+
+    writer = RunWriter()
+
+    async def go() -> dict[str, Any]:
+        store = FileStore(directory / f"inproc-{runs}")
+        journals = [
+            await store.create(
+                make_record(1, "meta", meta_payload(f"inproc-{i}"), GENESIS, common.TS)
+            )
+            for i in range(runs)
+        ]
+        lat: list[float] = []
+        count = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def one(j: Any) -> None:
+            nonlocal count
+            seq, prev = 1, j.last_hash
+            while time.perf_counter() < deadline:
+                seq += 1
+                rec = writer.record(seq, prev)
+                t0 = time.perf_counter()
+                await j.append([rec])
+                lat.append(time.perf_counter() - t0)
+                prev = rec.hash
+                count += 1
+
+        await asyncio.gather(*(one(j) for j in journals))
+        wall = time.perf_counter() - start
+        for j in journals:
+            await j.close()
+        await store.close()
+        return summarize("inproc", lat, count, wall)
+
+    return asyncio.run(go())
+
+
+# --- steps ----------------------------------------------------------------------------------
+
+
+def step_limits(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    d = ctx.work / "raw"
+    d.mkdir()
+    for n in ctx.cfg.concurrency:
+        progress(f"limits: raw write+fdatasync, {n} file(s)")
+        ctx.res["rows"][f"raw@{n}"] = raw_fdatasync(d, n, ctx.cfg.seconds)
+    with echo_server(ctx.work) as target:
+        for n in ctx.cfg.concurrency:
+            progress(f"limits: gRPC no-op echo, {n} in flight")
+            ctx.res["rows"][f"echo@{n}"] = run_agents(ctx, "echo", n, target)
+    ctx.res["limit_notes"] += [
+        "disk: `os.pwrite` of 1 KB at the end of a file + `os.fdatasync`, in a loop; N files "
+        "from N threads in the benchmark process (the syscalls release the GIL)",
+        "framework: our own no-op echo servicer (bench/echo_server.py: grpc.aio on uvloop like "
+        "the daemon, same server options, raw-bytes handler without protobuf, 1 KB request "
+        "echoed back) in its own process on a unix socket; the client is the same grpc.aio "
+        "client and the same process layout as the daemon's unary workload",
+    ]
+
+
+def step_inproc(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    for n in [c for c in ctx.cfg.concurrency if c <= 16]:
+        progress(f"journald in-process FileStore, {n} run(s)")
+        ctx.res["rows"][f"inproc@{n}"] = in_process(ctx.work, n, ctx.cfg.seconds)
+
+
+def step_daemon(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    from tests.daemon import Daemon
+
+    base = ctx.work / "daemon-file"
+    base.mkdir()
+    with Daemon(base, "file") as d:
+        for form in ("unary", "batch", "stream"):
+            for n in ctx.cfg.concurrency:
+                progress(f"journald daemon (file): {form} Append, {n} run(s)")
+                ctx.res["rows"][f"{form}@{n}"] = run_agents(ctx, form, n, d.target)
+
+
+def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    import profile_append
+
+    from tests.daemon import Daemon
+
+    n = 16 if 16 in ctx.cfg.concurrency else max(ctx.cfg.concurrency)
+    progress(f"profile: py-spy on the daemon, unary Append from {n} runs")
+    if profile_append.pyspy() is None:
+        ctx.res["skipped"].append("profile: py-spy is not installed (bench/requirements.txt)")
+        return
+    base = ctx.work / "daemon-profile"
+    base.mkdir()
+    out = ctx.work / "profile.txt"
+    spy: list[subprocess.Popen[bytes]] = []
+    cpu: dict[str, float] = {}
+    with Daemon(base, "file") as d:
+
+        def on_go() -> None:
+            cpu["t0"], cpu["loop0"] = time.monotonic(), profile_append.cpu_seconds(d.pid, d.pid)
+            cpu["all0"] = profile_append.cpu_seconds(d.pid)
+            spy.append(profile_append.start(d.pid, ctx.cfg.profile_s, out))
+
+        try:
+            row = run_agents(
+                ctx,
+                "unary",
+                n,
+                d.target,
+                tag="prof",
+                on_go=on_go,
+                seconds=ctx.cfg.profile_s + 1.0,
+            )
+            wall = time.monotonic() - cpu["t0"]
+            loop_busy = (profile_append.cpu_seconds(d.pid, d.pid) - cpu["loop0"]) / wall
+            all_busy = (profile_append.cpu_seconds(d.pid) - cpu["all0"]) / wall
+            if spy:
+                _, err = spy[0].communicate(timeout=ctx.cfg.profile_s + 30)
+                if spy[0].returncode != 0 or not out.exists():
+                    raise RuntimeError(f"py-spy failed: {err.decode(errors='replace')[-500:]}")
+        finally:
+            for p in spy:
+                stop_pid(p)
+    summary = profile_append.summarize(out)
+    summary["loop_busy"], summary["daemon_cpu"] = loop_busy, all_busy
+    summary["intro"] = (
+        f"`py-spy record --threads --nonblocking --rate 250` (on-CPU samples only) attached to "
+        f"the daemon for {ctx.cfg.profile_s:.0f} s while {n} runs appended with unary Append "
+        f"(a separate pass, not the measured one: {row['rate']:,.0f} rec/s, p50 "
+        f"{row['p50_ms']:.2f} ms under the sampler). During it the daemon's event-loop (main) "
+        f"thread used {loop_busy * 100:.0f}% of a core and the whole daemon "
+        f"{all_busy * 100:.0f}% (from /proc, of {os.cpu_count()} cores shared with the "
+        "clients). Shares below are of the event-loop thread's on-CPU samples; time in C code "
+        "with no Python frame above it (uvloop's loop and the gRPC core's callbacks) is "
+        "attributed to the last Python frame, `Runner.run`. The file writer threads (one per "
+        "open run, doing write + fdatasync) are listed apart."
+    )
+    progress("profile: per-record cost of each append step (in-process)")
+    summary["stages"] = profile_append.stage_costs(300 if ctx.cfg.quick else 2000)
+    ctx.res["profile"] = summary
+
+
+def step_alternatives(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    import importlib.util
+
+    need = {
+        "sqlitesaver": ("langgraph.checkpoint.sqlite", "langgraph-checkpoint-sqlite"),
+        "sqlitesession": ("agents.memory", "openai-agents"),
+    }
+    for system in ("sqlite", "sqlitesaver", "sqlitesession"):
+        if system in need:
+            mod, dist = need[system]
+            try:
+                found = importlib.util.find_spec(mod.split(".")[0]) is not None
+                if found:
+                    found = importlib.util.find_spec(mod) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                ctx.res["skipped"].append(
+                    f"{system}: package `{dist}` is not installed "
+                    "(`.venv/bin/pip install -r bench/requirements.txt`)"
+                )
+                continue
+        for n in ctx.cfg.alt_concurrency:
+            progress(f"alternatives: {system}, {n} agent process(es)")
+            try:
+                ctx.res["rows"][f"{system}@{n}"] = run_agents(ctx, system, n)
+            except Exception as exc:
+                ctx.res["rows"][f"{system}@{n}"] = {"error": str(exc)}
+                ctx.res["errors"].append(f"{system} x{n}: {str(exc)[-300:]}")
+
+
+def step_jetstream(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    from tests.daemon import Daemon
+    from tests.nats_server import NatsServer, create_stream
+
+    progress("JetStream: starting nats-server (sync_interval: always)")
+    base = ctx.work / "jetstream"
+    base.mkdir()
+    server = NatsServer(base / "nats", name="bench")
+    server.start()
+    try:
+        asyncio.run(create_stream(server.url, "BENCH", "bench"))
+        conc = [n for n in ctx.cfg.concurrency if n <= 16]
+        with Daemon(base, "jetstream", "--nats-url", server.url, "--stream", "BENCH") as d:
+            for n in conc:
+                progress(f"JetStream: daemon unary Append, {n} run(s)")
+                row = run_agents(ctx, "unary", n, d.target, tag="js")
+                row["name"] = "js-unary"
+                ctx.res["rows"][f"js-unary@{n}"] = row
+        for n in conc:
+            progress(f"JetStream: direct nats-py publish, {n} in flight")
+            ctx.res["rows"][f"nats@{n}"] = run_agents(
+                ctx, "nats", n, server.url, stream_prefix="bench.direct"
+            )
+    finally:
+        server.stop()
+
+
+def step_resume(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    import resume_mem
+
+    from tests.daemon import Daemon
+
+    cfg = ctx.cfg
+    base = ctx.work / "resume"
+    data = base / "data"
+    data.mkdir(parents=True)
+    sizes = sorted(set(cfg.open_sizes) | {s for s in cfg.history_sizes if s <= 100_000})
+    progress(f"resume: writing runs of {', '.join(f'{s:,}' for s in sizes)} records")
+    built = resume_mem.build_runs(data, {f"r{s}": s for s in sizes})
+    rs: dict[str, Any] = {"open": [], "history": [], "notes": [], "page": resume_mem.PAGE}
+    rs["build_s"] = built
+    ctx.res["resume"] = rs
+    big = max(cfg.history_sizes)
+    largest = f"r{max(cfg.open_sizes)}"
+    # The first Open response carries the whole conversation: the daemon's default
+    # --max-message-bytes (64 MiB) cannot send it for a 100k-record run. Measure with room,
+    # and record what a default daemon answers.
+    roomy = ("--max-message-bytes", "1GiB")
+    with Daemon(base, "file", *roomy, data_dir=data) as d:
+        progress("resume: Open (resume) of each run")
+        rs["open"] = resume_mem.open_times(
+            d.target, d.pid, data, {f"r{s}": s for s in cfg.open_sizes}, cfg.reps
+        )
+    with Daemon(base, "file", *roomy, data_dir=data) as d:  # fresh: History starts cold
+        for s in sorted(x for x in cfg.history_sizes if x <= 100_000):
+            progress(f"resume: History tail page, {s:,} messages")
+            rs["history"].append(resume_mem.history_tail(d.target, f"r{s}", s - 1, cfg.reps))
+    with Daemon(base, "file", data_dir=data) as d:
+        progress(f"resume: Open of {largest} on a daemon with default limits")
+        rs["default_limits_open"] = {
+            "run": largest,
+            "result": resume_mem.open_probe(d.target, largest),
+        }
+    mid = 10_000 if 10_000 in cfg.open_sizes else max(cfg.open_sizes)
+    progress(f"resume: where an Open of {mid:,} records spends its time (in-process)")
+    rs["open_breakdown"] = {"records": mid, **resume_mem.open_breakdown(data, f"r{mid}")}
+    if big > 100_000:
+        # estimate from the largest measured run: building and one History call scale ~linearly
+        measured = max(rs["history"], key=lambda h: h["messages"])
+        per_msg_s = measured["page_ms"] / 1e3 / measured["messages"]
+        build_per = built[f"r{max(sizes)}"] / max(sizes)
+        estimate = big * (per_msg_s * 1.3 + build_per) + 15
+        left = cfg.budget_s - ctx.elapsed() - 20  # keep room for the report
+        if estimate > left:
+            rs["notes"].append(
+                f"The {big:,}-message History run was **not built**: from the "
+                f"{measured['messages']:,}-message measurement it would take ~{estimate:.0f} s "
+                f"(write + one cold History call) and {left:.0f} s were left of the time "
+                "bound. "
+                "The History goal below compares the largest size measured instead."
+            )
+            return
+        progress(f"resume: writing a {big:,}-record run (file backend writer)")
+        built.update(resume_mem.build_runs(data, {f"r{big}": big}))
+        with Daemon(base, "file", *roomy, data_dir=data) as d:
+            progress(f"resume: History tail page, {big:,} messages")
+            rs["history"].append(resume_mem.history_tail(d.target, f"r{big}", big - 1, 1))
+        with contextlib.suppress(OSError):
+            import shutil
+
+            shutil.rmtree(data / "sessions" / f"r{big}")
+
+
+def step_memory(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    import resume_mem
+
+    from tests.daemon import Daemon
+
+    base = ctx.work / "memory"
+    base.mkdir()
+    with Daemon(base, "file") as d:
+        progress(f"memory: daemon RSS idle and with {ctx.cfg.leases:,} open leases")
+        time.sleep(0.5)
+        ctx.res["memory"] = resume_mem.lease_memory(d.target, d.pid, ctx.cfg.leases)
+
+
+STEPS: list[tuple[str, Callable[[Ctx, Callable[[str], None]], None], int]] = [
+    ("limits", step_limits, 2),
+    ("inproc", step_inproc, 1),
+    ("daemon", step_daemon, 3),
+    ("alternatives", step_alternatives, 3),
+    ("jetstream", step_jetstream, 2),
+    ("memory", step_memory, 1),
+    ("profile", step_profile, 1),
+    ("resume", step_resume, 3),
+]
+
+
+def run(ctx: Ctx) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    steps = [s for s in STEPS if s[0] not in ctx.cfg.skip]
+    for name, _, _ in STEPS:
+        if name in ctx.cfg.skip:
+            ctx.res["skipped"].append(f"{name}: skipped on the command line (--skip)")
+    total = sum(w for _, _, w in steps)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("starting", total=total)
+        for name, fn, weight in steps:
+
+            def progress(msg: str) -> None:
+                bar.update(task, description=msg)
+
+            t0 = time.monotonic()
+            try:
+                fn(ctx, progress)
+            except Exception as exc:
+                console.print(f"[red]{name} failed:[/red] {exc}")
+                ctx.res["errors"].append(f"{name}: {type(exc).__name__}: {str(exc)[-400:]}")
+                (ctx.work / f"{name}.traceback").write_text(traceback.format_exc())
+            ctx.res["step_s"][name] = time.monotonic() - t0
+            bar.advance(task, weight)
+        bar.update(task, description=f"done in {ctx.elapsed():.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="CI smoke: < 2 minutes")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs", help="report dir (default docs/)")
+    ap.add_argument("--dir", type=Path, default=None, help="parent of the work dir (the disk)")
+    ap.add_argument("--seconds", type=float, default=None, help="seconds per workload")
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated steps to leave out: " + ",".join(s[0] for s in STEPS),
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the work dir")
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="only regenerate the report from a results.json of an earlier run",
+    )
+    args = ap.parse_args(argv)
+    import report
+
+    if args.from_json is not None:
+        res = json.loads(args.from_json.read_text())
+        print(report.write(res, args.out))
+        return 0
+    cfg = Config.make(args.quick, args.seconds, {s for s in args.skip.split(",") if s})
+    work = Path(tempfile.mkdtemp(prefix="journald-bench-", dir=args.dir))
+    cmd = ".venv/bin/python bench/run_all.py" + (" --quick" if args.quick else "")
+    if args.seconds is not None:
+        cmd += f" --seconds {args.seconds}"
+    if args.skip:
+        cmd += f" --skip {shlex.quote(args.skip)}"
+    if args.out.resolve() != (ROOT / "docs").resolve():
+        cmd += f" --out {shlex.quote(str(args.out))}"
+    ctx = Ctx(cfg, work)
+    ctx.res = {
+        "command": cmd + "    # or: make bench",
+        "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        "load_before": common.loadavg(),
+        "facts": common.machine_facts(work),
+        "config": {
+            "quick": cfg.quick,
+            "seconds": cfg.seconds,
+            "concurrency": cfg.concurrency,
+            "alt_concurrency": cfg.alt_concurrency,
+            "procs": cfg.procs,
+            "reps": cfg.reps,
+        },
+        "rows": {},
+        "skipped": [],
+        "errors": [],
+        "limit_notes": [],
+        "step_s": {},
+    }
+    try:
+        run(ctx)
+    finally:
+        ctx.res["duration_s"] = ctx.elapsed()
+        ctx.res["load_after"] = common.loadavg()
+        (work / "results.json").write_text(common.dump(ctx.res))
+        path = report.write(ctx.res, args.out)
+        print(f"report: {path}\nresults: {work / 'results.json'}")
+        if not args.keep:
+            import shutil
+
+            keep = Path(tempfile.gettempdir()) / f"{work.name}-results.json"
+            keep.write_text(common.dump(ctx.res))
+            shutil.rmtree(work, ignore_errors=True)
+            print(f"results kept at {keep}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""CI smoke for the benchmark harness: ``bench/run_all.py --quick`` runs end to end and writes
+its report. No timing is asserted (CI machines are shared and noisy); a workload whose optional
+package is missing is skipped and named in the report, never a failure here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run_all.py"),
+            "--quick",
+            "--out",
+            str(out),
+            "--dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = (out / "benchmarks.md").read_text()
+    assert "# journald benchmarks" in report
+    assert "## Goals" in report
+    assert "raw write+fdatasync" in report  # the limits ran
+    assert "journald daemon, unary Append" in report  # the daemon ran
