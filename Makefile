@@ -9,7 +9,7 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt
 HASH = $(shell cat $(1) | sha256sum | cut -c1-12)
 RUN_STAMP := $(VENV)/.run-$(call HASH,constraints.txt pyproject.toml clients/python/pyproject.toml)
 DEV_STAMP := $(VENV)/.dev-$(call HASH,constraints.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml)
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n 2
 
 .PHONY: setup setup-run run test lint gen gen-check check-proto clients pytest bench bench-quick clean
 
