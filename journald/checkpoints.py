@@ -61,6 +61,7 @@ MAX_EXPORT_BYTES = 256 * 1024 * 1024
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 SUFFIX = ".json"
+MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
 
 Message = dict[str, Any]
 
@@ -287,6 +288,13 @@ class CheckpointStore(Protocol):
         """Forget every checkpoint of a deleted run (no-op when co-located with it)."""
         ...
 
+    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
+        """Keep the run's latest fold mark (``journald.paging.FoldMark`` + the record hash at
+        its seq), which lets History serve pages from the run's tail. A cache, never truth."""
+        ...
+
+    async def load_mark(self, run_id: str) -> dict[str, Any] | None: ...
+
 
 def not_found(run_id: str, checkpoint_id: str) -> CheckpointNotFound:
     return CheckpointNotFound(
@@ -299,6 +307,7 @@ def not_found(run_id: str, checkpoint_id: str) -> CheckpointNotFound:
 class MemoryCheckpointStore:
     def __init__(self) -> None:
         self._runs: dict[str, dict[str, Checkpoint]] = {}
+        self._marks: dict[str, dict[str, Any]] = {}
 
     async def put(self, cp: Checkpoint) -> None:
         failpoint("cp_before_write")
@@ -322,6 +331,13 @@ class MemoryCheckpointStore:
 
     async def drop_run(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
+        self._marks.pop(run_id, None)
+
+    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
+        self._marks[run_id] = dict(mark)
+
+    async def load_mark(self, run_id: str) -> dict[str, Any] | None:
+        return self._marks.get(run_id)
 
 
 def _fsync_dir(path: str) -> None:
@@ -487,6 +503,27 @@ class FileCheckpointStore:
 
     async def drop_run(self, run_id: str) -> None:
         await asyncio.to_thread(self._drop_run, run_id)
+
+    def _save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
+        if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
+            return
+        d = self._dir_of(run_id)
+        os.makedirs(d, DIR_MODE, exist_ok=True)
+        durable_write(os.path.join(d, MARK_FILE), canonical_json(mark), points=False)
+
+    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
+        await asyncio.to_thread(self._save_mark, run_id, mark)
+
+    def _load_mark(self, run_id: str) -> dict[str, Any] | None:
+        try:
+            with open(os.path.join(self._dir_of(run_id), MARK_FILE), "rb") as f:
+                obj = json.loads(f.read())
+        except (OSError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    async def load_mark(self, run_id: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self._load_mark, run_id)
 
 
 # --- attachments --------------------------------------------------------------------------

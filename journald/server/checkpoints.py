@@ -61,10 +61,11 @@ from journald.errors import (
     SessionExists,
     SessionMismatch,
     SessionNotFound,
+    StoreCorrupted,
     TurnRunning,
 )
 from journald.fold import Message, RunState, fold_into
-from journald.paging import page, tail_start
+from journald.paging import FoldMark, Page, fold_window, page, page_window, tail_start
 from journald.records import (
     GENESIS,
     Record,
@@ -84,6 +85,8 @@ if TYPE_CHECKING:
 Ctx = grpc.aio.ServicerContext[Any, Any]
 DAEMON_HOLDER = "journald daemon"
 HISTORY_CACHE_RUNS = 8  # dormant runs whose governed conversation History keeps
+MARK_EVERY = 1000  # records between the fold marks History pages from
+MARKS_KEPT = 256  # per run (the newest); older pages fold from the oldest kept or in full
 TRIGGER_PB = {
     "manual": pb.CHECKPOINT_TRIGGER_MANUAL,
     "pre_compaction": pb.CHECKPOINT_TRIGGER_PRE_COMPACTION,
@@ -114,10 +117,28 @@ def ack_of(r: AppendResult) -> pb.Ack:
     return ack_pb(r)
 
 
-async def fold_stored(store: Store, run_id: str) -> RunState:
+def mark_of(st: RunState) -> dict[str, Any]:
+    """A fold mark (``journald.paging.FoldMark``) of a state without an open turn, plus the
+    hash of its last record (a mark is used only while that record is still at its seq)."""
+    return {
+        "seq": st.last_seq,
+        "hash": st.last_hash,
+        "messages": len(st.messages),
+        "last_role": st.messages[-1]["role"] if st.messages else "",
+    }
+
+
+async def fold_stored(
+    store: Store, run_id: str, marks: list[dict[str, Any]] | None = None
+) -> RunState:
+    """Fold a run's stored records; with ``marks``, collect a fold mark every
+    ``MARK_EVERY`` records (where no turn is open) on the way."""
     state = RunState()
     async for rec in store.iter_records(run_id):
         fold_into(state, (rec,))
+        due = marks is not None and (not marks or state.last_seq - marks[-1]["seq"] >= MARK_EVERY)
+        if marks is not None and due and state.pending is None:
+            marks.append(mark_of(state))
     if state.last_seq == 0:
         raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})
     return state
@@ -556,7 +577,10 @@ class CheckpointRpcs:
         lease = self.leases.held(run_id)
         if lease is not None:
             return governed(lease.state.messages)
-        info = await self.store.info(run_id)
+        try:
+            info = await self.store.info(run_id)
+        except (OSError, StoreCorrupted):  # the fold below names the damage precisely
+            return governed((await fold_stored(self.store, run_id)).messages)
         key = (info.created, info.updated, info.last_seq, info.record_count, info.bytes)
         cache: OrderedDict[str, tuple[Any, list[Message]]] = self.__dict__.setdefault(
             "_history_cache", OrderedDict()
@@ -565,17 +589,85 @@ class CheckpointRpcs:
         if hit is not None and hit[0] == key:
             cache.move_to_end(run_id)
             return hit[1]
-        msgs = governed((await fold_stored(self.store, run_id)).messages)
+        marks: list[dict[str, Any]] = []
+        msgs = governed((await fold_stored(self.store, run_id, marks)).messages)
+        await self._save_marks(run_id, marks)  # index the run for later tail pages
         cache[run_id] = (key, msgs)
         while len(cache) > HISTORY_CACHE_RUNS:
             cache.popitem(last=False)
         return msgs
 
+    def _pending_marks(self) -> dict[str, list[dict[str, Any]]]:
+        marks: dict[str, list[dict[str, Any]]] = self.__dict__.setdefault("_fold_marks", {})
+        return marks
+
+    def note_fold_mark(self, run_id: str, state: RunState) -> None:
+        """After a commit: remember a fold mark every ``MARK_EVERY`` records (in memory until
+        the lease ends)."""
+        if state.pending is not None:
+            return
+        marks = self._pending_marks().setdefault(run_id, [])
+        if not marks or state.last_seq - marks[-1]["seq"] >= MARK_EVERY:
+            marks.append(mark_of(state))
+
+    async def _save_marks(self, run_id: str, new: list[dict[str, Any]]) -> None:
+        old = await self._load_marks(run_id)
+        last = new[0]["seq"] if new else 1 << 62
+        kept = [m for m in old if m["seq"] < last] + new
+        await self.checkpoints.save_mark(run_id, {"marks": kept[-MARKS_KEPT:]})
+
+    async def _load_marks(self, run_id: str) -> list[dict[str, Any]]:
+        doc = await self.checkpoints.load_mark(run_id)
+        marks = doc.get("marks") if doc else None
+        ok = []
+        for m in marks if isinstance(marks, list) else []:
+            if (
+                isinstance(m, dict)
+                and type(m.get("seq")) is int
+                and type(m.get("messages")) is int
+                and isinstance(m.get("hash"), str)
+                and isinstance(m.get("last_role"), str)
+            ):
+                ok.append(m)
+        return sorted(ok, key=lambda m: m["seq"])
+
+    async def save_fold_mark(self, lease: Lease) -> None:
+        """Lease-close hook: persist the marks taken while the lease lived, and the last."""
+        marks = self._pending_marks().pop(lease.run_id, [])
+        st = lease.state
+        if st.pending is None and st.last_seq and (not marks or marks[-1]["seq"] != st.last_seq):
+            marks.append(mark_of(st))
+        if marks:
+            await self._save_marks(lease.run_id, marks)
+
+    async def _tail_page(self, run_id: str, offset: int, limit: int) -> Page | None:
+        """A page folded from the newest usable fold mark before it: reads only the segments
+        from that mark's seq to the end. None when no mark serves (the caller folds in full)."""
+        marks = await self._load_marks(run_id)
+        if limit > 0:
+            marks = [m for m in marks if m["messages"] < offset]
+        for m in reversed(marks[-4:]):
+            mark = FoldMark(m["seq"], m["messages"], m["last_role"], 0)
+            records = [r async for r in self.store.iter_records(run_id, mark.seq)]
+            if not records or records[0].seq != mark.seq or records[0].hash != m["hash"]:
+                continue  # the run changed under the mark (pruned, re-created)
+            w = fold_window(mark, records[1:])
+            p = page_window(w, offset, limit)
+            if p is None and limit <= 0:
+                at = min(offset, w.total)
+                p = Page([], w.total, at, at)
+            if p is not None:
+                return p
+        return None
+
     @unary
     async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
         run_id = validate_id(request.run_id)
-        msgs = await self._conversation(run_id)
-        p = page(msgs, request.offset, request.limit)
+        p = None
+        if self.leases.held(run_id) is None:
+            p = await self._tail_page(run_id, request.offset, request.limit)
+        if p is None:
+            p = page(await self._conversation(run_id), request.offset, request.limit)
         return pb.HistoryResponse(
             messages=messages_to_pb(p.messages),
             total=p.total,

@@ -9,8 +9,9 @@ host, since), which a bare flock cannot.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from journald_client.pb import journal_pb2 as pb
@@ -62,6 +63,8 @@ class LeaseTable:
         self._by_run: dict[str, Lease] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._closing: dict[str, asyncio.Task[None]] = {}
+        self.on_close: Callable[[Lease], Awaitable[None]] | None = None
+        """Runs under the lease lock when a lease ends, before its journal closes."""
 
     def __len__(self) -> int:
         return len(self._by_run)
@@ -107,6 +110,11 @@ class LeaseTable:
 
         async def close() -> None:
             async with lease.lock:
+                if self.on_close is not None:
+                    try:
+                        await self.on_close(lease)
+                    except Exception:  # a hook never keeps a journal open
+                        log.exception("lease close hook failed for run %s", lease.run_id)
                 await lease.journal.close()
 
         task = asyncio.get_running_loop().create_task(close())
@@ -145,6 +153,7 @@ def new_holder(name: str, pid: int, host: str, cwd: str) -> Holder:
 
 
 END = None
+log = logging.getLogger("journald.server")
 HubItem = Sequence[Record] | pb.CheckpointEvent | None
 
 

@@ -88,6 +88,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         self.checkpoint_max = checkpoint_max
         self.attachments: AttachmentStore = attachments or MemoryAttachmentStore()
         self.leases = LeaseTable()
+        self.leases.on_close = self.save_fold_mark
         self.hub = WatchHub()
 
     # --- leases -------------------------------------------------------------------------
@@ -235,6 +236,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         if new:
             with telemetry.fold_span(lease.run_id, len(new)):
                 fold_into(lease.state, new)
+            self.note_fold_mark(lease.run_id, lease.state)
             self.hub.publish(lease.run_id, new)
         await lease.turnstile.advance(lease.journal.last_seq + 1)
         return results

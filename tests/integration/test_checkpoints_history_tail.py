@@ -1,0 +1,100 @@
+"""History on a long segmented run reads from the tail: the last page of a 100k-message run
+is served after its early segments are gone, while a page at the start (which needs them)
+fails. What makes it possible are fold marks (message count at a seq, every 1000 records)
+that the daemon takes as records are committed and saves when the lease ends, or takes while
+folding a run it did not write the first time it reads it (``fold-mark.json`` next to the
+run's checkpoints)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from journald_client.pb import journal_pb2 as pb
+from journald_client.pb import journal_pb2_grpc as pbg
+
+from journald.storage.file import FileStore
+from tests.builders import TS, JournalBuilder, assistant_payload, user_payload
+from tests.daemon import Daemon
+from tests.integration.rpc import Lease, blocks, error_of, stub, text
+
+MESSAGES = 100_000
+BATCH = 2500
+SEGMENT = 4000
+pytestmark = pytest.mark.slow
+
+
+async def write_long_run(data: Path) -> None:
+    """The run's first records, written with the file store itself (fast): prompt, then
+    alternating assistant replies and user follow-ups, one message each."""
+    b = JournalBuilder("long")
+    for seq in range(2, MESSAGES):
+        if seq % 2 == 0:
+            b.add("assistant", assistant_payload([text(f"a{seq}")], iteration=seq // 2))
+        else:
+            b.add("user", user_payload(f"u{seq}"))
+    store = FileStore(data, segment_max_records=SEGMENT)
+    journal = await store.create(b.records[0])
+    for i in range(1, len(b.records), BATCH):
+        await journal.append(b.records[i : i + BATCH])
+    await journal.close()
+    await store.close()
+
+
+def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    asyncio.run(write_long_run(data))
+    last = MESSAGES
+    with Daemon(tmp_path, "file", "--segment-max-records", str(SEGMENT), data_dir=data) as d:
+        # the lease carries the folded state of 100k messages: above gRPC's default 4 MiB
+        big = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        s = pbg.JournalServiceStub(grpc.insecure_channel(d.target, options=big))
+        # the first read of a run the daemon did not write folds it once and indexes it
+        assert s.History(pb.HistoryRequest(run_id="long", limit=0)).total == MESSAGES - 1
+        lease = Lease(s, "long", mode=pb.OPEN_MODE_RESUME)  # a writer resumes the run ...
+        lease.append(
+            pb.Record(
+                seq=last,
+                ts=TS,
+                assistant=pb.AssistantPayload(
+                    message=pb.Message(role="assistant", content_json=blocks(text(f"a{last}"))),
+                    iteration=last // 2,
+                    stop_reason="end_turn",
+                ),
+            )
+        )
+        lease.close()  # ... and its lease ends: the daemon saves the marks it took
+        mark_file = data / "sessions" / "long" / "checkpoints" / "fold-mark.json"
+        deadline = time.monotonic() + 30
+        while json.loads(mark_file.read_bytes())["marks"][-1]["seq"] != last:
+            assert time.monotonic() < deadline, "the daemon saved no fold mark for the append"
+            time.sleep(0.05)
+
+    run_dir = data / "sessions" / "long"
+    manifest = json.loads((run_dir / "manifest.json").read_bytes())
+    early = [seg for seg in manifest["segments"] if seg["last_seq"] < last - 1000]
+    assert len(early) >= 15
+    for seg in early:  # a read that needed them would now fail loudly
+        (run_dir / "segments" / seg["file"]).unlink()
+
+    with Daemon(tmp_path, "file", data_dir=data) as d:
+        s = stub(d.target)
+        total = s.History(pb.HistoryRequest(run_id="long", limit=0)).total
+        assert total == MESSAGES
+        page = s.History(pb.HistoryRequest(run_id="long", offset=total - 50, limit=50))
+        assert (page.offset, page.next_offset, page.total) == (total - 50, total, total)
+        got = [(m.role, json.loads(m.content_json)[0]["text"]) for m in page.messages]
+        want = [
+            ("assistant" if q % 2 == 0 else "user", f"{'a' if q % 2 == 0 else 'u'}{q}")
+            for q in range(last - 49, last + 1)
+        ]
+        assert got == want
+        with pytest.raises(grpc.RpcError) as info:
+            s.History(pb.HistoryRequest(run_id="long", offset=0, limit=10))
+        assert error_of(info.value).code == "store_corrupted"
