@@ -6,6 +6,7 @@ import hashlib
 import json
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -479,3 +480,36 @@ def test_retention_evicts_the_oldest_and_a_separate_directory_outlives_nothing(
         lease.close()
         assert until_unlocked(lambda: s2.Delete(pb.DeleteRequest(run_id="cp-keep"))).deleted
         assert not (cp_root / "cp-keep").exists()
+
+
+def test_an_open_during_a_daemon_held_restore_is_locked_naming_the_daemon(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with Daemon(tmp_path, "file", data_dir=data) as d:
+        s2 = stub(d.target)
+        build(s2, "cp-daemon-held").close()
+        mark = until_unlocked(
+            lambda: s2.Checkpoint(pb.CheckpointRequest(run_id="cp-daemon-held"))
+        ).checkpoint
+    # the rebase is this daemon's first journal write: it stalls there for a moment
+    slow = {"JOURNALD_FAILPOINTS": "before_write=sleep:1500@1"}
+    with Daemon(tmp_path, "file", data_dir=data, env=slow) as d:
+        s2 = stub(d.target)
+        future = s2.Restore.future(
+            pb.RestoreRequest(run_id="cp-daemon-held", checkpoint_id=mark.checkpoint_id)
+        )
+        time.sleep(0.3)  # let the Restore take the run (it then stalls for 1.5 s)
+        deadline = 100
+        while deadline:
+            try:
+                Lease(s2, "cp-daemon-held", mode=pb.OPEN_MODE_RESUME).close()
+            except grpc.RpcError as exc:
+                detail = error_of(exc)
+                assert detail.code == "locked"
+                assert detail.metadata["holder_name"] == "journald daemon"
+                assert detail.metadata["holder_pid"] == str(d.pid)
+                break
+            deadline -= 1
+        assert deadline, "the Open never met the daemon's lease"
+        assert future.result(timeout=30).to_messages == mark.message_count
