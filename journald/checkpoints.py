@@ -856,3 +856,32 @@ def imported(ex: Exported, *, run_id: str, seq: int, created: str) -> Checkpoint
         ex.messages,
         {"run_id": ex.meta.run_id, "checkpoint_id": ex.meta.checkpoint_id, "seq": ex.meta.seq},
     )
+
+
+# --- prune ---------------------------------------------------------------------------------
+
+
+def pre_prune_hook(
+    store: CheckpointStore, created: Callable[[], str]
+) -> Callable[[str, Sequence[Any]], Any]:
+    """The ``before`` callback of ``FileStore.prune``: a ``pre_prune`` checkpoint of what the
+    prune drops, i.e. the conversation as it stood just before the run's latest rebase (its
+    failure aborts the prune)."""
+    from journald.fold import fold
+
+    async def before(run_id: str, records: Sequence[Any]) -> None:
+        cut = max(i for i, r in enumerate(records) if r.kind == "rebase")
+        st = fold(records[:cut])
+        cp = make_checkpoint(
+            run_id=run_id,
+            trigger="pre_prune",
+            label=f"before pruning seqs up to {st.last_seq}",
+            seq=st.last_seq,
+            messages=st.messages,
+            created=created(),
+            model=st.fingerprint.model if st.fingerprint else "",
+            cwd="",
+        )
+        await store.put(cp)
+
+    return before
