@@ -233,6 +233,22 @@ def machine_facts(bench_dir: Path) -> dict[str, Any]:
     }
 
 
+def busy_processes(limit: int = 5) -> list[str]:
+    """The processes using the most CPU right now (``ps``), to show what else was running."""
+    out = _cmd("ps", "-eo", "pid,pcpu,args", "--sort=-pcpu", "--no-headers")
+    rows = []
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) < 3 or parts[0] == str(os.getpid()):
+            continue
+        try:
+            if float(parts[1]) >= 5.0:
+                rows.append(f"`{parts[2][:70]}` {parts[1]}%")
+        except ValueError:
+            continue
+    return rows[:limit]
+
+
 def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 

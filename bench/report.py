@@ -20,6 +20,20 @@ LABELS: dict[str, str] = {
     "sqlitesession": "OpenAI Agents SQLiteSession.add_items",
 }
 ORDER = list(LABELS)
+# (color, line style): limits dashed grey/black, journald solid, alternatives dotted
+STYLE: dict[str, tuple[str, str]] = {
+    "raw": ("black", "--"),
+    "echo": ("grey", "--"),
+    "inproc": ("tab:green", "-"),
+    "unary": ("tab:red", "-"),
+    "batch": ("tab:purple", "-"),
+    "stream": ("tab:brown", "-"),
+    "js-unary": ("tab:pink", "-"),
+    "nats": ("tab:pink", "--"),
+    "sqlite": ("tab:blue", ":"),
+    "sqlitesaver": ("tab:orange", ":"),
+    "sqlitesession": ("tab:cyan", ":"),
+}
 
 # What History did when this report's run was made (checked against the code of that run).
 HISTORY_WHY = (
@@ -217,7 +231,8 @@ def plots(res: dict[str, Any], out: Path) -> list[str]:
             if r is None or not r.get("cdf"):
                 continue
             ys = [i / (len(r["cdf"]) - 1) for i in range(len(r["cdf"]))]
-            ax.plot(r["cdf"], ys, label=LABELS[system], linewidth=1.4)
+            color, ls = STYLE[system]
+            ax.plot(r["cdf"], ys, label=LABELS[system], linewidth=1.5, color=color, linestyle=ls)
         ax.set_xscale("log")
         ax.set_xlabel("latency per call (ms, log)")
         ax.set_ylabel("fraction of calls")
@@ -235,7 +250,15 @@ def plots(res: dict[str, Any], out: Path) -> list[str]:
         pts = [(n, row(res, system, n)) for n in conc]
         pts2 = [(n, r["rate"]) for n, r in pts if r is not None and r["rate"] > 0]
         if pts2:
-            ax.plot([p[0] for p in pts2], [p[1] for p in pts2], marker="o", label=LABELS[system])
+            color, ls = STYLE[system]
+            ax.plot(
+                [p[0] for p in pts2],
+                [p[1] for p in pts2],
+                marker="o",
+                label=LABELS[system],
+                color=color,
+                linestyle=ls,
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(conc)
@@ -277,6 +300,10 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
         f"({'quick smoke' if cfg['quick'] else 'full'} mode, {cfg['seconds']} s per "
         "throughput workload)",
         f"- load average (1/5/15 min) before: {res['load_before']}; after: {res['load_after']}",
+        "- busiest processes (ps %CPU, lifetime average) before: "
+        + (", ".join(res.get("busy_before") or []) or "none over 5%")
+        + "; after: "
+        + (", ".join(res.get("busy_after") or []) or "none over 5%"),
         f"- {f['nproc']} CPUs ({f['cpu']}), shared: the benchmark's own clients, daemon, "
         "nats-server and the raw-disk loops compete for the same cores, and other processes "
         "(colleagues' test suites, editors) may have been running on this machine",

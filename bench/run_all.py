@@ -628,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": cmd + "    # or: make bench",
         "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
         "load_before": common.loadavg(),
+        "busy_before": common.busy_processes(),
         "facts": common.machine_facts(work),
         "config": {
             "quick": cfg.quick,
@@ -648,16 +649,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ctx.res["duration_s"] = ctx.elapsed()
         ctx.res["load_after"] = common.loadavg()
-        (work / "results.json").write_text(common.dump(ctx.res))
+        ctx.res["busy_after"] = common.busy_processes()
         path = report.write(ctx.res, args.out)
-        print(f"report: {path}\nresults: {work / 'results.json'}")
+        # the raw results (for --from-json): beside the report, except in docs/ (temp dir)
+        docs = args.out.resolve() == (ROOT / "docs").resolve()
+        keep = (
+            Path(tempfile.gettempdir()) / f"{work.name}-results.json"
+            if docs
+            else args.out / "results.json"
+        )
+        keep.write_text(common.dump(ctx.res))
+        print(f"report: {path}\nresults: {keep}")
         if not args.keep:
             import shutil
 
-            keep = Path(tempfile.gettempdir()) / f"{work.name}-results.json"
-            keep.write_text(common.dump(ctx.res))
             shutil.rmtree(work, ignore_errors=True)
-            print(f"results kept at {keep}")
     return 0
 
 
