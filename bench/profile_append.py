@@ -22,6 +22,19 @@ FRAME = re.compile(r"^(?P<fn>[^ ]+) \((?P<file>[^:]+)(?::\d+)?\)$")
 # First matching rule (checked leaf to root) names the category of a sample.
 CATEGORIES: list[tuple[str, str]] = [
     ("fdatasync / write (writer thread)", r"_write_durable|fdatasync|write_all"),
+    (
+        "syscalls: socket send/receive (sendmsg, recvmsg)",
+        r"^(sendmsg|recvmsg|recv|send|__libc_sendmsg|__libc_recvmsg|writev|readv) \(",
+    ),
+    (
+        "syscalls: write/read (eventfd wake-ups, pipes)",
+        r"^(write|read|__libc_write|__libc_read|eventfd_write) \(",
+    ),
+    ("syscalls: epoll", r"epoll"),
+    (
+        "thread hand-offs (futex, condition variables, semaphores)",
+        r"sem_post|sem_wait|pthread_cond|futex|^syscall \(",
+    ),
     ("validation (JSON Schema)", r"validate_record|jsonschema|validators\.py|_keywords"),
     (
         "record_from_pb / canonical JSON / sha256",
@@ -43,7 +56,11 @@ def pyspy() -> str | None:
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
-def start(pid: int, seconds: float, out: Path, rate: int = 250) -> subprocess.Popen[bytes]:
+def start(
+    pid: int, seconds: float, out: Path, rate: int = 250, native: bool = True
+) -> subprocess.Popen[bytes]:
+    """``py-spy record`` of ``pid``; ``native`` adds C frames (syscalls, gRPC core) and then
+    pauses the process for each sample (py-spy cannot unwind native stacks otherwise)."""
     exe = pyspy()
     if exe is None:
         raise RuntimeError("py-spy is not installed (bench/requirements.txt)")
@@ -60,7 +77,7 @@ def start(pid: int, seconds: float, out: Path, rate: int = 250) -> subprocess.Po
             "--format",
             "raw",
             "--threads",
-            "--nonblocking",
+            "--native" if native else "--nonblocking",
             "--output",
             str(out),
         ],

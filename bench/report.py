@@ -425,6 +425,16 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
         L += [f"| {k} | {v * 100:.1f}% |" for k, v in prof["categories"]]
         L += ["", "| event-loop thread, top leaf functions | share |", "|---|---:|"]
         L += [f"| `{k}` | {v * 100:.1f}% |" for k, v in prof["leaves"]]
+        nat = prof.get("native")
+        if nat and nat.get("categories"):
+            L += [
+                "",
+                nat["intro"],
+                "",
+                "| event-loop thread, by innermost frame | share |",
+                "|---|---:|",
+            ]
+            L += [f"| {k} | {v * 100:.1f}% |" for k, v in nat["categories"]]
         if prof.get("stages"):
             L += [
                 "",
@@ -495,6 +505,21 @@ def analysis(res: dict[str, Any]) -> list[str]:
                 f"{prof['daemon_cpu'] * 100:.0f}%), while the clients, also Python, share "
                 "the same two cores."
             )
+        nat = dict((prof.get("native") or {}).get("categories") or [])
+        if nat:
+            grpc_share = sum(v for k, v in nat.items() if k.startswith(("gRPC", "native")))
+            sys_share = sum(
+                v for k, v in nat.items() if k.startswith(("syscalls", "thread hand-offs"))
+            )
+            text += (
+                f" With C frames included, the event loop's samples split into JSON Schema "
+                f"validation {nat.get('validation (JSON Schema)', 0) * 100:.0f}%, the gRPC "
+                f"framework (cygrpc, core, uvloop) {grpc_share * 100:.0f}%, and syscalls and "
+                f"thread hand-offs (socket sends, epoll, futex/semaphore wake-ups of the "
+                f"writer threads) {sys_share * 100:.0f}%. gRPC and the socket set the floor "
+                "(the echo servicer pays them too); validation is the largest part journald "
+                "controls, the per-append hand-off to a writer thread the next."
+            )
         out.append(text)
         if proto is not None and val:
             new_total = total - val + proto
@@ -520,9 +545,9 @@ def analysis(res: dict[str, Any]) -> list[str]:
             f"{e1 + raw1:.2f} ms (echo {e1:.2f} + fdatasync {raw1:.2f}): the remaining "
             f"{u1 - e1 - raw1:.2f} ms is the CPU above (decode, canonical JSON, validation, "
             "fold) plus the hand-off of each write to the run's writer thread and back "
-            "(`_ThreadIO.run`, visible in the profile). The p99 tail comes from the same CPU "
-            "contention: on two shared cores a single delayed scheduling slice of the daemon, "
-            "the client or the disk flush shows up whole in the p99."
+            "(`_ThreadIO.run`, visible in the profile). The p99 tail most likely comes from the "
+            "same CPU contention: on two shared cores one delayed scheduling slice of the "
+            "daemon, the client or the disk flush shows up whole in the p99."
         )
     s16, u16 = _g(res, "sqlite", 16, "rate"), _g(res, "unary", 16, "rate")
     if s16 is not None and u16 is not None:
@@ -575,9 +600,11 @@ def analysis(res: dict[str, Any]) -> list[str]:
     if js1 is not None and n1 is not None and e1 is not None:
         out.append(
             f"**JetStream.** Append p50 {js1:.2f} ms against {n1:.2f} ms for a direct "
-            f"publish plus {e1:.2f} ms of gRPC: the same per-record CPU as the file backend "
-            "plus a fenced publish (expected-last-subject-sequence headers) whose ack waits "
-            "for nats-server's `sync_interval: always` flush."
+            f"publish plus {e1:.2f} ms of gRPC. Both wait for the same nats-server flush "
+            "(`sync_interval: always`); the daemon adds the same per-record CPU as with the "
+            "file backend (validation above all) and journald's fenced publish "
+            "(expected-last-subject-sequence headers, a message id) through its own nats-py "
+            "connection."
         )
     mem = res.get("memory") or {}
     if "held_mb" in mem:

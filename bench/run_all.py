@@ -344,19 +344,18 @@ def step_daemon(ctx: Ctx, progress: Callable[[str], None]) -> None:
                 ctx.res["rows"][f"{form}@{n}"] = run_agents(ctx, form, n, d.target)
 
 
-def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
+def _profile_pass(
+    ctx: Ctx, n: int, native: bool, rate: int, tag: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One daemon, ``n`` runs of unary appends, py-spy attached for ``profile_s`` seconds:
+    (the agents' row, the profile summary with the daemon's CPU use from /proc)."""
     import profile_append
 
     from tests.daemon import Daemon
 
-    n = 16 if 16 in ctx.cfg.concurrency else max(ctx.cfg.concurrency)
-    progress(f"profile: py-spy on the daemon, unary Append from {n} runs")
-    if profile_append.pyspy() is None:
-        ctx.res["skipped"].append("profile: py-spy is not installed (bench/requirements.txt)")
-        return
-    base = ctx.work / "daemon-profile"
+    base = ctx.work / f"daemon-profile-{tag}"
     base.mkdir()
-    out = ctx.work / "profile.txt"
+    out = ctx.work / f"profile-{tag}.txt"
     spy: list[subprocess.Popen[bytes]] = []
     cpu: dict[str, float] = {}
     with Daemon(base, "file") as d:
@@ -364,17 +363,11 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
         def on_go() -> None:
             cpu["t0"], cpu["loop0"] = time.monotonic(), profile_append.cpu_seconds(d.pid, d.pid)
             cpu["all0"] = profile_append.cpu_seconds(d.pid)
-            spy.append(profile_append.start(d.pid, ctx.cfg.profile_s, out))
+            spy.append(profile_append.start(d.pid, ctx.cfg.profile_s, out, rate, native))
 
         try:
             row = run_agents(
-                ctx,
-                "unary",
-                n,
-                d.target,
-                tag="prof",
-                on_go=on_go,
-                seconds=ctx.cfg.profile_s + 1.0,
+                ctx, "unary", n, d.target, tag=tag, on_go=on_go, seconds=ctx.cfg.profile_s + 1.0
             )
             wall = time.monotonic() - cpu["t0"]
             loop_busy = (profile_append.cpu_seconds(d.pid, d.pid) - cpu["loop0"]) / wall
@@ -388,18 +381,45 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
                 stop_pid(p)
     summary = profile_append.summarize(out)
     summary["loop_busy"], summary["daemon_cpu"] = loop_busy, all_busy
+    return row, summary
+
+
+def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    import profile_append
+
+    n = 16 if 16 in ctx.cfg.concurrency else max(ctx.cfg.concurrency)
+    if profile_append.pyspy() is None:
+        ctx.res["skipped"].append("profile: py-spy is not installed (bench/requirements.txt)")
+        return
+    progress(f"profile: py-spy on the daemon, unary Append from {n} runs")
+    row, summary = _profile_pass(ctx, n, native=False, rate=250, tag="py")
     summary["intro"] = (
-        f"`py-spy record --threads --nonblocking --rate 250` (on-CPU samples only) attached to "
-        f"the daemon for {ctx.cfg.profile_s:.0f} s while {n} runs appended with unary Append "
-        f"(a separate pass, not the measured one: {row['rate']:,.0f} rec/s, p50 "
+        f"`py-spy record --threads --nonblocking --rate 250` (on-CPU samples only) attached "
+        f"to the daemon for {ctx.cfg.profile_s:.0f} s while {n} runs appended with unary "
+        f"Append (a separate pass, not the measured one: {row['rate']:,.0f} rec/s, p50 "
         f"{row['p50_ms']:.2f} ms under the sampler). During it the daemon's event-loop (main) "
-        f"thread used {loop_busy * 100:.0f}% of a core and the whole daemon "
-        f"{all_busy * 100:.0f}% (from /proc, of {os.cpu_count()} cores shared with the "
-        "clients). Shares below are of the event-loop thread's on-CPU samples; time in C code "
-        "with no Python frame above it (uvloop's loop and the gRPC core's callbacks) is "
-        "attributed to the last Python frame, `Runner.run`. The file writer threads (one per "
-        "open run, doing write + fdatasync) are listed apart."
+        f"thread used {summary['loop_busy'] * 100:.0f}% of a core and the whole daemon "
+        f"{summary['daemon_cpu'] * 100:.0f}% (from /proc, of {os.cpu_count()} cores shared "
+        "with the clients). Shares below are of the event-loop thread's on-CPU samples; time "
+        "in C code with no Python frame above it (uvloop's loop, the gRPC core, syscalls) is "
+        "attributed to the last Python frame, `Runner.run`: the second pass below splits it. "
+        "The file writer threads (one per open run, doing write + fdatasync) are listed apart."
     )
+    progress("profile: second pass with native (C) frames")
+    try:
+        nrow, native = _profile_pass(ctx, n, native=True, rate=50, tag="native")
+        summary["native"] = {
+            "categories": native["categories"],
+            "intro": (
+                "Second pass, `py-spy record --threads --native --rate 50`: C frames included, "
+                "each sample attributed by its innermost frame (a syscall or libc call counts "
+                "as such). py-spy pauses the daemon for every native sample, which slows it "
+                f"({nrow['rate']:,.0f} rec/s, p50 {nrow['p50_ms']:.2f} ms under this sampler), "
+                "so read the shares, not the rate."
+            ),
+        }
+    except Exception as exc:
+        ctx.res["errors"].append(f"profile (native pass): {str(exc)[-300:]}")
     progress("profile: per-record cost of each append step (in-process)")
     summary["stages"] = profile_append.stage_costs(300 if ctx.cfg.quick else 2000)
     ctx.res["profile"] = summary
