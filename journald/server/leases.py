@@ -47,6 +47,7 @@ class Lease:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     end_reason: str = ""
+    released: bool = False
     turnstile: SeqTurnstile = field(init=False)
 
     def __post_init__(self) -> None:
@@ -103,7 +104,11 @@ class LeaseTable:
         return lease
 
     def release(self, lease: Lease) -> None:
-        """Drop the lease now; close its journal once any in-flight append has finished."""
+        """Drop the lease now; close its journal once any in-flight append has finished.
+        Idempotent: Release and the end of the Open stream may both call it."""
+        if lease.released:
+            return
+        lease.released = True
         if self._by_run.get(lease.run_id) is lease:
             del self._by_run[lease.run_id]
         lease.end(lease.end_reason or "released")

@@ -260,6 +260,17 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         return out
 
     @unary
+    async def Release(self, request: pb.ReleaseRequest, context: Ctx) -> pb.ReleaseResponse:
+        run_id = validate_id(request.run_id)
+        lease = self.leases.held(run_id)
+        if lease is None or lease.lease_id != request.lease_id:
+            return pb.ReleaseResponse(released=False)
+        lease.end("released")
+        self.leases.release(lease)
+        await self.leases.wait_closed(run_id)
+        return pb.ReleaseResponse(released=True)
+
+    @unary
     async def Append(self, request: pb.AppendRequest, context: Ctx) -> pb.AppendResponse:
         return await self._append(request, context)
 

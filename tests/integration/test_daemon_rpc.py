@@ -327,3 +327,21 @@ def test_socket_and_data_dir_are_private_to_the_user(daemon: Daemon) -> None:
     assert daemon.socket.stat().st_mode & 0o777 == 0o600
     assert daemon.socket.parent.stat().st_mode & 0o777 == 0o700
     assert daemon.data_dir.stat().st_mode & 0o777 == 0o700
+
+
+def test_release_frees_the_run_before_it_returns_so_a_reopen_never_sees_locked(
+    daemon: Daemon,
+) -> None:
+    s = stub(daemon.target)
+    for round_ in range(5):
+        lease = Lease(s, "handover", mode=pb.OPEN_MODE_CREATE if round_ == 0 else 0)
+        lease.append(lease.assistant())
+        released = s.Release(pb.ReleaseRequest(run_id="handover", lease_id=lease.lease.lease_id))
+        assert released.released is True
+        events = list(lease.call)
+        assert [e.ended.reason for e in events] == ["released"]
+        again = s.Release(pb.ReleaseRequest(run_id="handover", lease_id=lease.lease.lease_id))
+        assert again.released is False
+    final = Lease(s, "handover", mode=pb.OPEN_MODE_RESUME)
+    assert final.lease.last_seq == 6
+    final.close()

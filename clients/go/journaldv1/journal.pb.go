@@ -2355,11 +2355,112 @@ func (x *Warning) GetMessage() string {
 	return ""
 }
 
-// LeaseEnded is sent when the daemon ends a lease (it is shutting down). A held run cannot
+// ReleaseRequest ends a lease.
+type ReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run id.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The lease id from Open.
+	LeaseId       string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReleaseRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+// ReleaseResponse says whether a live lease was ended.
+type ReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the lease had already ended (Release is idempotent).
+	Released      bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseResponse) Reset() {
+	*x = ReleaseResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseResponse) ProtoMessage() {}
+
+func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReleaseResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+// LeaseEnded is sent when the daemon ends a lease (shutdown, or Release). A held run cannot
 // be deleted: Delete answers `locked` naming the holder.
 type LeaseEnded struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Machine code: "shutdown".
+	// Machine code: "shutdown" or "released" (the holder called Release).
 	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	// A sentence.
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
@@ -2369,7 +2470,7 @@ type LeaseEnded struct {
 
 func (x *LeaseEnded) Reset() {
 	*x = LeaseEnded{}
-	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	mi := &file_journald_v1_journal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2482,7 @@ func (x *LeaseEnded) String() string {
 func (*LeaseEnded) ProtoMessage() {}
 
 func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	mi := &file_journald_v1_journal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2495,7 @@ func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEnded.ProtoReflect.Descriptor instead.
 func (*LeaseEnded) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{24}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeaseEnded) GetReason() string {
@@ -2427,7 +2528,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	mi := &file_journald_v1_journal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2540,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	mi := &file_journald_v1_journal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2553,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{25}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OpenResponse) GetEvent() isOpenResponse_Event {
@@ -2515,7 +2616,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_journald_v1_journal_proto_msgTypes[26]
+	mi := &file_journald_v1_journal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2628,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[26]
+	mi := &file_journald_v1_journal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2641,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{26}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2586,7 +2687,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[27]
+	mi := &file_journald_v1_journal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2699,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[27]
+	mi := &file_journald_v1_journal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2712,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{27}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AppendRequest) GetRunId() string {
@@ -2646,7 +2747,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[28]
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2759,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[28]
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2772,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{28}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AppendResponse) GetAcks() []*Ack {
@@ -2692,7 +2793,7 @@ type AppendStreamRequest struct {
 
 func (x *AppendStreamRequest) Reset() {
 	*x = AppendStreamRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[29]
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +2805,7 @@ func (x *AppendStreamRequest) String() string {
 func (*AppendStreamRequest) ProtoMessage() {}
 
 func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[29]
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +2818,7 @@ func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
 func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{29}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AppendStreamRequest) GetAppend() *AppendRequest {
@@ -2738,7 +2839,7 @@ type AppendStreamResponse struct {
 
 func (x *AppendStreamResponse) Reset() {
 	*x = AppendStreamResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2851,7 @@ func (x *AppendStreamResponse) String() string {
 func (*AppendStreamResponse) ProtoMessage() {}
 
 func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2864,7 @@ func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
 func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AppendStreamResponse) GetResponse() *AppendResponse {
@@ -2786,7 +2887,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2899,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2912,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LoadRequest) GetRunId() string {
@@ -2839,7 +2940,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2952,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2965,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LoadResponse) GetRecord() *Record {
@@ -2887,7 +2988,7 @@ type FoldRequest struct {
 
 func (x *FoldRequest) Reset() {
 	*x = FoldRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3000,7 @@ func (x *FoldRequest) String() string {
 func (*FoldRequest) ProtoMessage() {}
 
 func (x *FoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3013,7 @@ func (x *FoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldRequest.ProtoReflect.Descriptor instead.
 func (*FoldRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FoldRequest) GetRunId() string {
@@ -2944,7 +3045,7 @@ type FoldResponse struct {
 
 func (x *FoldResponse) Reset() {
 	*x = FoldResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3057,7 @@ func (x *FoldResponse) String() string {
 func (*FoldResponse) ProtoMessage() {}
 
 func (x *FoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3070,7 @@ func (x *FoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldResponse.ProtoReflect.Descriptor instead.
 func (*FoldResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FoldResponse) GetState() *RunState {
@@ -3020,7 +3121,7 @@ type RunInfo struct {
 
 func (x *RunInfo) Reset() {
 	*x = RunInfo{}
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3133,7 @@ func (x *RunInfo) String() string {
 func (*RunInfo) ProtoMessage() {}
 
 func (x *RunInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3146,7 @@ func (x *RunInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunInfo.ProtoReflect.Descriptor instead.
 func (*RunInfo) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunInfo) GetRunId() string {
@@ -3122,7 +3223,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3235,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3248,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListRequest) GetLimit() uint32 {
@@ -3168,7 +3269,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3281,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3294,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListResponse) GetRuns() []*RunInfo {
@@ -3214,7 +3315,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3327,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3340,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteRequest) GetRunId() string {
@@ -3260,7 +3361,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3373,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3386,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -3308,7 +3409,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3421,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3434,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3363,7 +3464,7 @@ type CheckpointEvent struct {
 
 func (x *CheckpointEvent) Reset() {
 	*x = CheckpointEvent{}
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3476,7 @@ func (x *CheckpointEvent) String() string {
 func (*CheckpointEvent) ProtoMessage() {}
 
 func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3489,7 @@ func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointEvent.ProtoReflect.Descriptor instead.
 func (*CheckpointEvent) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CheckpointEvent) GetKind() string {
@@ -3421,7 +3522,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3534,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3547,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -3507,7 +3608,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3620,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3633,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HistoryRequest) GetRunId() string {
@@ -3573,7 +3674,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3686,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3699,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HistoryResponse) GetMessages() []*Message {
@@ -3640,7 +3741,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3753,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3766,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *VerifyRequest) GetRunId() string {
@@ -3692,7 +3793,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +3805,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +3818,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VerifyResponse) GetRecords() uint64 {
@@ -3777,7 +3878,7 @@ type CheckpointMeta struct {
 
 func (x *CheckpointMeta) Reset() {
 	*x = CheckpointMeta{}
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3789,7 +3890,7 @@ func (x *CheckpointMeta) String() string {
 func (*CheckpointMeta) ProtoMessage() {}
 
 func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3802,7 +3903,7 @@ func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointMeta.ProtoReflect.Descriptor instead.
 func (*CheckpointMeta) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CheckpointMeta) GetCheckpointId() string {
@@ -3888,7 +3989,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3900,7 +4001,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3913,7 +4014,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CheckpointRequest) GetRunId() string {
@@ -3941,7 +4042,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3953,7 +4054,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3966,7 +4067,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -3987,7 +4088,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3999,7 +4100,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4012,7 +4113,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListCheckpointsRequest) GetRunId() string {
@@ -4033,7 +4134,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4146,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4159,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointMeta {
@@ -4085,7 +4186,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4198,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4211,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RestoreRequest) GetRunId() string {
@@ -4160,7 +4261,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4273,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +4286,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RestoreResponse) GetFromMessages() uint64 {
@@ -4236,7 +4337,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4349,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4362,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteCheckpointRequest) GetRunId() string {
@@ -4289,7 +4390,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4402,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4415,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeleteCheckpointResponse) GetDeleted() bool {
@@ -4345,7 +4446,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4458,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4471,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CompactRequest) GetRunId() string {
@@ -4434,7 +4535,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4547,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4560,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CompactResponse) GetStatus() CompactStatus {
@@ -4514,7 +4615,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4526,7 +4627,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4539,7 +4640,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ForkRequest) GetRunId() string {
@@ -4583,7 +4684,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4595,7 +4696,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4608,7 +4709,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ForkResponse) GetRunId() string {
@@ -4638,7 +4739,7 @@ type ExportCheckpointRequest struct {
 
 func (x *ExportCheckpointRequest) Reset() {
 	*x = ExportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4650,7 +4751,7 @@ func (x *ExportCheckpointRequest) String() string {
 func (*ExportCheckpointRequest) ProtoMessage() {}
 
 func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4663,7 +4764,7 @@ func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ExportCheckpointRequest) GetRunId() string {
@@ -4691,7 +4792,7 @@ type ExportCheckpointResponse struct {
 
 func (x *ExportCheckpointResponse) Reset() {
 	*x = ExportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4703,7 +4804,7 @@ func (x *ExportCheckpointResponse) String() string {
 func (*ExportCheckpointResponse) ProtoMessage() {}
 
 func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4716,7 +4817,7 @@ func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ExportCheckpointResponse) GetData() []byte {
@@ -4739,7 +4840,7 @@ type ImportCheckpointRequest struct {
 
 func (x *ImportCheckpointRequest) Reset() {
 	*x = ImportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +4852,7 @@ func (x *ImportCheckpointRequest) String() string {
 func (*ImportCheckpointRequest) ProtoMessage() {}
 
 func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +4865,7 @@ func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ImportCheckpointRequest) GetRunId() string {
@@ -4792,7 +4893,7 @@ type ImportCheckpointResponse struct {
 
 func (x *ImportCheckpointResponse) Reset() {
 	*x = ImportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4804,7 +4905,7 @@ func (x *ImportCheckpointResponse) String() string {
 func (*ImportCheckpointResponse) ProtoMessage() {}
 
 func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4817,7 +4918,7 @@ func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -4844,7 +4945,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4856,7 +4957,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4869,7 +4970,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -4918,7 +5019,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4930,7 +5031,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4943,7 +5044,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -4987,7 +5088,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4999,7 +5100,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5012,7 +5113,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -5044,7 +5145,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5056,7 +5157,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5069,7 +5170,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -5110,7 +5211,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5122,7 +5223,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5135,7 +5236,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -5344,7 +5445,12 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x18resume_at_input_boundary\x18\b \x01(\bR\x15resumeAtInputBoundary\"7\n" +
 	"\aWarning\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\">\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"B\n" +
+	"\x0eReleaseRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\"-\n" +
+	"\x0fReleaseResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\">\n" +
 	"\n" +
 	"LeaseEnded\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
@@ -5559,9 +5665,10 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x1aCOMPACT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPACT_STATUS_COMPACTED\x10\x01\x12\x1b\n" +
 	"\x17COMPACT_STATUS_REJECTED\x10\x02\x12\x19\n" +
-	"\x15COMPACT_STATUS_FAILED\x10\x032\xfb\v\n" +
+	"\x15COMPACT_STATUS_FAILED\x10\x032\xc1\f\n" +
 	"\x0eJournalService\x12=\n" +
-	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12A\n" +
+	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12D\n" +
+	"\aRelease\x12\x1b.journald.v1.ReleaseRequest\x1a\x1c.journald.v1.ReleaseResponse\x12A\n" +
 	"\x06Append\x12\x1a.journald.v1.AppendRequest\x1a\x1b.journald.v1.AppendResponse\x12W\n" +
 	"\fAppendStream\x12 .journald.v1.AppendStreamRequest\x1a!.journald.v1.AppendStreamResponse(\x010\x01\x12=\n" +
 	"\x04Load\x12\x18.journald.v1.LoadRequest\x1a\x19.journald.v1.LoadResponse0\x01\x12;\n" +
@@ -5596,7 +5703,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -5626,60 +5733,62 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*OpenRequest)(nil),              // 25: journald.v1.OpenRequest
 	(*Lease)(nil),                    // 26: journald.v1.Lease
 	(*Warning)(nil),                  // 27: journald.v1.Warning
-	(*LeaseEnded)(nil),               // 28: journald.v1.LeaseEnded
-	(*OpenResponse)(nil),             // 29: journald.v1.OpenResponse
-	(*Ack)(nil),                      // 30: journald.v1.Ack
-	(*AppendRequest)(nil),            // 31: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 32: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 33: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 34: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 35: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 36: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 37: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 38: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 39: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 40: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 41: journald.v1.ListResponse
-	(*DeleteRequest)(nil),            // 42: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 43: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 44: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 45: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 46: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 47: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 48: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 49: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 50: journald.v1.VerifyResponse
-	(*CheckpointMeta)(nil),           // 51: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 52: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 53: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 54: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 55: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 56: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 57: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 58: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 59: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 60: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 61: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 62: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 63: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 64: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 65: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 66: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 67: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 68: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 69: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 70: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 71: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 72: journald.v1.ErrorDetail
-	nil,                              // 73: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 74: journald.v1.RunState.LabelsEntry
-	nil,                              // 75: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 76: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 77: journald.v1.ErrorDetail.MetadataEntry
+	(*ReleaseRequest)(nil),           // 28: journald.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 29: journald.v1.ReleaseResponse
+	(*LeaseEnded)(nil),               // 30: journald.v1.LeaseEnded
+	(*OpenResponse)(nil),             // 31: journald.v1.OpenResponse
+	(*Ack)(nil),                      // 32: journald.v1.Ack
+	(*AppendRequest)(nil),            // 33: journald.v1.AppendRequest
+	(*AppendResponse)(nil),           // 34: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),      // 35: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),     // 36: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),              // 37: journald.v1.LoadRequest
+	(*LoadResponse)(nil),             // 38: journald.v1.LoadResponse
+	(*FoldRequest)(nil),              // 39: journald.v1.FoldRequest
+	(*FoldResponse)(nil),             // 40: journald.v1.FoldResponse
+	(*RunInfo)(nil),                  // 41: journald.v1.RunInfo
+	(*ListRequest)(nil),              // 42: journald.v1.ListRequest
+	(*ListResponse)(nil),             // 43: journald.v1.ListResponse
+	(*DeleteRequest)(nil),            // 44: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 45: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 46: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 47: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 48: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 49: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 50: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 51: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 52: journald.v1.VerifyResponse
+	(*CheckpointMeta)(nil),           // 53: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 54: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 55: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 56: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 57: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 58: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 59: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 60: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 61: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 62: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 63: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 64: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 65: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 66: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 67: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 68: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 69: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 70: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 71: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 72: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 73: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 74: journald.v1.ErrorDetail
+	nil,                              // 75: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 76: journald.v1.RunState.LabelsEntry
+	nil,                              // 77: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 78: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 79: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	5,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	73, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	75, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	7,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	4,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	9,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
@@ -5702,85 +5811,87 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	15, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
 	21, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
 	7,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	74, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	76, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
 	0,  // 25: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
 	5,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	75, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	77, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
 	24, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
 	6,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
 	22, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
 	27, // 31: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
 	26, // 32: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	28, // 33: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	30, // 33: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
 	1,  // 34: journald.v1.Ack.durability:type_name -> journald.v1.Durability
 	16, // 35: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	30, // 36: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	31, // 37: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	32, // 38: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	32, // 36: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	33, // 37: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	34, // 38: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
 	16, // 39: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
 	22, // 40: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
 	4,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
 	23, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	39, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	51, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	41, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	53, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
 	16, // 45: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	45, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	47, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
 	4,  // 47: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
 	2,  // 48: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	51, // 49: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	51, // 50: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	30, // 51: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	53, // 49: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	53, // 50: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	32, // 51: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
 	27, // 52: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
 	4,  // 53: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
 	3,  // 54: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
 	13, // 55: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	30, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	76, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	32, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	78, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
 	22, // 58: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	51, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	77, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	53, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	79, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
 	25, // 61: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	31, // 62: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	33, // 63: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	35, // 64: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	37, // 65: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	40, // 66: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	42, // 67: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	44, // 68: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	47, // 69: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	52, // 70: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	54, // 71: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	56, // 72: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	58, // 73: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	60, // 74: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	62, // 75: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	64, // 76: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	66, // 77: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	49, // 78: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	68, // 79: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	70, // 80: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	29, // 81: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	32, // 82: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	34, // 83: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	36, // 84: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	38, // 85: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	41, // 86: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	43, // 87: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	46, // 88: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	48, // 89: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	53, // 90: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	55, // 91: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	57, // 92: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	59, // 93: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	61, // 94: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	63, // 95: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	65, // 96: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	67, // 97: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	50, // 98: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	69, // 99: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	71, // 100: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	81, // [81:101] is the sub-list for method output_type
-	61, // [61:81] is the sub-list for method input_type
+	28, // 62: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	33, // 63: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	35, // 64: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	37, // 65: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	39, // 66: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	42, // 67: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	44, // 68: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	46, // 69: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	49, // 70: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	54, // 71: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	56, // 72: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	58, // 73: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	60, // 74: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	62, // 75: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	64, // 76: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	66, // 77: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	68, // 78: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	51, // 79: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	70, // 80: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	72, // 81: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	31, // 82: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	29, // 83: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	34, // 84: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	36, // 85: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	38, // 86: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	40, // 87: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	43, // 88: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	45, // 89: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	48, // 90: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	50, // 91: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	55, // 92: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	57, // 93: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	59, // 94: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	61, // 95: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	63, // 96: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	65, // 97: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	67, // 98: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	69, // 99: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	52, // 100: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	71, // 101: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	73, // 102: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	82, // [82:103] is the sub-list for method output_type
+	61, // [61:82] is the sub-list for method input_type
 	61, // [61:61] is the sub-list for extension type_name
 	61, // [61:61] is the sub-list for extension extendee
 	0,  // [0:61] is the sub-list for field type_name
@@ -5799,11 +5910,11 @@ func file_journald_v1_journal_proto_init() {
 		(*Record_Rebase)(nil),
 		(*Record_Terminal)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[25].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[27].OneofWrappers = []any{
 		(*OpenResponse_Lease)(nil),
 		(*OpenResponse_Ended)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[42].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[44].OneofWrappers = []any{
 		(*WatchResponse_Record)(nil),
 		(*WatchResponse_Checkpoint)(nil),
 	}
@@ -5813,7 +5924,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   74,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	JournalService_Open_FullMethodName             = "/journald.v1.JournalService/Open"
+	JournalService_Release_FullMethodName          = "/journald.v1.JournalService/Release"
 	JournalService_Append_FullMethodName           = "/journald.v1.JournalService/Append"
 	JournalService_AppendStream_FullMethodName     = "/journald.v1.JournalService/AppendStream"
 	JournalService_Load_FullMethodName             = "/journald.v1.JournalService/Load"
@@ -64,6 +65,10 @@ type JournalServiceClient interface {
 	// response carries the lease and the folded state; the lease lives exactly as long as
 	// this stream. A second Open of a held run fails with `locked` naming the holder.
 	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OpenResponse], error)
+	// Release ends a lease now and returns once the run can be opened again. Closing the Open
+	// stream also releases the lease, but asynchronously; a client that re-opens at once (or
+	// hands the run to another process) calls Release first. Idempotent.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Append writes one record or a batch (one durable write for the batch) under a lease.
 	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
 	// AppendStream is Append for high-rate writers: one response per request, in order.
@@ -133,6 +138,16 @@ func (c *journalServiceClient) Open(ctx context.Context, in *OpenRequest, opts .
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JournalService_OpenClient = grpc.ServerStreamingClient[OpenResponse]
+
+func (c *journalServiceClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseResponse)
+	err := c.cc.Invoke(ctx, JournalService_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *journalServiceClient) Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -355,6 +370,10 @@ type JournalServiceServer interface {
 	// response carries the lease and the folded state; the lease lives exactly as long as
 	// this stream. A second Open of a held run fails with `locked` naming the holder.
 	Open(*OpenRequest, grpc.ServerStreamingServer[OpenResponse]) error
+	// Release ends a lease now and returns once the run can be opened again. Closing the Open
+	// stream also releases the lease, but asynchronously; a client that re-opens at once (or
+	// hands the run to another process) calls Release first. Idempotent.
+	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Append writes one record or a batch (one durable write for the batch) under a lease.
 	Append(context.Context, *AppendRequest) (*AppendResponse, error)
 	// AppendStream is Append for high-rate writers: one response per request, in order.
@@ -408,6 +427,9 @@ type UnimplementedJournalServiceServer struct{}
 
 func (UnimplementedJournalServiceServer) Open(*OpenRequest, grpc.ServerStreamingServer[OpenResponse]) error {
 	return status.Error(codes.Unimplemented, "method Open not implemented")
+}
+func (UnimplementedJournalServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
 }
 func (UnimplementedJournalServiceServer) Append(context.Context, *AppendRequest) (*AppendResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Append not implemented")
@@ -497,6 +519,24 @@ func _JournalService_Open_Handler(srv interface{}, stream grpc.ServerStream) err
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JournalService_OpenServer = grpc.ServerStreamingServer[OpenResponse]
+
+func _JournalService_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _JournalService_Append_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AppendRequest)
@@ -822,6 +862,10 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "journald.v1.JournalService",
 	HandlerType: (*JournalServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Release",
+			Handler:    _JournalService_Release_Handler,
+		},
 		{
 			MethodName: "Append",
 			Handler:    _JournalService_Append_Handler,

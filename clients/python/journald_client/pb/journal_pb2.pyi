@@ -1243,8 +1243,56 @@ class Warning(_message.Message):
 Global___Warning: _TypeAlias = Warning  # noqa: Y015
 
 @_typing.final
+class ReleaseRequest(_message.Message):
+    """ReleaseRequest ends a lease."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    LEASE_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run id."""
+    lease_id: _builtins.str
+    """The lease id from Open."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        lease_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseRequest: _TypeAlias = ReleaseRequest  # noqa: Y015
+
+@_typing.final
+class ReleaseResponse(_message.Message):
+    """ReleaseResponse says whether a live lease was ended."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RELEASED_FIELD_NUMBER: _builtins.int
+    released: _builtins.bool
+    """False when the lease had already ended (Release is idempotent)."""
+    def __init__(
+        self,
+        *,
+        released: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["released", b"released"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseResponse: _TypeAlias = ReleaseResponse  # noqa: Y015
+
+@_typing.final
 class LeaseEnded(_message.Message):
-    """LeaseEnded is sent when the daemon ends a lease (it is shutting down). A held run cannot
+    """LeaseEnded is sent when the daemon ends a lease (shutdown, or Release). A held run cannot
     be deleted: Delete answers `locked` naming the holder.
     """
 
@@ -1253,7 +1301,7 @@ class LeaseEnded(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
-    """Machine code: "shutdown"."""
+    """Machine code: "shutdown" or "released" (the holder called Release)."""
     message: _builtins.str
     """A sentence."""
     def __init__(

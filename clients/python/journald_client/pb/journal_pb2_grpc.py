@@ -40,6 +40,11 @@ class JournalServiceStub:
                 request_serializer=journald_dot_v1_dot_journal__pb2.OpenRequest.SerializeToString,
                 response_deserializer=journald_dot_v1_dot_journal__pb2.OpenResponse.FromString,
                 _registered_method=True)
+        self.Release = channel.unary_unary(
+                '/journald.v1.JournalService/Release',
+                request_serializer=journald_dot_v1_dot_journal__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=journald_dot_v1_dot_journal__pb2.ReleaseResponse.FromString,
+                _registered_method=True)
         self.Append = channel.unary_unary(
                 '/journald.v1.JournalService/Append',
                 request_serializer=journald_dot_v1_dot_journal__pb2.AppendRequest.SerializeToString,
@@ -145,6 +150,15 @@ class JournalServiceServicer:
         """Open creates or resumes a run and grants the single writer lease. The first
         response carries the lease and the folded state; the lease lives exactly as long as
         this stream. A second Open of a held run fails with `locked` naming the holder.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Release(self, request, context):
+        """Release ends a lease now and returns once the run can be opened again. Closing the Open
+        stream also releases the lease, but asynchronously; a client that re-opens at once (or
+        hands the run to another process) calls Release first. Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -294,6 +308,11 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     request_deserializer=journald_dot_v1_dot_journal__pb2.OpenRequest.FromString,
                     response_serializer=journald_dot_v1_dot_journal__pb2.OpenResponse.SerializeToString,
             ),
+            'Release': grpc.unary_unary_rpc_method_handler(
+                    servicer.Release,
+                    request_deserializer=journald_dot_v1_dot_journal__pb2.ReleaseRequest.FromString,
+                    response_serializer=journald_dot_v1_dot_journal__pb2.ReleaseResponse.SerializeToString,
+            ),
             'Append': grpc.unary_unary_rpc_method_handler(
                     servicer.Append,
                     request_deserializer=journald_dot_v1_dot_journal__pb2.AppendRequest.FromString,
@@ -418,6 +437,33 @@ class JournalService:
             '/journald.v1.JournalService/Open',
             journald_dot_v1_dot_journal__pb2.OpenRequest.SerializeToString,
             journald_dot_v1_dot_journal__pb2.OpenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Release(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/journald.v1.JournalService/Release',
+            journald_dot_v1_dot_journal__pb2.ReleaseRequest.SerializeToString,
+            journald_dot_v1_dot_journal__pb2.ReleaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,11 @@ class JournalServiceStub:
     response carries the lease and the folded state; the lease lives exactly as long as
     this stream. A second Open of a held run fails with `locked` naming the holder.
     """
+    Release: _grpc.UnaryUnaryMultiCallable[_journal_pb2.ReleaseRequest, _journal_pb2.ReleaseResponse]
+    """Release ends a lease now and returns once the run can be opened again. Closing the Open
+    stream also releases the lease, but asynchronously; a client that re-opens at once (or
+    hands the run to another process) calls Release first. Idempotent.
+    """
     Append: _grpc.UnaryUnaryMultiCallable[_journal_pb2.AppendRequest, _journal_pb2.AppendResponse]
     """Append writes one record or a batch (one durable write for the batch) under a lease."""
     AppendStream: _grpc.StreamStreamMultiCallable[_journal_pb2.AppendStreamRequest, _journal_pb2.AppendStreamResponse]
@@ -104,6 +109,11 @@ class JournalServiceAsyncStub(JournalServiceStub):
     """Open creates or resumes a run and grants the single writer lease. The first
     response carries the lease and the folded state; the lease lives exactly as long as
     this stream. A second Open of a held run fails with `locked` naming the holder.
+    """
+    Release: _aio.UnaryUnaryMultiCallable[_journal_pb2.ReleaseRequest, _journal_pb2.ReleaseResponse]  # type: ignore[assignment]
+    """Release ends a lease now and returns once the run can be opened again. Closing the Open
+    stream also releases the lease, but asynchronously; a client that re-opens at once (or
+    hands the run to another process) calls Release first. Idempotent.
     """
     Append: _aio.UnaryUnaryMultiCallable[_journal_pb2.AppendRequest, _journal_pb2.AppendResponse]  # type: ignore[assignment]
     """Append writes one record or a batch (one durable write for the batch) under a lease."""
@@ -162,6 +172,17 @@ class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
         """Open creates or resumes a run and grants the single writer lease. The first
         response carries the lease and the folded state; the lease lives exactly as long as
         this stream. A second Open of a held run fails with `locked` naming the holder.
+        """
+
+    @_abc_1.abstractmethod
+    def Release(
+        self,
+        request: _journal_pb2.ReleaseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_journal_pb2.ReleaseResponse, _abc.Awaitable[_journal_pb2.ReleaseResponse]]:
+        """Release ends a lease now and returns once the run can be opened again. Closing the Open
+        stream also releases the lease, but asynchronously; a client that re-opens at once (or
+        hands the run to another process) calls Release first. Idempotent.
         """
 
     @_abc_1.abstractmethod

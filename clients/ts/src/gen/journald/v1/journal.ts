@@ -671,12 +671,26 @@ export interface Warning {
   message: string;
 }
 
+/** ReleaseRequest ends a lease. */
+export interface ReleaseRequest {
+  /** The run id. */
+  runId: string;
+  /** The lease id from Open. */
+  leaseId: string;
+}
+
+/** ReleaseResponse says whether a live lease was ended. */
+export interface ReleaseResponse {
+  /** False when the lease had already ended (Release is idempotent). */
+  released: boolean;
+}
+
 /**
- * LeaseEnded is sent when the daemon ends a lease (it is shutting down). A held run cannot
+ * LeaseEnded is sent when the daemon ends a lease (shutdown, or Release). A held run cannot
  * be deleted: Delete answers `locked` naming the holder.
  */
 export interface LeaseEnded {
-  /** Machine code: "shutdown". */
+  /** Machine code: "shutdown" or "released" (the holder called Release). */
   reason: string;
   /** A sentence. */
   message: string;
@@ -5089,6 +5103,166 @@ export const Warning: MessageFns<Warning> = {
     const message = createBaseWarning();
     message.code = object.code ?? "";
     message.message = object.message ?? "";
+    return message;
+  },
+};
+
+function createBaseReleaseRequest(): ReleaseRequest {
+  return { runId: "", leaseId: "" };
+}
+
+export const ReleaseRequest: MessageFns<ReleaseRequest> = {
+  encode(message: ReleaseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.runId !== "") {
+      writer.uint32(10).string(message.runId);
+    }
+    if (message.leaseId !== "") {
+      writer.uint32(18).string(message.leaseId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.leaseId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseRequest {
+    return {
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      leaseId: isSet(object.leaseId)
+        ? globalThis.String(object.leaseId)
+        : isSet(object.lease_id)
+        ? globalThis.String(object.lease_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ReleaseRequest): unknown {
+    const obj: any = {};
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.leaseId !== "") {
+      obj.leaseId = message.leaseId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReleaseRequest>, I>>(base?: I): ReleaseRequest {
+    return ReleaseRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReleaseRequest>, I>>(object: I): ReleaseRequest {
+    const message = createBaseReleaseRequest();
+    message.runId = object.runId ?? "";
+    message.leaseId = object.leaseId ?? "";
+    return message;
+  },
+};
+
+function createBaseReleaseResponse(): ReleaseResponse {
+  return { released: false };
+}
+
+export const ReleaseResponse: MessageFns<ReleaseResponse> = {
+  encode(message: ReleaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.released !== false) {
+      writer.uint32(8).bool(message.released);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.released = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseResponse {
+    return { released: isSet(object.released) ? globalThis.Boolean(object.released) : false };
+  },
+
+  toJSON(message: ReleaseResponse): unknown {
+    const obj: any = {};
+    if (message.released !== false) {
+      obj.released = message.released;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReleaseResponse>, I>>(base?: I): ReleaseResponse {
+    return ReleaseResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReleaseResponse>, I>>(object: I): ReleaseResponse {
+    const message = createBaseReleaseResponse();
+    message.released = object.released ?? false;
     return message;
   },
 };
@@ -9872,6 +10046,20 @@ export const JournalServiceService = {
     responseSerialize: (value: OpenResponse): Buffer => Buffer.from(OpenResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): OpenResponse => OpenResponse.decode(value),
   },
+  /**
+   * Release ends a lease now and returns once the run can be opened again. Closing the Open
+   * stream also releases the lease, but asynchronously; a client that re-opens at once (or
+   * hands the run to another process) calls Release first. Idempotent.
+   */
+  release: {
+    path: "/journald.v1.JournalService/Release" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReleaseRequest): Buffer => Buffer.from(ReleaseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReleaseRequest => ReleaseRequest.decode(value),
+    responseSerialize: (value: ReleaseResponse): Buffer => Buffer.from(ReleaseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReleaseResponse => ReleaseResponse.decode(value),
+  },
   /** Append writes one record or a batch (one durable write for the batch) under a lease. */
   append: {
     path: "/journald.v1.JournalService/Append" as const,
@@ -10091,6 +10279,12 @@ export interface JournalServiceServer extends UntypedServiceImplementation {
    * this stream. A second Open of a held run fails with `locked` naming the holder.
    */
   open: handleServerStreamingCall<OpenRequest, OpenResponse>;
+  /**
+   * Release ends a lease now and returns once the run can be opened again. Closing the Open
+   * stream also releases the lease, but asynchronously; a client that re-opens at once (or
+   * hands the run to another process) calls Release first. Idempotent.
+   */
+  release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
   /** Append writes one record or a batch (one durable write for the batch) under a lease. */
   append: handleUnaryCall<AppendRequest, AppendResponse>;
   /** AppendStream is Append for high-rate writers: one response per request, in order. */
@@ -10148,6 +10342,26 @@ export interface JournalServiceClient extends Client {
    */
   open(request: OpenRequest, options?: Partial<CallOptions>): ClientReadableStream<OpenResponse>;
   open(request: OpenRequest, metadata?: Metadata, options?: Partial<CallOptions>): ClientReadableStream<OpenResponse>;
+  /**
+   * Release ends a lease now and returns once the run can be opened again. Closing the Open
+   * stream also releases the lease, but asynchronously; a client that re-opens at once (or
+   * hands the run to another process) calls Release first. Idempotent.
+   */
+  release(
+    request: ReleaseRequest,
+    callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  release(
+    request: ReleaseRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  release(
+    request: ReleaseRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
   /** Append writes one record or a batch (one durable write for the batch) under a lease. */
   append(
     request: AppendRequest,
