@@ -43,11 +43,11 @@ from typing import Any, Protocol
 from ulid import ULID
 
 from journald.errors import (
+    AttachmentNotFound,
     CheckpointImportInvalid,
     CheckpointNotFound,
     InvalidArgumentError,
     JournaldError,
-    NotFoundError,
     SessionNotFound,
     StoreCorrupted,
 )
@@ -529,10 +529,6 @@ class FileCheckpointStore:
 # --- attachments --------------------------------------------------------------------------
 
 SHA256_HEX = frozenset("0123456789abcdef")
-
-
-class AttachmentNotFound(NotFoundError):
-    code = "attachment_not_found"
 
 
 def valid_sha256(digest: str) -> str:

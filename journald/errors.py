@@ -8,7 +8,8 @@ maps it back to its own typed error from the code.
     JournaldError
     ├── NotFoundError            NOT_FOUND
     │   ├── SessionNotFound          session_not_found
-    │   └── CheckpointNotFound       checkpoint_not_found
+    │   ├── CheckpointNotFound       checkpoint_not_found
+    │   └── AttachmentNotFound       attachment_not_found
     ├── SessionExists            ALREADY_EXISTS        session_exists
     ├── InvalidArgumentError     INVALID_ARGUMENT
     │   ├── InvalidId                invalid_id
@@ -72,6 +73,10 @@ class SessionNotFound(NotFoundError):
 
 class CheckpointNotFound(NotFoundError):
     code = "checkpoint_not_found"
+
+
+class AttachmentNotFound(NotFoundError):
+    code = "attachment_not_found"
 
 
 class SessionExists(JournaldError):

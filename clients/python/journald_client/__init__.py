@@ -10,6 +10,7 @@ from journald_client.codec import Entry
 from journald_client.errors import (
     BackendUnavailable,
     CheckpointImportInvalid,
+    AttachmentNotFound,
     CheckpointNotFound,
     Completed,
     DaemonUnavailable,
@@ -61,6 +62,7 @@ __all__ = [
     "AsyncRun",
     "BackendUnavailable",
     "CheckpointImportInvalid",
+    "AttachmentNotFound",
     "CheckpointNotFound",
     "Client",
     "Completed",

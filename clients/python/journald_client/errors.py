@@ -7,7 +7,7 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
 :class:`BackendUnavailable`) whose message says how to start it.
 
     JournaldError
-    ├── NotFoundError: SessionNotFound, CheckpointNotFound
+    ├── NotFoundError: SessionNotFound, CheckpointNotFound, AttachmentNotFound
     ├── SessionExists
     ├── InvalidArgumentError: InvalidId, InvalidRecord, VersionUnsupported,
     │                         SessionMismatch, CheckpointImportInvalid
@@ -69,6 +69,10 @@ class SessionNotFound(NotFoundError):
 
 class CheckpointNotFound(NotFoundError):
     code = "checkpoint_not_found"
+
+
+class AttachmentNotFound(NotFoundError):
+    code = "attachment_not_found"
 
 
 class SessionExists(JournaldError):
