@@ -38,6 +38,7 @@ EXPECTED_CLASS = {
     "store_corrupted": jc.StoreCorrupted,
     "turn_running": jc.TurnRunning,
     "checkpoint_not_found": jc.CheckpointNotFound,
+    "attachment_not_found": jc.AttachmentNotFound,
     "session_mismatch": jc.SessionMismatch,
     "checkpoint_import_invalid": jc.CheckpointImportInvalid,
     "backend_unavailable": jc.BackendUnavailable,

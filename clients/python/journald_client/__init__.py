@@ -8,9 +8,9 @@ from journald_client.aio import AsyncClient, AsyncRun, connect_async
 from journald_client.client import Client, Run, Watch, connect
 from journald_client.codec import Entry
 from journald_client.errors import (
+    AttachmentNotFound,
     BackendUnavailable,
     CheckpointImportInvalid,
-    AttachmentNotFound,
     CheckpointNotFound,
     Completed,
     DaemonUnavailable,
@@ -60,9 +60,9 @@ __all__ = [
     "Ack",
     "AsyncClient",
     "AsyncRun",
+    "AttachmentNotFound",
     "BackendUnavailable",
     "CheckpointImportInvalid",
-    "AttachmentNotFound",
     "CheckpointNotFound",
     "Client",
     "Completed",
