@@ -793,11 +793,18 @@ class FileStore:
         last = decode(lines[-1]) if lines else None
         first = decode(lines[0]) if lines and (m.pending or not m.segments) else None
         if m.segments and not m.pending:
-            with open(self._seg_path(run_id, m.segments[0].file), "rb") as f:
-                first = decode(f.readline().rstrip(b"\n"))
-            if last is None:
-                seg = read_file(self._seg_path(run_id, m.segments[-1].file))
-                last = decode(split_complete(seg)[0][-1])
+            try:
+                with open(self._seg_path(run_id, m.segments[0].file), "rb") as f:
+                    first = decode(f.readline().rstrip(b"\n"))
+                if last is None:
+                    seg = read_file(self._seg_path(run_id, m.segments[-1].file))
+                    last = decode(split_complete(seg)[0][-1])
+            except FileNotFoundError as exc:
+                raise StoreCorrupted(
+                    f"run {run_id}: segment {os.path.basename(str(exc.filename))} is listed in "
+                    "the manifest but missing; restore it from a backup or run recovery",
+                    metadata={"run_id": run_id, "file": str(exc.filename)},
+                ) from exc
         if first is None or last is None:
             raise self._not_found(run_id)
         count = sum(s.records for s in m.segments) + len(lines)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from journald import failpoints
-from journald.errors import BackendUnavailable, InvalidId, Locked, StorageFull
+from journald.errors import BackendUnavailable, InvalidId, Locked, StorageFull, StoreCorrupted
 from journald.records import Record
 from journald.storage.file import FileStore, default_data_dir
 from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS
@@ -362,3 +362,24 @@ async def test_readers_racing_seals_and_a_prune_always_see_a_whole_volume(
     await journal.close()
     assert len(seen) > 10
     assert (await store.verify(RUN)).last_seq == records[-1].seq
+
+
+async def test_info_of_a_run_whose_first_listed_segment_is_gone_is_store_corrupted(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path, segment_max_records=3)
+    b = JournalBuilder("gone-seg")
+    for i in range(4):
+        b.turn([f"t{i}"])
+    journal = await store.create(b.records[0])
+    for rec in b.records[1:]:  # one commit each: a seal happens after a commit
+        await journal.append([rec])
+    await journal.close()
+    segs = sorted((tmp_path / "sessions" / "gone-seg" / SEGMENTS).iterdir())
+    assert len(segs) >= 2
+    segs[0].unlink()
+    (tmp_path / "sessions" / "gone-seg" / META_CACHE).unlink(missing_ok=True)
+    with pytest.raises(StoreCorrupted) as info:
+        await store.info("gone-seg")
+    assert segs[0].name in info.value.message
+    await store.close()
