@@ -425,6 +425,34 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
     ctx.res["profile"] = summary
 
 
+def step_whatif(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    """The daemon with the proposed validation change (and with none), same workloads."""
+    from tests.daemon import Daemon
+
+    class WhatIfDaemon(Daemon):
+        def __init__(self, mode: str, tmp: Path) -> None:
+            super().__init__(tmp, "file")
+            self.mode = mode
+
+        def command(self) -> list[str]:
+            cmd = super().command()
+            i = cmd.index("serve")
+            return [PY, str(BENCH / "whatif_daemon.py"), self.mode, *cmd[i:]]
+
+    n = 16 if 16 in ctx.cfg.concurrency else max(ctx.cfg.concurrency)
+    rows: list[dict[str, Any]] = []
+    for mode in ("dispatch", "off"):
+        base = ctx.work / f"whatif-{mode}"
+        base.mkdir()
+        with WhatIfDaemon(mode, base) as d:
+            for form in ("unary", "batch"):
+                progress(f"what-if: validation {mode}, {form} Append, {n} runs")
+                r = run_agents(ctx, form, n, d.target, tag=f"w{mode}")
+                r.pop("cdf", None)
+                rows.append({"mode": mode, "form": form, "runs": n, **r})
+    ctx.res["whatif"] = rows
+
+
 def step_alternatives(ctx: Ctx, progress: Callable[[str], None]) -> None:
     import importlib.util
 
@@ -570,6 +598,7 @@ STEPS: list[tuple[str, Callable[[Ctx, Callable[[str], None]], None], int]] = [
     ("jetstream", step_jetstream, 2),
     ("memory", step_memory, 1),
     ("profile", step_profile, 1),
+    ("whatif", step_whatif, 1),
     ("resume", step_resume, 3),
 ]
 
