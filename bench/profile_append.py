@@ -230,11 +230,8 @@ def dispatch_validator() -> Any:
 
     defs = schema_document()["$defs"]
     loose = copy.deepcopy(defs)
-    loose["block"] = {
-        "type": "object",
-        "required": ["type"],
-        "properties": {"type": {"type": "string"}},
-    }
+    # the shipped ``block`` minus its if/then chain (type still one of the known kinds)
+    loose["block"] = {k: v for k, v in defs["block"].items() if k != "allOf"}
 
     def make(name: str, d: dict[str, Any]) -> Any:
         return Draft202012Validator({"$ref": f"#/$defs/{name}", "$defs": d})
