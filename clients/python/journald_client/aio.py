@@ -18,7 +18,12 @@ import grpc
 import grpc.aio
 
 from journald_client import codec, errors
-from journald_client.client import CHANNEL_OPTIONS, default_name
+from journald_client.client import (
+    MAX_MESSAGE_BYTES,
+    RELEASE_TIMEOUT_S,
+    channel_options,
+    default_name,
+)
 from journald_client.codec import Entry, OpenParams
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import grpc_target
@@ -75,11 +80,14 @@ class AsyncClient:
         *,
         name: str | None = None,
         reconnect_timeout: float = 30.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.target = grpc_target(socket)
         self.name = name or default_name()
         self.reconnect_timeout = reconnect_timeout
-        self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(
+            self.target, options=channel_options(max_message_bytes)
+        )
         self._stub = pb_grpc.JournalServiceStub(self._channel)
         self._runs: list[AsyncRun] = []
         self._closed = False
@@ -236,9 +244,13 @@ async def connect_async(
     name: str | None = None,
     wait: float = 5.0,
     reconnect_timeout: float = 30.0,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> AsyncClient:
-    """An async client whose daemon has answered (``DaemonUnavailable`` otherwise)."""
-    client = AsyncClient(socket, name=name, reconnect_timeout=reconnect_timeout)
+    """An async client whose daemon has answered (``DaemonUnavailable`` otherwise).
+    ``max_message_bytes`` caps a gRPC message both ways (default 256 MiB)."""
+    client = AsyncClient(
+        socket, name=name, reconnect_timeout=reconnect_timeout, max_message_bytes=max_message_bytes
+    )
     try:
         await client.wait_ready(wait)
     except BaseException:
@@ -444,10 +456,24 @@ class AsyncRun:
         return sorted(acks, key=lambda a: a.seq)
 
     async def close(self) -> None:
+        """Release the lease: ``Release`` (so a re-open right after never sees ``locked``),
+        then cancel the Open stream."""
         if self.closed:
             return
         self.closed = True
+        await self._release()
         await self._lease.cancel()
+
+    async def _release(self) -> None:
+        if self._lease.task.done():
+            return
+        req = pb.ReleaseRequest(run_id=self.run_id, lease_id=self.lease_id)
+        # the daemon may be gone or too old to know Release: cancelling the stream still
+        # releases the lease, only asynchronously
+        with contextlib.suppress(grpc.RpcError, asyncio.TimeoutError):
+            await self._client._stub.Release(
+                req, timeout=RELEASE_TIMEOUT_S, metadata=codec.metadata()
+            )
 
     async def __aenter__(self) -> AsyncRun:
         return self

@@ -15,6 +15,7 @@ already stored it), so a record is never lost or written twice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -45,12 +46,24 @@ from journald_client.state import (
 # Reconnect quickly after a daemon restart. grpc.min_reconnect_backoff_ms is deliberately
 # left alone: gRPC also uses it as the minimum connect timeout, and a tiny one fails
 # connection attempts on a loaded host.
-CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-]
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+"""Default max gRPC message size (both ways): above the daemon's own default of 64 MiB
+(``--max-message-bytes``), so the lease of a long run (its folded state) is received."""
+
+RELEASE_TIMEOUT_S = 2.0
+"""How long ``close()`` waits for ``Release`` before cancelling the stream anyway."""
+
+
+def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    return [
+        ("grpc.initial_reconnect_backoff_ms", 50),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+
+
+CHANNEL_OPTIONS = channel_options()
 
 
 def default_name() -> str:
@@ -96,11 +109,14 @@ class Client:
         *,
         name: str | None = None,
         reconnect_timeout: float = 30.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.target = grpc_target(socket)
         self.name = name or default_name()
         self.reconnect_timeout = reconnect_timeout
-        self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(
+            self.target, options=channel_options(max_message_bytes)
+        )
         self._stub = pb_grpc.JournalServiceStub(self._channel)
         self._runs: list[Run] = []
         self._closed = False
@@ -263,9 +279,13 @@ def connect(
     name: str | None = None,
     timeout: float = 5.0,
     reconnect_timeout: float = 30.0,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> Client:
-    """A client whose daemon has answered (``DaemonUnavailable`` with a hint otherwise)."""
-    client = Client(socket, name=name, reconnect_timeout=reconnect_timeout)
+    """A client whose daemon has answered (``DaemonUnavailable`` with a hint otherwise).
+    ``max_message_bytes`` caps a gRPC message both ways (default 256 MiB)."""
+    client = Client(
+        socket, name=name, reconnect_timeout=reconnect_timeout, max_message_bytes=max_message_bytes
+    )
     try:
         client.wait_ready(timeout)
     except BaseException:
@@ -511,11 +531,22 @@ class Run:
         return self._lease.ended if self._lease.done.is_set() else None
 
     def close(self) -> None:
-        """Release the lease (cancels the Open stream); a reconnect in progress gives up."""
+        """Release the lease: ``Release`` (so a re-open right after never sees ``locked``),
+        then cancel the Open stream; a reconnect in progress gives up."""
         if self.closed:
             return
         self.closed = True
+        self._release()
         self._lease.cancel()
+
+    def _release(self) -> None:
+        if self._lease.done.is_set():
+            return
+        req = pb.ReleaseRequest(run_id=self.run_id, lease_id=self.lease_id)
+        # the daemon may be gone or too old to know Release: cancelling the stream still
+        # releases the lease, only asynchronously
+        with contextlib.suppress(grpc.RpcError):
+            self._client._stub.Release(req, timeout=RELEASE_TIMEOUT_S, metadata=codec.metadata())
 
     def __enter__(self) -> Run:
         return self
