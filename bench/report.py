@@ -211,6 +211,36 @@ def throughput_table(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def ratio_table(res: dict[str, Any]) -> list[str]:
+    """Each system beside the limits measured at the same concurrency."""
+    conc = sorted({int(k.split("@")[1]) for k in res["rows"]})
+    lines = [
+        "| system | "
+        + " | ".join(f"{n}: rate ÷ disk, rate ÷ echo, p50 ÷ (echo + disk)" for n in conc)
+        + " |",
+        "|---|" + "---|" * len(conc),
+    ]
+    for system in ORDER:
+        if system in ("raw", "echo"):
+            continue
+        cells = []
+        seen = False
+        for n in conc:
+            r, raw, echo = row(res, system, n), row(res, "raw", n), row(res, "echo", n)
+            if r is None or raw is None or echo is None:
+                cells.append("–")
+                continue
+            seen = True
+            floor = raw["p50_ms"] + echo["p50_ms"]
+            cells.append(
+                f"{r['rate'] / raw['rate']:.2f}, {r['rate'] / echo['rate']:.2f}, "
+                f"{r['p50_ms'] / floor:.2f}"
+            )
+        if seen:
+            lines.append(f"| {LABELS[system]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def plots(res: dict[str, Any], out: Path) -> list[str]:
     try:
         import matplotlib
@@ -349,6 +379,15 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
         "",
     ]
     L += throughput_table(res)
+    L += [
+        "",
+        "Ratios to the limits at the same concurrency: records/s over the raw N-file "
+        "fdatasync rate (disk) and over the echo's calls/s (framework), and p50 over the sum "
+        "of their p50s (1.00 = at the physical floor; a 16-record batch call is compared "
+        "with one fdatasync and one echo).",
+        "",
+    ]
+    L += ratio_table(res)
     for img in images:
         L += ["", f"![{img}]({img})"]
     limits = res.get("limit_notes", [])
