@@ -248,6 +248,10 @@ def plots(res: dict[str, Any], out: Path) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        res.setdefault("skipped", []).append(
+            "plots: `matplotlib` is not installed (`.venv/bin/pip install -r "
+            "bench/requirements.txt`)"
+        )
         return []
     made: list[str] = []
     conc = sorted({int(k.split("@")[1]) for k in res["rows"]})
