@@ -344,6 +344,10 @@ def step_daemon(ctx: Ctx, progress: Callable[[str], None]) -> None:
                 ctx.res["rows"][f"{form}@{n}"] = run_agents(ctx, form, n, d.target)
 
 
+class _Skip(Exception):
+    """A part of a step left out in --quick runs."""
+
+
 def _profile_pass(
     ctx: Ctx, n: int, native: bool, rate: int, tag: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -407,6 +411,8 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
     )
     progress("profile: second pass with native (C) frames")
     try:
+        if ctx.cfg.quick:
+            raise _Skip
         nrow, native = _profile_pass(ctx, n, native=True, rate=50, tag="native")
         summary["native"] = {
             "categories": native["categories"],
@@ -418,6 +424,8 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
                 "so read the shares, not the rate."
             ),
         }
+    except _Skip:
+        ctx.res["skipped"].append("profile: the native-frames pass (full runs only)")
     except Exception as exc:
         ctx.res["errors"].append(f"profile (native pass): {str(exc)[-300:]}")
     progress("profile: per-record cost of each append step (in-process)")
@@ -445,7 +453,7 @@ def step_whatif(ctx: Ctx, progress: Callable[[str], None]) -> None:
         base = ctx.work / f"whatif-{mode}"
         base.mkdir()
         with WhatIfDaemon(mode, base) as d:
-            for form in ("unary", "batch"):
+            for form in ("batch",) if ctx.cfg.quick else ("unary", "batch"):
                 progress(f"what-if: validation {mode}, {form} Append, {n} runs")
                 r = run_agents(ctx, form, n, d.target, tag=f"w{mode}")
                 r.pop("cdf", None)
