@@ -8,7 +8,9 @@ task and cancelled on ``close()``.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -24,16 +26,22 @@ from journald_client.client import (
     channel_options,
     default_name,
 )
-from journald_client.codec import Entry, OpenParams
+from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import grpc_target
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 from journald_client.state import (
     Ack,
+    AttachmentRef,
+    CheckpointMeta,
+    CompactResult,
     GovernedView,
+    HistoryPage,
     JournalRecord,
     LeaseWarning,
+    Message,
+    RestoreResult,
     RunInfo,
     RunState,
     ToolCall,
@@ -218,6 +226,97 @@ class AsyncClient:
         finally:
             call.cancel()
 
+    # --- checkpoints (SPEC §9) ----------------------------------------------------------
+
+    async def checkpoint(self, run_id: str, label: str = "") -> CheckpointMeta:
+        """Take a checkpoint of the run's folded conversation."""
+        resp = await self._unary("Checkpoint", pb.CheckpointRequest(run_id=run_id, label=label))
+        return codec.checkpoint_meta_from_pb(resp.checkpoint)
+
+    async def checkpoints(self, run_id: str) -> builtins.list[CheckpointMeta]:
+        """The run's checkpoints, oldest first."""
+        resp = await self._unary("ListCheckpoints", pb.ListCheckpointsRequest(run_id=run_id))
+        return [codec.checkpoint_meta_from_pb(m) for m in resp.checkpoints]
+
+    async def delete_checkpoint(self, run_id: str, checkpoint_id: str) -> bool:
+        """Remove a checkpoint (idempotent): False when it did not exist."""
+        req = pb.DeleteCheckpointRequest(run_id=run_id, checkpoint_id=checkpoint_id)
+        return bool((await self._unary("DeleteCheckpoint", req)).deleted)
+
+    async def restore(
+        self, run_id: str, checkpoint_id: str, *, checkpoint: bool = True
+    ) -> RestoreResult:
+        """Replace the run's conversation by a checkpoint's (see ``Client.restore``)."""
+        req = codec.restore_request(run_id, checkpoint_id, checkpoint=checkpoint)
+        return codec.restore_from_pb(await self._unary("Restore", req))
+
+    async def compact(
+        self,
+        run_id: str,
+        summary: Summary,
+        *,
+        keep_last: int = 0,
+        checkpoint: bool = True,
+        label: str = "",
+    ) -> CompactResult:
+        """Fold the conversation prefix into ``summary`` (see ``Client.compact``)."""
+        req = codec.compact_request(
+            run_id, summary, keep_last=keep_last, checkpoint=checkpoint, label=label
+        )
+        return codec.compact_from_pb(await self._unary("Compact", req))
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        checkpoint_id: str = "",
+        new_run_id: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> tuple[str, RunState]:
+        """Start a new run from a checkpoint (or the head); returns its id and state."""
+        req = codec.fork_request(run_id, checkpoint_id, new_run_id, labels)
+        resp = await self._unary("Fork", req)
+        return resp.run_id, codec.state_from_pb(resp.state)
+
+    async def export_checkpoint(self, run_id: str, checkpoint_id: str) -> bytes:
+        """Self-contained ``journald-checkpoint/1`` bytes (attachments included)."""
+        req = pb.ExportCheckpointRequest(run_id=run_id, checkpoint_id=checkpoint_id)
+        return bytes((await self._unary("ExportCheckpoint", req)).data)
+
+    async def import_checkpoint(self, run_id: str, data: bytes) -> CheckpointMeta:
+        """Verify exported bytes, then store them as a new checkpoint of ``run_id``."""
+        req = pb.ImportCheckpointRequest(run_id=run_id, data=data)
+        resp = await self._unary("ImportCheckpoint", req)
+        return codec.checkpoint_meta_from_pb(resp.checkpoint)
+
+    async def history(self, run_id: str, offset: int = 0, limit: int = 50) -> HistoryPage:
+        """One self-paired page of the folded conversation (``limit=0``: only the total)."""
+        req = pb.HistoryRequest(run_id=run_id, offset=max(0, offset), limit=max(0, limit))
+        return codec.history_from_pb(await self._unary("History", req))
+
+    async def iter_history(self, run_id: str, page: int = 50) -> AsyncIterator[Message]:
+        """Every message of the conversation once, fetched ``page`` at a time."""
+        offset = 0
+        while True:
+            got = await self.history(run_id, offset, max(1, page))
+            for m in got.messages:
+                yield m
+            if codec.history_done(got, offset):
+                return
+            offset = got.next_offset
+
+    async def put_attachment(
+        self, run_id: str, data: bytes, media_type: str, name: str = ""
+    ) -> AttachmentRef:
+        """Store bytes once per run (content-addressed); put ``.block`` in a record."""
+        req = pb.PutAttachmentRequest(run_id=run_id, data=data, media_type=media_type, name=name)
+        return codec.attachment_from_pb(await self._unary("PutAttachment", req))
+
+    async def get_attachment(self, run_id: str, sha256: str) -> bytes:
+        """An attachment's bytes (``attachment_not_found`` if the run has none such)."""
+        req = pb.GetAttachmentRequest(run_id=run_id, sha256=sha256)
+        return bytes((await self._unary("GetAttachment", req)).data)
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -391,6 +490,7 @@ class AsyncRun:
                 continue
             self._lease = lease
             self.reconnects += 1
+            self.state = codec.state_from_pb(lease.lease.state, lease.lease.warnings)
             if self.closed:
                 await lease.cancel()
                 raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
@@ -454,6 +554,59 @@ class AsyncRun:
 
         acks = await asyncio.gather(*(one(c) for c in state.pending.unanswered))
         return sorted(acks, key=lambda a: a.seq)
+
+    async def checkpoint(self, label: str = "") -> CheckpointMeta:
+        """Take a checkpoint of this run (ordered after this writer's appends)."""
+        async with self._lock:
+            return await self._client.checkpoint(self.run_id, label)
+
+    async def restore(self, checkpoint_id: str, *, checkpoint: bool = True) -> RestoreResult:
+        """``AsyncClient.restore`` as the lease holder: the next append follows the rebase;
+        ``state`` is refreshed."""
+        async with self._lock:
+            self._check_open()
+            req = codec.restore_request(
+                self.run_id, checkpoint_id, checkpoint=checkpoint, lease_id=self.lease_id
+            )
+            result = codec.restore_from_pb(await self._client._unary("Restore", req))
+            await self._rebased(result.ack)
+            return result
+
+    async def compact(
+        self,
+        summary: Summary,
+        *,
+        keep_last: int = 0,
+        checkpoint: bool = True,
+        label: str = "",
+    ) -> CompactResult:
+        """``AsyncClient.compact`` as the lease holder: when compacted, the next append
+        follows the rebase; ``state`` is refreshed."""
+        async with self._lock:
+            self._check_open()
+            req = codec.compact_request(
+                self.run_id,
+                summary,
+                keep_last=keep_last,
+                checkpoint=checkpoint,
+                label=label,
+                lease_id=self.lease_id,
+            )
+            result = codec.compact_from_pb(await self._client._unary("Compact", req))
+            if result.ack is not None:
+                await self._rebased(result.ack)
+            return result
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+
+    async def _rebased(self, ack: Ack) -> None:
+        self.last_seq = max(self.last_seq, ack.seq)
+        self.state = dataclasses.replace(
+            await self._client.fold(self.run_id), warnings=self.state.warnings
+        )
+        self.next_iteration = max(self.next_iteration, self.state.next_iteration)
 
     async def close(self) -> None:
         """Release the lease: ``Release`` (so a re-open right after never sees ``locked``),

@@ -15,7 +15,9 @@ already stored it), so a record is never lost or written twice.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import dataclasses
 import os
 import sys
 import threading
@@ -27,16 +29,22 @@ from typing import Any
 import grpc
 
 from journald_client import codec, errors
-from journald_client.codec import Entry, OpenParams
+from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import grpc_target
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 from journald_client.state import (
     Ack,
+    AttachmentRef,
+    CheckpointMeta,
+    CompactResult,
     GovernedView,
+    HistoryPage,
     JournalRecord,
     LeaseWarning,
+    Message,
+    RestoreResult,
     RunInfo,
     RunState,
     ToolCall,
@@ -251,6 +259,99 @@ class Client:
         )
         return Watch(self, call)
 
+    # --- checkpoints (SPEC §9) ----------------------------------------------------------
+
+    def checkpoint(self, run_id: str, label: str = "") -> CheckpointMeta:
+        """Take a checkpoint of the run's folded conversation (``turn_running`` while a
+        turn has unanswered tool calls)."""
+        resp = self._unary("Checkpoint", pb.CheckpointRequest(run_id=run_id, label=label))
+        return codec.checkpoint_meta_from_pb(resp.checkpoint)
+
+    def checkpoints(self, run_id: str) -> builtins.list[CheckpointMeta]:
+        """The run's checkpoints, oldest first."""
+        resp = self._unary("ListCheckpoints", pb.ListCheckpointsRequest(run_id=run_id))
+        return [codec.checkpoint_meta_from_pb(m) for m in resp.checkpoints]
+
+    def delete_checkpoint(self, run_id: str, checkpoint_id: str) -> bool:
+        """Remove a checkpoint (idempotent): False when it did not exist."""
+        req = pb.DeleteCheckpointRequest(run_id=run_id, checkpoint_id=checkpoint_id)
+        return bool(self._unary("DeleteCheckpoint", req).deleted)
+
+    def restore(self, run_id: str, checkpoint_id: str, *, checkpoint: bool = True) -> RestoreResult:
+        """Replace the run's conversation by a checkpoint's (a rebase record), first taking
+        a pre_restore checkpoint unless ``checkpoint=False``. A run held by a writer answers
+        ``locked``: its holder calls ``Run.restore``."""
+        req = codec.restore_request(run_id, checkpoint_id, checkpoint=checkpoint)
+        return codec.restore_from_pb(self._unary("Restore", req))
+
+    def compact(
+        self,
+        run_id: str,
+        summary: Summary,
+        *,
+        keep_last: int = 0,
+        checkpoint: bool = True,
+        label: str = "",
+    ) -> CompactResult:
+        """Fold the conversation prefix into ``summary`` (text, or ``{role, content}``
+        dicts starting with a user message), keeping about ``keep_last`` trailing messages.
+        A refusal is ``status == "rejected"`` (nothing written), not an exception."""
+        req = codec.compact_request(
+            run_id, summary, keep_last=keep_last, checkpoint=checkpoint, label=label
+        )
+        return codec.compact_from_pb(self._unary("Compact", req))
+
+    def fork(
+        self,
+        run_id: str,
+        *,
+        checkpoint_id: str = "",
+        new_run_id: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> tuple[str, RunState]:
+        """Start a new run from a checkpoint (or the head); returns its id and state."""
+        req = codec.fork_request(run_id, checkpoint_id, new_run_id, labels)
+        resp = self._unary("Fork", req)
+        return resp.run_id, codec.state_from_pb(resp.state)
+
+    def export_checkpoint(self, run_id: str, checkpoint_id: str) -> bytes:
+        """Self-contained ``journald-checkpoint/1`` bytes (attachments included)."""
+        req = pb.ExportCheckpointRequest(run_id=run_id, checkpoint_id=checkpoint_id)
+        return bytes(self._unary("ExportCheckpoint", req).data)
+
+    def import_checkpoint(self, run_id: str, data: bytes) -> CheckpointMeta:
+        """Verify exported bytes completely, then store them as a new checkpoint of
+        ``run_id`` (``checkpoint_import_invalid`` if anything is off)."""
+        req = pb.ImportCheckpointRequest(run_id=run_id, data=data)
+        return codec.checkpoint_meta_from_pb(self._unary("ImportCheckpoint", req).checkpoint)
+
+    def history(self, run_id: str, offset: int = 0, limit: int = 50) -> HistoryPage:
+        """One self-paired page of the folded conversation (``limit=0``: only the total)."""
+        req = pb.HistoryRequest(run_id=run_id, offset=max(0, offset), limit=max(0, limit))
+        return codec.history_from_pb(self._unary("History", req))
+
+    def iter_history(self, run_id: str, page: int = 50) -> Iterator[Message]:
+        """Every message of the conversation once, fetched ``page`` at a time."""
+        offset = 0
+        while True:
+            got = self.history(run_id, offset, max(1, page))
+            yield from got.messages
+            if codec.history_done(got, offset):
+                return
+            offset = got.next_offset
+
+    def put_attachment(
+        self, run_id: str, data: bytes, media_type: str, name: str = ""
+    ) -> AttachmentRef:
+        """Store bytes once per run (content-addressed); put ``.block`` in a record."""
+        req = pb.PutAttachmentRequest(run_id=run_id, data=data, media_type=media_type, name=name)
+        return codec.attachment_from_pb(self._unary("PutAttachment", req))
+
+    def get_attachment(self, run_id: str, sha256: str) -> bytes:
+        """An attachment's bytes (``attachment_not_found`` if the run has none such)."""
+        req = pb.GetAttachmentRequest(run_id=run_id, sha256=sha256)
+        return bytes(self._unary("GetAttachment", req).data)
+
     # --- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
@@ -336,7 +437,8 @@ class Run:
         self.run_id = params.run_id
         self.created = first.created
         self.state: RunState = codec.state_from_pb(first.state, first.warnings)
-        """The folded state when the lease was granted (``fold()`` for the current one)."""
+        """The folded state when the lease was (re-)granted, or after this writer's last
+        ``compact``/``restore`` (``fold()`` for the current one)."""
         self.last_seq: int = first.last_seq
         self.next_iteration: int = max(1, self.state.next_iteration)
         self.reconnects = 0
@@ -459,6 +561,7 @@ class Run:
                 continue
             self._lease = lease
             self.reconnects += 1
+            self.state = codec.state_from_pb(lease.lease.state, lease.lease.warnings)
             if self.closed:  # closed while we were re-opening: do not keep the new lease
                 lease.cancel()
                 raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
@@ -522,6 +625,62 @@ class Run:
             if on_result is not None:
                 on_result(call, ack)
         return acks
+
+    # --- checkpoints under the lease ----------------------------------------------------
+
+    def checkpoint(self, label: str = "") -> CheckpointMeta:
+        """Take a checkpoint of this run (ordered after this writer's appends)."""
+        with self._lock:
+            return self._client.checkpoint(self.run_id, label)
+
+    def restore(self, checkpoint_id: str, *, checkpoint: bool = True) -> RestoreResult:
+        """``Client.restore`` as the lease holder: the rebase takes the next seq, and this
+        writer's next append follows it; ``state`` is refreshed."""
+        with self._lock:
+            self._check_open()
+            req = codec.restore_request(
+                self.run_id, checkpoint_id, checkpoint=checkpoint, lease_id=self.lease_id
+            )
+            result = codec.restore_from_pb(self._client._unary("Restore", req))
+            self._rebased(result.ack)
+            return result
+
+    def compact(
+        self,
+        summary: Summary,
+        *,
+        keep_last: int = 0,
+        checkpoint: bool = True,
+        label: str = "",
+    ) -> CompactResult:
+        """``Client.compact`` as the lease holder: when compacted, the rebase takes the next
+        seq, and this writer's next append follows it; ``state`` is refreshed."""
+        with self._lock:
+            self._check_open()
+            req = codec.compact_request(
+                self.run_id,
+                summary,
+                keep_last=keep_last,
+                checkpoint=checkpoint,
+                label=label,
+                lease_id=self.lease_id,
+            )
+            result = codec.compact_from_pb(self._client._unary("Compact", req))
+            if result.ack is not None:
+                self._rebased(result.ack)
+            return result
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+
+    def _rebased(self, ack: Ack) -> None:
+        """After a rebase appended under our lease at ``ack.seq`` (caller holds the lock)."""
+        self.last_seq = max(self.last_seq, ack.seq)
+        self.state = dataclasses.replace(
+            self._client.fold(self.run_id), warnings=self.state.warnings
+        )
+        self.next_iteration = max(self.next_iteration, self.state.next_iteration)
 
     # --- lifecycle ---------------------------------------------------------------------
 

@@ -22,14 +22,19 @@ from journald_client.pb import journal_pb2 as pb
 from journald_client.state import (
     Ack,
     Anomaly,
+    AttachmentRef,
     Block,
+    CheckpointMeta,
+    CompactResult,
     Counters,
     GovernedView,
+    HistoryPage,
     JournalRecord,
     LeaseWarning,
     Message,
     PendingResult,
     PendingTurn,
+    RestoreResult,
     RunInfo,
     RunState,
     Terminal,
@@ -388,6 +393,140 @@ def run_info_from_pb(r: pb.RunInfo) -> RunInfo:
 
 def verify_from_pb(v: pb.VerifyResponse) -> VerifyResult:
     return VerifyResult(v.records, v.last_seq, v.last_hash, v.segments)
+
+
+# --- checkpoints, history, attachments -------------------------------------------------
+
+TRIGGERS = {
+    pb.CHECKPOINT_TRIGGER_MANUAL: "manual",
+    pb.CHECKPOINT_TRIGGER_PRE_COMPACTION: "pre_compaction",
+    pb.CHECKPOINT_TRIGGER_PRE_RESTORE: "pre_restore",
+    pb.CHECKPOINT_TRIGGER_PRE_PRUNE: "pre_prune",
+    pb.CHECKPOINT_TRIGGER_IMPORT: "import",
+}
+COMPACT_STATUS = {
+    pb.COMPACT_STATUS_COMPACTED: "compacted",
+    pb.COMPACT_STATUS_REJECTED: "rejected",
+    pb.COMPACT_STATUS_FAILED: "failed",
+}
+
+Summary = str | Sequence[Mapping[str, Any]]
+"""A compaction summary: text (one user message) or a list of ``{role, content}`` dicts."""
+
+
+def message_to_pb(m: Mapping[str, Any]) -> pb.Message:
+    return pb.Message(role=str(m["role"]), content_json=blocks_json(m["content"]))
+
+
+def summary_to_pb(summary: Summary) -> list[pb.Message]:
+    if isinstance(summary, str):
+        return [pb.Message(role="user", content_json=blocks_json(summary))]
+    return [message_to_pb(m) for m in summary]
+
+
+def restore_request(
+    run_id: str, checkpoint_id: str, *, checkpoint: bool, lease_id: str = ""
+) -> pb.RestoreRequest:
+    return pb.RestoreRequest(
+        run_id=run_id,
+        checkpoint_id=checkpoint_id,
+        skip_checkpoint=not checkpoint,
+        lease_id=lease_id,
+    )
+
+
+def compact_request(
+    run_id: str,
+    summary: Summary,
+    *,
+    keep_last: int,
+    checkpoint: bool,
+    label: str,
+    lease_id: str = "",
+) -> pb.CompactRequest:
+    return pb.CompactRequest(
+        run_id=run_id,
+        summary=summary_to_pb(summary),
+        keep_last=max(0, keep_last),
+        skip_checkpoint=not checkpoint,
+        checkpoint_label=label,
+        lease_id=lease_id,
+    )
+
+
+def fork_request(
+    run_id: str, checkpoint_id: str, new_run_id: str, labels: Mapping[str, str] | None
+) -> pb.ForkRequest:
+    return pb.ForkRequest(
+        run_id=run_id,
+        checkpoint_id=checkpoint_id,
+        new_run_id=new_run_id,
+        labels=dict(labels or {}),
+    )
+
+
+def checkpoint_meta_from_pb(m: pb.CheckpointMeta) -> CheckpointMeta:
+    return CheckpointMeta(
+        checkpoint_id=m.checkpoint_id,
+        run_id=m.run_id,
+        trigger=TRIGGERS.get(m.trigger, "unspecified"),
+        label=m.label,
+        seq=m.seq,
+        message_count=m.message_count,
+        created=m.created,
+        model=m.model,
+        hash=m.hash,
+        cwd=m.cwd,
+    )
+
+
+def restore_from_pb(r: pb.RestoreResponse) -> RestoreResult:
+    return RestoreResult(
+        from_messages=r.from_messages,
+        to_messages=r.to_messages,
+        pre_restore_checkpoint_id=r.pre_restore_checkpoint_id,
+        ack=ack_from_pb(r.ack),
+        warnings=[LeaseWarning(w.code, w.message) for w in r.warnings],
+    )
+
+
+def compact_from_pb(r: pb.CompactResponse) -> CompactResult:
+    compacted = r.status == pb.COMPACT_STATUS_COMPACTED
+    return CompactResult(
+        status=COMPACT_STATUS.get(r.status, "unspecified"),
+        reason=r.reason,
+        checkpoint_id=r.checkpoint_id,
+        removed_range=(
+            (r.removed_range.from_seq, r.removed_range.to_seq)
+            if compacted and r.HasField("removed_range")
+            else None
+        ),
+        ack=ack_from_pb(r.ack) if compacted and r.HasField("ack") else None,
+    )
+
+
+def history_from_pb(r: pb.HistoryResponse) -> HistoryPage:
+    return HistoryPage(
+        messages=[message_from_pb(m) for m in r.messages],
+        total=r.total,
+        offset=r.offset,
+        next_offset=r.next_offset,
+    )
+
+
+def history_done(page: HistoryPage, asked: int) -> bool:
+    """Whether ``iter_history`` is at the end (or the daemon would not move forward)."""
+    return page.next_offset >= page.total or page.next_offset <= asked
+
+
+def attachment_from_pb(r: pb.PutAttachmentResponse) -> AttachmentRef:
+    block = json.loads(r.block_json) if r.block_json else {}
+    return AttachmentRef(
+        sha256=r.sha256,
+        size=r.size,
+        block=block if isinstance(block, dict) else {},
+        existed=r.existed,
+    )
 
 
 # --- reconnect policy ------------------------------------------------------------------

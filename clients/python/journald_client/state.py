@@ -186,3 +186,71 @@ class ToolOutput:
 
     content: str | list[Block]
     is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointMeta:
+    """A checkpoint: a read-only copy of a run's folded conversation at ``seq``.
+    ``trigger`` is manual, pre_compaction, pre_restore, pre_prune or import."""
+
+    checkpoint_id: str
+    run_id: str
+    trigger: str
+    label: str
+    seq: int
+    message_count: int
+    created: str
+    model: str
+    hash: str
+    cwd: str
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """What a restore did: message counts before and after, the pre_restore checkpoint (if
+    taken), the rebase record's ack, and notices such as ``cwd_mismatch``."""
+
+    from_messages: int
+    to_messages: int
+    pre_restore_checkpoint_id: str
+    ack: Ack
+    warnings: list[LeaseWarning]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    """What a compaction did. ``status``: compacted, rejected (nothing written; ``reason``
+    says why, e.g. turn_running, nothing_to_compact) or failed (after the pre_compaction
+    checkpoint, which is kept). ``removed_range`` and ``ack`` are set when compacted."""
+
+    status: str
+    reason: str
+    checkpoint_id: str
+    removed_range: tuple[int, int] | None
+    ack: Ack | None
+
+    @property
+    def compacted(self) -> bool:
+        return self.status == "compacted"
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    """One self-paired page of the folded conversation: ``messages`` start at the (aligned)
+    ``offset``; the next page starts at ``next_offset`` (== ``total`` at the end)."""
+
+    messages: list[Message]
+    total: int
+    offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentRef:
+    """A stored attachment: its SHA-256 address, size, the attachment block to put in a
+    record's content instead of the bytes, and whether the run already held it."""
+
+    sha256: str
+    size: int
+    block: Block
+    existed: bool
