@@ -1,59 +1,27 @@
 """CLI commands for checkpoints (SPEC §9): ``checkpoint``, ``checkpoints``, ``restore``,
 ``compact``, ``fork``, ``export``, ``import``, ``history``.
 
-They talk to the daemon through the CLI's ``journald_client.Client`` (errors map to the exit
-codes of ``journald.cli_commands``). Until the client package gains checkpoint methods, the
-requests are sent through its generic unary call (``_rpc`` below is the only place to change).
+They talk to the daemon through the public checkpoint methods of the CLI's
+``journald_client.Client`` (errors map to the exit codes of ``journald.cli_commands``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from journald_client.pb import journal_pb2 as pb
+from journald_client import CheckpointMeta
 
 from journald.cli_commands import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, Command, Context, register
 from journald.replay import elide_end, one_line, result_text
 
-TRIGGERS = {
-    pb.CHECKPOINT_TRIGGER_MANUAL: "manual",
-    pb.CHECKPOINT_TRIGGER_PRE_COMPACTION: "pre_compaction",
-    pb.CHECKPOINT_TRIGGER_PRE_RESTORE: "pre_restore",
-    pb.CHECKPOINT_TRIGGER_PRE_PRUNE: "pre_prune",
-    pb.CHECKPOINT_TRIGGER_IMPORT: "import",
-}
-COMPACT_STATUS = {
-    pb.COMPACT_STATUS_COMPACTED: "compacted",
-    pb.COMPACT_STATUS_REJECTED: "rejected",
-    pb.COMPACT_STATUS_FAILED: "failed",
-}
 
-
-def _rpc(ctx: Context, method: str, request: Any) -> Any:
-    return ctx.client._unary(method, request)  # see the module doc
-
-
-def meta_json(m: pb.CheckpointMeta) -> dict[str, Any]:
-    return {
-        "checkpoint_id": m.checkpoint_id,
-        "run_id": m.run_id,
-        "trigger": TRIGGERS.get(m.trigger, "unspecified"),
-        "label": m.label,
-        "seq": m.seq,
-        "message_count": m.message_count,
-        "created": m.created,
-        "model": m.model,
-        "hash": m.hash,
-        "cwd": m.cwd,
-    }
-
-
-def message_json(m: pb.Message) -> dict[str, Any]:
-    return {"role": m.role, "content": json.loads(m.content_json)}
+def meta_json(m: CheckpointMeta) -> dict[str, Any]:
+    return dataclasses.asdict(m)
 
 
 # --- checkpoint / checkpoints -------------------------------------------------------------
@@ -68,15 +36,13 @@ def _add_checkpoint(p: argparse.ArgumentParser) -> None:
 
 def _run_checkpoint(ctx: Context, args: argparse.Namespace) -> int:
     if args.delete:
-        req = pb.DeleteCheckpointRequest(run_id=args.run, checkpoint_id=args.delete)
-        deleted = _rpc(ctx, "DeleteCheckpoint", req).deleted
+        deleted = ctx.client.delete_checkpoint(args.run, args.delete)
         ctx.note(f"checkpoint {args.delete} {'deleted' if deleted else 'did not exist'}")
         return EXIT_OK
-    cp = _rpc(ctx, "Checkpoint", pb.CheckpointRequest(run_id=args.run, label=args.label))
+    m = ctx.client.checkpoint(args.run, label=args.label)
     if args.json:
-        ctx.json(meta_json(cp.checkpoint))
+        ctx.json(meta_json(m))
     else:
-        m = cp.checkpoint
         ctx.text(f"{m.checkpoint_id}  seq {m.seq}, {m.message_count} messages")
     return EXIT_OK
 
@@ -87,7 +53,7 @@ def _add_checkpoints(p: argparse.ArgumentParser) -> None:
 
 
 def _run_checkpoints(ctx: Context, args: argparse.Namespace) -> int:
-    cps = _rpc(ctx, "ListCheckpoints", pb.ListCheckpointsRequest(run_id=args.run)).checkpoints
+    cps = ctx.client.checkpoints(args.run)
     if args.json:
         ctx.json([meta_json(m) for m in cps])
         return EXIT_OK
@@ -95,7 +61,7 @@ def _run_checkpoints(ctx: Context, args: argparse.Namespace) -> int:
         ctx.note(f"run {args.run} has no checkpoints (take one with `journald checkpoint`)")
         return EXIT_OK
     for m in cps:
-        trig = TRIGGERS.get(m.trigger, "?")
+        trig = m.trigger
         label = f"  {one_line(m.label)}" if m.label else ""
         ctx.text(
             f"{m.checkpoint_id}  {trig:<14} seq {m.seq:<6} {m.message_count:>5} msgs  "
@@ -114,13 +80,7 @@ def _add_restore(p: argparse.ArgumentParser) -> None:
 
 
 def _run_restore(ctx: Context, args: argparse.Namespace) -> int:
-    resp = _rpc(
-        ctx,
-        "Restore",
-        pb.RestoreRequest(
-            run_id=args.run, checkpoint_id=args.checkpoint, skip_checkpoint=args.no_checkpoint
-        ),
-    )
+    resp = ctx.client.restore(args.run, args.checkpoint, checkpoint=not args.no_checkpoint)
     for w in resp.warnings:
         ctx.note(f"warning: {w.code}: {w.message}")
     pre = f" (pre_restore checkpoint {resp.pre_restore_checkpoint_id})"
@@ -147,47 +107,34 @@ def _add_compact(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _summary(args: argparse.Namespace) -> list[pb.Message]:
+def _summary(args: argparse.Namespace) -> str | list[dict[str, Any]]:
     if args.summary is not None:
-        text = args.summary
-    else:
-        path: Path = args.summary_file
-        text = sys.stdin.read() if str(path) == "-" else path.read_text("utf-8")
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = None
-        if isinstance(value, list):
-            return [
-                pb.Message(
-                    role=m["role"],
-                    content_json=json.dumps(m["content"], ensure_ascii=False).encode(),
-                )
-                for m in value
-            ]
-    block = {"type": "text", "text": text}
-    return [pb.Message(role="user", content_json=json.dumps([block]).encode())]
+        return str(args.summary)
+    path: Path = args.summary_file
+    text = sys.stdin.read() if str(path) == "-" else path.read_text("utf-8")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, list):
+        return [{"role": m["role"], "content": m["content"]} for m in value]
+    return text
 
 
 def _run_compact(ctx: Context, args: argparse.Namespace) -> int:
-    resp = _rpc(
-        ctx,
-        "Compact",
-        pb.CompactRequest(
-            run_id=args.run,
-            summary=_summary(args),
-            keep_last=max(0, args.keep),
-            skip_checkpoint=args.no_checkpoint,
-            checkpoint_label=args.label,
-        ),
+    resp = ctx.client.compact(
+        args.run,
+        _summary(args),
+        keep_last=max(0, args.keep),
+        checkpoint=not args.no_checkpoint,
+        label=args.label,
     )
-    status = COMPACT_STATUS.get(resp.status, "unspecified")
     cp = f", checkpoint {resp.checkpoint_id}" if resp.checkpoint_id else ""
-    if resp.status == pb.COMPACT_STATUS_COMPACTED:
-        r = resp.removed_range
-        ctx.text(f"compacted seqs {r.from_seq}..{r.to_seq} at seq {resp.ack.seq}{cp}")
+    if resp.compacted and resp.removed_range is not None and resp.ack is not None:
+        lo, hi = resp.removed_range
+        ctx.text(f"compacted seqs {lo}..{hi} at seq {resp.ack.seq}{cp}")
         return EXIT_OK
-    ctx.note(f"compaction {status}: {resp.reason}{cp}")
+    ctx.note(f"compaction {resp.status}: {resp.reason}{cp}")
     return EXIT_ERROR
 
 
@@ -202,15 +149,11 @@ def _add_fork(p: argparse.ArgumentParser) -> None:
 
 def _run_fork(ctx: Context, args: argparse.Namespace) -> int:
     labels = dict(item.split("=", 1) for item in args.label if "=" in item)
-    resp = _rpc(
-        ctx,
-        "Fork",
-        pb.ForkRequest(
-            run_id=args.run, checkpoint_id=args.checkpoint, new_run_id=args.new_run, labels=labels
-        ),
+    new_run, state = ctx.client.fork(
+        args.run, checkpoint_id=args.checkpoint, new_run_id=args.new_run, labels=labels
     )
-    ctx.text(resp.run_id)
-    ctx.note(f"forked {args.run} into {resp.run_id} ({len(resp.state.messages)} messages)")
+    ctx.text(new_run)
+    ctx.note(f"forked {args.run} into {new_run} ({len(state.messages)} messages)")
     return EXIT_OK
 
 
@@ -224,8 +167,7 @@ def _add_export(p: argparse.ArgumentParser) -> None:
 
 
 def _run_export(ctx: Context, args: argparse.Namespace) -> int:
-    req = pb.ExportCheckpointRequest(run_id=args.run, checkpoint_id=args.checkpoint)
-    data: bytes = _rpc(ctx, "ExportCheckpoint", req).data
+    data = ctx.client.export_checkpoint(args.run, args.checkpoint)
     if args.output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -250,11 +192,11 @@ def _run_import(ctx: Context, args: argparse.Namespace) -> int:
         except FileNotFoundError:
             ctx.note(f"no such file: {args.file}")
             return EXIT_NOT_FOUND
-    resp = _rpc(ctx, "ImportCheckpoint", pb.ImportCheckpointRequest(run_id=args.run, data=data))
+    meta = ctx.client.import_checkpoint(args.run, data)
     if args.json:
-        ctx.json(meta_json(resp.checkpoint))
+        ctx.json(meta_json(meta))
     else:
-        ctx.text(resp.checkpoint.checkpoint_id)
+        ctx.text(meta.checkpoint_id)
     return EXIT_OK
 
 
@@ -288,24 +230,22 @@ def summarize(m: dict[str, Any], width: int) -> str:
 def _run_history(ctx: Context, args: argparse.Namespace) -> int:
     offset = max(0, args.offset)
     if args.tail:
-        total = _rpc(ctx, "History", pb.HistoryRequest(run_id=args.run, limit=0)).total
+        total = ctx.client.history(args.run, limit=0).total
         offset = max(0, total - max(0, args.limit))
-    resp = _rpc(
-        ctx, "History", pb.HistoryRequest(run_id=args.run, offset=offset, limit=max(0, args.limit))
-    )
+    resp = ctx.client.history(args.run, offset=offset, limit=max(0, args.limit))
     if args.json:
         ctx.json(
             {
                 "total": resp.total,
                 "offset": resp.offset,
                 "next_offset": resp.next_offset,
-                "messages": [message_json(m) for m in resp.messages],
+                "messages": resp.messages,
             }
         )
         return EXIT_OK
     for i, m in enumerate(resp.messages, resp.offset):
-        prefix = f"{i:>6} {m.role:<9} "
-        ctx.text(prefix + summarize(message_json(m), max(20, ctx.width - len(prefix))))
+        prefix = f"{i:>6} {m['role']:<9} "
+        ctx.text(prefix + summarize(m, max(20, ctx.width - len(prefix))))
     ctx.note(
         f"messages {resp.offset}..{resp.next_offset - 1 if resp.messages else resp.offset} "
         f"of {resp.total}; next offset {resp.next_offset}"
