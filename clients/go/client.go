@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/journald/journald/clients/go/journaldv1"
@@ -29,10 +30,11 @@ const TimestampLayout = "2006-01-02T15:04:05.000000Z"
 type Option func(*options)
 
 type options struct {
-	socket     string
-	clock      func() time.Time
-	clientName string
-	dial       []grpc.DialOption
+	socket          string
+	clock           func() time.Time
+	clientName      string
+	maxMessageBytes int
+	dial            []grpc.DialOption
 }
 
 // WithSocket dials this socket path instead of DefaultSocketPath().
@@ -44,6 +46,14 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.clock 
 
 // WithClientName sets the agent name the daemon shows in `locked` errors.
 func WithClientName(name string) Option { return func(o *options) { o.clientName = name } }
+
+// DefaultMaxMessageBytes caps a gRPC message both ways: above the daemon's own default
+// (64 MiB, `journald serve --max-message-bytes`), so the lease of a long run (its folded
+// state) is received.
+const DefaultMaxMessageBytes = 256 << 20
+
+// WithMaxMessageBytes sets the largest gRPC message sent or received (default 256 MiB).
+func WithMaxMessageBytes(n int) Option { return func(o *options) { o.maxMessageBytes = n } }
 
 // WithDialOptions adds grpc.DialOptions (interceptors, keepalive, ...).
 func WithDialOptions(opts ...grpc.DialOption) Option {
@@ -61,7 +71,7 @@ type Client struct {
 // Connect dials the daemon's unix socket and waits until its health service reports
 // SERVING (bounded by ctx; 10 s when ctx has no deadline).
 func Connect(ctx context.Context, opts ...Option) (*Client, error) {
-	o := options{clock: time.Now}
+	o := options{clock: time.Now, maxMessageBytes: DefaultMaxMessageBytes}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -79,6 +89,9 @@ func Connect(ctx context.Context, opts ...Option) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(unaryTrace),
 		grpc.WithChainStreamInterceptor(streamTrace),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(o.maxMessageBytes), grpc.MaxCallSendMsgSize(o.maxMessageBytes),
+		),
 	}, o.dial...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
@@ -229,18 +242,24 @@ func (c *Client) clientInfo() *pb.ClientInfo {
 // openRuns holds the run ids this process has a lease on (a Run not yet closed).
 var openRuns sync.Map
 
-// open opens the lease stream, with one courtesy: the daemon releases a lease when it
-// sees the cancelled stream, a moment after Run.Close returns here. A `locked` error that
-// names this very process as the holder of a run it no longer has open is that window,
-// so it is retried for up to 3 s. Any other error, or a lock held by anyone else, returns
-// at once.
+// releaseUnsupported is set once a daemon answered Release with UNIMPLEMENTED (a daemon
+// older than Release): Run.Close then releases only by cancelling the stream, which the
+// daemon sees a moment later.
+var releaseUnsupported atomic.Bool
+
+// open opens the lease stream. Run.Close calls Release, so a re-open right after it never
+// sees `locked`. Only against an old daemon without Release does the lease end a moment
+// after Close returns: there, a `locked` error naming this very process as the holder of
+// a run it no longer has open is that window, and is retried for up to 3 s. Any other
+// error, or a lock held by anyone else, returns at once.
 func (c *Client) open(ctx context.Context, req *pb.OpenRequest) (*Run, error) {
 	info := c.clientInfo()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		run, err := c.openOnce(ctx, req, info)
 		var jerr *Error
-		if err == nil || !errors.As(err, &jerr) || jerr.Code != CodeLocked ||
+		if err == nil || !releaseUnsupported.Load() ||
+			!errors.As(err, &jerr) || jerr.Code != CodeLocked ||
 			jerr.Metadata["holder_pid"] != strconv.Itoa(int(info.Pid)) ||
 			jerr.Metadata["holder_host"] != info.Host || time.Now().After(deadline) {
 			return run, err

@@ -36,6 +36,7 @@ const (
 	CodeCheckpointNotFound      = "checkpoint_not_found"
 	CodeSessionMismatch         = "session_mismatch"
 	CodeCheckpointImportInvalid = "checkpoint_import_invalid"
+	CodeAttachmentNotFound      = "attachment_not_found"
 	CodeBackendUnavailable      = "backend_unavailable"
 	CodeStorageFull             = "storage_full"
 )
@@ -92,6 +93,7 @@ var (
 	ErrCheckpointNotFound      = &Error{Code: CodeCheckpointNotFound, Status: codes.NotFound}
 	ErrSessionMismatch         = &Error{Code: CodeSessionMismatch, Status: codes.InvalidArgument}
 	ErrCheckpointImportInvalid = &Error{Code: CodeCheckpointImportInvalid, Status: codes.InvalidArgument}
+	ErrAttachmentNotFound      = &Error{Code: CodeAttachmentNotFound, Status: codes.NotFound}
 	ErrBackendUnavailable      = &Error{Code: CodeBackendUnavailable, Status: codes.Unavailable}
 	ErrStorageFull             = &Error{Code: CodeStorageFull, Status: codes.ResourceExhausted}
 )
@@ -105,7 +107,7 @@ func init() {
 		ErrSeqConflict, ErrLocked, ErrLeaseLost, ErrCompleted, ErrInteractivityMismatch,
 		ErrProviderChanged, ErrFingerprintDrift, ErrVersionUnsupported, ErrStoreCorrupted,
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
-		ErrBackendUnavailable, ErrStorageFull,
+		ErrAttachmentNotFound, ErrBackendUnavailable, ErrStorageFull,
 	} {
 		Sentinels[s.Code] = s
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 var ioEOF = io.EOF
@@ -139,11 +140,32 @@ func (r *Run) Ended() <-chan struct{} { return r.done }
 // EndReason says why the daemon ended the lease (nil while it is held or after Close).
 func (r *Run) EndReason() *pb.LeaseEnded { r.mu.Lock(); defer r.mu.Unlock(); return r.ended }
 
-// Close releases the lease by cancelling the Open stream, and waits for it to finish.
+// ReleaseTimeout bounds the Release call of Run.Close.
+const ReleaseTimeout = 2 * time.Second
+
+// Close releases the lease: it calls Release (so the run can be opened again at once, by
+// this process or another), then cancels the Open stream and waits for it to finish.
+// Release errors are ignored: the daemon may be gone, and cancelling the stream releases
+// the lease too, only a moment later.
 func (r *Run) Close() error {
+	r.release()
 	r.cancel()
 	<-r.done
 	return nil
+}
+
+func (r *Run) release() {
+	select {
+	case <-r.done:
+		return // the lease stream already ended
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
+	defer cancel()
+	_, err := r.c.rpc.Release(ctx, &pb.ReleaseRequest{RunId: r.ID(), LeaseId: r.lease.GetLeaseId()})
+	if status.Code(err) == codes.Unimplemented {
+		releaseUnsupported.Store(true)
+	}
 }
 
 // Fold returns the run's current folded state from the daemon.

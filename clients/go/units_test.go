@@ -58,8 +58,22 @@ func TestTheErrorTrailerPicksTheTypedError(t *testing.T) {
 		jerr.Status != codes.FailedPrecondition {
 		t.Fatalf("facts lost: %+v", jerr)
 	}
-	if len(Sentinels) != 20 {
-		t.Fatalf("expected the 20 codes of SPEC §10, have %d", len(Sentinels))
+	if len(Sentinels) != 21 {
+		t.Fatalf("expected the 21 codes of SPEC §10, have %d", len(Sentinels))
+	}
+}
+
+func TestAnAttachmentNotFoundTrailerIsItsSentinel(t *testing.T) {
+	raw, err := proto.Marshal(&pb.ErrorDetail{Code: CodeAttachmentNotFound, Message: "no such attachment"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fromGRPC(status.Error(codes.NotFound, "gone"), metadata.Pairs(ErrorTrailer, string(raw)))
+	if !errors.Is(got, ErrAttachmentNotFound) || errors.Is(got, ErrCheckpointNotFound) {
+		t.Fatalf("not attachment_not_found: %v", got)
+	}
+	if Sentinels["attachment_not_found"] != ErrAttachmentNotFound || ErrAttachmentNotFound.Status != codes.NotFound {
+		t.Fatal("attachment_not_found is not in the table as NOT_FOUND")
 	}
 }
 
