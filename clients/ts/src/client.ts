@@ -8,7 +8,14 @@
  */
 import * as os from "node:os";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
-import { ChannelOptions, ClientReadableStream, credentials, Metadata, ServiceError } from "@grpc/grpc-js";
+import {
+  ChannelOptions,
+  ClientReadableStream,
+  credentials,
+  Metadata,
+  ServiceError,
+  status as Status,
+} from "@grpc/grpc-js";
 import { canonical } from "./canonical";
 import { fromServiceError, JournaldError, LockedError } from "./errors";
 import {
@@ -68,8 +75,27 @@ export interface ConnectOptions {
   clientName?: string;
   /** How long to wait for the daemon to report SERVING (default 10 s). */
   timeoutMs?: number;
+  /** Largest gRPC message sent or received (default MAX_MESSAGE_BYTES, 256 MiB). */
+  maxMessageBytes?: number;
+  /** Extra channel options (they win over maxMessageBytes). */
   channelOptions?: ChannelOptions;
 }
+
+/**
+ * Default cap of a gRPC message both ways: above the daemon's own default (64 MiB,
+ * `journald serve --max-message-bytes`), so the lease of a long run (its folded state) is
+ * received.
+ */
+export const MAX_MESSAGE_BYTES = 256 * 1024 * 1024;
+
+/** How long run.close() waits for Release before cancelling the stream anyway. */
+export const RELEASE_TIMEOUT_MS = 2000;
+
+/**
+ * Set once a daemon answered Release with UNIMPLEMENTED (older than Release): close() then
+ * releases only by cancelling the stream, which that daemon sees a moment later.
+ */
+let releaseUnsupported = false;
 
 export interface StartOptions extends CallOpts {
   runId: string;
@@ -141,7 +167,12 @@ export class Client {
     this.socket = socket;
     this.clock = opts.clock ?? (() => new Date());
     this.clientName = opts.clientName ?? "journald-ts";
-    this.rpc = new JournalServiceClient(target(socket), credentials.createInsecure(), opts.channelOptions);
+    const max = opts.maxMessageBytes ?? MAX_MESSAGE_BYTES;
+    this.rpc = new JournalServiceClient(target(socket), credentials.createInsecure(), {
+      "grpc.max_receive_message_length": max,
+      "grpc.max_send_message_length": max,
+      ...opts.channelOptions,
+    });
   }
 
   /** Dial the daemon and wait until grpc.health.v1 reports SERVING. */
@@ -274,10 +305,11 @@ export class Client {
   }
 
   /**
-   * Open, with one courtesy: the daemon releases a lease when it sees the cancelled
-   * stream, a moment after `run.close()` resolves here. A `locked` error naming this very
-   * process as the holder of a run it no longer has open is that window, so it is retried
-   * for up to 3 s. Every other error, and a lock held by anyone else, is thrown at once.
+   * Open. `run.close()` calls Release, so a re-open right after it never sees `locked`.
+   * Only against an old daemon without Release does the lease end a moment after close()
+   * resolves: there, a `locked` error naming this very process as the holder of a run it no
+   * longer has open is that window, and is retried for up to 3 s. Every other error, and a
+   * lock held by anyone else, is thrown at once.
    */
   private async open(req: OpenRequest, opts: CallOpts): Promise<Run> {
     const until = Date.now() + 3000;
@@ -286,6 +318,7 @@ export class Client {
         return await this.openOnce(req, opts);
       } catch (err) {
         const ours =
+          releaseUnsupported &&
           err instanceof LockedError &&
           err.metadata.holder_pid === String(process.pid) &&
           err.metadata.holder_host === os.hostname() &&
@@ -338,6 +371,7 @@ export class Run {
   private endReason: LeaseEnded | undefined;
   private streamError: unknown;
   private resolveClosed!: () => void;
+  private isClosed = false;
   /** Settles when the lease stream has finished (close(), daemon shutdown, deletion). */
   readonly closed: Promise<void>;
 
@@ -365,6 +399,7 @@ export class Run {
   }
   /** @internal */
   _closed(): void {
+    this.isClosed = true;
     OPEN_RUNS.delete(this.id);
     this.resolveClosed();
   }
@@ -400,10 +435,30 @@ export class Run {
     return [...this.pending];
   }
 
-  /** Release the lease: cancel the Open stream and wait for it to finish. */
+  /**
+   * Release the lease: call Release (so the run can be opened again at once, by this
+   * process or another), then cancel the Open stream and wait for it to finish. Release
+   * errors are ignored: the daemon may be gone, and cancelling the stream releases the
+   * lease too, only a moment later.
+   */
   async close(): Promise<void> {
+    if (!this.isClosed) await this.release();
     this.call.cancel();
     await this.closed;
+  }
+
+  private release(): Promise<void> {
+    return new Promise((resolve) => {
+      this.client.rpc.release(
+        { runId: this.id, leaseId: this.lease.leaseId },
+        new Metadata(),
+        { deadline: new Date(Date.now() + RELEASE_TIMEOUT_MS) },
+        (err: ServiceError | null) => {
+          if (err?.code === Status.UNIMPLEMENTED) releaseUnsupported = true;
+          resolve();
+        },
+      );
+    });
   }
 
   /** The run's current folded state from the daemon. */

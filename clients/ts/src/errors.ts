@@ -40,6 +40,7 @@ export class JournaldError extends Error {
 export class NotFoundError extends JournaldError {}
 export class SessionNotFoundError extends NotFoundError {}
 export class CheckpointNotFoundError extends NotFoundError {}
+export class AttachmentNotFoundError extends NotFoundError {}
 export class SessionExistsError extends JournaldError {}
 export class InvalidArgumentError extends JournaldError {}
 export class InvalidIdError extends InvalidArgumentError {}
@@ -75,6 +76,7 @@ type ErrorClass = new (
 export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   session_not_found: SessionNotFoundError,
   checkpoint_not_found: CheckpointNotFoundError,
+  attachment_not_found: AttachmentNotFoundError,
   session_exists: SessionExistsError,
   invalid_id: InvalidIdError,
   invalid_record: InvalidRecordError,

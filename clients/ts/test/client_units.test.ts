@@ -3,12 +3,17 @@ import * as assert from "node:assert/strict";
 import { Metadata, status } from "@grpc/grpc-js";
 import { context, trace, TraceFlags } from "@opentelemetry/api";
 import {
+  AttachmentNotFoundError,
+  CheckpointNotFoundError,
   defaultSocketPath,
+  ERRORS_BY_CODE,
   FingerprintDriftError,
   formatTimestamp,
   fromServiceError,
   GateError,
   LockedError,
+  MAX_MESSAGE_BYTES,
+  NotFoundError,
   pb,
   spanIds,
   target,
@@ -50,6 +55,22 @@ test("the journald-error-bin trailer picks the typed error", () => {
   const md2 = new Metadata();
   md2.set("journald-error-bin", Buffer.from(locked));
   assert.ok(fromServiceError({ code: status.ABORTED, details: "held", metadata: md2 }) instanceof LockedError);
+});
+
+test("attachment_not_found is its own not-found error", () => {
+  const detail = pb.ErrorDetail.encode({ code: "attachment_not_found", message: "gone", metadata: {}, diff: [] });
+  const md = new Metadata();
+  md.set("journald-error-bin", Buffer.from(detail.finish()));
+  const err = fromServiceError({ code: status.NOT_FOUND, details: "gone", metadata: md });
+  assert.ok(err instanceof AttachmentNotFoundError);
+  assert.ok(err instanceof NotFoundError);
+  assert.ok(!(err instanceof CheckpointNotFoundError));
+  assert.equal(ERRORS_BY_CODE.attachment_not_found, AttachmentNotFoundError);
+  assert.equal(Object.keys(ERRORS_BY_CODE).length, 21);
+});
+
+test("the default message cap is 256 MiB, above the daemon's 64 MiB", () => {
+  assert.equal(MAX_MESSAGE_BYTES, 256 * 1024 * 1024);
 });
 
 test("without the trailer the status code is the fallback", () => {
