@@ -351,3 +351,38 @@ def test_the_readme_quickstart_starts_crashes_resumes_and_finishes(
     state = stub.Fold(pb.FoldRequest(run_id=run_id)).state
     assert (state.last_seq, len(state.messages), state.terminal.reason) == (5, 4, "completed")
     assert not state.HasField("pending")
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
+def test_a_go_or_typescript_writer_closes_and_reopens_a_run_ten_times_without_locked(
+    agents: dict[str, list[str]], daemon: Daemon, language: str, tmp_path: Path
+) -> None:
+    # Run.Close / run.close() call Release before cancelling the Open stream; the tests
+    # (clients/go/reopen_test.go, clients/ts/test/reopen.test.ts) skip without a daemon.
+    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    if language == "go":
+        argv = [
+            shutil.which("go") or "go",
+            "test",
+            "-count=1",
+            "-run",
+            "TestClosingARunLetsItBeReopenedAtOnceTenTimesWithoutLocked",
+            "-v",
+            ".",
+        ]
+        cwd = GO_DIR
+    else:
+        compiled = Path(agents["ts"][1]).parents[1] / "test" / "reopen.test.js"
+        argv = [agents["ts"][0], "--test", str(compiled)]
+        cwd = TS_DIR
+    proc = subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    # it ran against the daemon (a `locked` on any re-open fails it), not skipped
+    if language == "go":
+        assert "--- PASS: TestClosing" in out, out
+    else:
+        assert "# pass 1\n" in out, out
+        assert "# skipped 0\n" in out, out
