@@ -239,7 +239,7 @@ def busy_processes(limit: int = 5) -> list[str]:
     rows = []
     for line in out.splitlines():
         parts = line.split(None, 2)
-        if len(parts) < 3 or parts[0] == str(os.getpid()):
+        if len(parts) < 3 or parts[0] == str(os.getpid()) or parts[2].startswith("ps "):
             continue
         try:
             if float(parts[1]) >= 5.0:

@@ -397,6 +397,7 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
         return
     progress(f"profile: py-spy on the daemon, unary Append from {n} runs")
     row, summary = _profile_pass(ctx, n, native=False, rate=250, tag="py")
+    summary["runs"] = n
     summary["intro"] = (
         f"`py-spy record --threads --nonblocking --rate 250` (on-CPU samples only) attached "
         f"to the daemon for {ctx.cfg.profile_s:.0f} s while {n} runs appended with unary "
