@@ -68,6 +68,7 @@ def test_the_lease_of_a_run_larger_than_the_message_cap_is_refused_and_fits_by_d
         with small, pytest.raises(jc.JournaldError) as info:
             small.resume("big", FP)
         assert info.value.status == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert info.value.code == "resource_exhausted"
         assert "larger than max" in info.value.message
         # the refused Open was granted a lease the client never saw (so cannot Release): the
         # daemon ends it when it notices the failed stream, a moment later

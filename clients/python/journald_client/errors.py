@@ -252,6 +252,6 @@ def from_rpc_error(exc: grpc.RpcError, target: str = "") -> JournaldError:
         return unreachable(target, text)
     cls = _FALLBACK.get(status, JournaldError)
     err = cls(text or status.name.lower(), status=status)
-    if "code" not in cls.__dict__:  # a group class: keep the status as the code
-        err.code = status.name.lower()
+    if cls is JournaldError or "code" not in cls.__dict__:  # keep the status as the code
+        err.code = status.name.lower()  # e.g. resource_exhausted (message over the cap)
     return err
