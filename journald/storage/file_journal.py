@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from journald import failpoints
+from journald import failpoints, telemetry
 from journald.errors import BackendUnavailable, JournaldError, Locked, SeqConflict
 from journald.records import Record
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
@@ -76,7 +77,7 @@ class _ThreadIO:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._q.put((fn, args, loop, fut))
+        self._q.put((contextvars.copy_context().run, (fn, *args), loop, fut))  # spans
         return await fut
 
     def stop(self) -> None:
@@ -325,7 +326,7 @@ class FileJournal:
             end = write_all(self._fd, data, pre)
             if failpoints.ARMED:
                 failpoints.hit("after_write_before_fsync")
-            os.fdatasync(self._fd)
+            telemetry.fsync(self._fd, self.run_id, seq, len(data))
             if self._first_write:
                 fsync_dir(self._dir)
                 fsync_dir(os.path.dirname(self._dir))
