@@ -56,8 +56,12 @@ pytest: setup
 
 test: lint clients pytest
 
+bench: setup
+	$(PIP) -r bench/requirements.txt
+	$(PY) bench/run_all.py
+
 bench-quick: setup
-	$(PY) bench/bench_daemon.py --quick
+	$(PY) bench/run_all.py --quick --out /tmp/journald-bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .tools

@@ -46,7 +46,13 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--nats-tls-key", default=None, help="client key for NATS mTLS")
     p.add_argument("--socket-mode", default="0600", help="socket file mode (octal)")
     p.add_argument("--socket-group", default=None, help="group to share the socket with")
-    p.add_argument("--max-message-bytes", type=_size, default=64 * 1024 * 1024)
+    p.add_argument(
+        "--max-message-bytes",
+        type=_size,
+        default=256 * 1024 * 1024,
+        help="largest gRPC message (the Open lease carries the folded state; "
+        "clients accept 256 MiB)",
+    )
     p.add_argument("--max-record-bytes", type=_size, default=4 * 1024 * 1024)
     p.add_argument("--segment-max-bytes", type=_size, default=16 * 1024 * 1024)
     p.add_argument("--segment-max-records", type=int, default=5000)

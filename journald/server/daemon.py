@@ -58,7 +58,7 @@ class ServeConfig:
     backend: str = "file"
     socket_mode: int = 0o600
     socket_group: str | None = None
-    max_message_bytes: int = 64 * 1024 * 1024
+    max_message_bytes: int = 256 * 1024 * 1024
     limits: Limits = field(default_factory=Limits)
     nats_url: str = "nats://127.0.0.1:4222"
     stream: str = "JOURNALD"

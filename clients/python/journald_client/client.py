@@ -55,7 +55,7 @@ from journald_client.state import (
 # left alone: gRPC also uses it as the minimum connect timeout, and a tiny one fails
 # connection attempts on a loaded host.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-"""Default max gRPC message size (both ways): above the daemon's own default of 64 MiB
+"""Default max gRPC message size (both ways), equal to the daemon's default
 (``--max-message-bytes``), so the lease of a long run (its folded state) is received."""
 
 RELEASE_TIMEOUT_S = 2.0
