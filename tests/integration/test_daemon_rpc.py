@@ -280,21 +280,20 @@ def test_watch_streams_new_records_and_ends_when_the_run_is_deleted(daemon: Daem
 def test_sigterm_ends_lease_streams_with_a_shutdown_event_and_exits_zero(
     tmp_path: Path,
 ) -> None:
-    d = Daemon(tmp_path, BACKEND).start()
-    s = stub(d.target)
-    lease = Lease(s, "shutdown-run")
-    lease.append(lease.assistant())
-    os.kill(d.pid, signal.SIGTERM)
-    events = list(lease.call)
-    assert d.proc is not None
-    assert d.proc.wait(20) == 0
-    assert [e.WhichOneof("event") for e in events] == ["ended"]
-    assert events[0].ended.reason == "shutdown"
-    d.start()
-    again = Lease(stub(d.target), "shutdown-run", mode=pb.OPEN_MODE_RESUME)
-    assert again.lease.last_seq == 2
-    again.close()
-    d.stop()
+    with Daemon(tmp_path, BACKEND) as d:  # stopped by its pid on every path, also on failure
+        s = stub(d.target)
+        lease = Lease(s, "shutdown-run")
+        lease.append(lease.assistant())
+        os.kill(d.pid, signal.SIGTERM)
+        events = list(lease.call)
+        assert d.proc is not None
+        assert d.proc.wait(20) == 0
+        assert [e.WhichOneof("event") for e in events] == ["ended"]
+        assert events[0].ended.reason == "shutdown"
+        d.start()
+        again = Lease(stub(d.target), "shutdown-run", mode=pb.OPEN_MODE_RESUME)
+        assert again.lease.last_seq == 2
+        again.close()
 
 
 def test_second_daemon_on_the_same_data_dir_refuses_naming_the_first_pid(
