@@ -39,7 +39,6 @@ from journald_client.state import (
     GovernedView,
     HistoryPage,
     JournalRecord,
-    LeaseWarning,
     Message,
     RestoreResult,
     RunInfo,
@@ -361,35 +360,16 @@ async def connect_async(
 AsyncToolFn = Callable[[ToolCall], Awaitable[Any]]
 
 
-class AsyncRun:
+class AsyncRun(codec.RunView):
     """The asyncio writer of one run, holding its lease. Seq is handled for the caller."""
+
+    _lease: _AsyncLease
 
     def __init__(self, client: AsyncClient, params: OpenParams, lease: _AsyncLease) -> None:
         self._client = client
         self._params = params
-        self._lease = lease
         self._lock = asyncio.Lock()
-        first = lease.lease
-        self.run_id = params.run_id
-        self.created = first.created
-        self.state: RunState = codec.state_from_pb(first.state, first.warnings)
-        self.last_seq: int = first.last_seq
-        self.next_iteration: int = max(1, self.state.next_iteration)
-        self.reconnects = 0
-        self.closed = False
-
-    @property
-    def lease_id(self) -> str:
-        return self._lease.lease.lease_id
-
-    @property
-    def resume_at_input_boundary(self) -> bool:
-        return self._lease.lease.resume_at_input_boundary
-
-    @property
-    def warnings(self) -> list[LeaseWarning]:
-        """Notices that came with the lease (``open_tool_calls``, ``paused_turn``, ...)."""
-        return list(self.state.warnings)
+        self._init_view(params, lease)
 
     @property
     def lease_ended(self) -> str | None:

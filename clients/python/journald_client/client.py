@@ -42,7 +42,6 @@ from journald_client.state import (
     GovernedView,
     HistoryPage,
     JournalRecord,
-    LeaseWarning,
     Message,
     RestoreResult,
     RunInfo,
@@ -425,37 +424,16 @@ class Watch:
 ToolFn = Callable[[ToolCall], Any]
 
 
-class Run:
+class Run(codec.RunView):
     """The writer of one run, holding its lease. Seq is handled for the caller."""
+
+    _lease: _Lease
 
     def __init__(self, client: Client, params: OpenParams, lease: _Lease) -> None:
         self._client = client
         self._params = params
-        self._lease = lease
         self._lock = threading.RLock()
-        first = lease.lease
-        self.run_id = params.run_id
-        self.created = first.created
-        self.state: RunState = codec.state_from_pb(first.state, first.warnings)
-        """The folded state when the lease was (re-)granted, or after this writer's last
-        ``compact``/``restore`` (``fold()`` for the current one)."""
-        self.last_seq: int = first.last_seq
-        self.next_iteration: int = max(1, self.state.next_iteration)
-        self.reconnects = 0
-        self.closed = False
-
-    @property
-    def lease_id(self) -> str:
-        return self._lease.lease.lease_id
-
-    @property
-    def warnings(self) -> list[LeaseWarning]:
-        """Notices that came with the lease (``open_tool_calls``, ``paused_turn``, ...)."""
-        return list(self.state.warnings)
-
-    @property
-    def resume_at_input_boundary(self) -> bool:
-        return self._lease.lease.resume_at_input_boundary
+        self._init_view(params, lease)
 
     # --- appends -----------------------------------------------------------------------
 

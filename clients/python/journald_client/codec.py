@@ -12,7 +12,7 @@ import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -233,6 +233,45 @@ class OpenParams:
     interactive: bool
     force: bool
     name: str
+
+
+class LeaseHandle(Protocol):
+    """What both transports keep of an Open stream: its first message."""
+
+    lease: pb.Lease
+
+
+class RunView:
+    """What the sync and async writers share: the state taken from the lease and the views
+    of it (the transports differ only in how they call the daemon)."""
+
+    _lease: LeaseHandle
+
+    def _init_view(self, params: OpenParams, lease: LeaseHandle) -> None:
+        self._lease = lease
+        first = lease.lease
+        self.run_id = params.run_id
+        self.created = first.created
+        self.state: RunState = state_from_pb(first.state, first.warnings)
+        """The folded state when the lease was (re-)granted, or after this writer's last
+        ``compact``/``restore`` (``fold()`` for the current one)."""
+        self.last_seq: int = first.last_seq
+        self.next_iteration: int = max(1, self.state.next_iteration)
+        self.reconnects = 0
+        self.closed = False
+
+    @property
+    def lease_id(self) -> str:
+        return self._lease.lease.lease_id
+
+    @property
+    def warnings(self) -> list[LeaseWarning]:
+        """Notices that came with the lease (``open_tool_calls``, ``paused_turn``, ...)."""
+        return list(self.state.warnings)
+
+    @property
+    def resume_at_input_boundary(self) -> bool:
+        return self._lease.lease.resume_at_input_boundary
 
 
 def open_request(
