@@ -17,6 +17,7 @@ from jsonschema.exceptions import ValidationError
 
 from journald.errors import InvalidRecord
 from journald.records import KINDS, Record
+from journald.schema_predicate import Predicate, compile_definition
 
 SCHEMA_FILE = "records.v1.json"
 
@@ -34,6 +35,13 @@ def _validator(name: str) -> Draft202012Validator:
     return Draft202012Validator({"$ref": f"#/$defs/{name}", "$defs": doc["$defs"]})
 
 
+@cache
+def _is_valid(name: str) -> Predicate:
+    # The compiled predicate accepts exactly what jsonschema accepts (property-tested); it
+    # only answers yes or no, so a refused instance is re-run through jsonschema for the error.
+    return compile_definition(schema_document(), name)
+
+
 def _path(err: ValidationError) -> str:
     out = ""
     for part in err.absolute_path:
@@ -46,7 +54,20 @@ def _best(errors: list[ValidationError]) -> ValidationError:
     return max(errors, key=lambda e: len(list(e.absolute_path)))
 
 
+def _has_float(value: object) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return False
+
+
 def _no_floats(value: object, where: str) -> None:
+    # Paths are only built once a float is known to be there (they cost more than the walk).
+    if not _has_float(value):
+        return
     if isinstance(value, float):
         raise InvalidRecord(
             f"field {where}: {value!r} is a floating-point number; records hold integers only "
@@ -64,6 +85,9 @@ def _no_floats(value: object, where: str) -> None:
 def validate_payload(kind: str, payload: object) -> None:
     if kind not in KINDS:
         raise InvalidRecord(f"field type: unknown record kind {kind!r}")
+    if _is_valid(kind)(payload):
+        _no_floats(payload, kind)
+        return
     errors = list(_validator(kind).iter_errors(payload))
     if errors:
         err = _best(errors)
@@ -75,7 +99,7 @@ def validate_payload(kind: str, payload: object) -> None:
 def validate_record(rec: Record) -> None:
     """Validate envelope and payload of a built record; raise ``InvalidRecord`` naming the field."""
     obj = rec.as_json()
-    errors = list(_validator("envelope").iter_errors(obj))
+    errors = [] if _is_valid("envelope")(obj) else list(_validator("envelope").iter_errors(obj))
     if errors:
         err = _best(errors)
         field = _path(err)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-CORE = ["records", "fold", "fingerprint", "governance", "errors"]
+CORE = ["records", "fold", "fingerprint", "governance", "errors", "schema_predicate"]
 FORBIDDEN = {
     "os",
     "io",
