@@ -127,19 +127,28 @@ def make_record(
     if kind not in TYPE_OF:
         raise InvalidRecord(f"unknown record kind {kind!r}; expected one of {', '.join(KINDS)}")
     raw = canonical_json(envelope(seq, kind, payload, prev, ts, trace))
+    return _with_bytes(seq, kind, payload, prev, ts, trace, raw)
+
+
+def _with_bytes(
+    seq: int,
+    kind: str,
+    payload: Mapping[str, Any],
+    prev: str,
+    ts: str,
+    trace: Mapping[str, str] | None,
+    raw: bytes,
+) -> Record:
     return Record(
         seq, kind, ts, prev, payload, dict(trace) if trace else None, raw, sha256_hex(raw)
     )
 
 
 def decode(raw: bytes) -> Record:
-    """Parse stored bytes into a record, refusing other format versions and non-canonical
-    bytes (a record whose bytes are not canonical cannot be hash-verified across languages)."""
-    try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRecord(f"record is not valid JSON: {exc}") from exc
-    rec = from_json(obj)
+    """Parse stored or received bytes into a record, refusing other format versions and
+    non-canonical bytes (a record whose bytes are not canonical cannot be hash-verified
+    across languages). Anything from outside the store (imports, clients) goes through here."""
+    rec = from_json(_parse(raw))
     if rec.raw != raw:
         raise InvalidRecord(
             f"record seq {rec.seq} is not in canonical form (sorted keys, compact, UTF-8)",
@@ -148,8 +157,35 @@ def decode(raw: bytes) -> Record:
     return rec
 
 
+def decode_stored(raw: bytes) -> Record:
+    """``decode`` for bytes a store reads back from its own files, whose hash chain it checks.
+
+    The envelope is checked as in ``decode``, but the bytes are not re-encoded to prove they
+    are canonical (re-encoding costs more than parsing): the store wrote canonical bytes, and
+    any later change to them changes ``hash`` (computed here from the bytes as read), which
+    the next record's ``prev`` or the segment's manifest entry then refuses. So the caller
+    must check the chain and vouch for the last record another way (``decode`` it)."""
+    return _with_bytes(*envelope_fields(_parse(raw)), raw)
+
+
+def _parse(raw: bytes) -> object:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRecord(f"record is not valid JSON: {exc}") from exc
+
+
 def from_json(obj: object) -> Record:
     """Build a record from a decoded JSON object, checking the envelope."""
+    return make_record(*envelope_fields(obj))
+
+
+Fields = tuple[int, str, dict[str, Any], str, str, dict[str, Any] | None]
+
+
+def envelope_fields(obj: object) -> Fields:
+    """(seq, kind, payload, prev, ts, trace) of a decoded JSON record, or the typed error
+    naming what is wrong with its envelope (version, seq, type, payload, field types)."""
     if not isinstance(obj, dict):
         raise InvalidRecord("record must be a JSON object")
     version = obj.get("v")
@@ -186,7 +222,7 @@ def from_json(obj: object) -> Record:
         raise InvalidRecord("fields ts and prev must be strings", metadata={"seq": seq})
     if trace is not None and not isinstance(trace, dict):
         raise InvalidRecord("field trace must be an object", metadata={"seq": seq})
-    return make_record(seq, kind, payload, prev, ts, trace)
+    return seq, kind, payload, prev, ts, trace
 
 
 def chain(prev_hash: str, records: list[Record]) -> list[Record]:

@@ -76,9 +76,40 @@ ENV = {
         ({"meta": {}}, errors.InvalidRecord),
     ],
 )
-def test_from_json_refuses_a_malformed_envelope_with_a_typed_error(
+def test_from_json_and_the_stored_decode_refuse_a_malformed_envelope_with_a_typed_error(
     change: dict[str, Any], error: type[errors.JournaldError]
 ) -> None:
     with pytest.raises(error):
         records.from_json({**ENV, **change})
+    with pytest.raises(error):
+        records.decode_stored(records.canonical_json({**ENV, **change}))
     records.from_json(ENV)  # the unchanged envelope is fine
+    records.decode_stored(records.canonical_json(ENV))
+
+
+@settings(max_examples=60)
+@given(journals(max_steps=6))
+def test_the_stored_decode_of_canonical_bytes_is_the_full_decode(
+    recs: list[records.Record],
+) -> None:
+    for rec in recs:
+        assert records.decode_stored(rec.raw) == records.decode(rec.raw) == rec
+
+
+def test_the_stored_decode_keeps_altered_bytes_as_read_so_their_hash_no_longer_links() -> None:
+    """It does not re-encode: bytes changed on disk (here whitespace, still valid JSON) keep
+    their own hash, which is what the next record's ``prev`` is checked against."""
+    rec = records.make_record(1, "user", {"content": []}, records.GENESIS, ENV["ts"])
+    altered = rec.raw.replace(b'"seq":1', b'"seq": 1')
+    with pytest.raises(errors.InvalidRecord, match="canonical"):
+        records.decode(altered)
+    stored = records.decode_stored(altered)
+    assert (stored.raw, stored.hash) == (altered, records.sha256_hex(altered))
+    assert stored.hash != rec.hash
+
+
+@settings(max_examples=150)
+@given(st.binary(max_size=200))
+def test_the_stored_decode_of_arbitrary_bytes_raises_only_typed_errors(raw: bytes) -> None:
+    with contextlib.suppress(errors.JournaldError):
+        records.decode_stored(raw)
