@@ -501,14 +501,16 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
     if wi:
         L += [
             "",
-            "## What the proposed validation change would buy (measured, not shipped)",
+            "## What the compiled validator bought (measured in this run)",
             "",
-            "The same daemon started through `bench/whatif_daemon.py`, which swaps "
-            "`validate_record` in the servicer: **dispatch** checks each content block only "
-            "against its own type's schema (same schemas otherwise; see below), **off** skips "
-            "schema validation (the bound for any faster validator). Same workloads, same run.",
+            "The same daemon started through `bench/whatif_daemon.py`, which swaps the "
+            "validator: **jsonschema** evaluates every record with `jsonschema`, as journald "
+            "did before `journald/schema_predicate.py`; **off** skips schema validation (the "
+            "bound for any faster validator). **shipped** is the daemon as built (the compiled "
+            "predicate; jsonschema only names the field of a refused record). Same workloads, "
+            "same run.",
             "",
-            "| form | runs | shipped (rec/s, p50 ms) | dispatch (rec/s, p50 ms) | "
+            "| form | runs | shipped (rec/s, p50 ms) | jsonschema (rec/s, p50 ms) | "
             "off (rec/s, p50 ms) |",
             "|---|---:|---|---|---|",
         ]
@@ -522,7 +524,7 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
                 "n/a" if cur is None else f"{cur['rate']:,.0f}, {cur['p50_ms']:.2f}",
                 *(
                     f"{by[m]['rate']:,.0f}, {by[m]['p50_ms']:.2f}" if m in by else "n/a"
-                    for m in ("dispatch", "off")
+                    for m in ("jsonschema", "off")
                 ),
             ]
             L.append(f"| {form} | {n} | " + " | ".join(cells) + " |")
@@ -560,18 +562,16 @@ def analysis(res: dict[str, Any]) -> list[str]:
     conc = res["config"]["concurrency"]
     top = max(conc)
     if stages:
-        proto_key = next((k for k in stages if k.startswith("validate, prototype")), None)
-        proto = stages.pop(proto_key) if proto_key else None
         total = sum(stages.values())
         val = next((v for k, v in stages.items() if k.startswith("validate_record")), 0.0)
         batch = _g(res, "batch", top, "rate")
         text = (
-            f"**The append path is CPU-bound, not disk-bound.** "
+            f"**Where the daemon's CPU goes.** "
             f"Per record, the servicer's own steps cost {total:,.0f} µs of CPU in this run, "
-            f"of which JSON Schema validation (`journald/validation.py`, `validate_record`) "
-            f"is {val:,.0f} µs ({val / total * 100:.0f}%). One event loop can therefore "
-            f"apply at most ~{1e6 / total:,.0f} records/s whatever the batching, before any "
-            "gRPC or client cost"
+            f"of which schema validation (`validate_record`, the compiled predicate) "
+            f"is {val:,.0f} µs ({val / total * 100:.0f}%). These steps alone would let one "
+            f"event loop apply ~{1e6 / total:,.0f} records/s; gRPC, the socket and the "
+            "hand-off to the writer threads come on top (the profile tables above)"
         )
         if batch is not None:
             text += f"; the 16-record batch form reached {batch:,.0f} records/s at {top} runs"
@@ -593,48 +593,32 @@ def analysis(res: dict[str, Any]) -> list[str]:
                 v for k, v in nat.items() if k.startswith(("syscalls", "thread hand-offs"))
             )
             text += (
-                f" With C frames included, the event loop's samples split into JSON Schema "
-                f"validation {nat.get('validation (JSON Schema)', 0) * 100:.0f}%, the gRPC "
+                f" With C frames included, the event loop's samples split into schema "
+                f"validation {nat.get('validation (schema)', 0) * 100:.0f}%, the gRPC "
                 f"framework (cygrpc, core, uvloop) {grpc_share * 100:.0f}%, and syscalls and "
                 f"thread hand-offs (socket sends, epoll, futex/semaphore wake-ups of the "
                 f"writer threads) {sys_share * 100:.0f}%. gRPC and the socket set the floor "
-                "(the echo servicer pays them too); validation is the largest part journald "
-                "controls, the per-append hand-off to a writer thread the next."
+                "(the echo servicer pays them too)."
             )
         out.append(text)
-        if proto is not None and val:
-            new_total = total - val + proto
-            out.append(
-                "**Proposed (not made: `journald/validation.py` is not in this change's "
-                "scope): validate each content block against its own type's schema.** The "
-                "schema's `block` is an if/then chain over seven block types, so every block "
-                "is evaluated against every branch and each failed `const` builds a "
-                "`ValidationError` (`Validator.evolve`, `descend`, `referencing` lookups "
-                "dominate the profile). A prototype that picks the block schema by its `type` "
-                f"in Python (same envelope and payload checks) took {proto:,.0f} µs instead of "
-                f"{val:,.0f} µs per record in this run ({val / proto:.1f}× faster); with it "
-                f"the per-record CPU would drop from {total:,.0f} to {new_total:,.0f} µs "
-                f"(ceiling ~{1e6 / new_total:,.0f} records/s). A compiled validator (generated "
-                "code for the published schema, checked against the same test vectors) "
-                "would go further."
-            )
-            wi = {(w["mode"], w["form"]): w for w in res.get("whatif") or []}
-            parts = []
-            for form in ("unary", "batch"):
-                d, o = wi.get(("dispatch", form)), wi.get(("off", form))
-                cur = row(res, form, d["runs"]) if d else None
-                if d and o and cur:
-                    parts.append(
-                        f"{form} at {d['runs']} runs went from {cur['rate']:,.0f} to "
-                        f"{d['rate']:,.0f} records/s with it ({d['rate'] / cur['rate']:.1f}×) "
-                        f"and to {o['rate']:,.0f} ({o['rate'] / cur['rate']:.1f}×) with no "
-                        "schema validation at all"
-                    )
-            if parts:
-                out.append(
-                    "**Measured end to end in this run** (daemon with the prototype swapped in, "
-                    "see the what-if table): " + "; ".join(parts) + "."
+        wi = {(w["mode"], w["form"]): w for w in res.get("whatif") or []}
+        parts = []
+        for form in ("unary", "batch"):
+            j, o = wi.get(("jsonschema", form)), wi.get(("off", form))
+            cur = row(res, form, j["runs"]) if j else None
+            if j and o and cur:
+                parts.append(
+                    f"{form} at {j['runs']} runs: {j['rate']:,.0f} records/s with jsonschema "
+                    f"on every record, {cur['rate']:,.0f} as shipped "
+                    f"({cur['rate'] / j['rate']:.1f}×), {o['rate']:,.0f} with no validation "
+                    f"(so validation now costs {max(0.0, 1 - cur['rate'] / o['rate']) * 100:.0f}% "
+                    "of the rate)"
                 )
+        if parts:
+            out.append(
+                "**What the compiled validator bought, end to end in this run** (see the "
+                "what-if table): " + "; ".join(parts) + "."
+            )
     e1, raw1, u1 = _g(res, "echo", 1, "p50_ms"), _g(res, "raw", 1, "p50_ms"), None
     u1 = _g(res, "unary", 1, "p50_ms")
     if e1 is not None and raw1 is not None and u1 is not None:

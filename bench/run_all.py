@@ -435,7 +435,7 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
 
 
 def step_whatif(ctx: Ctx, progress: Callable[[str], None]) -> None:
-    """The daemon with the proposed validation change (and with none), same workloads."""
+    """The daemon with the previous validator (jsonschema) and with none, same workloads."""
     from tests.daemon import Daemon
 
     class WhatIfDaemon(Daemon):
@@ -450,7 +450,7 @@ def step_whatif(ctx: Ctx, progress: Callable[[str], None]) -> None:
 
     n = 16 if 16 in ctx.cfg.concurrency else max(ctx.cfg.concurrency)
     rows: list[dict[str, Any]] = []
-    for mode in ("dispatch", "off"):
+    for mode in ("jsonschema", "off"):
         base = ctx.work / f"whatif-{mode}"
         base.mkdir()
         with WhatIfDaemon(mode, base) as d:
