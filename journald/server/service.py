@@ -136,6 +136,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                             "resumed with force despite drift: " + "; ".join(drift),
                         )
                     )
+                # right after the fold: the file store's open takes the active segment from
+                # that read instead of decoding it again, if the files did not change between
                 journal = await self.store.open(run_id)
                 if journal.repair is not None:
                     warnings.append(("torn_tail_repaired", journal.repair.sentence()))

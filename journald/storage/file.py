@@ -64,7 +64,10 @@ Recovery rules
   hash-chain break not covered by an anchor, a sealed segment with a partial line or
   disagreeing with its manifest entry, a listed segment missing, an unlisted segment that is
   not an interrupted seal — raises ``StoreCorrupted`` naming run, file, line and seq. A run is
-  never read as a shorter history.
+  never read as a shorter history. Reads re-encode only the last record to prove it
+  canonical: any other record whose bytes changed since they were written breaks the chain at
+  the record after it (or disagrees with its segment's manifest entry); ``verify`` and
+  recovery re-encode every record (``segments.ChainReader``).
 * ``recover(run_id, quarantine_dir)`` moves damaged interior records out of the run (raw
   bytes to a directory outside it), rewrites the volume without them and anchors each hole
   in the manifest; it returns a ``QuarantineReport`` (positions and hashes, no text).
@@ -81,8 +84,10 @@ Recovery rules
   runs with the run locked and read, before anything changes, and its failure aborts.
 
 Modules: ``segments`` (manifest, line format, the strict chain reader, durable-write helpers),
-``file_journal`` (the append handle: group commit, durable writes, sealing), this module (the
-store: layout, locks, reads, recovery, prune). Failpoints: ``journald.failpoints``.
+``file_journal`` (the append handle: group commit, durable writes, sealing), ``file_reads``
+(snapshots and the checked walk of the chain; tail reads that start at their seq; what an open
+reuses of the read before it), this module (the store: layout, locks, listing, recovery,
+prune). Failpoints: ``journald.failpoints``.
 """
 
 from __future__ import annotations
@@ -90,7 +95,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import itertools
 import json
 import os
 import shutil
@@ -99,11 +103,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from journald import failpoints
 from journald.errors import (
-    BackendUnavailable,
     InvalidRecord,
     JournaldError,
     Locked,
@@ -122,7 +124,6 @@ from journald.storage.base import (
     VerifyReport,
 )
 from journald.storage.file_journal import (
-    RECENT,
     FileJournal,
     OpenState,
     SegmentStats,
@@ -130,6 +131,7 @@ from journald.storage.file_journal import (
     read_file,
     unique_path,
 )
+from journald.storage.file_reads import FileReads, Records
 from journald.storage.info import run_info_from
 from journald.storage.segments import (
     BROKEN,
@@ -145,6 +147,7 @@ from journald.storage.segments import (
     Line,
     Manifest,
     SegmentInfo,
+    active_end,
     atomic_write,
     corrupted,
     file_lines,
@@ -158,9 +161,6 @@ from journald.storage.segments import (
 )
 
 MiB = 1024 * 1024
-MISSING = b"\0missing"
-Files = list[tuple[str, bytes, SegmentInfo | None]]
-Records = list[Record]
 Infos = list[RunInfo]
 Segments = list[SegmentInfo]
 PrePrune = Callable[[str, Sequence[Record]], Awaitable[None]]
@@ -177,7 +177,7 @@ class PruneReport:
     kept_records: int = 0
 
 
-class FileStore:
+class FileStore(FileReads):
     """Runs as JSON-lines files under ``data_dir`` (see the module docstring)."""
 
     durability = FSYNC_LOCAL
@@ -207,8 +207,7 @@ class FileStore:
         self.segmentation = segmentation
         self.gap_wait_s = gap_wait_s
         self.io = io
-        self.segment_opens = 0
-        """Sealed segment files opened by reads (lets tests prove paging reads the tail)."""
+        self._init_reads()
         for d in (self.data_dir, self.sessions_dir):
             if not os.path.isdir(d):
                 os.makedirs(d, DIR_MODE, exist_ok=True)
@@ -357,40 +356,18 @@ class FileStore:
             os.close(fd)
         return RepairReport(path, len(data) - end, broken, 0)
 
-    def _chain(
-        self, run_id: str, m: Manifest, lines: Any, start_seq: int, start_hash: str
-    ) -> ChainReader:
-        pos = None
-        if m.segments and start_seq == m.segments[-1].last_seq:
-            last = m.segments[-1]
-            pos = Line(
-                os.path.join(self.sessions_dir, run_id, SEGMENTS, last.file), last.records, b""
-            )
-        return ChainReader(run_id, lines, start_seq, start_hash, pos, m.anchor_after())
-
     def _open_state(self, run_id: str, run_dir: str) -> OpenState:
         m = self._settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
         data = read_file(path) if os.path.exists(path) else b""
-        end = split_active(data)[1]
+        end = active_end(data)
         report = None
         if end < len(data):
             report = self._repair_tail(run_id, run_dir, data, end)
-        start_seq, start_hash = m.active_start()
-        stats = SegmentStats()
-        recent: list[Record] = []
-        for _, rec in self._chain(run_id, m, file_lines(path, data[:end]), start_seq, start_hash):
-            stats.add(rec)
-            recent.append(rec)
-            if len(recent) > 2 * RECENT:
-                del recent[:RECENT]
+        tail = self._active_tail(run_id, m, path, data[:end])
+        stats = tail.stats
         last_seq, last_hash = (
-            (stats.last_seq, stats.last_hash)
-            if stats.records
-            else (
-                start_seq,
-                start_hash,
-            )
+            (stats.last_seq, stats.last_hash) if stats.records else m.active_start()
         )
         if report is not None:
             report = RepairReport(report.file, report.dropped_bytes, report.broken_copy, last_seq)
@@ -399,9 +376,9 @@ class FileStore:
             first = os.path.join(run_dir, SEGMENTS, m.segments[0].file)
             with open(first, "rb") as f:
                 meta = decode(f.readline().rstrip(b"\n"))
-        elif recent and recent[0].seq == 1:
-            meta = recent[0]
-        return OpenState(m, end, stats, last_seq, last_hash, meta, recent[-RECENT:], report)
+        elif tail.first is not None and tail.first.seq == 1:
+            meta = tail.first
+        return OpenState(m, end, stats, last_seq, last_hash, meta, tail.recent, report)
 
     # -- Store protocol --------------------------------------------------------------------
 
@@ -608,7 +585,7 @@ class FileStore:
         anchors = {a.after_seq: a for a in m.anchors}
         bad: list[tuple[Line, int, str]] = []
         for _ in range(len(lines) + 1):
-            reader = ChainReader(run_id, iter(lines), 0, GENESIS, None, anchors)
+            reader = ChainReader(run_id, iter(lines), 0, GENESIS, None, anchors, strict=True)
             try:
                 for _ in reader:
                     pass
@@ -663,128 +640,6 @@ class FileStore:
         return report
 
     # -- reads -----------------------------------------------------------------------------
-
-    def _snapshot(self, run_id: str, from_seq: int) -> tuple[Manifest, Files, int, str]:
-        """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
-        the active segment without its torn tail) and the chain state before the first."""
-        run_dir = self.run_dir(run_id)
-        path = os.path.join(run_dir, JOURNAL)
-        for _ in range(16):
-            if not os.path.isdir(run_dir):
-                raise self._not_found(run_id)
-            try:
-                afd: int | None = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                afd = None
-            try:
-                m = read_manifest(run_dir, run_id) or Manifest()
-                files: Files = []
-                start_seq, start_hash = 0, GENESIS
-                if m.pending:
-                    staged = os.path.join(run_dir, m.pending)
-                    try:
-                        data = read_file(staged)
-                        name = staged
-                    except FileNotFoundError:
-                        data, name = read_file(path), path
-                    files.append((name, data[: split_active(data)[1]], None))
-                else:
-                    segs = m.segments
-                    idx = next((i for i, s in enumerate(segs) if s.last_seq >= from_seq), len(segs))
-                    if idx > 0:
-                        start_seq, start_hash = segs[idx - 1].last_seq, segs[idx - 1].last_hash
-                    for s in segs[idx:]:
-                        seg = os.path.join(run_dir, SEGMENTS, s.file)
-                        try:
-                            data = read_file(seg)
-                        except FileNotFoundError:
-                            data = MISSING
-                        self.segment_opens += 1
-                        files.append((seg, data, s))
-                    active = b""
-                    if afd is not None:
-                        st = os.fstat(afd)
-                        same = bool(segs) and any(
-                            st.st_ino == s_st.st_ino and st.st_dev == s_st.st_dev
-                            for s_st in _stat_last(run_dir, segs)
-                        )
-                        if not same:
-                            with os.fdopen(os.dup(afd), "rb") as f:
-                                active = f.read()
-                    files.append((path, active[: split_active(active)[1]], None))
-                again = read_manifest(run_dir, run_id) or Manifest()
-                if again.generation == m.generation:
-                    return m, files, start_seq, start_hash
-            finally:
-                if afd is not None:
-                    os.close(afd)
-        raise BackendUnavailable(
-            f"run {run_id} kept changing while it was read; retry",
-            metadata={"run_id": run_id},
-        )
-
-    def _iter_checked(self, run_id: str, from_seq: int) -> tuple[Manifest, Files, Records]:
-        """Read and check a snapshot; records with seq >= ``from_seq``."""
-        m, files, start_seq, start_hash = self._snapshot(run_id, from_seq)
-        for name, data, info in files:
-            if info is None:
-                continue
-            if data == MISSING:
-                raise corrupted(
-                    run_id,
-                    Line(name, 0, b""),
-                    info.first_seq,
-                    "a segment listed in the manifest is missing",
-                )
-            if not data.endswith(b"\n"):
-                raise corrupted(
-                    run_id,
-                    Line(name, data.count(b"\n") + 1, b""),
-                    info.last_seq,
-                    "a sealed segment ends in a partial line",
-                )
-        reader = self._chain(
-            run_id,
-            m,
-            itertools.chain.from_iterable(file_lines(n, d) for n, d, _ in files),
-            start_seq,
-            start_hash,
-        )
-        first_info = files[0][2] if files else None
-        if first_info is not None and start_seq:
-            prev = m.segments[m.segments.index(first_info) - 1]
-            reader.pos = Line(self._seg_path(run_id, prev.file), prev.records, b"")
-        out: Records = []
-        tally: dict[str, list[Any]] = {}
-        for line, rec in reader:
-            t = tally.setdefault(line.file, [0, ""])
-            t[0] += 1
-            t[1] = rec.hash
-            if rec.seq >= from_seq:
-                out.append(rec)
-        for name, data, info in files:
-            if info is None:
-                continue
-            count, last_hash = tally.get(name, [0, ""])
-            if count != info.records or last_hash != info.last_hash or len(data) != info.bytes:
-                raise corrupted(
-                    run_id,
-                    Line(name, count, b""),
-                    info.last_seq,
-                    f"the segment holds {count} records ({len(data)} bytes) ending in "
-                    f"{str(last_hash)[:12]}, the manifest says {info.records} ({info.bytes} "
-                    f"bytes) ending in {info.last_hash[:12]}",
-                )
-        return m, files, out
-
-    def _seg_path(self, run_id: str, name: str) -> str:
-        return os.path.join(self.sessions_dir, run_id, SEGMENTS, name)
-
-    def _read_records(self, run_id: str, from_seq: int) -> Records:
-        _, _, out = self._iter_checked(run_id, from_seq)
-        if not out and from_seq <= 1:
-            raise self._not_found(run_id)
-        return out
 
     def _info(self, run_id: str) -> RunInfo:
         m, files, _ = self._iter_checked(run_id, 1 << 62)
@@ -846,7 +701,7 @@ class FileStore:
     def _verify(self, run_id: str) -> VerifyReport:
         from journald.validation import validate_record
 
-        m, _, recs = self._iter_checked(run_id, 1)
+        m, _, recs = self._iter_checked(run_id, 1, strict=True)
         if not recs:
             raise self._not_found(run_id)
         run_dir = self.run_dir(run_id)
@@ -884,13 +739,6 @@ class FileStore:
                     metadata={"run_id": run_id, "seq": rec.seq},
                 ) from exc
         return VerifyReport(len(recs), recs[-1].seq, recs[-1].hash, len(m.segments) + 1)
-
-
-def _stat_last(run_dir: str, segs: list[SegmentInfo]) -> list[os.stat_result]:
-    try:
-        return [os.stat(os.path.join(run_dir, SEGMENTS, segs[-1].file))]
-    except FileNotFoundError:
-        return []
 
 
 def _decoded(line: Line) -> Record | None:

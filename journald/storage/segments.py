@@ -18,7 +18,7 @@ from typing import Any
 
 from journald import failpoints
 from journald.errors import BackendUnavailable, JournaldError, StorageFull, StoreCorrupted
-from journald.records import GENESIS, Record, decode
+from journald.records import GENESIS, Record, decode, decode_stored
 
 JOURNAL = "journal.jsonl"
 MANIFEST = "manifest.json"
@@ -210,14 +210,30 @@ def split_active(data: bytes) -> tuple[list[bytes], int]:
 
     The tail is torn when bytes follow the last newline (an incomplete line) or when the last
     complete line is not JSON at all (an unparsable final line)."""
-    lines, end = split_complete(data)
-    if lines:
+    end = active_end(data)
+    return (data[: end - 1].split(b"\n") if end else []), end
+
+
+def active_end(data: bytes) -> int:
+    """``split_active``'s length without splitting every line (only the last is parsed)."""
+    end = data.rfind(b"\n") + 1
+    if end:
+        start = data.rfind(b"\n", 0, end - 1) + 1
         try:
-            json.loads(lines[-1])
+            json.loads(data[start : end - 1])
         except ValueError:
-            end -= len(lines[-1]) + 1
-            lines.pop()
-    return lines, end
+            return start
+    return end
+
+
+def line_start(data: bytes, index: int) -> int:
+    """Offset of line ``index`` (0-based) of ``data``, or -1 when it has no such line."""
+    at = 0
+    for _ in range(index):  # memchr per line: far cheaper than splitting them all
+        at = data.find(b"\n", at) + 1
+        if not at:
+            return -1
+    return at if at < len(data) else -1
 
 
 @dataclass(slots=True)
@@ -243,7 +259,16 @@ def corrupted(run_id: str, pos: Line | None, seq: int, what: str) -> StoreCorrup
 
 
 class ChainReader:
-    """Decode lines in order and check canonical form, seq order and the hash chain.
+    """Decode lines in order and check the envelope, seq order and the hash chain.
+
+    The lines are the store's own: every record but the last is decoded without re-encoding
+    it (``decode_stored``), since any change to its bytes since they were written changes its
+    hash and breaks the chain at the next record; the last one has no next record, so it gets
+    the full canonical check (``decode``). A record is therefore vouched for only once the
+    line after it was read: consume the reader to its end before trusting what it yielded
+    (a sealed segment's last record is also checked against the manifest by the caller).
+    ``strict`` (verify, recovery) gives every record the full check, which also catches a
+    non-canonical record that was written so (a writer bug) rather than changed since.
 
     On a chain break between records j-1 and j, the damaged record is named by looking one
     record ahead: if record j is vouched for (its hash is the next record's ``prev``) or is
@@ -258,8 +283,10 @@ class ChainReader:
         start_hash: str,
         start_pos: Line | None,
         anchors: dict[int, Anchor],
+        strict: bool = False,
     ) -> None:
         self.run_id = run_id
+        self._decode = decode if strict else decode_stored
         self._lines = lines
         self._peeked: Line | None = None
         self.seq = start_seq
@@ -286,8 +313,9 @@ class ChainReader:
         if line is None:
             raise StopIteration
         expected = self.seq + 1
+        last = self._peek() is None
         try:
-            rec = decode(line.raw)
+            rec = decode(line.raw) if last else self._decode(line.raw)
         except JournaldError as exc:
             what = f"not a valid record ({exc.message})"
             raise corrupted(self.run_id, line, expected, what) from None
@@ -308,7 +336,7 @@ class ChainReader:
                 vouched = True
                 if nxt is not None:
                     try:
-                        vouched = decode(nxt.raw).prev == rec.hash
+                        vouched = decode_stored(nxt.raw).prev == rec.hash
                     except JournaldError:
                         vouched = False
                 if vouched and self.pos is not None:
@@ -329,7 +357,8 @@ class ChainReader:
         return line, rec
 
 
-def file_lines(name: str, data: bytes) -> Iterator[Line]:
+def file_lines(name: str, data: bytes, first_line: int = 1) -> Iterator[Line]:
+    """The complete lines of ``data`` (from file ``name``), numbered from ``first_line``."""
     lines, _ = split_complete(data)
-    for i, raw in enumerate(lines, 1):
+    for i, raw in enumerate(lines, first_line):
         yield Line(name, i, raw)

@@ -1,0 +1,324 @@
+"""The read path of the file backend: consistent snapshots and the checked walk of the chain.
+
+Format, layout and recovery rules: see ``journald.storage.file`` (reads take no lock, see
+"Exclusion" there). Two shortcuts keep reads cheap without changing what a read returns:
+
+* **Reading from a seq inside a segment** starts at that record's line instead of the
+  segment's first line when the segment's seqs are consecutive (a sealed segment whose
+  manifest entry says so; the active segment when no anchor can fall inside it). The record
+  found there must carry that seq and its ``prev`` must be the hash of the line before it,
+  else the whole segment is walked as before (so a damaged segment is reported as before).
+  Like the earlier segments such a read never opens, the lines it skips are not checked by
+  it; a read from seq 1 (Open, Fold, Verify, export) walks and checks everything.
+* **An open right after a read** (``Open`` folds the run, checks its gates, then opens it
+  for append): a read that walked the whole active segment leaves what an open needs of it
+  (``ActiveTail``: its figures, first and last record) with the manifest it was read under
+  and a digest of its bytes. The open takes them instead of decoding the segment again when
+  the manifest it settled and the digest of the bytes it reads back are the same, so a
+  resumed run is decoded once. Anything else (a repair, a seal, another writer) walks it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from journald.errors import BackendUnavailable, JournaldError, SessionNotFound
+from journald.records import GENESIS, Record, decode_stored, sha256_hex
+from journald.storage.file_journal import RECENT, SegmentStats, read_file
+from journald.storage.segments import (
+    JOURNAL,
+    SEGMENTS,
+    ChainReader,
+    Line,
+    Manifest,
+    SegmentInfo,
+    active_end,
+    corrupted,
+    file_lines,
+    line_start,
+    read_manifest,
+)
+
+MISSING = b"\0missing"
+Files = list[tuple[str, bytes, SegmentInfo | None]]
+Records = list[Record]
+TAILS_KEPT = 64  # runs whose last read's ActiveTail waits for an open (two records each)
+
+
+@dataclass(slots=True)
+class ActiveTail:
+    """What an open for append needs of the active segment: its figures (its manifest entry
+    once sealed), its first record (the run's meta when it is seq 1) and its last ``keep``."""
+
+    keep: int = RECENT
+    stats: SegmentStats = field(default_factory=SegmentStats)
+    first: Record | None = None
+    recent: list[Record] = field(default_factory=list)
+    read_under: tuple[Any, ...] = ()  # active_key of the manifest the segment was read under
+    digest: str = ""  # sha256 of the segment's complete lines (torn tail excluded)
+
+    def add(self, rec: Record) -> None:
+        self.stats.add(rec)
+        if self.first is None:
+            self.first = rec
+        self.recent.append(rec)
+        if len(self.recent) > 2 * self.keep:  # trimmed in steps: O(1) per record
+            del self.recent[: -self.keep]
+
+    def done(self) -> ActiveTail:
+        del self.recent[: -self.keep]
+        return self
+
+
+def active_key(m: Manifest) -> tuple[Any, ...]:
+    """What the walk of an active segment depends on besides its bytes: the chain state it
+    starts from and the anchors it may jump by (and the generation, bumped by every write)."""
+    anchors = tuple((a.after_seq, a.after_hash, a.resume_seq, a.resume_prev) for a in m.anchors)
+    return (m.generation, m.pending, *m.active_start(), anchors)
+
+
+class FileReads:
+    """The read half of ``FileStore`` (a mixin: it shares the store's paths and counters)."""
+
+    sessions_dir: str
+    segment_opens: int
+    """Sealed segment files opened by reads (lets tests prove paging reads the tail)."""
+
+    if TYPE_CHECKING:
+
+        def run_dir(self, run_id: str) -> str: ...
+
+        def _not_found(self, run_id: str) -> SessionNotFound: ...
+
+    def _init_reads(self) -> None:
+        self.segment_opens = 0
+        self._tails: OrderedDict[str, ActiveTail] = OrderedDict()
+        self._tails_lock = threading.Lock()  # reads run on worker threads
+
+    def _seg_path(self, run_id: str, name: str) -> str:
+        return os.path.join(self.sessions_dir, run_id, SEGMENTS, name)
+
+    def _chain(
+        self,
+        run_id: str,
+        m: Manifest,
+        lines: Iterator[Line],
+        start_seq: int,
+        start_hash: str,
+        strict: bool = False,
+    ) -> ChainReader:
+        pos = None
+        if m.segments and start_seq == m.segments[-1].last_seq:
+            last = m.segments[-1]
+            pos = Line(self._seg_path(run_id, last.file), last.records, b"")
+        return ChainReader(run_id, lines, start_seq, start_hash, pos, m.anchor_after(), strict)
+
+    def _active_tail(self, run_id: str, m: Manifest, path: str, active: bytes) -> ActiveTail:
+        """The ``ActiveTail`` of ``active`` (the active segment's complete lines under the
+        settled manifest ``m``): the one the last read left if it read these very bytes
+        under the same manifest, else one made by walking and checking the chain."""
+        with self._tails_lock:
+            kept = self._tails.pop(run_id, None)
+        if (
+            kept is not None
+            and kept.read_under == active_key(m)
+            and kept.digest == sha256_hex(active)
+        ):
+            return kept
+        tail = ActiveTail()
+        start_seq, start_hash = m.active_start()
+        for _, rec in self._chain(run_id, m, file_lines(path, active), start_seq, start_hash):
+            tail.add(rec)
+        return tail.done()
+
+    def _keep_tail(self, run_id: str, tail: ActiveTail) -> None:
+        with self._tails_lock:
+            self._tails[run_id] = tail
+            self._tails.move_to_end(run_id)
+            while len(self._tails) > TAILS_KEPT:
+                self._tails.popitem(last=False)
+
+    def _snapshot(self, run_id: str, from_seq: int) -> tuple[Manifest, Files, int, str]:
+        """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
+        the active segment without its torn tail) and the chain state before the first."""
+        run_dir = self.run_dir(run_id)
+        path = os.path.join(run_dir, JOURNAL)
+        for _ in range(16):
+            if not os.path.isdir(run_dir):
+                raise self._not_found(run_id)
+            try:
+                afd: int | None = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                afd = None
+            try:
+                m = read_manifest(run_dir, run_id) or Manifest()
+                files: Files = []
+                start_seq, start_hash = 0, GENESIS
+                if m.pending:
+                    staged = os.path.join(run_dir, m.pending)
+                    try:
+                        data = read_file(staged)
+                        name = staged
+                    except FileNotFoundError:
+                        data, name = read_file(path), path
+                    files.append((name, data[: active_end(data)], None))
+                else:
+                    segs = m.segments
+                    idx = next((i for i, s in enumerate(segs) if s.last_seq >= from_seq), len(segs))
+                    if idx > 0:
+                        start_seq, start_hash = segs[idx - 1].last_seq, segs[idx - 1].last_hash
+                    for s in segs[idx:]:
+                        seg = os.path.join(run_dir, SEGMENTS, s.file)
+                        try:
+                            data = read_file(seg)
+                        except FileNotFoundError:
+                            data = MISSING
+                        self.segment_opens += 1
+                        files.append((seg, data, s))
+                    active = b""
+                    if afd is not None:
+                        st = os.fstat(afd)
+                        same = bool(segs) and any(
+                            st.st_ino == s_st.st_ino and st.st_dev == s_st.st_dev
+                            for s_st in _stat_last(run_dir, segs)
+                        )
+                        if not same:
+                            with os.fdopen(os.dup(afd), "rb") as f:
+                                active = f.read()
+                    files.append((path, active[: active_end(active)], None))
+                again = read_manifest(run_dir, run_id) or Manifest()
+                if again.generation == m.generation:
+                    return m, files, start_seq, start_hash
+            finally:
+                if afd is not None:
+                    os.close(afd)
+        raise BackendUnavailable(
+            f"run {run_id} kept changing while it was read; retry",
+            metadata={"run_id": run_id},
+        )
+
+    def _iter_checked(
+        self, run_id: str, from_seq: int, strict: bool = False
+    ) -> tuple[Manifest, Files, Records]:
+        """Read and check a snapshot; records with seq >= ``from_seq``. ``strict``: give
+        every record the full canonical check (``ChainReader``) and skip no line."""
+        m, files, start_seq, start_hash = self._snapshot(run_id, from_seq)
+        for name, data, info in files:
+            if info is None:
+                continue
+            if data == MISSING:
+                raise corrupted(
+                    run_id,
+                    Line(name, 0, b""),
+                    info.first_seq,
+                    "a segment listed in the manifest is missing",
+                )
+            if not data.endswith(b"\n"):
+                raise corrupted(
+                    run_id,
+                    Line(name, data.count(b"\n") + 1, b""),
+                    info.last_seq,
+                    "a sealed segment ends in a partial line",
+                )
+        skip, rest = 0, files[0][1]
+        if not strict and from_seq > 1:
+            skip, rest, start_seq, start_hash = _skip_to(
+                m, files[0], from_seq, start_seq, start_hash
+            )
+        lines = itertools.chain(
+            file_lines(files[0][0], rest, skip + 1),
+            itertools.chain.from_iterable(file_lines(name, data) for name, data, _ in files[1:]),
+        )
+        reader = self._chain(run_id, m, lines, start_seq, start_hash, strict)
+        first_info = files[0][2]
+        if skip:
+            reader.pos = Line(files[0][0], skip, b"")
+        elif first_info is not None and start_seq:
+            prev = m.segments[m.segments.index(first_info) - 1]
+            reader.pos = Line(self._seg_path(run_id, prev.file), prev.records, b"")
+        active_name, active_data, _ = files[-1]
+        # the active segment is whole in this read unless the skip started inside it
+        tail = None if m.pending or (skip and len(files) == 1) else ActiveTail(keep=1)
+        out: Records = []
+        tally: dict[str, list[Any]] = {files[0][0]: [skip, ""]}
+        for line, rec in reader:
+            t = tally.setdefault(line.file, [0, ""])
+            t[0] += 1
+            t[1] = rec.hash
+            if rec.seq >= from_seq:
+                out.append(rec)
+            if tail is not None and line.file == active_name:
+                tail.add(rec)
+        for name, data, info in files:
+            if info is None:
+                continue
+            count, last_hash = tally.get(name, [0, ""])
+            if count != info.records or last_hash != info.last_hash or len(data) != info.bytes:
+                raise corrupted(
+                    run_id,
+                    Line(name, count, b""),
+                    info.last_seq,
+                    f"the segment holds {count} records ({len(data)} bytes) ending in "
+                    f"{str(last_hash)[:12]}, the manifest says {info.records} ({info.bytes} "
+                    f"bytes) ending in {info.last_hash[:12]}",
+                )
+        if tail is not None:
+            tail.read_under, tail.digest = active_key(m), sha256_hex(active_data)
+            self._keep_tail(run_id, tail.done())
+        return m, files, out
+
+    def _read_records(self, run_id: str, from_seq: int) -> Records:
+        _, _, out = self._iter_checked(run_id, from_seq)
+        if not out and from_seq <= 1:
+            raise self._not_found(run_id)
+        return out
+
+
+def _skip_to(
+    m: Manifest,
+    first: tuple[str, bytes, SegmentInfo | None],
+    from_seq: int,
+    start_seq: int,
+    start_hash: str,
+) -> tuple[int, bytes, int, str]:
+    """For a read from ``from_seq``: (lines of the first file to skip, its bytes from the
+    first line read, chain seq and hash before that line); nothing skipped when the read
+    must walk the whole file."""
+    _, data, info = first
+    walk_all = 0, data, start_seq, start_hash
+    if info is not None:
+        if info.last_seq - info.first_seq + 1 != info.records:
+            return walk_all  # a quarantine hole inside: seqs are not line numbers
+        first_seq = info.first_seq
+    elif m.pending or any(a.after_seq >= start_seq for a in m.anchors):
+        return walk_all  # an anchored jump may fall inside the active segment
+    else:
+        first_seq = start_seq + 1
+    k = from_seq - first_seq
+    at = line_start(data, k - 1) if k > 0 else -1
+    if at < 0:
+        return walk_all
+    before_end = data.find(b"\n", at) + 1
+    end = data.find(b"\n", before_end)
+    if end < 0:
+        return walk_all  # no complete line k
+    try:
+        rec = decode_stored(data[before_end:end])
+    except JournaldError:
+        return walk_all
+    if rec.seq != from_seq or rec.prev != sha256_hex(data[at : before_end - 1]):
+        return walk_all
+    return k, data[before_end:], from_seq - 1, rec.prev
+
+
+def _stat_last(run_dir: str, segs: list[SegmentInfo]) -> list[os.stat_result]:
+    try:
+        return [os.stat(os.path.join(run_dir, SEGMENTS, segs[-1].file))]
+    except FileNotFoundError:
+        return []
