@@ -655,12 +655,15 @@ def analysis(res: dict[str, Any]) -> list[str]:
                 f"and sent a {o.get('response_bytes', 0) / 2**20:.1f} MiB first response."
             )
         out.append(
-            f"**Open is O(run length) three times over.** For the {n:,}-record run, timed "
-            f"in-process on the same code: {parts}.{extra} Proposed (in `service.Open` and "
-            "the file store, owned by others): open the journal first and fold from the "
-            "records it already read (one read instead of two), and let clients ask for the "
-            "state without the full message list (History pages it) so the first response "
-            "stays small; with segmented runs a checkpointed fold would make it O(tail)."
+            f"**Open is O(run length).** For the {n:,}-record run, timed in-process on the "
+            f"same code: {parts}.{extra} The file store decodes the run once (its open for "
+            "append takes the active segment from the fold's read when the files did not "
+            "change) and checks its own records through the hash chain instead of re-encoding "
+            "each; what remains is parsing and folding every record and the first response, "
+            "which carries the whole conversation. Proposed (a proto change): let clients ask "
+            "for the state without the full message list (History pages it) so the first "
+            "response stays small; with segmented runs a checkpointed fold would make it "
+            "O(tail)."
         )
     hist = rs.get("history") or []
     if len(hist) >= 2:
@@ -685,10 +688,9 @@ def analysis(res: dict[str, Any]) -> list[str]:
                 f" From {m['messages']:,} to {big['messages']:,} messages the page went from "
                 f"{m['page_ms']:,.0f} to {big['page_ms']:,.0f} ms "
                 f"({big['page_ms'] / m['page_ms']:.2f}×): past the first segment the cost "
-                "no longer follows the run's length. What remains above the 1k figure is "
-                "reading the tail segment the mark falls in (sealed segments hold up to 5,000 "
-                "records by default; each is read and its hash chain checked from its start), "
-                "which a per-mark byte offset into the segment would remove."
+                "no longer follows the run's length: a read from the mark's seq starts at that "
+                "record's line in its segment (checked against the line before it), so the "
+                "page reads and folds about the same records at every length."
             )
         out.append(text)
     js1, n1 = _g(res, "js-unary", 1, "p50_ms"), _g(res, "nats", 1, "p50_ms")

@@ -270,7 +270,7 @@ def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:
             await store.close()
         return {
             "fold_store (read + decode + verify + fold)": (t1 - t0) * 1e3,
-            "store.open (open for append: reads the run again)": (t2 - t1) * 1e3,
+            "store.open (open for append: reuses the fold's read)": (t2 - t1) * 1e3,
             "state_to_pb + serialize (the whole conversation)": (t3 - t2) * 1e3,
         }
 
