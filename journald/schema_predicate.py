@@ -129,7 +129,7 @@ class _Compiler:
         if "enum" in s:
             options = list(s["enum"])
             common.append(lambda x: any(_json_equal(x, o) for o in options))
-        common += [self.schema(sub) for sub in s.get("allOf", [])]
+        common += self._all_of(s.get("allOf", []))
         if "$ref" in s:
             common.append(self.ref(s["$ref"]))
         if "if" in s:
@@ -161,6 +161,24 @@ class _Compiler:
         if not by_type and len(always) == 1:
             return always[0]
         return check
+
+    def _all_of(self, subs: list[Any]) -> list[Predicate]:
+        """``allOf`` of branches ``{"if": {"properties": {P: {"const": "<str>"}}}, "then": T}``
+        (a tagged union such as ``block``) becomes one table lookup on ``x[P]``: evaluating
+        every branch was most of the validator's time. Anything else compiles branch by branch.
+        """
+        tags: dict[str, Predicate] = {}
+        props: set[str] = set()
+        for sub in subs:
+            tag = _tag_condition(sub)
+            if tag is None or tag[1] in tags:
+                break
+            props.add(tag[0])
+            tags[tag[1]] = self.schema(sub["then"])
+        else:
+            if len(props) == 1:
+                return [_tag_dispatch(props.pop(), tags)]
+        return [self.schema(sub) for sub in subs]
 
     def _strings(self, s: Mapping[str, Any]) -> list[Predicate]:
         out: list[Predicate] = []
@@ -236,6 +254,44 @@ class _Compiler:
             lo = s["minItems"]
             out.append(lambda x: len(x) >= lo)
         return out
+
+
+def _tag_condition(sub: object) -> tuple[str, str] | None:
+    """``(P, C)`` when ``sub`` is exactly ``{"if": {"properties": {P: {"const": C}}}, "then": …}``
+    with ``C`` a string."""
+    if not isinstance(sub, Mapping) or set(sub) != {"if", "then"}:
+        return None
+    cond = sub["if"]
+    if not isinstance(cond, Mapping) or set(cond) != {"properties"}:
+        return None
+    props = cond["properties"]
+    if not isinstance(props, Mapping) or len(props) != 1:
+        return None
+    ((prop, const_schema),) = props.items()
+    if not isinstance(const_schema, Mapping) or set(const_schema) != {"const"}:
+        return None
+    const = const_schema["const"]
+    return (prop, const) if type(const) is str else None
+
+
+def _tag_dispatch(prop: str, tags: dict[str, Predicate]) -> Predicate:
+    branches = tuple(tags.values())
+
+    def dispatch(x: Any) -> bool:
+        if type(x) is dict and prop in x:
+            tag = x[prop]
+            # Only the branch whose constant equals the tag holds its "if"; a non-string tag
+            # equals none of them, so no "then" applies.
+            then = tags.get(tag) if type(tag) is str else None
+            return True if then is None else then(x)
+        # No such property (or not an object): every "if" holds vacuously, so every "then"
+        # applies.
+        for then in branches:  # noqa: SIM110
+            if not then(x):
+                return False
+        return True
+
+    return dispatch
 
 
 def compile_definition(document: Mapping[str, Any], name: str) -> Predicate:

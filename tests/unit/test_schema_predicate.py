@@ -207,6 +207,45 @@ def test_const_and_enum_compare_containers_as_json_does(value: Any) -> None:
         assert compile_definition(doc, name)(value) is expected
 
 
+TAGGED = {
+    "allOf": [
+        {"if": {"properties": {"k": {"const": "a"}}}, "then": {"required": ["x"]}},
+        {"if": {"properties": {"k": {"const": "b"}}}, "then": {"required": ["y"]}},
+    ]
+}
+NOT_TAGGED = {
+    "allOf": [
+        {"if": {"properties": {"k": {"const": "a"}}}, "then": {"required": ["x"]}},
+        {"if": {"properties": {"j": {"const": "b"}}}, "then": {"required": ["y"]}},
+        {"if": {"properties": {"k": {"const": 1}}}, "then": {"required": ["z"]}},
+    ]
+}
+
+
+@pytest.mark.parametrize("schema", [TAGGED, NOT_TAGGED], ids=["one-tag", "mixed"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"k": "a", "x": 1},
+        {"k": "a", "y": 1},
+        {"k": "b", "y": 1},
+        {"k": "c"},
+        {"k": 1},
+        {"k": 1, "z": 0},
+        {"j": "b"},
+        {"x": 1, "y": 2},
+        {"x": 1, "y": 2, "z": 3},
+        {},
+        "a",
+        [],
+    ],
+)
+def test_tagged_unions_take_one_branch_exactly_as_if_then_would(schema: Any, value: Any) -> None:
+    doc = {"$defs": {"u": schema}}
+    expected = Draft202012Validator({"$ref": "#/$defs/u", **doc}).is_valid(value)
+    assert compile_definition(doc, "u")(value) is expected
+
+
 def test_a_schema_keyword_the_compiler_does_not_implement_is_refused_when_compiling() -> None:
     doc = {"$defs": {"x": {"type": "string", "format": "date-time"}}}
     with pytest.raises(UnsupportedSchema, match="format"):
