@@ -238,9 +238,7 @@ class FileJournal:
                 inflight = self._q_seq > self._last_seq
                 overlaps = records[0].seq <= self._q_seq and records[-1].seq > self._last_seq
                 if not (inflight and overlaps):
-                    stored = {
-                        r.seq: await self._stored(r.seq) for r in records if r.seq <= self._q_seq
-                    }
+                    stored = await self._stored([r.seq for r in records if r.seq <= self._q_seq])
                     dups, new = plan_append(records, self._q_seq, self._q_hash, stored, self.run_id)
                     fut: asyncio.Future[None] | None = None
                     if new:
@@ -263,18 +261,24 @@ class FileJournal:
             AppendResult(r.seq, r.hash, FSYNC_LOCAL) for r in new
         ]
 
-    async def _stored(self, seq: int) -> Record:
-        rec = self._recent.get(seq)
-        if rec is not None:
-            return rec
-        for r in await self._store.load(self.run_id, seq):
-            if r.seq == seq:
-                return r
-        raise SeqConflict(
-            f"run {self.run_id}: seq {seq} was pruned or quarantined and the journal is at "
-            f"seq {self._last_seq}; continue at seq {self._last_seq + 1}",
-            metadata={"run_id": self.run_id, "seq": seq, "last_seq": self._last_seq},
-        )
+    async def _stored(self, seqs: list[int]) -> dict[int, Record]:
+        """The stored records at ``seqs`` (consecutive, already written): from the recent
+        ones, else from one read of the run from the first seq missing there (a retried batch
+        older than them, or any retry right after an open that kept only the last record)."""
+        out = {seq: self._recent[seq] for seq in seqs if seq in self._recent}
+        missing = [seq for seq in seqs if seq not in out]
+        if missing:
+            loaded = {r.seq: r for r in await self._store.load(self.run_id, missing[0])}
+            for seq in missing:
+                if seq not in loaded:
+                    raise SeqConflict(
+                        f"run {self.run_id}: seq {seq} was pruned or quarantined and the "
+                        f"journal is at seq {self._last_seq}; continue at seq "
+                        f"{self._last_seq + 1}",
+                        metadata={"run_id": self.run_id, "seq": seq, "last_seq": self._last_seq},
+                    )
+                out[seq] = loaded[seq]
+        return out
 
     async def _flush(self) -> None:
         try:

@@ -268,3 +268,26 @@ async def test_a_resumed_run_of_over_2048_unsealed_records_keeps_its_meta_in_the
 def test_a_files_lines_are_numbered_from_the_line_they_start_at() -> None:
     lines = segments.file_lines("f", b"b\nc\n", first_line=2)
     assert [(ln.line, ln.raw) for ln in lines] == [(2, b"b"), (3, b"c")]
+
+
+async def test_a_batch_retried_right_after_an_open_is_acknowledged_as_duplicates_in_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recs = user_run(30)
+    store = await write_run(tmp_path, recs)
+    await store.load(RUN)  # the open that follows keeps only the last record in memory
+    journal = await store.open(RUN)
+    loads: list[int] = []
+    real_load = store.load
+
+    async def counting_load(run_id: str, from_seq: int = 1) -> list[Record]:
+        loads.append(from_seq)
+        return await real_load(run_id, from_seq)
+
+    monkeypatch.setattr(store, "load", counting_load)
+    acks = await journal.append(recs[19:])
+    assert [(a.seq, a.hash, a.duplicate) for a in acks] == [
+        (r.seq, r.hash, True) for r in recs[19:]
+    ]
+    assert loads == [20]
+    await journal.close()
