@@ -58,13 +58,17 @@ def validate_id(run_id: object, what: str = "run id") -> str:
     return run_id
 
 
+# One encoder for every call: ``json.dumps`` with non-default options builds a new encoder
+# each time, which was half the cost of encoding a 1 KB record.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(obj: object) -> bytes:
     """The canonical bytes of a JSON value (sorted keys, compact, UTF-8)."""
     try:
-        text = json.dumps(
-            obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-        return text.encode("utf-8")
+        return _CANONICAL.encode(obj).encode("utf-8")
     except (TypeError, ValueError, UnicodeEncodeError) as exc:
         raise InvalidRecord(f"value cannot be encoded as canonical JSON: {exc}") from exc
 

@@ -20,12 +20,15 @@ from typing import Any
 
 from journald_client.pb import journal_pb2 as pb
 
+# Built once: ``json.dumps`` with these options would build a new encoder on every call.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
 
 def canonical_json(value: object) -> bytes:
     """The canonical bytes of a JSON value (no floats appear in journald records)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _CANONICAL.encode(value).encode("utf-8")
 
 
 def sha256_hex(data: bytes) -> str:
