@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import gc
 import grp
 import logging
 import os
@@ -241,6 +242,20 @@ async def serve(
         lock.close()
 
 
+GC_YOUNG_THRESHOLD = 20_000
+"""Allocations between young-generation collections (CPython's default is 700)."""
+
+
+def tune_gc() -> None:
+    """Collect less often: every RPC allocates thousands of short-lived, acyclic objects and
+    an Open folds a whole run into new ones, so at the default threshold the collector walked
+    the young generation every few records (about a sixth of an Open's time). The modules
+    imported so far live as long as the process: frozen, no collection walks them again."""
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
 def run(cfg: ServeConfig) -> int:
     import uvloop
 
@@ -249,6 +264,7 @@ def run(cfg: ServeConfig) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     log.info(telemetry.configure_from_env())
+    tune_gc()
     try:
         return uvloop.run(serve(cfg))
     except DataDirLocked as exc:
