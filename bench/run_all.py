@@ -436,17 +436,7 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
 
 def step_whatif(ctx: Ctx, progress: Callable[[str], None]) -> None:
     """The daemon with the previous validator (jsonschema) and with none, same workloads."""
-    from tests.daemon import Daemon
-
-    class WhatIfDaemon(Daemon):
-        def __init__(self, mode: str, tmp: Path) -> None:
-            super().__init__(tmp, "file")
-            self.mode = mode
-
-        def command(self) -> list[str]:
-            cmd = super().command()
-            i = cmd.index("serve")
-            return [PY, str(BENCH / "whatif_daemon.py"), self.mode, *cmd[i:]]
+    from latency_anatomy import WhatIfDaemon
 
     n = 16 if 16 in ctx.cfg.concurrency else max(ctx.cfg.concurrency)
     rows: list[dict[str, Any]] = []
@@ -460,6 +450,13 @@ def step_whatif(ctx: Ctx, progress: Callable[[str], None]) -> None:
                 r.pop("cdf", None)
                 rows.append({"mode": mode, "form": form, "runs": n, **r})
     ctx.res["whatif"] = rows
+
+
+def step_anatomy(ctx: Ctx, progress: Callable[[str], None]) -> None:
+    """One run, sequential calls: the daemon with its store, then its servicer, swapped out."""
+    from latency_anatomy import anatomy
+
+    ctx.res["anatomy"] = anatomy(ctx.work, 200 if ctx.cfg.quick else 1000, progress)
 
 
 def step_alternatives(ctx: Ctx, progress: Callable[[str], None]) -> None:
@@ -638,6 +635,7 @@ STEPS: list[tuple[str, Callable[[Ctx, Callable[[str], None]], None], int]] = [
     ("memory", step_memory, 1),
     ("profile", step_profile, 1),
     ("whatif", step_whatif, 1),
+    ("anatomy", step_anatomy, 1),
     ("resume", step_resume, 3),
 ]
 

@@ -1,36 +1,113 @@
-"""The real daemon with its record validation swapped, to measure in the same run what the
-shipped validator costs and what it bought (bench/run_all.py, step ``whatif``; never shipped):
+"""The real daemon with one part swapped or instrumented, to measure in the same run what each
+part of the append path costs (bench/run_all.py, steps ``whatif`` and ``anatomy``; never
+shipped):
 
-    .venv/bin/python bench/whatif_daemon.py jsonschema serve --socket ... --data-dir ...
-    .venv/bin/python bench/whatif_daemon.py off serve ...
+    .venv/bin/python bench/whatif_daemon.py MODE serve --socket ... --data-dir ...
 
 * ``jsonschema``: every record evaluated by ``jsonschema`` against the published schema, as
   the daemon did before the compiled predicate (``journald/schema_predicate.py``) replaced it
   on the accept path; same errors, same float refusal;
-* ``off``: no schema validation at all (the bound for any faster validator).
+* ``off``: no schema validation at all (the bound for any faster validator);
+* ``noop``: ``Append`` and ``AppendStream`` answer an empty response at once (gRPC with
+  journald's own protobuf messages and error edge: what any servicer would pay);
+* ``nostore``: everything but the store (decode, validate, admit, fold, ack); the journal
+  acknowledges without writing;
+* ``timed``: the shipped daemon, recording for each durable write the wait for the writer
+  thread, the write + fdatasync itself and the wait to get back on the event loop, as
+  medians in the JSON file named by ``JOURNALD_BENCH_TIMINGS`` (rewritten every 100 writes).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: F401 - puts the repo root on sys.path
+
+MODES = ("jsonschema", "off", "noop", "nostore", "timed")
 
 
 def patch(mode: str) -> None:
     import journald.server.service as service
     from journald import validation
+    from journald.storage import file_journal
 
     if mode == "off":
         service.validate_record = lambda rec: None  # type: ignore[assignment]
-        return
-    if mode != "jsonschema":
-        raise SystemExit(f"unknown mode {mode!r}: jsonschema or off")
-    # Make the compiled predicate refuse everything, so each record takes the jsonschema path
-    # (which then accepts a valid record): exactly the validator as it was.
-    validation._is_valid = lambda name: lambda instance: False  # type: ignore[assignment]
+    elif mode == "jsonschema":
+        # The compiled predicate refuses everything, so each record takes the jsonschema path
+        # (which then accepts a valid record): exactly the validator as it was.
+        validation._is_valid = lambda name: lambda instance: False  # type: ignore[assignment]
+    elif mode == "noop":
+        from journald_client.pb import journal_pb2 as pb
+
+        async def append_noop(self: Any, request: Any, context: Any = None) -> Any:
+            return pb.AppendResponse()
+
+        service.JournalService._append = append_noop  # type: ignore[method-assign]
+    elif mode == "nostore":
+        from journald.storage.base import FSYNC_LOCAL, AppendResult
+
+        async def append_unstored(self: Any, records: Any) -> list[AppendResult]:
+            self._last_seq, self._last_hash = records[-1].seq, records[-1].hash
+            return [AppendResult(r.seq, r.hash, FSYNC_LOCAL) for r in records]
+
+        file_journal.FileJournal.append = append_unstored  # type: ignore[method-assign]
+    elif mode == "timed":
+        _instrument_writer(file_journal, os.environ["JOURNALD_BENCH_TIMINGS"])
+    else:
+        raise SystemExit(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
+
+
+def _instrument_writer(file_journal: Any, out: str) -> None:
+    """Time the three legs of ``_ThreadIO``: queue -> writer thread, the call, -> event loop."""
+    import asyncio
+    import contextvars
+
+    legs: dict[str, list[float]] = {"to_writer_ms": [], "write_fdatasync_ms": [], "back_ms": []}
+
+    def record(put: float, start: float, end: float) -> None:
+        now = time.perf_counter()
+        for key, value in zip(legs, (start - put, end - start, now - end), strict=True):
+            legs[key].append(value * 1e3)
+        if len(legs["back_ms"]) % 100 == 0:
+            med = {k: sorted(v)[len(v) // 2] for k, v in legs.items()}
+            Path(out).write_text(json.dumps({"writes": len(legs["back_ms"]), **med}))
+
+    def loop(self: Any) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            fn, args, ev_loop, fut, put = item
+            start = time.perf_counter()
+            try:
+                res = fn(*args)
+            except BaseException as exc:
+                ev_loop.call_soon_threadsafe(file_journal._settle_exc, fut, exc)
+                continue
+            end = time.perf_counter()
+
+            def settle(fut: Any = fut, res: Any = res, t: tuple[float, ...] = (put, start, end)):
+                record(*t)
+                file_journal._settle_ok(fut, res)
+
+            ev_loop.call_soon_threadsafe(settle)
+
+    async def run(self: Any, fn: Any, *args: Any) -> Any:
+        ev_loop = asyncio.get_running_loop()
+        fut = ev_loop.create_future()
+        ctx_run = contextvars.copy_context().run
+        self._q.put((ctx_run, (fn, *args), ev_loop, fut, time.perf_counter()))
+        return await fut
+
+    file_journal._ThreadIO._loop = loop
+    file_journal._ThreadIO.run = run
 
 
 def main() -> int:
