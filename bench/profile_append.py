@@ -157,8 +157,18 @@ def _category(body: list[str]) -> str:
 
 def stage_costs(n: int = 2000) -> list[tuple[str, float]]:
     """CPU cost per record (µs) of each step of ``JournalService._append`` for the bench's
-    ~1 KB records, measured in this process on the same code (no RPC, no disk)."""
+    ~1 KB records, measured in this process on the same code (no RPC, no disk).
+
+    The collector is set up as the daemon sets it up (``tune_gc``): otherwise collections of
+    this harness's own heap (every latency of the run so far) land on whichever step
+    allocates, and the figures say more about the harness than about the append path."""
+    import gc
     import time
+
+    from journald.server.daemon import tune_gc
+
+    gc.collect()
+    tune_gc()
 
     from journald_client.pb import journal_pb2 as pb
 
