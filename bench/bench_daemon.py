@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,8 +26,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from common import RECORD_BYTES, write_fdatasync_loop  # noqa: E402 - after the path set-up
 
-RECORD_BYTES = 1024
 BATCH = 16
 
 
@@ -50,20 +50,11 @@ def summary(name: str, lat_s: list[float], records: int, wall_s: float) -> dict[
 
 
 def raw_fdatasync(directory: Path, seconds: float) -> dict[str, Any]:
-    path = directory / "raw.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    payload = b"x" * (RECORD_BYTES - 1) + b"\n"
-    lat: list[float] = []
     start = time.perf_counter()
-    try:
-        while time.perf_counter() - start < seconds and len(lat) < 200_000:
-            t0 = time.perf_counter()
-            os.write(fd, payload)
-            os.fdatasync(fd)
-            lat.append(time.perf_counter() - t0)
-    finally:
-        os.close(fd)
-        path.unlink()
+    lat = write_fdatasync_loop(
+        directory / "raw.bin",
+        lambda n: time.perf_counter() - start < seconds and n < 200_000,
+    )
     return summary("raw write+fdatasync (1 file)", lat, len(lat), time.perf_counter() - start)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import statistics
 import sys
@@ -23,6 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import write_fdatasync_loop
 
 from journald.records import GENESIS, Record, make_record, sha256_hex
 from journald.storage.file import FileStore
@@ -143,19 +145,12 @@ def raw_loop(root: Path, threads: int, seconds: float) -> dict[str, float]:
     lock = threading.Lock()
 
     def worker(i: int) -> None:
-        path = root / f"raw-{threads}-{i}-{time.monotonic_ns()}.bin"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        mine: list[float] = []
-        offset = 0
         end = time.perf_counter() + seconds
-        try:
-            while time.perf_counter() < end:
-                t0 = time.perf_counter()
-                offset += os.pwrite(fd, data, offset)  # what the store does: pwrite at its end
-                os.fdatasync(fd)
-                mine.append(time.perf_counter() - t0)
-        finally:
-            os.close(fd)
+        mine = write_fdatasync_loop(
+            root / f"raw-{threads}-{i}-{time.monotonic_ns()}.bin",
+            lambda n: time.perf_counter() < end,
+            data,
+        )
         counts[i] = len(mine)
         with lock:
             lat.extend(mine)

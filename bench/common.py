@@ -9,6 +9,8 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +159,33 @@ class RunWriter:
                 seq = chunk[-1].seq + 1
         finally:
             await journal.close()
+
+
+def write_fdatasync_loop(
+    path: Path,
+    keep_going: Callable[[int], bool],
+    data: bytes = b"x" * (RECORD_BYTES - 1) + b"\n",
+    gap_s: float = 0.0,
+) -> list[float]:
+    """The disk's limit for one writer: ``pwrite`` of ``data`` at the end of a new file +
+    ``fdatasync`` (what the file store does per commit), while ``keep_going(writes so far)``,
+    ``gap_s`` of idle before each; returns each write's latency in seconds. The file is
+    removed afterwards."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    lat: list[float] = []
+    offset = 0
+    try:
+        while keep_going(len(lat)):
+            if gap_s:
+                time.sleep(gap_s)
+            t0 = time.perf_counter()
+            offset += os.pwrite(fd, data, offset)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return lat
 
 
 def run_bytes(run_dir: Path) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -79,22 +78,9 @@ async def _sequential(target: str, calls: int) -> dict[str, float]:
 
 def raw_fdatasync_p50_ms(directory: Path, calls: int, gap_s: float = 0.0) -> float:
     """p50 of ``pwrite + fdatasync`` of 1 KB at the end of a file, ``gap_s`` apart."""
-    path = directory / "anatomy-raw.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    data = b"x" * (common.RECORD_BYTES - 1) + b"\n"
-    lat: list[float] = []
-    offset = 0
-    try:
-        for _ in range(calls):
-            if gap_s:
-                time.sleep(gap_s)
-            t0 = time.perf_counter()
-            offset += os.pwrite(fd, data, offset)
-            os.fdatasync(fd)
-            lat.append(time.perf_counter() - t0)
-    finally:
-        os.close(fd)
-        path.unlink()
+    lat = common.write_fdatasync_loop(
+        directory / "anatomy-raw.bin", lambda n: n < calls, gap_s=gap_s
+    )
     lat.sort()
     return lat[len(lat) // 2] * 1e3
 

@@ -232,20 +232,12 @@ def raw_fdatasync(directory: Path, threads: int, seconds: float) -> dict[str, An
     deadline = [0.0]
 
     def worker(i: int) -> None:
-        path = directory / f"raw-{threads}-{i}.bin"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        mine = lats[i]
-        offset = 0
-        try:
-            start_evt.wait()
-            while time.perf_counter() < deadline[0]:
-                t0 = time.perf_counter()
-                offset += os.pwrite(fd, data, offset)
-                os.fdatasync(fd)
-                mine.append(time.perf_counter() - t0)
-        finally:
-            os.close(fd)
-            path.unlink()
+        start_evt.wait()
+        lats[i] = common.write_fdatasync_loop(
+            directory / f"raw-{threads}-{i}.bin",
+            lambda n: time.perf_counter() < deadline[0],
+            data,
+        )
 
     ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     for t in ts:
