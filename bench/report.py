@@ -783,7 +783,7 @@ def analysis(res: dict[str, Any]) -> list[str]:
             "(`sync_interval: always`); the daemon adds the same per-record CPU as with the "
             "file backend and journald's fenced publish (SPEC §8: the expected last "
             "sequence of the run's wildcard subject, checked by the server, plus a message "
-            "id), which `bench/bench_jetstream.py` measures on its own: about 0.4 ms over a "
+            "id), which `bench/bench_jetstream.py` measures on its own: 0.2-0.4 ms over a "
             "plain publish on this machine, the price of refusing a stale writer on another "
             "host."
         )
