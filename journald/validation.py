@@ -3,6 +3,11 @@
 The published schema is ``journald/schemas/records.v1.json`` (one document, ``$defs`` per
 payload kind). Every record written through the daemon is validated here first: an invalid
 record is refused with ``invalid_record`` naming the field, and nothing is written.
+
+Two evaluators of the one schema: the predicate compiled from it
+(``journald.schema_predicate``) decides, in a few µs per record; ``jsonschema`` runs only on a
+refused record, to name the field. Floats are refused separately (the schema cannot say
+"integer-valued but not 1.0" the way records need).
 """
 
 from __future__ import annotations
