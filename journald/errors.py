@@ -1,4 +1,4 @@
-"""The one error tree of journald (SPEC §10).
+"""The one error tree of journald (docs/protocol.md#error-codes).
 
 Every failure is a ``JournaldError`` with a machine ``code``, the name of the gRPC status it
 maps to, a sentence that says what happened *and what to do*, and structured ``metadata``.
@@ -23,7 +23,7 @@ maps it back to its own typed error from the code.
     ├── LeaseError
     │   ├── Locked                   locked            (ABORTED)
     │   └── LeaseLost                lease_lost        (FAILED_PRECONDITION)
-    ├── GateError                FAILED_PRECONDITION   (resume gates, SPEC §5, in order)
+    ├── GateError                FAILED_PRECONDITION   (docs/protocol.md#resume-gates, in order)
     │   ├── Completed                completed
     │   ├── InteractivityMismatch    interactivity_mismatch
     │   ├── ProviderChanged          provider_changed

@@ -16,7 +16,7 @@ import (
 // ErrorTrailer is the trailing metadata key carrying a serialized journald.v1.ErrorDetail.
 const ErrorTrailer = "journald-error-bin"
 
-// The machine codes of SPEC §10.
+// The machine codes (docs/protocol.md#error-codes).
 const (
 	CodeSessionNotFound         = "session_not_found"
 	CodeSessionExists           = "session_exists"

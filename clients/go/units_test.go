@@ -59,7 +59,7 @@ func TestTheErrorTrailerPicksTheTypedError(t *testing.T) {
 		t.Fatalf("facts lost: %+v", jerr)
 	}
 	if len(Sentinels) != 21 {
-		t.Fatalf("expected the 21 codes of SPEC §10, have %d", len(Sentinels))
+		t.Fatalf("expected the 21 codes of docs/protocol.md#error-codes, have %d", len(Sentinels))
 	}
 }
 

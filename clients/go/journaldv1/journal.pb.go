@@ -5197,7 +5197,7 @@ func (x *GetAttachmentResponse) GetSize() uint64 {
 // ErrorDetail is sent in the `journald-error-bin` trailer of every failed call.
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Machine code, e.g. "locked", "fingerprint_drift" (SPEC §10).
+	// Machine code, e.g. "locked", "fingerprint_drift" (docs/protocol.md#error-codes).
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	// What happened and what to do.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`

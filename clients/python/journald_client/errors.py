@@ -1,4 +1,4 @@
-"""Typed exceptions for every journald error code (SPEC §10).
+"""Typed exceptions for every journald error code (docs/protocol.md#error-codes).
 
 A failed call carries the facts in its ``journald-error-bin`` trailer (a serialized
 ``journald.v1.ErrorDetail``: code, message, metadata, diff). :func:`from_rpc_error` turns
@@ -147,7 +147,7 @@ class LeaseLost(LeaseError):
 
 
 class GateError(JournaldError):
-    """A resume gate refused the open (SPEC §5)."""
+    """A resume gate refused the open (docs/protocol.md#resume-gates)."""
 
 
 class Completed(GateError):

@@ -1,5 +1,5 @@
 /**
- * Typed errors (SPEC §10). Every failed call carries a gRPC status plus a
+ * Typed errors (docs/protocol.md#errors). Every failed call carries a gRPC status plus a
  * `journald-error-bin` trailer (a serialized journald.v1.ErrorDetail); the code in it picks
  * the class. Without the trailer the class comes from the gRPC status alone.
  */

@@ -2670,7 +2670,7 @@ class ErrorDetail(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     DIFF_FIELD_NUMBER: _builtins.int
     code: _builtins.str
-    """Machine code, e.g. "locked", "fingerprint_drift" (SPEC §10)."""
+    """Machine code, e.g. "locked", "fingerprint_drift" (docs/protocol.md#error-codes)."""
     message: _builtins.str
     """What happened and what to do."""
     @_builtins.property

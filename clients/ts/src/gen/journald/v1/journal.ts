@@ -1116,7 +1116,7 @@ export interface GetAttachmentResponse {
 
 /** ErrorDetail is sent in the `journald-error-bin` trailer of every failed call. */
 export interface ErrorDetail {
-  /** Machine code, e.g. "locked", "fingerprint_drift" (SPEC §10). */
+  /** Machine code, e.g. "locked", "fingerprint_drift" (docs/protocol.md#error-codes). */
   code: string;
   /** What happened and what to do. */
   message: string;
