@@ -16,7 +16,10 @@ maps it back to its own typed error from the code.
     │   ├── InvalidRecord            invalid_record
     │   ├── VersionUnsupported       version_unsupported
     │   ├── SessionMismatch          session_mismatch
-    │   └── CheckpointImportInvalid  checkpoint_import_invalid
+    │   ├── CheckpointImportInvalid  checkpoint_import_invalid
+    │   ├── InvalidCheckpointId      invalid_checkpoint_id
+    │   ├── InvalidDigest            invalid_digest
+    │   └── InvalidRequest           invalid_request
     ├── SeqError                 FAILED_PRECONDITION
     │   ├── SeqGap                   seq_gap
     │   └── SeqConflict              seq_conflict      (ABORTED)
@@ -32,6 +35,10 @@ maps it back to its own typed error from the code.
     ├── StoreCorrupted           DATA_LOSS             store_corrupted
     ├── BackendUnavailable       UNAVAILABLE           backend_unavailable
     └── StorageFull              RESOURCE_EXHAUSTED    storage_full
+
+The base class's own code, ``internal``, is a daemon bug. The codes are the words of the
+proto's ``ErrorCode`` enum, whose comments name each code's status;
+``tests/unit/test_contract_enums.py`` keeps this tree, the clients and the enum equal.
 
 This module is part of the pure core: no I/O imports.
 """
@@ -106,6 +113,18 @@ class SessionMismatch(InvalidArgumentError):
 
 class CheckpointImportInvalid(InvalidArgumentError):
     code = "checkpoint_import_invalid"
+
+
+class InvalidCheckpointId(InvalidArgumentError):
+    code = "invalid_checkpoint_id"
+
+
+class InvalidDigest(InvalidArgumentError):
+    code = "invalid_digest"
+
+
+class InvalidRequest(InvalidArgumentError):
+    code = "invalid_request"
 
 
 class SeqError(JournaldError):

@@ -10,7 +10,8 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── NotFoundError: SessionNotFound, CheckpointNotFound, AttachmentNotFound
     ├── SessionExists
     ├── InvalidArgumentError: InvalidId, InvalidRecord, VersionUnsupported,
-    │                         SessionMismatch, CheckpointImportInvalid
+    │                         SessionMismatch, CheckpointImportInvalid,
+    │                         InvalidCheckpointId, InvalidDigest, InvalidRequest
     ├── SeqError: SeqGap, SeqConflict
     ├── LeaseError: Locked (holder_*), LeaseLost
     ├── GateError: Completed, InteractivityMismatch, ProviderChanged, FingerprintDrift (.diff)
@@ -18,6 +19,9 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── StoreCorrupted
     ├── BackendUnavailable: DaemonUnavailable
     └── StorageFull
+
+The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
+proto's ``ErrorCode`` enum; ``tests/unit/test_contract_enums.py`` keeps them equal.
 """
 
 from __future__ import annotations
@@ -101,6 +105,18 @@ class SessionMismatch(InvalidArgumentError):
 
 class CheckpointImportInvalid(InvalidArgumentError):
     code = "checkpoint_import_invalid"
+
+
+class InvalidCheckpointId(InvalidArgumentError):
+    code = "invalid_checkpoint_id"
+
+
+class InvalidDigest(InvalidArgumentError):
+    code = "invalid_digest"
+
+
+class InvalidRequest(InvalidArgumentError):
+    code = "invalid_request"
 
 
 class SeqError(JournaldError):
