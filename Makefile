@@ -11,7 +11,7 @@ RUN_STAMP := $(VENV)/.run-$(call HASH,constraints.txt pyproject.toml clients/pyt
 DEV_STAMP := $(VENV)/.dev-$(call HASH,constraints.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml)
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup setup-run run test lint gen gen-check check-proto clients pytest bench bench-quick clean
+.PHONY: setup setup-run run test lint gen gen-check check-proto clients conformance pytest bench bench-quick clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -51,10 +51,15 @@ lint: setup gen-check check-proto
 clients: setup
 	@if [ -x scripts/setup_clients.sh ]; then PATH=$(abspath $(BIN)):$$PATH scripts/setup_clients.sh && PATH=$(abspath $(BIN)):$$PATH scripts/test_clients.sh; fi
 
+# The third-language check: a C++ writer built from the proto alone (conformance/cpp); its
+# test against a real daemon is tests/integration/test_conformance_cpp.py, run by pytest.
+conformance: setup
+	scripts/setup_conformance.sh
+
 pytest: setup
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-test: lint clients pytest
+test: lint clients conformance pytest
 
 bench: setup
 	$(PIP) -r bench/requirements.txt
@@ -64,4 +69,4 @@ bench-quick: setup
 	$(PY) bench/run_all.py --quick --out /tmp/journald-bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .tools
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .tools conformance/cpp/build

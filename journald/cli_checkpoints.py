@@ -1,5 +1,5 @@
-"""CLI commands for checkpoints (SPEC §9): ``checkpoint``, ``checkpoints``, ``restore``,
-``compact``, ``fork``, ``export``, ``import``, ``history``.
+"""CLI commands for checkpoints (docs/design.md#checkpoints): ``checkpoint``, ``checkpoints``,
+``restore``, ``compact``, ``fork``, ``export``, ``import``, ``history``.
 
 They talk to the daemon through the public checkpoint methods of the CLI's
 ``journald_client.Client`` (errors map to the exit codes of ``journald.cli_commands``).

@@ -1,4 +1,4 @@
-"""The one error tree of journald (SPEC §10).
+"""The one error tree of journald (docs/protocol.md#error-codes).
 
 Every failure is a ``JournaldError`` with a machine ``code``, the name of the gRPC status it
 maps to, a sentence that says what happened *and what to do*, and structured ``metadata``.
@@ -16,14 +16,17 @@ maps it back to its own typed error from the code.
     │   ├── InvalidRecord            invalid_record
     │   ├── VersionUnsupported       version_unsupported
     │   ├── SessionMismatch          session_mismatch
-    │   └── CheckpointImportInvalid  checkpoint_import_invalid
+    │   ├── CheckpointImportInvalid  checkpoint_import_invalid
+    │   ├── InvalidCheckpointId      invalid_checkpoint_id
+    │   ├── InvalidDigest            invalid_digest
+    │   └── InvalidRequest           invalid_request
     ├── SeqError                 FAILED_PRECONDITION
     │   ├── SeqGap                   seq_gap
     │   └── SeqConflict              seq_conflict      (ABORTED)
     ├── LeaseError
     │   ├── Locked                   locked            (ABORTED)
     │   └── LeaseLost                lease_lost        (FAILED_PRECONDITION)
-    ├── GateError                FAILED_PRECONDITION   (resume gates, SPEC §5, in order)
+    ├── GateError                FAILED_PRECONDITION   (docs/protocol.md#resume-gates, in order)
     │   ├── Completed                completed
     │   ├── InteractivityMismatch    interactivity_mismatch
     │   ├── ProviderChanged          provider_changed
@@ -32,6 +35,10 @@ maps it back to its own typed error from the code.
     ├── StoreCorrupted           DATA_LOSS             store_corrupted
     ├── BackendUnavailable       UNAVAILABLE           backend_unavailable
     └── StorageFull              RESOURCE_EXHAUSTED    storage_full
+
+The base class's own code, ``internal``, is a daemon bug. The codes are the words of the
+proto's ``ErrorCode`` enum, whose comments name each code's status;
+``tests/unit/test_contract_enums.py`` keeps this tree, the clients and the enum equal.
 
 This module is part of the pure core: no I/O imports.
 """
@@ -106,6 +113,18 @@ class SessionMismatch(InvalidArgumentError):
 
 class CheckpointImportInvalid(InvalidArgumentError):
     code = "checkpoint_import_invalid"
+
+
+class InvalidCheckpointId(InvalidArgumentError):
+    code = "invalid_checkpoint_id"
+
+
+class InvalidDigest(InvalidArgumentError):
+    code = "invalid_digest"
+
+
+class InvalidRequest(InvalidArgumentError):
+    code = "invalid_request"
 
 
 class SeqError(JournaldError):

@@ -1,4 +1,5 @@
-"""The configuration fingerprint and the ordered resume gates (SPEC §5).
+"""The configuration fingerprint and the ordered resume gates (docs/protocol.md#fingerprint,
+docs/protocol.md#resume-gates).
 
 Hashing rules (pinned by ``tests/vectors/fingerprint.json``, which every client passes):
 

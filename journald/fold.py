@@ -1,4 +1,4 @@
-"""The fold: ``fold(records) -> RunState``, pure and deterministic (SPEC §4).
+"""The fold: ``fold(records) -> RunState``, pure and deterministic (docs/design.md#fold).
 
 Invariants of the result:
 

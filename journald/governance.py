@@ -1,4 +1,5 @@
-"""Pairing governance: the history handed to a model after an interruption (SPEC §4).
+"""Pairing governance: the history handed to a model after an interruption
+(docs/design.md#pairing-governance).
 
 ``governed_messages(state)`` returns the folded messages plus the pending turn, repaired so
 the list can be sent without a 400:

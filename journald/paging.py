@@ -1,4 +1,5 @@
-"""History paging by message index with pair alignment (SPEC §9), as a pure function.
+"""History paging by message index with pair alignment, as a pure function
+(docs/design.md#history-paging).
 
 A *clean boundary* is an index ``i`` at which a conversation may be cut without separating a
 tool_use from its result: ``i == 0``, ``i == len(messages)``, or ``messages[i]`` does not

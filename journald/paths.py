@@ -1,4 +1,7 @@
-"""Where the daemon keeps its data and its socket (SPEC §7, §11). Never the working directory."""
+"""Where the daemon keeps its data and its socket. Never the working directory.
+
+See docs/design.md#layout and docs/design.md#operations.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Records: the canonical JSON form, the hash chain and the append rules (SPEC §2, §3).
+"""Records: the canonical JSON form, the hash chain and the append rules
+(docs/protocol.md#records, docs/protocol.md#canonical-json, docs/protocol.md#seq-rules).
 
 A record is one JSON object::
 
@@ -239,7 +240,7 @@ def chain(prev_hash: str, records: list[Record]) -> list[Record]:
     return out
 
 
-# --- Append rules (SPEC §3) ------------------------------------------------------------
+# --- Append rules (docs/protocol.md#seq-rules) -----------------------------------------
 
 APPEND = "append"
 DUPLICATE = "duplicate"

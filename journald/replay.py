@@ -1,4 +1,4 @@
-"""Replay: three renderings of one folded state (SPEC §11, the seed's "Replay" section).
+"""Replay: three renderings of one folded state (docs/design.md#operations).
 
 * ``narrate`` — the resume narration: what the model said and which tools it called, tool
   output hidden (what an operator watches scroll by when a run resumes);

@@ -1,5 +1,5 @@
-"""OpenTelemetry for the daemon (SPEC §11): spans for every RPC and for the store append,
-fsync and fold; metrics for append and fsync latency, open leases and bytes written.
+"""OpenTelemetry for the daemon (docs/design.md#operations): spans for every RPC and for the
+store append, fsync and fold; metrics for append and fsync latency, open leases and bytes written.
 
 Spans
     ``journald.v1.JournalService/<Method>`` (SERVER) for every JournalService RPC, a child of

@@ -1,4 +1,4 @@
-"""JSON Schema enforcement on the live path (SPEC §2).
+"""JSON Schema enforcement on the live path (docs/protocol.md#stored-record-form).
 
 The published schema is ``journald/schemas/records.v1.json`` (one document, ``$defs`` per
 payload kind). Every record written through the daemon is validated here first: an invalid

@@ -3,6 +3,7 @@
 #   1. generated stubs are current (scripts/gen_clients.sh --check; needs buf from make setup)
 #   2. clients/go: gofmt, go vet ./..., go test ./...   (shared vectors, errors, socket rules)
 #   3. clients/ts: npm test                              (tsc, then node --test)
+#   4. both packages used outside the checkout            (scripts/check_client_packages.sh)
 # Run scripts/setup_clients.sh first. The cross-language test against a real daemon is
 # tests/integration/test_polyglot.py (pytest).
 set -uo pipefail
@@ -33,6 +34,7 @@ step "gofmt" gofmt_clean
 step "go vet" bash -c 'cd clients/go && go vet ./...'
 step "go test" bash -c 'cd clients/go && go test -count=1 ./...'
 step "npm test" bash -c 'cd clients/ts && npm test --silent'
+step "packages outside the checkout" scripts/check_client_packages.sh
 
 if [ "${#failed[@]}" -ne 0 ]; then
   echo "test_clients: FAILED: ${failed[*]}" >&2

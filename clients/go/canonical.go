@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 )
 
-// Canonical returns the canonical JSON bytes of a value (SPEC §2): UTF-8, object keys
+// Canonical returns the canonical JSON bytes of a value (docs/protocol.md#canonical-json): UTF-8, object keys
 // sorted by Unicode code point, separators "," and ":", no insignificant whitespace,
 // non-ASCII characters written as themselves, integers only.
 //

@@ -16,7 +16,8 @@ import (
 // ErrorTrailer is the trailing metadata key carrying a serialized journald.v1.ErrorDetail.
 const ErrorTrailer = "journald-error-bin"
 
-// The machine codes of SPEC §10.
+// The machine codes: the words of the proto's ErrorCode enum (docs/protocol.md#error-codes);
+// tests/unit/test_contract_enums.py keeps this table equal to it.
 const (
 	CodeSessionNotFound         = "session_not_found"
 	CodeSessionExists           = "session_exists"
@@ -36,9 +37,13 @@ const (
 	CodeCheckpointNotFound      = "checkpoint_not_found"
 	CodeSessionMismatch         = "session_mismatch"
 	CodeCheckpointImportInvalid = "checkpoint_import_invalid"
+	CodeInvalidCheckpointID     = "invalid_checkpoint_id"
+	CodeInvalidDigest           = "invalid_digest"
+	CodeInvalidRequest          = "invalid_request"
 	CodeAttachmentNotFound      = "attachment_not_found"
 	CodeBackendUnavailable      = "backend_unavailable"
 	CodeStorageFull             = "storage_full"
+	CodeInternal                = "internal"
 )
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
@@ -93,9 +98,13 @@ var (
 	ErrCheckpointNotFound      = &Error{Code: CodeCheckpointNotFound, Status: codes.NotFound}
 	ErrSessionMismatch         = &Error{Code: CodeSessionMismatch, Status: codes.InvalidArgument}
 	ErrCheckpointImportInvalid = &Error{Code: CodeCheckpointImportInvalid, Status: codes.InvalidArgument}
+	ErrInvalidCheckpointID     = &Error{Code: CodeInvalidCheckpointID, Status: codes.InvalidArgument}
+	ErrInvalidDigest           = &Error{Code: CodeInvalidDigest, Status: codes.InvalidArgument}
+	ErrInvalidRequest          = &Error{Code: CodeInvalidRequest, Status: codes.InvalidArgument}
 	ErrAttachmentNotFound      = &Error{Code: CodeAttachmentNotFound, Status: codes.NotFound}
 	ErrBackendUnavailable      = &Error{Code: CodeBackendUnavailable, Status: codes.Unavailable}
 	ErrStorageFull             = &Error{Code: CodeStorageFull, Status: codes.ResourceExhausted}
+	ErrInternal                = &Error{Code: CodeInternal, Status: codes.Internal}
 )
 
 // Sentinels lists every sentinel by code (the mapping table).
@@ -107,7 +116,8 @@ func init() {
 		ErrSeqConflict, ErrLocked, ErrLeaseLost, ErrCompleted, ErrInteractivityMismatch,
 		ErrProviderChanged, ErrFingerprintDrift, ErrVersionUnsupported, ErrStoreCorrupted,
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
-		ErrAttachmentNotFound, ErrBackendUnavailable, ErrStorageFull,
+		ErrAttachmentNotFound, ErrInvalidCheckpointID, ErrInvalidDigest, ErrInvalidRequest,
+		ErrBackendUnavailable, ErrStorageFull, ErrInternal,
 	} {
 		Sentinels[s.Code] = s
 	}

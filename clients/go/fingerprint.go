@@ -5,7 +5,7 @@ import (
 )
 
 // HashSystemPrompt is the SHA-256 hex of the system prompt blocks as a canonical JSON
-// array of strings (SPEC §5). The prompt itself never leaves the process.
+// array of strings (docs/protocol.md#fingerprint). The prompt itself never leaves the process.
 func HashSystemPrompt(blocks []string) (string, error) {
 	items := make([]any, len(blocks))
 	for i, b := range blocks {

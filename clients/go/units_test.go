@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,8 +59,15 @@ func TestTheErrorTrailerPicksTheTypedError(t *testing.T) {
 		jerr.Status != codes.FailedPrecondition {
 		t.Fatalf("facts lost: %+v", jerr)
 	}
-	if len(Sentinels) != 21 {
-		t.Fatalf("expected the 21 codes of SPEC §10, have %d", len(Sentinels))
+	if len(Sentinels) != len(pb.ErrorCode_name)-1 {
+		t.Fatalf("expected one sentinel per ErrorCode but UNSPECIFIED (%d), have %d",
+			len(pb.ErrorCode_name)-1, len(Sentinels))
+	}
+	for name := range pb.ErrorCode_value {
+		word := strings.ToLower(strings.TrimPrefix(name, "ERROR_CODE_"))
+		if name != "ERROR_CODE_UNSPECIFIED" && Sentinels[word] == nil {
+			t.Fatalf("no sentinel for %s (%q)", name, word)
+		}
 	}
 }
 

@@ -1,4 +1,5 @@
-"""Checkpoint, compaction, restore, fork, export/import and history RPCs (SPEC §9).
+"""Checkpoint, compaction, restore, fork, export/import and history RPCs
+(docs/design.md#checkpoints).
 
 Serialization: every operation that reads the head of a run for a write or a checkpoint
 takes the run's lease lock, so it is ordered with the holder's appends:

@@ -1,4 +1,4 @@
-"""The one place where journald errors become gRPC statuses (SPEC §10).
+"""The one place where journald errors become gRPC statuses (docs/protocol.md#reading-an-error).
 
 Every failed call carries:
 * the status code named by the error class (``JournaldError.grpc_status``);

@@ -1,4 +1,4 @@
-"""Daemon-owned leases (SPEC §6) and the live-tail hub.
+"""Daemon-owned leases (docs/design.md#leases) and the live-tail hub.
 
 A lease lives exactly as long as its ``Open`` stream: when the client process dies the
 kernel closes its socket, gRPC cancels the stream, and the lease is released at once. The

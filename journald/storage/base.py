@@ -5,8 +5,8 @@ that may append to a run (exclusive within the store: a second open is ``Locked`
 Reads (``load``, ``iter_records``, ``info``, ``list``, ``verify``) never take that handle, so
 inspection never blocks a writer.
 
-Append contract (SPEC §3), identical in every backend and proved by the shared contract
-suite in ``tests/storage/test_contract.py``:
+Append contract (docs/protocol.md#seq-rules), identical in every backend and proved by the
+shared contract suite in ``tests/storage/test_contract.py``:
 
 * ``Journal.append(records)`` takes records with consecutive seqs. The ``prev`` of each
   record is advisory: the journal links every new record onto its own last hash.

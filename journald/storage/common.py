@@ -1,4 +1,4 @@
-"""Append planning shared by every backend (the SPEC §3 rules applied to a batch)."""
+"""Append planning shared by every backend (docs/protocol.md#seq-rules applied to a batch)."""
 
 from __future__ import annotations
 

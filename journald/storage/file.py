@@ -1,4 +1,4 @@
-"""File backend: the embedded default store (SPEC §7).
+"""File backend: the embedded default store (docs/design.md#file-backend).
 
 Layout
 ------

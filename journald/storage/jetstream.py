@@ -1,4 +1,5 @@
-"""JetStream backend: runs shared by a fleet of hosts through one NATS JetStream stream (SPEC §8).
+"""JetStream backend: runs shared by a fleet of hosts through one NATS JetStream stream
+(docs/design.md#jetstream-backend).
 
 Layout. The store binds an EXISTING stream (the operator owns durability, replicas and limits;
 the store never creates or edits a stream). The subject prefix is derived from the stream's

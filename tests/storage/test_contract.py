@@ -1,4 +1,4 @@
-"""The one storage contract (SPEC §2, §3, base.py) every backend passes.
+"""The one storage contract (docs/design.md#storage-protocol, base.py) every backend passes.
 
 Runs once per backend registered in ``tests/storage/conftest.py``. Only the ``Store`` /
 ``Journal`` protocol is used here, never a backend's internals; a restart goes through the

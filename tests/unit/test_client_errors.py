@@ -41,6 +41,9 @@ EXPECTED_CLASS = {
     "attachment_not_found": jc.AttachmentNotFound,
     "session_mismatch": jc.SessionMismatch,
     "checkpoint_import_invalid": jc.CheckpointImportInvalid,
+    "invalid_checkpoint_id": jc.InvalidCheckpointId,
+    "invalid_digest": jc.InvalidDigest,
+    "invalid_request": jc.InvalidRequest,
     "backend_unavailable": jc.BackendUnavailable,
     "storage_full": jc.StorageFull,
 }

@@ -81,8 +81,9 @@ def test_governed_messages_of_any_journal_are_model_ready(recs: list[Record]) ->
 def test_folded_messages_are_model_ready_without_governance_when_no_rebase_intervenes(
     recs: list[Record],
 ) -> None:
-    # SPEC §4: messages is always a history a model API accepts (rebases carry whatever the
-    # client sent, and the generator also writes empty assistant turns, as a model may).
+    # docs/design.md#fold: messages is always a history a model API accepts (rebases
+    # carry whatever the client sent, and the generator also writes empty assistant turns,
+    # as a model may).
     assume(recs[0].payload["prompt"] and all(r.kind != "rebase" for r in recs))
     problems = model_ready_problems(fold(recs).messages)
     assert [p for p in problems if "is empty" not in p] == []

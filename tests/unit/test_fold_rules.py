@@ -1,5 +1,6 @@
 """Fold rules by example: refusals, tolerated anomalies, rebases, the resume boundary and the
-resume notices (SPEC §4, §5), and the system prompt never reaching a stored byte."""
+resume notices (docs/design.md#fold, docs/protocol.md#warnings), and the system prompt never
+reaching a stored byte."""
 
 from __future__ import annotations
 

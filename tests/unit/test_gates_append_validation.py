@@ -1,4 +1,5 @@
-"""Resume gates and fingerprint diff (SPEC §5), append rules (§3), schema enforcement (§2)
+"""Resume gates and fingerprint diff (docs/protocol.md#resume-gates), append rules
+(docs/protocol.md#seq-rules), schema enforcement (docs/protocol.md#stored-record-form)
 and the error table (§10)."""
 
 from __future__ import annotations

@@ -1,10 +1,16 @@
 // The journald contract: one daemon per host owns the journals of AI-agent runs; agent
 // processes in any language talk to it over gRPC on a unix socket.
 //
-// Records are stored as canonical JSON (UTF-8, sorted keys, no insignificant whitespace).
-// Every message list crossing this API carries message content as exact JSON bytes
-// (`content_json`), so provider-specific blocks round-trip byte for byte and the bytes a
-// client sends are the bytes the journal holds.
+// The wire contract in prose: docs/protocol.md (this file cites its sections by anchor).
+//
+// Records are stored as canonical JSON (UTF-8, keys sorted by code point, no insignificant
+// whitespace, integers only: docs/protocol.md#canonical-json). Message content crosses this
+// API as JSON text (`content_json`, `prompt_json`). The daemon parses it and stores the
+// canonical encoding of the parsed value: whitespace, key order and escape spelling are
+// not kept, every string is kept exactly. Raw model JSON that must round-trip byte for byte
+// (a tool_use `input`, a provider block's `data`) is therefore carried as a JSON string.
+// Text that is not JSON, or holds a float, is refused with `invalid_record`
+// (docs/protocol.md#content-normalisation).
 //
 // Failures are gRPC statuses. Each carries a `google.rpc.ErrorInfo` (domain "journald",
 // reason = the machine code) in `grpc-status-details-bin`, and the same facts as an
@@ -268,6 +274,234 @@ func (x CompactStatus) Number() protoreflect.EnumNumber {
 // Deprecated: Use CompactStatus.Descriptor instead.
 func (CompactStatus) EnumDescriptor() ([]byte, []int) {
 	return file_journald_v1_journal_proto_rawDescGZIP(), []int{3}
+}
+
+// ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
+// `google.rpc.ErrorInfo.reason` and every client's error table. The wire carries the word,
+// the value name without its `ERROR_CODE_` prefix in lower case (ERROR_CODE_SEQ_GAP is
+// "seq_gap"; docs/protocol.md#enum-words). Each value's comment starts with the gRPC status
+// the daemon fails the call with (docs/protocol.md#error-codes). Codes are only added.
+type ErrorCode int32
+
+const (
+	// Never sent.
+	ErrorCode_ERROR_CODE_UNSPECIFIED ErrorCode = 0
+	// gRPC NOT_FOUND: the run does not exist.
+	ErrorCode_ERROR_CODE_SESSION_NOT_FOUND ErrorCode = 1
+	// gRPC NOT_FOUND: no such checkpoint in the run.
+	ErrorCode_ERROR_CODE_CHECKPOINT_NOT_FOUND ErrorCode = 2
+	// gRPC NOT_FOUND: no attachment with that SHA-256 in the run.
+	ErrorCode_ERROR_CODE_ATTACHMENT_NOT_FOUND ErrorCode = 3
+	// gRPC ALREADY_EXISTS: a run with that id already exists (create, fork).
+	ErrorCode_ERROR_CODE_SESSION_EXISTS ErrorCode = 4
+	// gRPC INVALID_ARGUMENT: a run id breaks ^[A-Za-z0-9][A-Za-z0-9_-]*$ or 128 bytes.
+	ErrorCode_ERROR_CODE_INVALID_ID ErrorCode = 5
+	// gRPC INVALID_ARGUMENT: a record fails the schema, an admission rule, the size limit, or
+	// its JSON is refused; nothing was written.
+	ErrorCode_ERROR_CODE_INVALID_RECORD ErrorCode = 6
+	// gRPC INVALID_ARGUMENT: a record format version other than 1.
+	ErrorCode_ERROR_CODE_VERSION_UNSUPPORTED ErrorCode = 7
+	// gRPC INVALID_ARGUMENT: the checkpoint belongs to another run.
+	ErrorCode_ERROR_CODE_SESSION_MISMATCH ErrorCode = 8
+	// gRPC INVALID_ARGUMENT: exported bytes fail a check; nothing was written.
+	ErrorCode_ERROR_CODE_CHECKPOINT_IMPORT_INVALID ErrorCode = 9
+	// gRPC INVALID_ARGUMENT: a checkpoint id that is not a ULID.
+	ErrorCode_ERROR_CODE_INVALID_CHECKPOINT_ID ErrorCode = 10
+	// gRPC INVALID_ARGUMENT: an attachment address that is not lowercase SHA-256 hex.
+	ErrorCode_ERROR_CODE_INVALID_DIGEST ErrorCode = 11
+	// gRPC INVALID_ARGUMENT: another request field is out of its range.
+	ErrorCode_ERROR_CODE_INVALID_REQUEST ErrorCode = 12
+	// gRPC FAILED_PRECONDITION: the seq is ahead of the journal (after the gap wait).
+	ErrorCode_ERROR_CODE_SEQ_GAP ErrorCode = 13
+	// gRPC ABORTED: a different record is stored at that seq.
+	ErrorCode_ERROR_CODE_SEQ_CONFLICT ErrorCode = 14
+	// gRPC ABORTED: the run has another writer; metadata holder_* names it.
+	ErrorCode_ERROR_CODE_LOCKED ErrorCode = 15
+	// gRPC FAILED_PRECONDITION: the lease id is not the run's live lease: Open again.
+	ErrorCode_ERROR_CODE_LEASE_LOST ErrorCode = 16
+	// gRPC FAILED_PRECONDITION: resume gate 1: the run ended with a completed terminal.
+	ErrorCode_ERROR_CODE_COMPLETED ErrorCode = 17
+	// gRPC FAILED_PRECONDITION: resume gate 2: the interactive flag differs.
+	ErrorCode_ERROR_CODE_INTERACTIVITY_MISMATCH ErrorCode = 18
+	// gRPC FAILED_PRECONDITION: resume gate 3: the provider differs (force does not apply).
+	ErrorCode_ERROR_CODE_PROVIDER_CHANGED ErrorCode = 19
+	// gRPC FAILED_PRECONDITION: resume gate 4: other fingerprint fields differ; `diff` lists them.
+	ErrorCode_ERROR_CODE_FINGERPRINT_DRIFT ErrorCode = 20
+	// gRPC FAILED_PRECONDITION: tool calls are unanswered: finish the turn first.
+	ErrorCode_ERROR_CODE_TURN_RUNNING ErrorCode = 21
+	// gRPC DATA_LOSS: a stored run is damaged before its last line.
+	ErrorCode_ERROR_CODE_STORE_CORRUPTED ErrorCode = 22
+	// gRPC UNAVAILABLE: the storage backend cannot be reached or written.
+	ErrorCode_ERROR_CODE_BACKEND_UNAVAILABLE ErrorCode = 23
+	// gRPC RESOURCE_EXHAUSTED: the disk, quota or stream is full; nothing was written.
+	ErrorCode_ERROR_CODE_STORAGE_FULL ErrorCode = 24
+	// gRPC INTERNAL: a daemon bug; the journal is unchanged unless an ack was sent.
+	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 25
+)
+
+// Enum value maps for ErrorCode.
+var (
+	ErrorCode_name = map[int32]string{
+		0:  "ERROR_CODE_UNSPECIFIED",
+		1:  "ERROR_CODE_SESSION_NOT_FOUND",
+		2:  "ERROR_CODE_CHECKPOINT_NOT_FOUND",
+		3:  "ERROR_CODE_ATTACHMENT_NOT_FOUND",
+		4:  "ERROR_CODE_SESSION_EXISTS",
+		5:  "ERROR_CODE_INVALID_ID",
+		6:  "ERROR_CODE_INVALID_RECORD",
+		7:  "ERROR_CODE_VERSION_UNSUPPORTED",
+		8:  "ERROR_CODE_SESSION_MISMATCH",
+		9:  "ERROR_CODE_CHECKPOINT_IMPORT_INVALID",
+		10: "ERROR_CODE_INVALID_CHECKPOINT_ID",
+		11: "ERROR_CODE_INVALID_DIGEST",
+		12: "ERROR_CODE_INVALID_REQUEST",
+		13: "ERROR_CODE_SEQ_GAP",
+		14: "ERROR_CODE_SEQ_CONFLICT",
+		15: "ERROR_CODE_LOCKED",
+		16: "ERROR_CODE_LEASE_LOST",
+		17: "ERROR_CODE_COMPLETED",
+		18: "ERROR_CODE_INTERACTIVITY_MISMATCH",
+		19: "ERROR_CODE_PROVIDER_CHANGED",
+		20: "ERROR_CODE_FINGERPRINT_DRIFT",
+		21: "ERROR_CODE_TURN_RUNNING",
+		22: "ERROR_CODE_STORE_CORRUPTED",
+		23: "ERROR_CODE_BACKEND_UNAVAILABLE",
+		24: "ERROR_CODE_STORAGE_FULL",
+		25: "ERROR_CODE_INTERNAL",
+	}
+	ErrorCode_value = map[string]int32{
+		"ERROR_CODE_UNSPECIFIED":               0,
+		"ERROR_CODE_SESSION_NOT_FOUND":         1,
+		"ERROR_CODE_CHECKPOINT_NOT_FOUND":      2,
+		"ERROR_CODE_ATTACHMENT_NOT_FOUND":      3,
+		"ERROR_CODE_SESSION_EXISTS":            4,
+		"ERROR_CODE_INVALID_ID":                5,
+		"ERROR_CODE_INVALID_RECORD":            6,
+		"ERROR_CODE_VERSION_UNSUPPORTED":       7,
+		"ERROR_CODE_SESSION_MISMATCH":          8,
+		"ERROR_CODE_CHECKPOINT_IMPORT_INVALID": 9,
+		"ERROR_CODE_INVALID_CHECKPOINT_ID":     10,
+		"ERROR_CODE_INVALID_DIGEST":            11,
+		"ERROR_CODE_INVALID_REQUEST":           12,
+		"ERROR_CODE_SEQ_GAP":                   13,
+		"ERROR_CODE_SEQ_CONFLICT":              14,
+		"ERROR_CODE_LOCKED":                    15,
+		"ERROR_CODE_LEASE_LOST":                16,
+		"ERROR_CODE_COMPLETED":                 17,
+		"ERROR_CODE_INTERACTIVITY_MISMATCH":    18,
+		"ERROR_CODE_PROVIDER_CHANGED":          19,
+		"ERROR_CODE_FINGERPRINT_DRIFT":         20,
+		"ERROR_CODE_TURN_RUNNING":              21,
+		"ERROR_CODE_STORE_CORRUPTED":           22,
+		"ERROR_CODE_BACKEND_UNAVAILABLE":       23,
+		"ERROR_CODE_STORAGE_FULL":              24,
+		"ERROR_CODE_INTERNAL":                  25,
+	}
+)
+
+func (x ErrorCode) Enum() *ErrorCode {
+	p := new(ErrorCode)
+	*p = x
+	return p
+}
+
+func (x ErrorCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_journald_v1_journal_proto_enumTypes[4].Descriptor()
+}
+
+func (ErrorCode) Type() protoreflect.EnumType {
+	return &file_journald_v1_journal_proto_enumTypes[4]
+}
+
+func (x ErrorCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorCode.Descriptor instead.
+func (ErrorCode) EnumDescriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{4}
+}
+
+// RunStatus is the closed set of `RunInfo.status` words: the value name without its
+// `RUN_STATUS_` prefix in lower case (docs/protocol.md#run-status).
+type RunStatus int32
+
+const (
+	// Never sent.
+	RunStatus_RUN_STATUS_UNSPECIFIED RunStatus = 0
+	// No terminal record last and no writer now.
+	RunStatus_RUN_STATUS_OPEN RunStatus = 1
+	// No terminal record last and a writer holds the lease.
+	RunStatus_RUN_STATUS_HELD RunStatus = 2
+	// The last record is a terminal with reason "completed".
+	RunStatus_RUN_STATUS_COMPLETED RunStatus = 3
+	// The last record is a terminal with reason "suspended".
+	RunStatus_RUN_STATUS_SUSPENDED RunStatus = 4
+	// The last record is a terminal with reason "error".
+	RunStatus_RUN_STATUS_ERROR RunStatus = 5
+	// The last record is a terminal with reason "budget".
+	RunStatus_RUN_STATUS_BUDGET RunStatus = 6
+	// The last record is a terminal with reason "max_iterations".
+	RunStatus_RUN_STATUS_MAX_ITERATIONS RunStatus = 7
+	// The run could not be read for the listing; `journald verify` names the damage.
+	RunStatus_RUN_STATUS_CORRUPTED RunStatus = 8
+)
+
+// Enum value maps for RunStatus.
+var (
+	RunStatus_name = map[int32]string{
+		0: "RUN_STATUS_UNSPECIFIED",
+		1: "RUN_STATUS_OPEN",
+		2: "RUN_STATUS_HELD",
+		3: "RUN_STATUS_COMPLETED",
+		4: "RUN_STATUS_SUSPENDED",
+		5: "RUN_STATUS_ERROR",
+		6: "RUN_STATUS_BUDGET",
+		7: "RUN_STATUS_MAX_ITERATIONS",
+		8: "RUN_STATUS_CORRUPTED",
+	}
+	RunStatus_value = map[string]int32{
+		"RUN_STATUS_UNSPECIFIED":    0,
+		"RUN_STATUS_OPEN":           1,
+		"RUN_STATUS_HELD":           2,
+		"RUN_STATUS_COMPLETED":      3,
+		"RUN_STATUS_SUSPENDED":      4,
+		"RUN_STATUS_ERROR":          5,
+		"RUN_STATUS_BUDGET":         6,
+		"RUN_STATUS_MAX_ITERATIONS": 7,
+		"RUN_STATUS_CORRUPTED":      8,
+	}
+)
+
+func (x RunStatus) Enum() *RunStatus {
+	p := new(RunStatus)
+	*p = x
+	return p
+}
+
+func (x RunStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_journald_v1_journal_proto_enumTypes[5].Descriptor()
+}
+
+func (RunStatus) Type() protoreflect.EnumType {
+	return &file_journald_v1_journal_proto_enumTypes[5]
+}
+
+func (x RunStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunStatus.Descriptor instead.
+func (RunStatus) EnumDescriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{5}
 }
 
 // Message is one provider-neutral conversation message.
@@ -3107,7 +3341,8 @@ type RunInfo struct {
 	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	// The first characters of the initial prompt.
 	PromptPreview string `protobuf:"bytes,5,opt,name=prompt_preview,json=promptPreview,proto3" json:"prompt_preview,omitempty"`
-	// "running", "held" (lease open) or the terminal reason.
+	// A word of RunStatus (docs/protocol.md#enum-words): "open", "held" (a writer holds the
+	// lease), a terminal reason such as "completed", or "corrupted".
 	Status string `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
 	// Number of records.
 	RecordCount uint64 `protobuf:"varint,7,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
@@ -5197,7 +5432,8 @@ func (x *GetAttachmentResponse) GetSize() uint64 {
 // ErrorDetail is sent in the `journald-error-bin` trailer of every failed call.
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Machine code, e.g. "locked", "fingerprint_drift" (SPEC §10).
+	// Machine code: a word of ErrorCode, e.g. "locked", "fingerprint_drift"
+	// (docs/protocol.md#error-codes).
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	// What happened and what to do.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
@@ -5665,7 +5901,45 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x1aCOMPACT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPACT_STATUS_COMPACTED\x10\x01\x12\x1b\n" +
 	"\x17COMPACT_STATUS_REJECTED\x10\x02\x12\x19\n" +
-	"\x15COMPACT_STATUS_FAILED\x10\x032\xc1\f\n" +
+	"\x15COMPACT_STATUS_FAILED\x10\x03*\xc2\x06\n" +
+	"\tErrorCode\x12\x1a\n" +
+	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cERROR_CODE_SESSION_NOT_FOUND\x10\x01\x12#\n" +
+	"\x1fERROR_CODE_CHECKPOINT_NOT_FOUND\x10\x02\x12#\n" +
+	"\x1fERROR_CODE_ATTACHMENT_NOT_FOUND\x10\x03\x12\x1d\n" +
+	"\x19ERROR_CODE_SESSION_EXISTS\x10\x04\x12\x19\n" +
+	"\x15ERROR_CODE_INVALID_ID\x10\x05\x12\x1d\n" +
+	"\x19ERROR_CODE_INVALID_RECORD\x10\x06\x12\"\n" +
+	"\x1eERROR_CODE_VERSION_UNSUPPORTED\x10\a\x12\x1f\n" +
+	"\x1bERROR_CODE_SESSION_MISMATCH\x10\b\x12(\n" +
+	"$ERROR_CODE_CHECKPOINT_IMPORT_INVALID\x10\t\x12$\n" +
+	" ERROR_CODE_INVALID_CHECKPOINT_ID\x10\n" +
+	"\x12\x1d\n" +
+	"\x19ERROR_CODE_INVALID_DIGEST\x10\v\x12\x1e\n" +
+	"\x1aERROR_CODE_INVALID_REQUEST\x10\f\x12\x16\n" +
+	"\x12ERROR_CODE_SEQ_GAP\x10\r\x12\x1b\n" +
+	"\x17ERROR_CODE_SEQ_CONFLICT\x10\x0e\x12\x15\n" +
+	"\x11ERROR_CODE_LOCKED\x10\x0f\x12\x19\n" +
+	"\x15ERROR_CODE_LEASE_LOST\x10\x10\x12\x18\n" +
+	"\x14ERROR_CODE_COMPLETED\x10\x11\x12%\n" +
+	"!ERROR_CODE_INTERACTIVITY_MISMATCH\x10\x12\x12\x1f\n" +
+	"\x1bERROR_CODE_PROVIDER_CHANGED\x10\x13\x12 \n" +
+	"\x1cERROR_CODE_FINGERPRINT_DRIFT\x10\x14\x12\x1b\n" +
+	"\x17ERROR_CODE_TURN_RUNNING\x10\x15\x12\x1e\n" +
+	"\x1aERROR_CODE_STORE_CORRUPTED\x10\x16\x12\"\n" +
+	"\x1eERROR_CODE_BACKEND_UNAVAILABLE\x10\x17\x12\x1b\n" +
+	"\x17ERROR_CODE_STORAGE_FULL\x10\x18\x12\x17\n" +
+	"\x13ERROR_CODE_INTERNAL\x10\x19*\xeb\x01\n" +
+	"\tRunStatus\x12\x1a\n" +
+	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fRUN_STATUS_OPEN\x10\x01\x12\x13\n" +
+	"\x0fRUN_STATUS_HELD\x10\x02\x12\x18\n" +
+	"\x14RUN_STATUS_COMPLETED\x10\x03\x12\x18\n" +
+	"\x14RUN_STATUS_SUSPENDED\x10\x04\x12\x14\n" +
+	"\x10RUN_STATUS_ERROR\x10\x05\x12\x15\n" +
+	"\x11RUN_STATUS_BUDGET\x10\x06\x12\x1d\n" +
+	"\x19RUN_STATUS_MAX_ITERATIONS\x10\a\x12\x18\n" +
+	"\x14RUN_STATUS_CORRUPTED\x10\b2\xc1\f\n" +
 	"\x0eJournalService\x12=\n" +
 	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12D\n" +
 	"\aRelease\x12\x1b.journald.v1.ReleaseRequest\x1a\x1c.journald.v1.ReleaseResponse\x12A\n" +
@@ -5702,194 +5976,196 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 	return file_journald_v1_journal_proto_rawDescData
 }
 
-var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
 	(CheckpointTrigger)(0),           // 2: journald.v1.CheckpointTrigger
 	(CompactStatus)(0),               // 3: journald.v1.CompactStatus
-	(*Message)(nil),                  // 4: journald.v1.Message
-	(*Fingerprint)(nil),              // 5: journald.v1.Fingerprint
-	(*TraceContext)(nil),             // 6: journald.v1.TraceContext
-	(*Lineage)(nil),                  // 7: journald.v1.Lineage
-	(*MetaPayload)(nil),              // 8: journald.v1.MetaPayload
-	(*Usage)(nil),                    // 9: journald.v1.Usage
-	(*AssistantPayload)(nil),         // 10: journald.v1.AssistantPayload
-	(*ToolResultPayload)(nil),        // 11: journald.v1.ToolResultPayload
-	(*UserPayload)(nil),              // 12: journald.v1.UserPayload
-	(*SeqRange)(nil),                 // 13: journald.v1.SeqRange
-	(*RebasePayload)(nil),            // 14: journald.v1.RebasePayload
-	(*TerminalPayload)(nil),          // 15: journald.v1.TerminalPayload
-	(*Record)(nil),                   // 16: journald.v1.Record
-	(*ToolCall)(nil),                 // 17: journald.v1.ToolCall
-	(*PendingResult)(nil),            // 18: journald.v1.PendingResult
-	(*PendingTurn)(nil),              // 19: journald.v1.PendingTurn
-	(*Counters)(nil),                 // 20: journald.v1.Counters
-	(*Anomaly)(nil),                  // 21: journald.v1.Anomaly
-	(*RunState)(nil),                 // 22: journald.v1.RunState
-	(*GovernanceReport)(nil),         // 23: journald.v1.GovernanceReport
-	(*ClientInfo)(nil),               // 24: journald.v1.ClientInfo
-	(*OpenRequest)(nil),              // 25: journald.v1.OpenRequest
-	(*Lease)(nil),                    // 26: journald.v1.Lease
-	(*Warning)(nil),                  // 27: journald.v1.Warning
-	(*ReleaseRequest)(nil),           // 28: journald.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 29: journald.v1.ReleaseResponse
-	(*LeaseEnded)(nil),               // 30: journald.v1.LeaseEnded
-	(*OpenResponse)(nil),             // 31: journald.v1.OpenResponse
-	(*Ack)(nil),                      // 32: journald.v1.Ack
-	(*AppendRequest)(nil),            // 33: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 34: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 35: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 36: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 37: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 38: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 39: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 40: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 41: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 42: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 43: journald.v1.ListResponse
-	(*DeleteRequest)(nil),            // 44: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 45: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 46: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 47: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 48: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 49: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 50: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 51: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 52: journald.v1.VerifyResponse
-	(*CheckpointMeta)(nil),           // 53: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 54: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 55: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 56: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 57: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 58: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 59: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 60: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 61: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 62: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 63: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 64: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 65: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 66: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 67: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 68: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 69: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 70: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 71: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 72: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 73: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 74: journald.v1.ErrorDetail
-	nil,                              // 75: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 76: journald.v1.RunState.LabelsEntry
-	nil,                              // 77: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 78: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 79: journald.v1.ErrorDetail.MetadataEntry
+	(ErrorCode)(0),                   // 4: journald.v1.ErrorCode
+	(RunStatus)(0),                   // 5: journald.v1.RunStatus
+	(*Message)(nil),                  // 6: journald.v1.Message
+	(*Fingerprint)(nil),              // 7: journald.v1.Fingerprint
+	(*TraceContext)(nil),             // 8: journald.v1.TraceContext
+	(*Lineage)(nil),                  // 9: journald.v1.Lineage
+	(*MetaPayload)(nil),              // 10: journald.v1.MetaPayload
+	(*Usage)(nil),                    // 11: journald.v1.Usage
+	(*AssistantPayload)(nil),         // 12: journald.v1.AssistantPayload
+	(*ToolResultPayload)(nil),        // 13: journald.v1.ToolResultPayload
+	(*UserPayload)(nil),              // 14: journald.v1.UserPayload
+	(*SeqRange)(nil),                 // 15: journald.v1.SeqRange
+	(*RebasePayload)(nil),            // 16: journald.v1.RebasePayload
+	(*TerminalPayload)(nil),          // 17: journald.v1.TerminalPayload
+	(*Record)(nil),                   // 18: journald.v1.Record
+	(*ToolCall)(nil),                 // 19: journald.v1.ToolCall
+	(*PendingResult)(nil),            // 20: journald.v1.PendingResult
+	(*PendingTurn)(nil),              // 21: journald.v1.PendingTurn
+	(*Counters)(nil),                 // 22: journald.v1.Counters
+	(*Anomaly)(nil),                  // 23: journald.v1.Anomaly
+	(*RunState)(nil),                 // 24: journald.v1.RunState
+	(*GovernanceReport)(nil),         // 25: journald.v1.GovernanceReport
+	(*ClientInfo)(nil),               // 26: journald.v1.ClientInfo
+	(*OpenRequest)(nil),              // 27: journald.v1.OpenRequest
+	(*Lease)(nil),                    // 28: journald.v1.Lease
+	(*Warning)(nil),                  // 29: journald.v1.Warning
+	(*ReleaseRequest)(nil),           // 30: journald.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 31: journald.v1.ReleaseResponse
+	(*LeaseEnded)(nil),               // 32: journald.v1.LeaseEnded
+	(*OpenResponse)(nil),             // 33: journald.v1.OpenResponse
+	(*Ack)(nil),                      // 34: journald.v1.Ack
+	(*AppendRequest)(nil),            // 35: journald.v1.AppendRequest
+	(*AppendResponse)(nil),           // 36: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),      // 37: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),     // 38: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),              // 39: journald.v1.LoadRequest
+	(*LoadResponse)(nil),             // 40: journald.v1.LoadResponse
+	(*FoldRequest)(nil),              // 41: journald.v1.FoldRequest
+	(*FoldResponse)(nil),             // 42: journald.v1.FoldResponse
+	(*RunInfo)(nil),                  // 43: journald.v1.RunInfo
+	(*ListRequest)(nil),              // 44: journald.v1.ListRequest
+	(*ListResponse)(nil),             // 45: journald.v1.ListResponse
+	(*DeleteRequest)(nil),            // 46: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 47: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 48: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 49: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 50: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 51: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 52: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 53: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 54: journald.v1.VerifyResponse
+	(*CheckpointMeta)(nil),           // 55: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 56: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 57: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 58: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 59: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 60: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 61: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 62: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 63: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 64: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 65: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 66: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 67: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 68: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 69: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 70: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 71: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 72: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 73: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 74: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 75: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 76: journald.v1.ErrorDetail
+	nil,                              // 77: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 78: journald.v1.RunState.LabelsEntry
+	nil,                              // 79: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 80: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 81: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
-	5,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	75, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
-	7,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
-	4,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
-	9,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
-	4,  // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
-	13, // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
-	6,  // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
-	8,  // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
-	10, // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
-	11, // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
-	12, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
-	14, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
-	15, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	4,  // 14: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	18, // 15: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	17, // 16: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	5,  // 17: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	4,  // 18: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	19, // 19: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	20, // 20: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	15, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	21, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	7,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	76, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	7,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
+	77, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	9,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
+	6,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
+	11, // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
+	6,  // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
+	15, // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
+	8,  // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
+	10, // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
+	12, // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
+	13, // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
+	14, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
+	16, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
+	17, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
+	6,  // 14: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	20, // 15: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	19, // 16: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	7,  // 17: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	6,  // 18: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	21, // 19: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	22, // 20: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	17, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	23, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	9,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	78, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
 	0,  // 25: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	5,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	77, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	24, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	6,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	22, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	27, // 31: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	26, // 32: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	30, // 33: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	7,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	79, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	26, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	8,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	24, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	29, // 31: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	28, // 32: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	32, // 33: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
 	1,  // 34: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	16, // 35: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	32, // 36: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	33, // 37: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	34, // 38: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	16, // 39: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	22, // 40: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	4,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	23, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	41, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	53, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	16, // 45: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	47, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	4,  // 47: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	18, // 35: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	34, // 36: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	35, // 37: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	36, // 38: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	18, // 39: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	24, // 40: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	6,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	25, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	43, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	55, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	18, // 45: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	49, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	6,  // 47: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
 	2,  // 48: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	53, // 49: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	53, // 50: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	32, // 51: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	27, // 52: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	4,  // 53: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	55, // 49: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	55, // 50: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	34, // 51: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	29, // 52: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	6,  // 53: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
 	3,  // 54: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	13, // 55: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	32, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	78, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	22, // 58: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	53, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	79, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	25, // 61: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	28, // 62: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	33, // 63: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	35, // 64: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	37, // 65: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	39, // 66: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	42, // 67: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	44, // 68: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	46, // 69: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	49, // 70: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	54, // 71: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	56, // 72: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	58, // 73: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	60, // 74: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	62, // 75: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	64, // 76: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	66, // 77: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	68, // 78: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	51, // 79: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	70, // 80: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	72, // 81: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	31, // 82: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	29, // 83: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	34, // 84: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	36, // 85: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	38, // 86: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	40, // 87: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	43, // 88: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	45, // 89: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	48, // 90: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	50, // 91: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	55, // 92: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	57, // 93: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	59, // 94: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	61, // 95: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	63, // 96: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	65, // 97: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	67, // 98: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	69, // 99: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	52, // 100: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	71, // 101: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	73, // 102: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	15, // 55: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	34, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	80, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	24, // 58: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	55, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	81, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	27, // 61: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	30, // 62: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	35, // 63: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	37, // 64: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	39, // 65: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	41, // 66: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	44, // 67: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	46, // 68: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	48, // 69: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	51, // 70: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	56, // 71: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	58, // 72: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	60, // 73: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	62, // 74: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	64, // 75: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	66, // 76: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	68, // 77: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	70, // 78: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	53, // 79: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	72, // 80: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	74, // 81: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	33, // 82: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	31, // 83: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	36, // 84: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	38, // 85: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	40, // 86: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	42, // 87: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	45, // 88: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	47, // 89: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	50, // 90: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	52, // 91: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	57, // 92: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	59, // 93: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	61, // 94: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	63, // 95: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	65, // 96: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	67, // 97: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	69, // 98: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	71, // 99: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	54, // 100: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	73, // 101: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	75, // 102: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
 	82, // [82:103] is the sub-list for method output_type
 	61, // [61:82] is the sub-list for method input_type
 	61, // [61:61] is the sub-list for extension type_name
@@ -5923,7 +6199,7 @@ func file_journald_v1_journal_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      6,
 			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -225,7 +225,7 @@ class AsyncClient:
         finally:
             call.cancel()
 
-    # --- checkpoints (SPEC §9) ----------------------------------------------------------
+    # --- checkpoints (docs/design.md#checkpoints) -------------------------------------
 
     async def checkpoint(self, run_id: str, label: str = "") -> CheckpointMeta:
         """Take a checkpoint of the run's folded conversation."""

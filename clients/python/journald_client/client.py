@@ -258,7 +258,7 @@ class Client:
         )
         return Watch(self, call)
 
-    # --- checkpoints (SPEC §9) ----------------------------------------------------------
+    # --- checkpoints (docs/design.md#checkpoints) -------------------------------------
 
     def checkpoint(self, run_id: str, label: str = "") -> CheckpointMeta:
         """Take a checkpoint of the run's folded conversation (``turn_running`` while a

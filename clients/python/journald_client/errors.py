@@ -1,4 +1,4 @@
-"""Typed exceptions for every journald error code (SPEC §10).
+"""Typed exceptions for every journald error code (docs/protocol.md#error-codes).
 
 A failed call carries the facts in its ``journald-error-bin`` trailer (a serialized
 ``journald.v1.ErrorDetail``: code, message, metadata, diff). :func:`from_rpc_error` turns
@@ -10,7 +10,8 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── NotFoundError: SessionNotFound, CheckpointNotFound, AttachmentNotFound
     ├── SessionExists
     ├── InvalidArgumentError: InvalidId, InvalidRecord, VersionUnsupported,
-    │                         SessionMismatch, CheckpointImportInvalid
+    │                         SessionMismatch, CheckpointImportInvalid,
+    │                         InvalidCheckpointId, InvalidDigest, InvalidRequest
     ├── SeqError: SeqGap, SeqConflict
     ├── LeaseError: Locked (holder_*), LeaseLost
     ├── GateError: Completed, InteractivityMismatch, ProviderChanged, FingerprintDrift (.diff)
@@ -18,6 +19,9 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── StoreCorrupted
     ├── BackendUnavailable: DaemonUnavailable
     └── StorageFull
+
+The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
+proto's ``ErrorCode`` enum; ``tests/unit/test_contract_enums.py`` keeps them equal.
 """
 
 from __future__ import annotations
@@ -103,6 +107,18 @@ class CheckpointImportInvalid(InvalidArgumentError):
     code = "checkpoint_import_invalid"
 
 
+class InvalidCheckpointId(InvalidArgumentError):
+    code = "invalid_checkpoint_id"
+
+
+class InvalidDigest(InvalidArgumentError):
+    code = "invalid_digest"
+
+
+class InvalidRequest(InvalidArgumentError):
+    code = "invalid_request"
+
+
 class SeqError(JournaldError):
     pass
 
@@ -147,7 +163,7 @@ class LeaseLost(LeaseError):
 
 
 class GateError(JournaldError):
-    """A resume gate refused the open (SPEC §5)."""
+    """A resume gate refused the open (docs/protocol.md#resume-gates)."""
 
 
 class Completed(GateError):

@@ -1,4 +1,4 @@
-"""The configuration fingerprint, computed locally (SPEC §5).
+"""The configuration fingerprint, computed locally (docs/protocol.md#fingerprint).
 
 The system prompt and the tool definitions never leave the process: only their SHA-256
 hashes go to the daemon. The canonicalisation is pinned by ``tests/vectors/fingerprint.json``

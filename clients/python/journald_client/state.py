@@ -94,7 +94,7 @@ class Terminal:
 
 @dataclass(frozen=True, slots=True)
 class RunState:
-    """The daemon's fold of a run (SPEC §4)."""
+    """The daemon's fold of a run (docs/design.md#fold)."""
 
     run_id: str
     fingerprint: Fingerprint | None

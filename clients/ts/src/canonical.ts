@@ -1,5 +1,5 @@
 /**
- * Canonical JSON (SPEC §2): UTF-8, object keys sorted by Unicode code point, separators
+ * Canonical JSON (docs/protocol.md#canonical-json): UTF-8, object keys sorted by Unicode code point, separators
  * "," and ":", no insignificant whitespace, non-ASCII written as itself, integers only.
  * Byte for byte what Python's json.dumps(sort_keys=True, separators=(",", ":"),
  * ensure_ascii=False) writes.

@@ -1,5 +1,5 @@
 /**
- * Typed errors (SPEC §10). Every failed call carries a gRPC status plus a
+ * Typed errors (docs/protocol.md#errors). Every failed call carries a gRPC status plus a
  * `journald-error-bin` trailer (a serialized journald.v1.ErrorDetail); the code in it picks
  * the class. Without the trailer the class comes from the gRPC status alone.
  */
@@ -48,6 +48,9 @@ export class InvalidRecordError extends InvalidArgumentError {}
 export class VersionUnsupportedError extends InvalidArgumentError {}
 export class SessionMismatchError extends InvalidArgumentError {}
 export class CheckpointImportInvalidError extends InvalidArgumentError {}
+export class InvalidCheckpointIdError extends InvalidArgumentError {}
+export class InvalidDigestError extends InvalidArgumentError {}
+export class InvalidRequestError extends InvalidArgumentError {}
 export class SeqError extends JournaldError {}
 export class SeqGapError extends SeqError {}
 export class SeqConflictError extends SeqError {}
@@ -63,6 +66,8 @@ export class TurnRunningError extends JournaldError {}
 export class StoreCorruptedError extends JournaldError {}
 export class BackendUnavailableError extends JournaldError {}
 export class StorageFullError extends JournaldError {}
+/** A daemon bug (code "internal"): the journal is unchanged unless an ack was sent. */
+export class InternalError extends JournaldError {}
 /** A failure without a journald code (transport errors, daemon down, ...). */
 export class TransportError extends JournaldError {}
 
@@ -72,7 +77,10 @@ type ErrorClass = new (
   opts?: { grpcCode?: number; metadata?: Record<string, string>; diff?: string[]; cause?: unknown },
 ) => JournaldError;
 
-/** Every typed error class by machine code. */
+/**
+ * Every typed error class by machine code: the words of the proto's ErrorCode enum
+ * (tests/unit/test_contract_enums.py keeps this table equal to it).
+ */
 export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   session_not_found: SessionNotFoundError,
   checkpoint_not_found: CheckpointNotFoundError,
@@ -83,6 +91,9 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   version_unsupported: VersionUnsupportedError,
   session_mismatch: SessionMismatchError,
   checkpoint_import_invalid: CheckpointImportInvalidError,
+  invalid_checkpoint_id: InvalidCheckpointIdError,
+  invalid_digest: InvalidDigestError,
+  invalid_request: InvalidRequestError,
   seq_gap: SeqGapError,
   seq_conflict: SeqConflictError,
   locked: LockedError,
@@ -95,6 +106,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   store_corrupted: StoreCorruptedError,
   backend_unavailable: BackendUnavailableError,
   storage_full: StorageFullError,
+  internal: InternalError,
 };
 
 /** Rebuild a typed error from its wire form (unknown codes become JournaldError). */

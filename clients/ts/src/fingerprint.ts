@@ -1,4 +1,4 @@
-/** Fingerprint hashing (SPEC §5): only hashes leave the agent process. */
+/** Fingerprint hashing (docs/protocol.md#fingerprint): only hashes leave the agent process. */
 import { canonical, sha256Hex } from "./canonical";
 import type { Fingerprint } from "./gen/journald/v1/journal";
 

@@ -66,7 +66,13 @@ test("attachment_not_found is its own not-found error", () => {
   assert.ok(err instanceof NotFoundError);
   assert.ok(!(err instanceof CheckpointNotFoundError));
   assert.equal(ERRORS_BY_CODE.attachment_not_found, AttachmentNotFoundError);
-  assert.equal(Object.keys(ERRORS_BY_CODE).length, 21);
+});
+
+test("every ErrorCode word of the proto has its error class, and nothing else does", () => {
+  const words = Object.keys(pb.ErrorCode)
+    .filter((k) => /^ERROR_CODE_/.test(k) && k !== "ERROR_CODE_UNSPECIFIED")
+    .map((k) => k.slice("ERROR_CODE_".length).toLowerCase());
+  assert.deepEqual(Object.keys(ERRORS_BY_CODE).sort(), words.sort());
 });
 
 test("the default message cap is 256 MiB, above the daemon's 64 MiB", () => {

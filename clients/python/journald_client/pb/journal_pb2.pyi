@@ -4,10 +4,16 @@ isort:skip_file
 The journald contract: one daemon per host owns the journals of AI-agent runs; agent
 processes in any language talk to it over gRPC on a unix socket.
 
-Records are stored as canonical JSON (UTF-8, sorted keys, no insignificant whitespace).
-Every message list crossing this API carries message content as exact JSON bytes
-(`content_json`), so provider-specific blocks round-trip byte for byte and the bytes a
-client sends are the bytes the journal holds.
+The wire contract in prose: docs/protocol.md (this file cites its sections by anchor).
+
+Records are stored as canonical JSON (UTF-8, keys sorted by code point, no insignificant
+whitespace, integers only: docs/protocol.md#canonical-json). Message content crosses this
+API as JSON text (`content_json`, `prompt_json`). The daemon parses it and stores the
+canonical encoding of the parsed value: whitespace, key order and escape spelling are
+not kept, every string is kept exactly. Raw model JSON that must round-trip byte for byte
+(a tool_use `input`, a provider block's `data`) is therefore carried as a JSON string.
+Text that is not JSON, or holds a float, is refused with `invalid_record`
+(docs/protocol.md#content-normalisation).
 
 Failures are gRPC statuses. Each carries a `google.rpc.ErrorInfo` (domain "journald",
 reason = the machine code) in `grpc-status-details-bin`, and the same facts as an
@@ -155,6 +161,181 @@ COMPACT_STATUS_REJECTED: CompactStatus.ValueType  # 2
 COMPACT_STATUS_FAILED: CompactStatus.ValueType  # 3
 """Failed after the checkpoint; the checkpoint is kept."""
 Global___CompactStatus: _TypeAlias = CompactStatus  # noqa: Y015
+
+class _ErrorCode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ERROR_CODE_UNSPECIFIED: _ErrorCode.ValueType  # 0
+    """Never sent."""
+    ERROR_CODE_SESSION_NOT_FOUND: _ErrorCode.ValueType  # 1
+    """gRPC NOT_FOUND: the run does not exist."""
+    ERROR_CODE_CHECKPOINT_NOT_FOUND: _ErrorCode.ValueType  # 2
+    """gRPC NOT_FOUND: no such checkpoint in the run."""
+    ERROR_CODE_ATTACHMENT_NOT_FOUND: _ErrorCode.ValueType  # 3
+    """gRPC NOT_FOUND: no attachment with that SHA-256 in the run."""
+    ERROR_CODE_SESSION_EXISTS: _ErrorCode.ValueType  # 4
+    """gRPC ALREADY_EXISTS: a run with that id already exists (create, fork)."""
+    ERROR_CODE_INVALID_ID: _ErrorCode.ValueType  # 5
+    """gRPC INVALID_ARGUMENT: a run id breaks ^[A-Za-z0-9][A-Za-z0-9_-]*$ or 128 bytes."""
+    ERROR_CODE_INVALID_RECORD: _ErrorCode.ValueType  # 6
+    """gRPC INVALID_ARGUMENT: a record fails the schema, an admission rule, the size limit, or
+    its JSON is refused; nothing was written.
+    """
+    ERROR_CODE_VERSION_UNSUPPORTED: _ErrorCode.ValueType  # 7
+    """gRPC INVALID_ARGUMENT: a record format version other than 1."""
+    ERROR_CODE_SESSION_MISMATCH: _ErrorCode.ValueType  # 8
+    """gRPC INVALID_ARGUMENT: the checkpoint belongs to another run."""
+    ERROR_CODE_CHECKPOINT_IMPORT_INVALID: _ErrorCode.ValueType  # 9
+    """gRPC INVALID_ARGUMENT: exported bytes fail a check; nothing was written."""
+    ERROR_CODE_INVALID_CHECKPOINT_ID: _ErrorCode.ValueType  # 10
+    """gRPC INVALID_ARGUMENT: a checkpoint id that is not a ULID."""
+    ERROR_CODE_INVALID_DIGEST: _ErrorCode.ValueType  # 11
+    """gRPC INVALID_ARGUMENT: an attachment address that is not lowercase SHA-256 hex."""
+    ERROR_CODE_INVALID_REQUEST: _ErrorCode.ValueType  # 12
+    """gRPC INVALID_ARGUMENT: another request field is out of its range."""
+    ERROR_CODE_SEQ_GAP: _ErrorCode.ValueType  # 13
+    """gRPC FAILED_PRECONDITION: the seq is ahead of the journal (after the gap wait)."""
+    ERROR_CODE_SEQ_CONFLICT: _ErrorCode.ValueType  # 14
+    """gRPC ABORTED: a different record is stored at that seq."""
+    ERROR_CODE_LOCKED: _ErrorCode.ValueType  # 15
+    """gRPC ABORTED: the run has another writer; metadata holder_* names it."""
+    ERROR_CODE_LEASE_LOST: _ErrorCode.ValueType  # 16
+    """gRPC FAILED_PRECONDITION: the lease id is not the run's live lease: Open again."""
+    ERROR_CODE_COMPLETED: _ErrorCode.ValueType  # 17
+    """gRPC FAILED_PRECONDITION: resume gate 1: the run ended with a completed terminal."""
+    ERROR_CODE_INTERACTIVITY_MISMATCH: _ErrorCode.ValueType  # 18
+    """gRPC FAILED_PRECONDITION: resume gate 2: the interactive flag differs."""
+    ERROR_CODE_PROVIDER_CHANGED: _ErrorCode.ValueType  # 19
+    """gRPC FAILED_PRECONDITION: resume gate 3: the provider differs (force does not apply)."""
+    ERROR_CODE_FINGERPRINT_DRIFT: _ErrorCode.ValueType  # 20
+    """gRPC FAILED_PRECONDITION: resume gate 4: other fingerprint fields differ; `diff` lists them."""
+    ERROR_CODE_TURN_RUNNING: _ErrorCode.ValueType  # 21
+    """gRPC FAILED_PRECONDITION: tool calls are unanswered: finish the turn first."""
+    ERROR_CODE_STORE_CORRUPTED: _ErrorCode.ValueType  # 22
+    """gRPC DATA_LOSS: a stored run is damaged before its last line."""
+    ERROR_CODE_BACKEND_UNAVAILABLE: _ErrorCode.ValueType  # 23
+    """gRPC UNAVAILABLE: the storage backend cannot be reached or written."""
+    ERROR_CODE_STORAGE_FULL: _ErrorCode.ValueType  # 24
+    """gRPC RESOURCE_EXHAUSTED: the disk, quota or stream is full; nothing was written."""
+    ERROR_CODE_INTERNAL: _ErrorCode.ValueType  # 25
+    """gRPC INTERNAL: a daemon bug; the journal is unchanged unless an ack was sent."""
+
+class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
+    """ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
+    `google.rpc.ErrorInfo.reason` and every client's error table. The wire carries the word,
+    the value name without its `ERROR_CODE_` prefix in lower case (ERROR_CODE_SEQ_GAP is
+    "seq_gap"; docs/protocol.md#enum-words). Each value's comment starts with the gRPC status
+    the daemon fails the call with (docs/protocol.md#error-codes). Codes are only added.
+    """
+
+ERROR_CODE_UNSPECIFIED: ErrorCode.ValueType  # 0
+"""Never sent."""
+ERROR_CODE_SESSION_NOT_FOUND: ErrorCode.ValueType  # 1
+"""gRPC NOT_FOUND: the run does not exist."""
+ERROR_CODE_CHECKPOINT_NOT_FOUND: ErrorCode.ValueType  # 2
+"""gRPC NOT_FOUND: no such checkpoint in the run."""
+ERROR_CODE_ATTACHMENT_NOT_FOUND: ErrorCode.ValueType  # 3
+"""gRPC NOT_FOUND: no attachment with that SHA-256 in the run."""
+ERROR_CODE_SESSION_EXISTS: ErrorCode.ValueType  # 4
+"""gRPC ALREADY_EXISTS: a run with that id already exists (create, fork)."""
+ERROR_CODE_INVALID_ID: ErrorCode.ValueType  # 5
+"""gRPC INVALID_ARGUMENT: a run id breaks ^[A-Za-z0-9][A-Za-z0-9_-]*$ or 128 bytes."""
+ERROR_CODE_INVALID_RECORD: ErrorCode.ValueType  # 6
+"""gRPC INVALID_ARGUMENT: a record fails the schema, an admission rule, the size limit, or
+its JSON is refused; nothing was written.
+"""
+ERROR_CODE_VERSION_UNSUPPORTED: ErrorCode.ValueType  # 7
+"""gRPC INVALID_ARGUMENT: a record format version other than 1."""
+ERROR_CODE_SESSION_MISMATCH: ErrorCode.ValueType  # 8
+"""gRPC INVALID_ARGUMENT: the checkpoint belongs to another run."""
+ERROR_CODE_CHECKPOINT_IMPORT_INVALID: ErrorCode.ValueType  # 9
+"""gRPC INVALID_ARGUMENT: exported bytes fail a check; nothing was written."""
+ERROR_CODE_INVALID_CHECKPOINT_ID: ErrorCode.ValueType  # 10
+"""gRPC INVALID_ARGUMENT: a checkpoint id that is not a ULID."""
+ERROR_CODE_INVALID_DIGEST: ErrorCode.ValueType  # 11
+"""gRPC INVALID_ARGUMENT: an attachment address that is not lowercase SHA-256 hex."""
+ERROR_CODE_INVALID_REQUEST: ErrorCode.ValueType  # 12
+"""gRPC INVALID_ARGUMENT: another request field is out of its range."""
+ERROR_CODE_SEQ_GAP: ErrorCode.ValueType  # 13
+"""gRPC FAILED_PRECONDITION: the seq is ahead of the journal (after the gap wait)."""
+ERROR_CODE_SEQ_CONFLICT: ErrorCode.ValueType  # 14
+"""gRPC ABORTED: a different record is stored at that seq."""
+ERROR_CODE_LOCKED: ErrorCode.ValueType  # 15
+"""gRPC ABORTED: the run has another writer; metadata holder_* names it."""
+ERROR_CODE_LEASE_LOST: ErrorCode.ValueType  # 16
+"""gRPC FAILED_PRECONDITION: the lease id is not the run's live lease: Open again."""
+ERROR_CODE_COMPLETED: ErrorCode.ValueType  # 17
+"""gRPC FAILED_PRECONDITION: resume gate 1: the run ended with a completed terminal."""
+ERROR_CODE_INTERACTIVITY_MISMATCH: ErrorCode.ValueType  # 18
+"""gRPC FAILED_PRECONDITION: resume gate 2: the interactive flag differs."""
+ERROR_CODE_PROVIDER_CHANGED: ErrorCode.ValueType  # 19
+"""gRPC FAILED_PRECONDITION: resume gate 3: the provider differs (force does not apply)."""
+ERROR_CODE_FINGERPRINT_DRIFT: ErrorCode.ValueType  # 20
+"""gRPC FAILED_PRECONDITION: resume gate 4: other fingerprint fields differ; `diff` lists them."""
+ERROR_CODE_TURN_RUNNING: ErrorCode.ValueType  # 21
+"""gRPC FAILED_PRECONDITION: tool calls are unanswered: finish the turn first."""
+ERROR_CODE_STORE_CORRUPTED: ErrorCode.ValueType  # 22
+"""gRPC DATA_LOSS: a stored run is damaged before its last line."""
+ERROR_CODE_BACKEND_UNAVAILABLE: ErrorCode.ValueType  # 23
+"""gRPC UNAVAILABLE: the storage backend cannot be reached or written."""
+ERROR_CODE_STORAGE_FULL: ErrorCode.ValueType  # 24
+"""gRPC RESOURCE_EXHAUSTED: the disk, quota or stream is full; nothing was written."""
+ERROR_CODE_INTERNAL: ErrorCode.ValueType  # 25
+"""gRPC INTERNAL: a daemon bug; the journal is unchanged unless an ack was sent."""
+Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
+
+class _RunStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RunStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RUN_STATUS_UNSPECIFIED: _RunStatus.ValueType  # 0
+    """Never sent."""
+    RUN_STATUS_OPEN: _RunStatus.ValueType  # 1
+    """No terminal record last and no writer now."""
+    RUN_STATUS_HELD: _RunStatus.ValueType  # 2
+    """No terminal record last and a writer holds the lease."""
+    RUN_STATUS_COMPLETED: _RunStatus.ValueType  # 3
+    """The last record is a terminal with reason "completed"."""
+    RUN_STATUS_SUSPENDED: _RunStatus.ValueType  # 4
+    """The last record is a terminal with reason "suspended"."""
+    RUN_STATUS_ERROR: _RunStatus.ValueType  # 5
+    """The last record is a terminal with reason "error"."""
+    RUN_STATUS_BUDGET: _RunStatus.ValueType  # 6
+    """The last record is a terminal with reason "budget"."""
+    RUN_STATUS_MAX_ITERATIONS: _RunStatus.ValueType  # 7
+    """The last record is a terminal with reason "max_iterations"."""
+    RUN_STATUS_CORRUPTED: _RunStatus.ValueType  # 8
+    """The run could not be read for the listing; `journald verify` names the damage."""
+
+class RunStatus(_RunStatus, metaclass=_RunStatusEnumTypeWrapper):
+    """RunStatus is the closed set of `RunInfo.status` words: the value name without its
+    `RUN_STATUS_` prefix in lower case (docs/protocol.md#run-status).
+    """
+
+RUN_STATUS_UNSPECIFIED: RunStatus.ValueType  # 0
+"""Never sent."""
+RUN_STATUS_OPEN: RunStatus.ValueType  # 1
+"""No terminal record last and no writer now."""
+RUN_STATUS_HELD: RunStatus.ValueType  # 2
+"""No terminal record last and a writer holds the lease."""
+RUN_STATUS_COMPLETED: RunStatus.ValueType  # 3
+"""The last record is a terminal with reason "completed"."""
+RUN_STATUS_SUSPENDED: RunStatus.ValueType  # 4
+"""The last record is a terminal with reason "suspended"."""
+RUN_STATUS_ERROR: RunStatus.ValueType  # 5
+"""The last record is a terminal with reason "error"."""
+RUN_STATUS_BUDGET: RunStatus.ValueType  # 6
+"""The last record is a terminal with reason "budget"."""
+RUN_STATUS_MAX_ITERATIONS: RunStatus.ValueType  # 7
+"""The last record is a terminal with reason "max_iterations"."""
+RUN_STATUS_CORRUPTED: RunStatus.ValueType  # 8
+"""The run could not be read for the listing; `journald verify` names the damage."""
+Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
 
 @_typing.final
 class Message(_message.Message):
@@ -1631,7 +1812,9 @@ class RunInfo(_message.Message):
     prompt_preview: _builtins.str
     """The first characters of the initial prompt."""
     status: _builtins.str
-    """"running", "held" (lease open) or the terminal reason."""
+    """A word of RunStatus (docs/protocol.md#enum-words): "open", "held" (a writer holds the
+    lease), a terminal reason such as "completed", or "corrupted".
+    """
     record_count: _builtins.int
     """Number of records."""
     bytes: _builtins.int
@@ -2670,7 +2853,9 @@ class ErrorDetail(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     DIFF_FIELD_NUMBER: _builtins.int
     code: _builtins.str
-    """Machine code, e.g. "locked", "fingerprint_drift" (SPEC §10)."""
+    """Machine code: a word of ErrorCode, e.g. "locked", "fingerprint_drift"
+    (docs/protocol.md#error-codes).
+    """
     message: _builtins.str
     """What happened and what to do."""
     @_builtins.property

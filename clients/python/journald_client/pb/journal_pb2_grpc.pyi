@@ -4,10 +4,16 @@ isort:skip_file
 The journald contract: one daemon per host owns the journals of AI-agent runs; agent
 processes in any language talk to it over gRPC on a unix socket.
 
-Records are stored as canonical JSON (UTF-8, sorted keys, no insignificant whitespace).
-Every message list crossing this API carries message content as exact JSON bytes
-(`content_json`), so provider-specific blocks round-trip byte for byte and the bytes a
-client sends are the bytes the journal holds.
+The wire contract in prose: docs/protocol.md (this file cites its sections by anchor).
+
+Records are stored as canonical JSON (UTF-8, keys sorted by code point, no insignificant
+whitespace, integers only: docs/protocol.md#canonical-json). Message content crosses this
+API as JSON text (`content_json`, `prompt_json`). The daemon parses it and stores the
+canonical encoding of the parsed value: whitespace, key order and escape spelling are
+not kept, every string is kept exactly. Raw model JSON that must round-trip byte for byte
+(a tool_use `input`, a provider block's `data`) is therefore carried as a JSON string.
+Text that is not JSON, or holds a float, is refused with `invalid_record`
+(docs/protocol.md#content-normalisation).
 
 Failures are gRPC statuses. Each carries a `google.rpc.ErrorInfo` (domain "journald",
 reason = the machine code) in `grpc-status-details-bin`, and the same facts as an

@@ -31,10 +31,16 @@ export const protobufFileName = "journald/v1/journal.proto";
  * The journald contract: one daemon per host owns the journals of AI-agent runs; agent
  * processes in any language talk to it over gRPC on a unix socket.
  *
- * Records are stored as canonical JSON (UTF-8, sorted keys, no insignificant whitespace).
- * Every message list crossing this API carries message content as exact JSON bytes
- * (`content_json`), so provider-specific blocks round-trip byte for byte and the bytes a
- * client sends are the bytes the journal holds.
+ * The wire contract in prose: docs/protocol.md (this file cites its sections by anchor).
+ *
+ * Records are stored as canonical JSON (UTF-8, keys sorted by code point, no insignificant
+ * whitespace, integers only: docs/protocol.md#canonical-json). Message content crosses this
+ * API as JSON text (`content_json`, `prompt_json`). The daemon parses it and stores the
+ * canonical encoding of the parsed value: whitespace, key order and escape spelling are
+ * not kept, every string is kept exactly. Raw model JSON that must round-trip byte for byte
+ * (a tool_use `input`, a provider block's `data`) is therefore carried as a JSON string.
+ * Text that is not JSON, or holds a float, is refused with `invalid_record`
+ * (docs/protocol.md#content-normalisation).
  *
  * Failures are gRPC statuses. Each carries a `google.rpc.ErrorInfo` (domain "journald",
  * reason = the machine code) in `grpc-status-details-bin`, and the same facts as an
@@ -251,6 +257,307 @@ export function compactStatusToJSON(object: CompactStatus): string {
     case CompactStatus.COMPACT_STATUS_FAILED:
       return "COMPACT_STATUS_FAILED";
     case CompactStatus.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/**
+ * ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
+ * `google.rpc.ErrorInfo.reason` and every client's error table. The wire carries the word,
+ * the value name without its `ERROR_CODE_` prefix in lower case (ERROR_CODE_SEQ_GAP is
+ * "seq_gap"; docs/protocol.md#enum-words). Each value's comment starts with the gRPC status
+ * the daemon fails the call with (docs/protocol.md#error-codes). Codes are only added.
+ */
+export enum ErrorCode {
+  /** ERROR_CODE_UNSPECIFIED - Never sent. */
+  ERROR_CODE_UNSPECIFIED = 0,
+  /** ERROR_CODE_SESSION_NOT_FOUND - gRPC NOT_FOUND: the run does not exist. */
+  ERROR_CODE_SESSION_NOT_FOUND = 1,
+  /** ERROR_CODE_CHECKPOINT_NOT_FOUND - gRPC NOT_FOUND: no such checkpoint in the run. */
+  ERROR_CODE_CHECKPOINT_NOT_FOUND = 2,
+  /** ERROR_CODE_ATTACHMENT_NOT_FOUND - gRPC NOT_FOUND: no attachment with that SHA-256 in the run. */
+  ERROR_CODE_ATTACHMENT_NOT_FOUND = 3,
+  /** ERROR_CODE_SESSION_EXISTS - gRPC ALREADY_EXISTS: a run with that id already exists (create, fork). */
+  ERROR_CODE_SESSION_EXISTS = 4,
+  /** ERROR_CODE_INVALID_ID - gRPC INVALID_ARGUMENT: a run id breaks ^[A-Za-z0-9][A-Za-z0-9_-]*$ or 128 bytes. */
+  ERROR_CODE_INVALID_ID = 5,
+  /**
+   * ERROR_CODE_INVALID_RECORD - gRPC INVALID_ARGUMENT: a record fails the schema, an admission rule, the size limit, or
+   * its JSON is refused; nothing was written.
+   */
+  ERROR_CODE_INVALID_RECORD = 6,
+  /** ERROR_CODE_VERSION_UNSUPPORTED - gRPC INVALID_ARGUMENT: a record format version other than 1. */
+  ERROR_CODE_VERSION_UNSUPPORTED = 7,
+  /** ERROR_CODE_SESSION_MISMATCH - gRPC INVALID_ARGUMENT: the checkpoint belongs to another run. */
+  ERROR_CODE_SESSION_MISMATCH = 8,
+  /** ERROR_CODE_CHECKPOINT_IMPORT_INVALID - gRPC INVALID_ARGUMENT: exported bytes fail a check; nothing was written. */
+  ERROR_CODE_CHECKPOINT_IMPORT_INVALID = 9,
+  /** ERROR_CODE_INVALID_CHECKPOINT_ID - gRPC INVALID_ARGUMENT: a checkpoint id that is not a ULID. */
+  ERROR_CODE_INVALID_CHECKPOINT_ID = 10,
+  /** ERROR_CODE_INVALID_DIGEST - gRPC INVALID_ARGUMENT: an attachment address that is not lowercase SHA-256 hex. */
+  ERROR_CODE_INVALID_DIGEST = 11,
+  /** ERROR_CODE_INVALID_REQUEST - gRPC INVALID_ARGUMENT: another request field is out of its range. */
+  ERROR_CODE_INVALID_REQUEST = 12,
+  /** ERROR_CODE_SEQ_GAP - gRPC FAILED_PRECONDITION: the seq is ahead of the journal (after the gap wait). */
+  ERROR_CODE_SEQ_GAP = 13,
+  /** ERROR_CODE_SEQ_CONFLICT - gRPC ABORTED: a different record is stored at that seq. */
+  ERROR_CODE_SEQ_CONFLICT = 14,
+  /** ERROR_CODE_LOCKED - gRPC ABORTED: the run has another writer; metadata holder_* names it. */
+  ERROR_CODE_LOCKED = 15,
+  /** ERROR_CODE_LEASE_LOST - gRPC FAILED_PRECONDITION: the lease id is not the run's live lease: Open again. */
+  ERROR_CODE_LEASE_LOST = 16,
+  /** ERROR_CODE_COMPLETED - gRPC FAILED_PRECONDITION: resume gate 1: the run ended with a completed terminal. */
+  ERROR_CODE_COMPLETED = 17,
+  /** ERROR_CODE_INTERACTIVITY_MISMATCH - gRPC FAILED_PRECONDITION: resume gate 2: the interactive flag differs. */
+  ERROR_CODE_INTERACTIVITY_MISMATCH = 18,
+  /** ERROR_CODE_PROVIDER_CHANGED - gRPC FAILED_PRECONDITION: resume gate 3: the provider differs (force does not apply). */
+  ERROR_CODE_PROVIDER_CHANGED = 19,
+  /** ERROR_CODE_FINGERPRINT_DRIFT - gRPC FAILED_PRECONDITION: resume gate 4: other fingerprint fields differ; `diff` lists them. */
+  ERROR_CODE_FINGERPRINT_DRIFT = 20,
+  /** ERROR_CODE_TURN_RUNNING - gRPC FAILED_PRECONDITION: tool calls are unanswered: finish the turn first. */
+  ERROR_CODE_TURN_RUNNING = 21,
+  /** ERROR_CODE_STORE_CORRUPTED - gRPC DATA_LOSS: a stored run is damaged before its last line. */
+  ERROR_CODE_STORE_CORRUPTED = 22,
+  /** ERROR_CODE_BACKEND_UNAVAILABLE - gRPC UNAVAILABLE: the storage backend cannot be reached or written. */
+  ERROR_CODE_BACKEND_UNAVAILABLE = 23,
+  /** ERROR_CODE_STORAGE_FULL - gRPC RESOURCE_EXHAUSTED: the disk, quota or stream is full; nothing was written. */
+  ERROR_CODE_STORAGE_FULL = 24,
+  /** ERROR_CODE_INTERNAL - gRPC INTERNAL: a daemon bug; the journal is unchanged unless an ack was sent. */
+  ERROR_CODE_INTERNAL = 25,
+  UNRECOGNIZED = -1,
+}
+
+export function errorCodeFromJSON(object: any): ErrorCode {
+  switch (object) {
+    case 0:
+    case "ERROR_CODE_UNSPECIFIED":
+      return ErrorCode.ERROR_CODE_UNSPECIFIED;
+    case 1:
+    case "ERROR_CODE_SESSION_NOT_FOUND":
+      return ErrorCode.ERROR_CODE_SESSION_NOT_FOUND;
+    case 2:
+    case "ERROR_CODE_CHECKPOINT_NOT_FOUND":
+      return ErrorCode.ERROR_CODE_CHECKPOINT_NOT_FOUND;
+    case 3:
+    case "ERROR_CODE_ATTACHMENT_NOT_FOUND":
+      return ErrorCode.ERROR_CODE_ATTACHMENT_NOT_FOUND;
+    case 4:
+    case "ERROR_CODE_SESSION_EXISTS":
+      return ErrorCode.ERROR_CODE_SESSION_EXISTS;
+    case 5:
+    case "ERROR_CODE_INVALID_ID":
+      return ErrorCode.ERROR_CODE_INVALID_ID;
+    case 6:
+    case "ERROR_CODE_INVALID_RECORD":
+      return ErrorCode.ERROR_CODE_INVALID_RECORD;
+    case 7:
+    case "ERROR_CODE_VERSION_UNSUPPORTED":
+      return ErrorCode.ERROR_CODE_VERSION_UNSUPPORTED;
+    case 8:
+    case "ERROR_CODE_SESSION_MISMATCH":
+      return ErrorCode.ERROR_CODE_SESSION_MISMATCH;
+    case 9:
+    case "ERROR_CODE_CHECKPOINT_IMPORT_INVALID":
+      return ErrorCode.ERROR_CODE_CHECKPOINT_IMPORT_INVALID;
+    case 10:
+    case "ERROR_CODE_INVALID_CHECKPOINT_ID":
+      return ErrorCode.ERROR_CODE_INVALID_CHECKPOINT_ID;
+    case 11:
+    case "ERROR_CODE_INVALID_DIGEST":
+      return ErrorCode.ERROR_CODE_INVALID_DIGEST;
+    case 12:
+    case "ERROR_CODE_INVALID_REQUEST":
+      return ErrorCode.ERROR_CODE_INVALID_REQUEST;
+    case 13:
+    case "ERROR_CODE_SEQ_GAP":
+      return ErrorCode.ERROR_CODE_SEQ_GAP;
+    case 14:
+    case "ERROR_CODE_SEQ_CONFLICT":
+      return ErrorCode.ERROR_CODE_SEQ_CONFLICT;
+    case 15:
+    case "ERROR_CODE_LOCKED":
+      return ErrorCode.ERROR_CODE_LOCKED;
+    case 16:
+    case "ERROR_CODE_LEASE_LOST":
+      return ErrorCode.ERROR_CODE_LEASE_LOST;
+    case 17:
+    case "ERROR_CODE_COMPLETED":
+      return ErrorCode.ERROR_CODE_COMPLETED;
+    case 18:
+    case "ERROR_CODE_INTERACTIVITY_MISMATCH":
+      return ErrorCode.ERROR_CODE_INTERACTIVITY_MISMATCH;
+    case 19:
+    case "ERROR_CODE_PROVIDER_CHANGED":
+      return ErrorCode.ERROR_CODE_PROVIDER_CHANGED;
+    case 20:
+    case "ERROR_CODE_FINGERPRINT_DRIFT":
+      return ErrorCode.ERROR_CODE_FINGERPRINT_DRIFT;
+    case 21:
+    case "ERROR_CODE_TURN_RUNNING":
+      return ErrorCode.ERROR_CODE_TURN_RUNNING;
+    case 22:
+    case "ERROR_CODE_STORE_CORRUPTED":
+      return ErrorCode.ERROR_CODE_STORE_CORRUPTED;
+    case 23:
+    case "ERROR_CODE_BACKEND_UNAVAILABLE":
+      return ErrorCode.ERROR_CODE_BACKEND_UNAVAILABLE;
+    case 24:
+    case "ERROR_CODE_STORAGE_FULL":
+      return ErrorCode.ERROR_CODE_STORAGE_FULL;
+    case 25:
+    case "ERROR_CODE_INTERNAL":
+      return ErrorCode.ERROR_CODE_INTERNAL;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return ErrorCode.UNRECOGNIZED;
+  }
+}
+
+export function errorCodeToJSON(object: ErrorCode): string {
+  switch (object) {
+    case ErrorCode.ERROR_CODE_UNSPECIFIED:
+      return "ERROR_CODE_UNSPECIFIED";
+    case ErrorCode.ERROR_CODE_SESSION_NOT_FOUND:
+      return "ERROR_CODE_SESSION_NOT_FOUND";
+    case ErrorCode.ERROR_CODE_CHECKPOINT_NOT_FOUND:
+      return "ERROR_CODE_CHECKPOINT_NOT_FOUND";
+    case ErrorCode.ERROR_CODE_ATTACHMENT_NOT_FOUND:
+      return "ERROR_CODE_ATTACHMENT_NOT_FOUND";
+    case ErrorCode.ERROR_CODE_SESSION_EXISTS:
+      return "ERROR_CODE_SESSION_EXISTS";
+    case ErrorCode.ERROR_CODE_INVALID_ID:
+      return "ERROR_CODE_INVALID_ID";
+    case ErrorCode.ERROR_CODE_INVALID_RECORD:
+      return "ERROR_CODE_INVALID_RECORD";
+    case ErrorCode.ERROR_CODE_VERSION_UNSUPPORTED:
+      return "ERROR_CODE_VERSION_UNSUPPORTED";
+    case ErrorCode.ERROR_CODE_SESSION_MISMATCH:
+      return "ERROR_CODE_SESSION_MISMATCH";
+    case ErrorCode.ERROR_CODE_CHECKPOINT_IMPORT_INVALID:
+      return "ERROR_CODE_CHECKPOINT_IMPORT_INVALID";
+    case ErrorCode.ERROR_CODE_INVALID_CHECKPOINT_ID:
+      return "ERROR_CODE_INVALID_CHECKPOINT_ID";
+    case ErrorCode.ERROR_CODE_INVALID_DIGEST:
+      return "ERROR_CODE_INVALID_DIGEST";
+    case ErrorCode.ERROR_CODE_INVALID_REQUEST:
+      return "ERROR_CODE_INVALID_REQUEST";
+    case ErrorCode.ERROR_CODE_SEQ_GAP:
+      return "ERROR_CODE_SEQ_GAP";
+    case ErrorCode.ERROR_CODE_SEQ_CONFLICT:
+      return "ERROR_CODE_SEQ_CONFLICT";
+    case ErrorCode.ERROR_CODE_LOCKED:
+      return "ERROR_CODE_LOCKED";
+    case ErrorCode.ERROR_CODE_LEASE_LOST:
+      return "ERROR_CODE_LEASE_LOST";
+    case ErrorCode.ERROR_CODE_COMPLETED:
+      return "ERROR_CODE_COMPLETED";
+    case ErrorCode.ERROR_CODE_INTERACTIVITY_MISMATCH:
+      return "ERROR_CODE_INTERACTIVITY_MISMATCH";
+    case ErrorCode.ERROR_CODE_PROVIDER_CHANGED:
+      return "ERROR_CODE_PROVIDER_CHANGED";
+    case ErrorCode.ERROR_CODE_FINGERPRINT_DRIFT:
+      return "ERROR_CODE_FINGERPRINT_DRIFT";
+    case ErrorCode.ERROR_CODE_TURN_RUNNING:
+      return "ERROR_CODE_TURN_RUNNING";
+    case ErrorCode.ERROR_CODE_STORE_CORRUPTED:
+      return "ERROR_CODE_STORE_CORRUPTED";
+    case ErrorCode.ERROR_CODE_BACKEND_UNAVAILABLE:
+      return "ERROR_CODE_BACKEND_UNAVAILABLE";
+    case ErrorCode.ERROR_CODE_STORAGE_FULL:
+      return "ERROR_CODE_STORAGE_FULL";
+    case ErrorCode.ERROR_CODE_INTERNAL:
+      return "ERROR_CODE_INTERNAL";
+    case ErrorCode.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/**
+ * RunStatus is the closed set of `RunInfo.status` words: the value name without its
+ * `RUN_STATUS_` prefix in lower case (docs/protocol.md#run-status).
+ */
+export enum RunStatus {
+  /** RUN_STATUS_UNSPECIFIED - Never sent. */
+  RUN_STATUS_UNSPECIFIED = 0,
+  /** RUN_STATUS_OPEN - No terminal record last and no writer now. */
+  RUN_STATUS_OPEN = 1,
+  /** RUN_STATUS_HELD - No terminal record last and a writer holds the lease. */
+  RUN_STATUS_HELD = 2,
+  /** RUN_STATUS_COMPLETED - The last record is a terminal with reason "completed". */
+  RUN_STATUS_COMPLETED = 3,
+  /** RUN_STATUS_SUSPENDED - The last record is a terminal with reason "suspended". */
+  RUN_STATUS_SUSPENDED = 4,
+  /** RUN_STATUS_ERROR - The last record is a terminal with reason "error". */
+  RUN_STATUS_ERROR = 5,
+  /** RUN_STATUS_BUDGET - The last record is a terminal with reason "budget". */
+  RUN_STATUS_BUDGET = 6,
+  /** RUN_STATUS_MAX_ITERATIONS - The last record is a terminal with reason "max_iterations". */
+  RUN_STATUS_MAX_ITERATIONS = 7,
+  /** RUN_STATUS_CORRUPTED - The run could not be read for the listing; `journald verify` names the damage. */
+  RUN_STATUS_CORRUPTED = 8,
+  UNRECOGNIZED = -1,
+}
+
+export function runStatusFromJSON(object: any): RunStatus {
+  switch (object) {
+    case 0:
+    case "RUN_STATUS_UNSPECIFIED":
+      return RunStatus.RUN_STATUS_UNSPECIFIED;
+    case 1:
+    case "RUN_STATUS_OPEN":
+      return RunStatus.RUN_STATUS_OPEN;
+    case 2:
+    case "RUN_STATUS_HELD":
+      return RunStatus.RUN_STATUS_HELD;
+    case 3:
+    case "RUN_STATUS_COMPLETED":
+      return RunStatus.RUN_STATUS_COMPLETED;
+    case 4:
+    case "RUN_STATUS_SUSPENDED":
+      return RunStatus.RUN_STATUS_SUSPENDED;
+    case 5:
+    case "RUN_STATUS_ERROR":
+      return RunStatus.RUN_STATUS_ERROR;
+    case 6:
+    case "RUN_STATUS_BUDGET":
+      return RunStatus.RUN_STATUS_BUDGET;
+    case 7:
+    case "RUN_STATUS_MAX_ITERATIONS":
+      return RunStatus.RUN_STATUS_MAX_ITERATIONS;
+    case 8:
+    case "RUN_STATUS_CORRUPTED":
+      return RunStatus.RUN_STATUS_CORRUPTED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return RunStatus.UNRECOGNIZED;
+  }
+}
+
+export function runStatusToJSON(object: RunStatus): string {
+  switch (object) {
+    case RunStatus.RUN_STATUS_UNSPECIFIED:
+      return "RUN_STATUS_UNSPECIFIED";
+    case RunStatus.RUN_STATUS_OPEN:
+      return "RUN_STATUS_OPEN";
+    case RunStatus.RUN_STATUS_HELD:
+      return "RUN_STATUS_HELD";
+    case RunStatus.RUN_STATUS_COMPLETED:
+      return "RUN_STATUS_COMPLETED";
+    case RunStatus.RUN_STATUS_SUSPENDED:
+      return "RUN_STATUS_SUSPENDED";
+    case RunStatus.RUN_STATUS_ERROR:
+      return "RUN_STATUS_ERROR";
+    case RunStatus.RUN_STATUS_BUDGET:
+      return "RUN_STATUS_BUDGET";
+    case RunStatus.RUN_STATUS_MAX_ITERATIONS:
+      return "RUN_STATUS_MAX_ITERATIONS";
+    case RunStatus.RUN_STATUS_CORRUPTED:
+      return "RUN_STATUS_CORRUPTED";
+    case RunStatus.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
   }
@@ -792,7 +1099,10 @@ export interface RunInfo {
   model: string;
   /** The first characters of the initial prompt. */
   promptPreview: string;
-  /** "running", "held" (lease open) or the terminal reason. */
+  /**
+   * A word of RunStatus (docs/protocol.md#enum-words): "open", "held" (a writer holds the
+   * lease), a terminal reason such as "completed", or "corrupted".
+   */
   status: string;
   /** Number of records. */
   recordCount: number;
@@ -1116,7 +1426,10 @@ export interface GetAttachmentResponse {
 
 /** ErrorDetail is sent in the `journald-error-bin` trailer of every failed call. */
 export interface ErrorDetail {
-  /** Machine code, e.g. "locked", "fingerprint_drift" (SPEC §10). */
+  /**
+   * Machine code: a word of ErrorCode, e.g. "locked", "fingerprint_drift"
+   * (docs/protocol.md#error-codes).
+   */
   code: string;
   /** What happened and what to do. */
   message: string;
