@@ -12,6 +12,7 @@ import contextlib
 import threading
 from typing import ClassVar
 
+from journald_client.paths import default_socket_path
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Center, Middle
@@ -57,14 +58,18 @@ class NotRunningScreen(Screen[None]):
         self.attempts = 0
         self.stopped = False
         self.wake = threading.Event()
+        self.retry_text = ""
 
     def compose(self) -> ComposeResult:
+        serve = "journald serve"
+        if self.socket_path != default_socket_path().removeprefix("unix:"):
+            serve += f" --socket {self.socket_path}"
         text = (
             "[b]The journald daemon is not running[/b]\n\n"
             f"Nothing answers at [b]{_escape(self.socket_path)}[/b].\n\n"
             "Start it in another terminal:\n\n"
-            "  [b]make run[/b]              (from the repository)\n"
-            "  [b]journald serve[/b]        (installed)\n\n"
+            "  [b]make run[/b]   (from the repository, on the default socket)\n"
+            f"  [b]{_escape(serve)}[/b]\n\n"
             "or point the viewer at another socket:\n"
             "  journald view --socket PATH   (or set JOURNALD_SOCKET)"
         )
@@ -95,9 +100,8 @@ class NotRunningScreen(Screen[None]):
         self.run_worker(poll, thread=True, group="reconnect", exit_on_error=False)
 
     def _tell(self, wait: float) -> None:
-        self.query_one("#retry", Static).update(
-            f"attempt {self.attempts} failed; trying again in {wait:g}s (r: now, q: quit)"
-        )
+        self.retry_text = f"attempt {self.attempts} failed; trying again in {wait:g}s (r: now)"
+        self.query_one("#retry", Static).update(self.retry_text)
 
     def action_retry(self) -> None:
         self.wake.set()

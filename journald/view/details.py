@@ -84,9 +84,17 @@ class Confirm(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+FIRST = ("status", "records", "counters", "tokens", "pending", "last stop", "next iteration")
+
+
 def fact_rows(d: Details) -> list[tuple[str, str]]:
-    """The run's facts as (label, value): fingerprint fields, then what ``show`` prints."""
-    rows: list[tuple[str, str]] = []
+    """The run's facts as (label, value): status and counters first (what fits a small
+    terminal), then the fingerprint fields, then the rest of what ``journald show`` prints."""
+    shown = dict(show_fields(d.state, d.info))
+    rows = [(k, shown.pop(k)) for k in FIRST if k in shown]
+    rows.insert(1, ("messages", f"{d.message_count:,}"))
+    if d.info is not None and d.info.holder is not None:
+        rows.insert(1, ("holder", d.info.holder.describe()))
     fp = d.state.fingerprint
     if fp is not None:
         rows += [
@@ -98,11 +106,9 @@ def fact_rows(d: Details) -> list[tuple[str, str]]:
             ("max tokens", str(fp.max_tokens)),
             ("max iterations", str(fp.max_iterations)),
         ]
-    skip = {"run", "model", "config", "messages", "prompt"}
-    shown = [(k, v) for k, v in show_fields(d.state, d.info) if k not in skip]
-    rows += [*shown[:2], ("messages", f"{d.message_count:,}"), *shown[2:]]
-    if d.info is not None and d.info.holder is not None:
-        rows.insert(0, ("holder", d.info.holder.describe()))
+    for key in ("run", "model", "config", "messages"):
+        shown.pop(key, None)
+    rows += list(shown.items())
     return [(k, one_line(v)) for k, v in rows]
 
 
