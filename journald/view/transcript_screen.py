@@ -29,6 +29,16 @@ from journald.view.transcript import TranscriptView
 SEARCH_PAGES = 20  # earlier pages one search step may load before it asks to go on
 
 
+class SearchBox(Input):
+    """The search field; escape closes it (and leaves the transcript where it was)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", show=False)]
+
+    def action_close(self) -> None:
+        self.remove_class("shown")
+        self.screen.query_one(TranscriptView).focus()
+
+
 class TranscriptScreen(DaemonScreen):
     DEFAULT_CSS = """
     TranscriptScreen #head { dock: top; height: 1; padding: 0 1; background: $panel; }
@@ -61,7 +71,9 @@ class TranscriptScreen(DaemonScreen):
     def compose(self) -> ComposeResult:
         yield Static(f"run {self.run_id} · loading…", id="head")
         yield TranscriptView(id="transcript")
-        yield Input(placeholder="search this run (enter: find older, escape: close)", id="search")
+        yield SearchBox(
+            placeholder="search this run (enter: find older, escape: close)", id="search"
+        )
         yield Footer()
 
     @property
@@ -237,13 +249,6 @@ class TranscriptScreen(DaemonScreen):
         event.input.remove_class("shown")
         self.view.focus()
         self.action_find(-1)
-
-    def on_key(self, event: Any) -> None:
-        box = self.query_one("#search", Input)
-        if event.key == "escape" and box.has_focus:
-            box.remove_class("shown")
-            self.view.focus()
-            event.stop()
 
     def action_find(self, step: int, pages_left: int = SEARCH_PAGES) -> None:
         if not self.search_text:

@@ -5,6 +5,8 @@ checkpoint actions of the details screen."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +211,11 @@ async def test_search_finds_text_in_pages_not_loaded_yet(daemon: Daemon) -> None
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: shows(app, "output of step 62"), "the last page")
         assert not shows(app, "NEEDLE")
-        await pilot.press("slash", *"needle", "enter")
         screen = transcript(app)
+        await pilot.press("slash", *"nee", "escape")  # closes the box, stays on the run
+        assert app.screen is screen
+        assert not screen.query_one("#search").has_class("shown")
+        await pilot.press("slash", "d", "l", "e", "enter")  # the box keeps "nee"
         await until(
             pilot,
             lambda: "NEEDLE" in screen.view.entries[screen.view.cursor].text,
@@ -293,3 +298,16 @@ async def test_a_record_kind_the_viewer_does_not_know_is_one_dim_line(daemon: Da
             lambda: shows(app, "· journald.v1.record.state record at seq 4"),
             "the dim line",
         )
+
+
+def test_the_view_command_refuses_a_pipe_and_points_to_the_line_commands() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "journald.cli", "view"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "view needs a terminal" in proc.stderr
+    assert "journald replay RUN" in proc.stderr
