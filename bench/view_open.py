@@ -41,16 +41,8 @@ import journald_client as jc  # noqa: E402
 from journald_client import Entry  # noqa: E402
 
 from tests.daemon import Daemon  # noqa: E402
+from tests.integration.view_runs import FP  # noqa: E402
 
-FP = jc.compute(
-    provider="anthropic",
-    model="bench-model",
-    system_prompt=["bench"],
-    tools=[],
-    thinking="off",
-    max_tokens=1024,
-    max_iterations=10_000_000,
-)
 BATCH_TURNS = 2500  # 5,000 records per Append
 
 

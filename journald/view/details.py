@@ -94,7 +94,8 @@ def fact_rows(d: Details) -> list[tuple[str, str]]:
     rows = [(k, shown.pop(k)) for k in FIRST if k in shown]
     rows.insert(1, ("messages", f"{d.message_count:,}"))
     if d.info is not None and d.info.holder is not None:
-        rows.insert(1, ("holder", d.info.holder.describe()))
+        h = d.info.holder
+        rows.insert(1, ("holder", f"{h.name or '-'} · pid {h.pid} · {h.host} · since {h.since}"))
     fp = d.state.fingerprint
     if fp is not None:
         rows += [

@@ -9,16 +9,7 @@ import os
 import journald_client as jc
 
 from tests.daemon import Daemon
-
-FP = jc.compute(
-    provider="anthropic",
-    model="claude-view",
-    system_prompt=["sys"],
-    tools=[],
-    thinking="off",
-    max_tokens=256,
-    max_iterations=5,
-)
+from tests.integration.view_runs import FP
 
 
 def _calls(*ids: str) -> list[dict[str, str]]:

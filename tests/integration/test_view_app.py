@@ -19,17 +19,7 @@ from journald.view.details import Confirm, DetailsScreen
 from journald.view.runs import RunsScreen
 from journald.view.transcript_screen import TranscriptScreen
 from tests.daemon import Daemon
-from tests.integration.view_runs import pending_run, research_run, triage_run, until
-
-FP = jc.compute(
-    provider="anthropic",
-    model="claude-view",
-    system_prompt=["sys"],
-    tools=[],
-    thinking="off",
-    max_tokens=256,
-    max_iterations=5000,
-)
+from tests.integration.view_runs import FP, pending_run, research_run, triage_run, until
 
 
 def runs_screen(app: ViewerApp) -> RunsScreen:

@@ -9,12 +9,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import journald_client as jc
 from journald_client.pb import journal_pb2 as pb
 from textual.pilot import Pilot
 
 from tests.integration.rpc import Lease, stub
 
 WAIT_S = 20.0
+FP = jc.compute(
+    provider="anthropic",
+    model="claude-view",
+    system_prompt=["sys"],
+    tools=[],
+    thinking="off",
+    max_tokens=256,
+    max_iterations=10_000_000,
+)
+"""The fingerprint of the runs the viewer's tests write through the client."""
 
 
 async def until(pilot: Pilot[Any], cond: Callable[[], object], what: str) -> None:

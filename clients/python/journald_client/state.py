@@ -169,10 +169,6 @@ class LeaseHolder:
     cwd: str
     since: str
 
-    def describe(self) -> str:
-        who = self.name or "an unnamed client"
-        return f"{who} (pid {self.pid} on {self.host or 'an unknown host'}) since {self.since}"
-
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
