@@ -301,3 +301,46 @@ def test_the_view_command_refuses_a_pipe_and_points_to_the_line_commands() -> No
     assert proc.returncode == 2
     assert "view needs a terminal" in proc.stderr
     assert "journald replay RUN" in proc.stderr
+
+
+async def test_the_runs_table_shows_a_new_run_its_holder_and_pending_calls_while_open(
+    daemon: Daemon,
+) -> None:
+    research_run(daemon.target)
+    app = ViewerApp(Source(str(daemon.socket)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: runs_screen(app).loaded, "the runs table")
+        writer = pending_run(daemon.target)
+        try:
+            await until(pilot, lambda: len(runs_screen(app).rows) == 2, "the new run in the table")
+            row = runs_screen(app).shown[0]
+            assert row.info.run_id == "demo-pending"
+            assert row.info.holder is not None
+            assert row.info.holder.name == "tester"
+            assert row.pending_calls == 2
+            writer.result(12, "toolu_13", "found")
+            await until(
+                pilot, lambda: runs_screen(app).shown[0].pending_calls == 1, "one call fewer"
+            )
+        finally:
+            writer.close()
+        await until(pilot, lambda: runs_screen(app).shown[0].info.holder is None, "the release")
+
+
+async def test_a_restore_while_the_transcript_is_open_shows_the_restored_conversation(
+    daemon: Daemon,
+) -> None:
+    with jc.connect(str(daemon.socket)) as jd:
+        with jd.start("rewind", FP, "go back") as run:
+            run.append_many(turns(3))
+        ckpt = jd.checkpoint("rewind", "three turns")
+        app = ViewerApp(Source(str(daemon.socket)), "rewind")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: shows(app, "output of step 2"), "the transcript")
+            with jd.resume("rewind", FP) as run:
+                run.append_many(turns(2, first=3))
+            await until(pilot, lambda: shows(app, "output of step 4"), "the later turns")
+            jd.restore("rewind", ckpt.checkpoint_id)
+            await until(pilot, lambda: not shows(app, "output of step 4"), "the rewind")
+            assert shows(app, "output of step 2")
+            assert transcript(app).view.at_bottom
