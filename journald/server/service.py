@@ -331,6 +331,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 h = lease.holder
                 row.holder.CopyFrom(pb.ClientInfo(name=h.name, pid=h.pid, host=h.host, cwd=h.cwd))
                 row.held_since = h.since
+                p = lease.state.pending
+                row.pending_calls = len(p.unanswered) if p is not None else 0
             rows.append(row)
         return pb.ListResponse(runs=rows)
 

@@ -124,13 +124,14 @@ class Source:
     # --- runs ----------------------------------------------------------------------------
 
     def runs(self) -> list[RunRow]:
-        """Every run, newest first, with the unanswered calls of the runs still open (asked
-        again only when a run's last seq moved)."""
+        """Every run, newest first, with the unanswered calls of the runs still open: List
+        says them for held runs; a dormant open run is asked once per last seq (History,
+        limit 0), so a refresh costs one List when nothing moved."""
         infos = self.client.list()
         rows = []
         for info in infos:
-            calls: int | None = None
-            if info.status in OPEN_STATUSES:
+            calls: int | None = info.pending_calls  # the daemon knows it for held runs
+            if calls is None and info.status in OPEN_STATUSES:
                 probe = self._probes.get(info.run_id)
                 if probe is None or probe.last_seq != info.last_seq:
                     page = self.client.history(info.run_id, 0, 0)

@@ -103,6 +103,7 @@ class TranscriptScreen(DaemonScreen):
 
     def _loaded(self, got: tuple[Slice, str]) -> None:
         self.slice, self.ended = got
+        self.view.expanded.clear()  # a reload may follow a rebase: indexes mean new messages
         self._redraw(follow=True)
         self._start_watch(self.slice.last_seq + 1)
 

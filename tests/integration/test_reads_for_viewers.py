@@ -16,7 +16,9 @@ def _calls(*ids: str) -> list[dict[str, str]]:
     return [{"type": "tool_use", "id": i, "name": "read", "input": '{"p":1}'} for i in ids]
 
 
-def test_list_names_the_holder_while_held_and_the_labels_of_every_run(daemon: Daemon) -> None:
+def test_list_names_the_holder_and_pending_calls_while_held_and_the_labels_of_every_run(
+    daemon: Daemon,
+) -> None:
     with jc.connect(str(daemon.socket)) as jd:
         with jd.start("held", FP, "hi", labels={"team": "blue"}, name="bot-7") as run:
             run.assistant("working", stop_reason="end_turn")
@@ -26,8 +28,13 @@ def test_list_names_the_holder_while_held_and_the_labels_of_every_run(daemon: Da
             assert (row.holder.name, row.holder.pid) == ("bot-7", os.getpid())
             assert row.holder.since
             assert row.labels == {"team": "blue"}
+            assert row.pending_calls == 0
+            run.assistant(_calls("t1", "t2"), stop_reason="tool_use")
+            run.tool_result("t2", "two")
+            assert next(r for r in jd.list() if r.run_id == "held").pending_calls == 1
         row = next(r for r in jd.list() if r.run_id == "held")
         assert row.holder is None
+        assert row.pending_calls is None  # not held: History (limit 0) tells
         assert row.labels == {"team": "blue"}
 
 

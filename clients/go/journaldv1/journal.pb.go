@@ -3130,7 +3130,11 @@ type RunInfo struct {
 	// RFC 3339 UTC: when the holder's lease was granted (empty when not held).
 	HeldSince string `protobuf:"bytes,11,opt,name=held_since,json=heldSince,proto3" json:"held_since,omitempty"`
 	// The run's labels (from its meta record).
-	Labels        map[string]string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Unanswered tool calls of the run's open turn, when the daemon knows them without
+	// reading the run (it is held: the writer's state is in memory); unset otherwise (History
+	// with limit 0 tells them for any run).
+	PendingCalls  *uint32 `protobuf:"varint,13,opt,name=pending_calls,json=pendingCalls,proto3,oneof" json:"pending_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3247,6 +3251,13 @@ func (x *RunInfo) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *RunInfo) GetPendingCalls() uint32 {
+	if x != nil && x.PendingCalls != nil {
+		return *x.PendingCalls
+	}
+	return 0
 }
 
 // ListRequest lists runs.
@@ -5546,7 +5557,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x11governed_messages\x18\x02 \x03(\v2\x14.journald.v1.MessageR\x10governedMessages\x12=\n" +
 	"\n" +
 	"governance\x18\x03 \x01(\v2\x1d.journald.v1.GovernanceReportR\n" +
-	"governance\"\xc2\x03\n" +
+	"governance\"\xfe\x03\n" +
 	"\aRunInfo\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\tR\acreated\x12\x18\n" +
@@ -5561,10 +5572,12 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	" \x01(\v2\x17.journald.v1.ClientInfoR\x06holder\x12\x1d\n" +
 	"\n" +
 	"held_since\x18\v \x01(\tR\theldSince\x128\n" +
-	"\x06labels\x18\f \x03(\v2 .journald.v1.RunInfo.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\f \x03(\v2 .journald.v1.RunInfo.LabelsEntryR\x06labels\x12(\n" +
+	"\rpending_calls\x18\r \x01(\rH\x00R\fpendingCalls\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"#\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
+	"\x0e_pending_calls\"#\n" +
 	"\vListRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\"8\n" +
 	"\fListResponse\x12(\n" +
@@ -5985,6 +5998,7 @@ func file_journald_v1_journal_proto_init() {
 		(*OpenResponse_Lease)(nil),
 		(*OpenResponse_Ended)(nil),
 	}
+	file_journald_v1_journal_proto_msgTypes[37].OneofWrappers = []any{}
 	file_journald_v1_journal_proto_msgTypes[44].OneofWrappers = []any{
 		(*WatchResponse_Record)(nil),
 		(*WatchResponse_Checkpoint)(nil),

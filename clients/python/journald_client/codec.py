@@ -435,6 +435,7 @@ def run_info_from_pb(r: pb.RunInfo) -> RunInfo:
             else None
         ),
         labels=dict(r.labels),
+        pending_calls=r.pending_calls if r.HasField("pending_calls") else None,
     )
 
 

@@ -183,6 +183,7 @@ class RunInfo:
     last_seq: int
     holder: LeaseHolder | None = None  # set while a writer holds the lease
     labels: dict[str, str] = field(default_factory=dict)
+    pending_calls: int | None = None  # known for held runs (else ask History, limit 0)
 
 
 @dataclass(frozen=True, slots=True)

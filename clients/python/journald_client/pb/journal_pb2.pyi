@@ -1649,6 +1649,7 @@ class RunInfo(_message.Message):
     HOLDER_FIELD_NUMBER: _builtins.int
     HELD_SINCE_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    PENDING_CALLS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     created: _builtins.str
@@ -1669,6 +1670,11 @@ class RunInfo(_message.Message):
     """The last seq."""
     held_since: _builtins.str
     """RFC 3339 UTC: when the holder's lease was granted (empty when not held)."""
+    pending_calls: _builtins.int
+    """Unanswered tool calls of the run's open turn, when the daemon knows them without
+    reading the run (it is held: the writer's state is in memory); unset otherwise (History
+    with limit 0 tells them for any run).
+    """
     @_builtins.property
     def holder(self) -> Global___ClientInfo:
         """Who holds the run's writer lease; unset when no lease is held."""
@@ -1692,12 +1698,15 @@ class RunInfo(_message.Message):
         holder: Global___ClientInfo | None = ...,
         held_since: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        pending_calls: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls", "holder", b"holder", "pending_calls", b"pending_calls"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "created", b"created", "held_since", b"held_since", "holder", b"holder", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "prompt_preview", b"prompt_preview", "record_count", b"record_count", "run_id", b"run_id", "status", b"status", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls", "bytes", b"bytes", "created", b"created", "held_since", b"held_since", "holder", b"holder", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "pending_calls", b"pending_calls", "prompt_preview", b"prompt_preview", "record_count", b"record_count", "run_id", b"run_id", "status", b"status", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__pending_calls: _TypeAlias = _typing.Literal["pending_calls"]  # noqa: Y015
+    _WhichOneofArgType__pending_calls: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pending_calls) -> _WhichOneofReturnType__pending_calls | None: ...
 
 Global___RunInfo: _TypeAlias = RunInfo  # noqa: Y015
 

@@ -813,6 +813,12 @@ export interface RunInfo {
   heldSince: string;
   /** The run's labels (from its meta record). */
   labels: { [key: string]: string };
+  /**
+   * Unanswered tool calls of the run's open turn, when the daemon knows them without
+   * reading the run (it is held: the writer's state is in memory); unset otherwise (History
+   * with limit 0 tells them for any run).
+   */
+  pendingCalls?: number | undefined;
 }
 
 export interface RunInfo_LabelsEntry {
@@ -6289,6 +6295,7 @@ function createBaseRunInfo(): RunInfo {
     holder: undefined,
     heldSince: "",
     labels: {},
+    pendingCalls: undefined,
   };
 }
 
@@ -6330,6 +6337,9 @@ export const RunInfo: MessageFns<RunInfo> = {
     globalThis.Object.entries(message.labels).forEach(([key, value]: [string, string]) => {
       RunInfo_LabelsEntry.encode({ key: key as any, value }, writer.uint32(98).fork()).join();
     });
+    if (message.pendingCalls !== undefined) {
+      writer.uint32(104).uint32(message.pendingCalls);
+    }
     return writer;
   },
 
@@ -6445,6 +6455,14 @@ export const RunInfo: MessageFns<RunInfo> = {
             }
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.pendingCalls = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6504,6 +6522,11 @@ export const RunInfo: MessageFns<RunInfo> = {
           {},
         )
         : {},
+      pendingCalls: isSet(object.pendingCalls)
+        ? globalThis.Number(object.pendingCalls)
+        : isSet(object.pending_calls)
+        ? globalThis.Number(object.pending_calls)
+        : undefined,
     };
   },
 
@@ -6551,6 +6574,9 @@ export const RunInfo: MessageFns<RunInfo> = {
         });
       }
     }
+    if (message.pendingCalls !== undefined) {
+      obj.pendingCalls = Math.round(message.pendingCalls);
+    }
     return obj;
   },
 
@@ -6581,6 +6607,7 @@ export const RunInfo: MessageFns<RunInfo> = {
       },
       {},
     );
+    message.pendingCalls = object.pendingCalls ?? undefined;
     return message;
   },
 };
