@@ -190,7 +190,10 @@ class TranscriptScreen(DaemonScreen):
     def watch_ended(self) -> None:
         if self.closing or self.viewer.offline:
             return
-        self.notify(f"run {self.run_id} is no longer there (deleted?)", severity="warning")
+        self.notify(
+            f"run {self.run_id} is no longer there (deleted?); esc goes back to the runs",
+            severity="warning",
+        )
 
     def on_record(self, rec: JournalRecord) -> None:
         if self.slice is None:
