@@ -26,6 +26,13 @@ SIZE = (80, 24)
 Snap = Callable[..., bool]
 
 
+@pytest.fixture(autouse=True)
+def colours(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshots are in colour: a NO_COLOR set in the caller's shell would make Textual
+    draw them monochrome."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d = Daemon(tmp_path_factory.mktemp("view-snap"), "file").start()
