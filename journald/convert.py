@@ -20,7 +20,7 @@ from journald_client.pb import journal_pb2 as pb
 
 from journald.errors import InvalidRecord
 from journald.fingerprint import Fingerprint
-from journald.fold import Message, RunState
+from journald.fold import Message, Pending, RunState
 from journald.governance import GovernanceReport
 from journald.records import KINDS, TYPE_OF, Record, canonical_json, make_record
 
@@ -237,12 +237,13 @@ def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = 
     )
 
 
-def state_to_pb(st: RunState) -> pb.RunState:
+def state_to_pb(st: RunState, *, messages: bool = True) -> pb.RunState:
+    """The state as sent; ``messages=False`` leaves the committed messages out."""
     c = st.counters
     out = pb.RunState(
         run_id=st.run_id,
         interactive=st.interactive,
-        messages=[message_to_pb(m) for m in st.messages],
+        messages=[message_to_pb(m) for m in st.messages] if messages else [],
         counters=pb.Counters(
             llm_calls=c.llm_calls,
             tool_calls=c.tool_calls,
@@ -275,29 +276,28 @@ def state_to_pb(st: RunState) -> pb.RunState:
             )
         )
     if st.pending is not None:
-        p = st.pending
-        out.pending.CopyFrom(
-            pb.PendingTurn(
-                message=message_to_pb(p.message),
-                iteration=p.iteration,
-                stop_reason=p.stop_reason,
-                results=[
-                    pb.PendingResult(
-                        tool_use_id=r.tool_use_id,
-                        content_json=canonical_json(r.content),
-                        is_error=r.is_error,
-                        seq=r.seq,
-                    )
-                    for r in p.results
-                ],
-                answered_ids=p.answered_ids,
-                unanswered=[
-                    pb.ToolCall(id=c.id, name=c.name, input_json=c.input) for c in p.unanswered
-                ],
-                seq=p.seq,
-            )
-        )
+        out.pending.CopyFrom(pending_to_pb(st.pending))
     return out
+
+
+def pending_to_pb(p: Pending) -> pb.PendingTurn:
+    return pb.PendingTurn(
+        message=message_to_pb(p.message),
+        iteration=p.iteration,
+        stop_reason=p.stop_reason,
+        results=[
+            pb.PendingResult(
+                tool_use_id=r.tool_use_id,
+                content_json=canonical_json(r.content),
+                is_error=r.is_error,
+                seq=r.seq,
+            )
+            for r in p.results
+        ],
+        answered_ids=p.answered_ids,
+        unanswered=[pb.ToolCall(id=c.id, name=c.name, input_json=c.input) for c in p.unanswered],
+        seq=p.seq,
+    )
 
 
 def governance_to_pb(rep: GovernanceReport) -> pb.GovernanceReport:

@@ -168,6 +168,8 @@ class Window:
     messages: list[Message]
     total: int
     partial_first: bool
+    last_seq: int = 0  # of the last record folded
+    pending: Any = None  # the fold's open turn after that record (``journald.fold.Pending``)
 
 
 def fold_window(mark: FoldMark, records: Sequence[Any]) -> Window:
@@ -183,9 +185,16 @@ def fold_window(mark: FoldMark, records: Sequence[Any]) -> Window:
         seed.messages = [{"role": mark.last_role, "content": []}]
     st = fold_into(seed, records)
     if any(r.kind == "rebase" for r in records):  # the window replaced everything before
-        return Window(0, list(st.messages), len(st.messages), False)
+        return Window(0, list(st.messages), len(st.messages), False, st.last_seq, st.pending)
     base = max(0, mark.messages - 1)
-    return Window(base, list(st.messages), base + len(st.messages), bool(mark.messages))
+    return Window(
+        base,
+        list(st.messages),
+        base + len(st.messages),
+        bool(mark.messages),
+        st.last_seq,
+        st.pending,
+    )
 
 
 def page_window(w: Window, offset: int, limit: int) -> Page | None:

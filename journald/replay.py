@@ -194,7 +194,8 @@ def _width(width: int) -> int:
     return max(MIN_WIDTH, width)
 
 
-def _pending_note(p: PendingTurn) -> str:
+def pending_note(p: PendingTurn) -> str:
+    """One sentence on the open turn: its iteration, seq, stop reason and answered calls."""
     calls = p.calls
     answered = len(calls) - len(p.unanswered)
     return (
@@ -238,7 +239,7 @@ def narrate(state: RunState, width: int = DEFAULT_WIDTH) -> list[Line]:
         _narrate_message(out, m, width)
     p = state.pending
     if p is not None:
-        out.append(Line("pending", f"-- {_pending_note(p)} --"))
+        out.append(Line("pending", f"-- {pending_note(p)} --"))
         _narrate_message(out, p.message, width, {c.id for c in p.unanswered})
     out.extend(_end_lines(state))
     return out
@@ -290,7 +291,7 @@ def dump(state: RunState, width: int = DEFAULT_WIDTH, show_output: bool = True) 
             _dump_block(out, b, width, show_output)
     p = state.pending
     if p is not None:
-        out.append(Line("pending", _pending_note(p)))
+        out.append(Line("pending", pending_note(p)))
         out.append(Line("header", "#pending assistant"))
         for b in p.message.get("content", []):
             _dump_block(out, b, width, show_output)
@@ -329,15 +330,17 @@ class TranscriptLine:
     is_error: bool = False
 
 
-def _results_by_id(state: RunState) -> dict[str, tuple[str, bool]]:
+def _results_by_id(
+    messages: Sequence[Mapping[str, Any]], pending: PendingTurn | None
+) -> dict[str, tuple[str, bool]]:
     found: dict[str, tuple[str, bool]] = {}
-    for m in state.messages:
+    for m in messages:
         for b in m.get("content", []):
             if b.get("type") == "tool_result":
                 tid = str(b.get("tool_use_id", ""))
                 found.setdefault(tid, (result_text(b), bool(b.get("is_error"))))
-    if state.pending is not None:
-        for r in state.pending.results:
+    if pending is not None:
+        for r in pending.results:
             found.setdefault(r.tool_use_id, (_text_of_blocks(r.content), r.is_error))
     return found
 
@@ -390,16 +393,22 @@ def _transcript_message(
 
 def transcript(state: RunState) -> list[TranscriptLine]:
     """Calls paired with their results by tool-use id across the whole run, in order."""
-    results = _results_by_id(state)
-    messages = list(state.messages)
-    if state.pending is not None:
-        messages.append(state.pending.message)
-    called = _called_ids(messages)
+    return transcript_of(state.messages, state.pending)
+
+
+def transcript_of(
+    messages: Sequence[Mapping[str, Any]], pending: PendingTurn | None = None, base: int = 0
+) -> list[TranscriptLine]:
+    """``transcript`` of a slice of the conversation: ``messages`` are the conversation's
+    messages from index ``base`` on (a self-paired History page pairs completely), then the
+    pending turn if given. Line ``message`` indexes count from ``base``."""
+    results = _results_by_id(messages, pending)
+    called = _called_ids([*messages, pending.message] if pending is not None else messages)
     out: list[TranscriptLine] = []
-    for i, m in enumerate(state.messages):
-        _transcript_message(out, m, i, results, called)
-    if state.pending is not None:
-        _transcript_message(out, state.pending.message, -1, results, called)
+    for i, m in enumerate(messages):
+        _transcript_message(out, m, base + i, results, called)
+    if pending is not None:
+        _transcript_message(out, pending.message, -1, results, called)
     return out
 
 
@@ -424,7 +433,7 @@ def render_transcript(
     for tl in lines:
         if tl.message == -1 and not in_pending and state.pending is not None:
             in_pending = True
-            out.append(Line("pending", f"-- {_pending_note(state.pending)} --"))
+            out.append(Line("pending", f"-- {pending_note(state.pending)} --"))
         label = f"{_LABEL.get(tl.kind, tl.kind):<9} "
         if tl.kind == "call":
             out.append(
@@ -444,7 +453,7 @@ def render_transcript(
         room = width - cell_width(head) - cell_width(suffix)
         out.append(Line(kind, head + elide_end(text_lines[0], max(room, 1)) + suffix))
     if state.pending is not None and not in_pending:
-        out.append(Line("pending", f"-- {_pending_note(state.pending)} --"))
+        out.append(Line("pending", f"-- {pending_note(state.pending)} --"))
     out.extend(_end_lines(state))
     return out
 

@@ -53,7 +53,7 @@ from journald.checkpoints import (
     verify_export,
 )
 from journald.clock import utc_ts
-from journald.convert import message_from_pb, messages_to_pb, state_to_pb
+from journald.convert import message_from_pb, messages_to_pb, pending_to_pb, state_to_pb
 from journald.errors import (
     CheckpointNotFound,
     InvalidRecord,
@@ -65,8 +65,16 @@ from journald.errors import (
     StoreCorrupted,
     TurnRunning,
 )
-from journald.fold import Message, RunState, fold_into
-from journald.paging import FoldMark, Page, fold_window, page, page_window, tail_start
+from journald.fold import Message, Pending, RunState, fold_into
+from journald.paging import (
+    FoldMark,
+    Page,
+    Window,
+    fold_window,
+    page,
+    page_window,
+    tail_start,
+)
 from journald.records import (
     GENESIS,
     Record,
@@ -153,6 +161,20 @@ def turn_running(state: RunState, what: str) -> TurnRunning:
         "result for each, is_error if abandoned) and retry",
         metadata={"run_id": state.run_id},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What History pages: the governed messages, the seq they reflect, the open turn."""
+
+    messages: list[Message]
+    last_seq: int
+    pending: Pending | None
+
+    @classmethod
+    def of(cls, state: RunState) -> Conversation:
+        pending = state.pending.copy() if state.pending is not None else None
+        return cls(governed(state.messages), state.last_seq, pending)
 
 
 @dataclass(slots=True)
@@ -571,19 +593,19 @@ class CheckpointRpcs:
 
     # --- history --------------------------------------------------------------------------
 
-    async def _conversation(self, run_id: str) -> list[Message]:
+    async def _conversation(self, run_id: str) -> Conversation:
         """The governed conversation: from the lease's cached state when held, else from a
         small cache of dormant runs keyed by what ``Store.info`` reports (any append, prune
         or re-creation changes the key), else by folding the stored records."""
         lease = self.leases.held(run_id)
         if lease is not None:
-            return governed(lease.state.messages)
+            return Conversation.of(lease.state)
         try:
             info = await self.store.info(run_id)
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely
-            return governed((await fold_stored(self.store, run_id)).messages)
+            return Conversation.of(await fold_stored(self.store, run_id))
         key = (info.created, info.updated, info.last_seq, info.record_count, info.bytes)
-        cache: OrderedDict[str, tuple[Any, list[Message]]] = self.__dict__.setdefault(
+        cache: OrderedDict[str, tuple[Any, Conversation]] = self.__dict__.setdefault(
             "_history_cache", OrderedDict()
         )
         hit = cache.get(run_id)
@@ -591,12 +613,12 @@ class CheckpointRpcs:
             cache.move_to_end(run_id)
             return hit[1]
         marks: list[dict[str, Any]] = []
-        msgs = governed((await fold_stored(self.store, run_id, marks)).messages)
+        conv = Conversation.of(await fold_stored(self.store, run_id, marks))
         await self._save_marks(run_id, marks)  # index the run for later tail pages
-        cache[run_id] = (key, msgs)
+        cache[run_id] = (key, conv)
         while len(cache) > HISTORY_CACHE_RUNS:
             cache.popitem(last=False)
-        return msgs
+        return conv
 
     def _pending_marks(self) -> dict[str, list[dict[str, Any]]]:
         marks: dict[str, list[dict[str, Any]]] = self.__dict__.setdefault("_fold_marks", {})
@@ -641,7 +663,7 @@ class CheckpointRpcs:
         if marks:
             await self._save_marks(lease.run_id, marks)
 
-    async def _tail_page(self, run_id: str, offset: int, limit: int) -> Page | None:
+    async def _tail_page(self, run_id: str, offset: int, limit: int) -> tuple[Page, Window] | None:
         """A page folded from the newest usable fold mark before it: reads only the segments
         from that mark's seq to the end. None when no mark serves (the caller folds in full)."""
         marks = await self._load_marks(run_id)
@@ -658,20 +680,28 @@ class CheckpointRpcs:
                 at = min(offset, w.total)
                 p = Page([], w.total, at, at)
             if p is not None:
-                return p
+                return p, w
         return None
 
     @unary
     async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
         run_id = validate_id(request.run_id)
-        p = None
+        tail = None
         if self.leases.held(run_id) is None:
-            p = await self._tail_page(run_id, request.offset, request.limit)
-        if p is None:
-            p = page(await self._conversation(run_id), request.offset, request.limit)
-        return pb.HistoryResponse(
+            tail = await self._tail_page(run_id, request.offset, request.limit)
+        if tail is not None:
+            p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
+        else:
+            conv = await self._conversation(run_id)
+            p = page(conv.messages, request.offset, request.limit)
+            last_seq, pending = conv.last_seq, conv.pending
+        out = pb.HistoryResponse(
             messages=messages_to_pb(p.messages),
             total=p.total,
             offset=p.offset,
             next_offset=p.next_offset,
+            last_seq=last_seq,
         )
+        if pending is not None:
+            out.pending.CopyFrom(pending_to_pb(pending))
+        return out

@@ -300,7 +300,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     @unary
     async def Fold(self, request: pb.FoldRequest, context: Ctx) -> pb.FoldResponse:
         state = await self.state_of(validate_id(request.run_id))
-        out = pb.FoldResponse(state=state_to_pb(state))
+        out = pb.FoldResponse(state=state_to_pb(state, messages=not request.omit_messages))
         if request.governed:
             msgs, report = governance.governed_messages(state)
             out.governed_messages.extend(messages_to_pb(msgs))
@@ -312,24 +312,29 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         infos = await self.store.list()
         if request.limit:
             infos = infos[: request.limit]
-        return pb.ListResponse(
-            runs=[
-                pb.RunInfo(
-                    run_id=i.run_id,
-                    created=i.created,
-                    updated=i.updated,
-                    model=i.model,
-                    prompt_preview=i.prompt_preview,
-                    status="held"
-                    if self.leases.held(i.run_id) and i.status == "open"
-                    else i.status,
-                    record_count=i.record_count,
-                    bytes=i.bytes,
-                    last_seq=i.last_seq,
-                )
-                for i in infos
-            ]
-        )
+        rows = []
+        for i in infos:
+            lease = self.leases.held(i.run_id)
+            row = pb.RunInfo(
+                run_id=i.run_id,
+                created=i.created,
+                updated=i.updated,
+                model=i.model,
+                prompt_preview=i.prompt_preview,
+                status="held" if lease and i.status == "open" else i.status,
+                record_count=i.record_count,
+                bytes=i.bytes,
+                last_seq=i.last_seq,
+                labels=i.labels,
+            )
+            if lease is not None:
+                h = lease.holder
+                row.holder.CopyFrom(pb.ClientInfo(name=h.name, pid=h.pid, host=h.host, cwd=h.cwd))
+                row.held_since = h.since
+                p = lease.state.pending
+                row.pending_calls = len(p.unanswered) if p is not None else 0
+            rows.append(row)
+        return pb.ListResponse(runs=rows)
 
     @unary
     async def Delete(self, request: pb.DeleteRequest, context: Ctx) -> pb.DeleteResponse:

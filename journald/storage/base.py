@@ -72,6 +72,7 @@ class RunInfo:
     record_count: int = 0
     bytes: int = 0
     last_seq: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

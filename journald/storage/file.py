@@ -759,6 +759,7 @@ def _cached_info(run_dir: str) -> RunInfo | None:
             obj["journal_ino"] != st.st_ino
             or obj["journal_size"] != st.st_size
             or obj["generation"] != gen
+            or "labels" not in obj["info"]  # written before listings carried labels
         ):
             return None
         return RunInfo(**obj["info"])

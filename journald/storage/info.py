@@ -34,4 +34,5 @@ def run_info_from(run_id: str, meta: Record, last: Record, count: int, size: int
         record_count=count,
         bytes=size,
         last_seq=last.seq,
+        labels={str(k): str(v) for k, v in (meta.payload.get("labels") or {}).items()},
     )

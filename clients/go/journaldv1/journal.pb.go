@@ -3215,7 +3215,10 @@ type FoldRequest struct {
 	// The run id.
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// Also return the governed (sendable) message view.
-	Governed      bool `protobuf:"varint,2,opt,name=governed,proto3" json:"governed,omitempty"`
+	Governed bool `protobuf:"varint,2,opt,name=governed,proto3" json:"governed,omitempty"`
+	// Leave the committed messages out of the state (counters, fingerprint, pending turn and
+	// prompt stay): a cheap read of a long run's facts. Page the messages with History.
+	OmitMessages  bool `protobuf:"varint,3,opt,name=omit_messages,json=omitMessages,proto3" json:"omit_messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3260,6 +3263,13 @@ func (x *FoldRequest) GetRunId() string {
 func (x *FoldRequest) GetGoverned() bool {
 	if x != nil {
 		return x.Governed
+	}
+	return false
+}
+
+func (x *FoldRequest) GetOmitMessages() bool {
+	if x != nil {
+		return x.OmitMessages
 	}
 	return false
 }
@@ -3349,7 +3359,17 @@ type RunInfo struct {
 	// Bytes on disk (or in the stream).
 	Bytes uint64 `protobuf:"varint,8,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// The last seq.
-	LastSeq       uint64 `protobuf:"varint,9,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	LastSeq uint64 `protobuf:"varint,9,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// Who holds the run's writer lease; unset when no lease is held.
+	Holder *ClientInfo `protobuf:"bytes,10,opt,name=holder,proto3" json:"holder,omitempty"`
+	// RFC 3339 UTC: when the holder's lease was granted (empty when not held).
+	HeldSince string `protobuf:"bytes,11,opt,name=held_since,json=heldSince,proto3" json:"held_since,omitempty"`
+	// The run's labels (from its meta record).
+	Labels map[string]string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Unanswered tool calls of the run's open turn, when the daemon knows them without
+	// reading the run (it is held: the writer's state is in memory); unset otherwise (History
+	// with limit 0 tells them for any run).
+	PendingCalls  *uint32 `protobuf:"varint,13,opt,name=pending_calls,json=pendingCalls,proto3,oneof" json:"pending_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3443,6 +3463,34 @@ func (x *RunInfo) GetBytes() uint64 {
 func (x *RunInfo) GetLastSeq() uint64 {
 	if x != nil {
 		return x.LastSeq
+	}
+	return 0
+}
+
+func (x *RunInfo) GetHolder() *ClientInfo {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *RunInfo) GetHeldSince() string {
+	if x != nil {
+		return x.HeldSince
+	}
+	return ""
+}
+
+func (x *RunInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *RunInfo) GetPendingCalls() uint32 {
+	if x != nil && x.PendingCalls != nil {
+		return *x.PendingCalls
 	}
 	return 0
 }
@@ -3902,7 +3950,12 @@ type HistoryResponse struct {
 	// The (aligned) index of the first message returned.
 	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	// Where the next page starts; equals total at the end.
-	NextOffset    uint64 `protobuf:"varint,4,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	NextOffset uint64 `protobuf:"varint,4,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	// The seq of the last record the page reflects: a Watch from last_seq + 1 follows on.
+	LastSeq uint64 `protobuf:"varint,5,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// The trailing turn whose tool calls are not all answered (it is never part of
+	// `messages`); unset when there is none.
+	Pending       *PendingTurn `protobuf:"bytes,6,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3963,6 +4016,20 @@ func (x *HistoryResponse) GetNextOffset() uint64 {
 		return x.NextOffset
 	}
 	return 0
+}
+
+func (x *HistoryResponse) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetPending() *PendingTurn {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
 }
 
 // VerifyRequest checks a run.
@@ -5716,16 +5783,17 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\";\n" +
 	"\fLoadResponse\x12+\n" +
-	"\x06record\x18\x01 \x01(\v2\x13.journald.v1.RecordR\x06record\"@\n" +
+	"\x06record\x18\x01 \x01(\v2\x13.journald.v1.RecordR\x06record\"e\n" +
 	"\vFoldRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
-	"\bgoverned\x18\x02 \x01(\bR\bgoverned\"\xbd\x01\n" +
+	"\bgoverned\x18\x02 \x01(\bR\bgoverned\x12#\n" +
+	"\romit_messages\x18\x03 \x01(\bR\fomitMessages\"\xbd\x01\n" +
 	"\fFoldResponse\x12+\n" +
 	"\x05state\x18\x01 \x01(\v2\x15.journald.v1.RunStateR\x05state\x12A\n" +
 	"\x11governed_messages\x18\x02 \x03(\v2\x14.journald.v1.MessageR\x10governedMessages\x12=\n" +
 	"\n" +
 	"governance\x18\x03 \x01(\v2\x1d.journald.v1.GovernanceReportR\n" +
-	"governance\"\xfd\x01\n" +
+	"governance\"\xfe\x03\n" +
 	"\aRunInfo\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\tR\acreated\x12\x18\n" +
@@ -5735,7 +5803,17 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06status\x18\x06 \x01(\tR\x06status\x12!\n" +
 	"\frecord_count\x18\a \x01(\x04R\vrecordCount\x12\x14\n" +
 	"\x05bytes\x18\b \x01(\x04R\x05bytes\x12\x19\n" +
-	"\blast_seq\x18\t \x01(\x04R\alastSeq\"#\n" +
+	"\blast_seq\x18\t \x01(\x04R\alastSeq\x12/\n" +
+	"\x06holder\x18\n" +
+	" \x01(\v2\x17.journald.v1.ClientInfoR\x06holder\x12\x1d\n" +
+	"\n" +
+	"held_since\x18\v \x01(\tR\theldSince\x128\n" +
+	"\x06labels\x18\f \x03(\v2 .journald.v1.RunInfo.LabelsEntryR\x06labels\x12(\n" +
+	"\rpending_calls\x18\r \x01(\rH\x00R\fpendingCalls\x88\x01\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
+	"\x0e_pending_calls\"#\n" +
 	"\vListRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\"8\n" +
 	"\fListResponse\x12(\n" +
@@ -5761,13 +5839,15 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x0eHistoryRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x04R\x05limit\"\x92\x01\n" +
+	"\x05limit\x18\x03 \x01(\x04R\x05limit\"\xe1\x01\n" +
 	"\x0fHistoryResponse\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.journald.v1.MessageR\bmessages\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1f\n" +
 	"\vnext_offset\x18\x04 \x01(\x04R\n" +
-	"nextOffset\"&\n" +
+	"nextOffset\x12\x19\n" +
+	"\blast_seq\x18\x05 \x01(\x04R\alastSeq\x122\n" +
+	"\apending\x18\x06 \x01(\v2\x18.journald.v1.PendingTurnR\apending\"&\n" +
 	"\rVerifyRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"~\n" +
 	"\x0eVerifyResponse\x12\x18\n" +
@@ -5977,7 +6057,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -6059,8 +6139,9 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	nil,                              // 77: journald.v1.MetaPayload.LabelsEntry
 	nil,                              // 78: journald.v1.RunState.LabelsEntry
 	nil,                              // 79: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 80: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 81: journald.v1.ErrorDetail.MetadataEntry
+	nil,                              // 80: journald.v1.RunInfo.LabelsEntry
+	nil,                              // 81: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 82: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	7,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
@@ -6106,71 +6187,74 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	24, // 40: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
 	6,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
 	25, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	43, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	55, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	18, // 45: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	49, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	6,  // 47: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	2,  // 48: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	55, // 49: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	55, // 50: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	34, // 51: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	29, // 52: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	6,  // 53: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	3,  // 54: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	15, // 55: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	34, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	80, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	24, // 58: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	55, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	81, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	27, // 61: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	30, // 62: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	35, // 63: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	37, // 64: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	39, // 65: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	41, // 66: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	44, // 67: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	46, // 68: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	48, // 69: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	51, // 70: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	56, // 71: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	58, // 72: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	60, // 73: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	62, // 74: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	64, // 75: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	66, // 76: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	68, // 77: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	70, // 78: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	53, // 79: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	72, // 80: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	74, // 81: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	33, // 82: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	31, // 83: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	36, // 84: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	38, // 85: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	40, // 86: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	42, // 87: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	45, // 88: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	47, // 89: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	50, // 90: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	52, // 91: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	57, // 92: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	59, // 93: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	61, // 94: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	63, // 95: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	65, // 96: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	67, // 97: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	69, // 98: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	71, // 99: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	54, // 100: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	73, // 101: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	75, // 102: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	82, // [82:103] is the sub-list for method output_type
-	61, // [61:82] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	26, // 43: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
+	80, // 44: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	43, // 45: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	55, // 46: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	18, // 47: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	49, // 48: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	6,  // 49: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	21, // 50: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
+	2,  // 51: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	55, // 52: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	55, // 53: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	34, // 54: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	29, // 55: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	6,  // 56: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	3,  // 57: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	15, // 58: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	34, // 59: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	81, // 60: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	24, // 61: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	55, // 62: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	82, // 63: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	27, // 64: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	30, // 65: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	35, // 66: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	37, // 67: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	39, // 68: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	41, // 69: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	44, // 70: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	46, // 71: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	48, // 72: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	51, // 73: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	56, // 74: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	58, // 75: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	60, // 76: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	62, // 77: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	64, // 78: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	66, // 79: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	68, // 80: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	70, // 81: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	53, // 82: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	72, // 83: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	74, // 84: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	33, // 85: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	31, // 86: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	36, // 87: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	38, // 88: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	40, // 89: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	42, // 90: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	45, // 91: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	47, // 92: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	50, // 93: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	52, // 94: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	57, // 95: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	59, // 96: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	61, // 97: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	63, // 98: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	65, // 99: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	67, // 100: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	69, // 101: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	71, // 102: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	54, // 103: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	73, // 104: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	75, // 105: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	85, // [85:106] is the sub-list for method output_type
+	64, // [64:85] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -6190,6 +6274,7 @@ func file_journald_v1_journal_proto_init() {
 		(*OpenResponse_Lease)(nil),
 		(*OpenResponse_Ended)(nil),
 	}
+	file_journald_v1_journal_proto_msgTypes[37].OneofWrappers = []any{}
 	file_journald_v1_journal_proto_msgTypes[44].OneofWrappers = []any{
 		(*WatchResponse_Record)(nil),
 		(*WatchResponse_Checkpoint)(nil),
@@ -6200,7 +6285,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   76,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

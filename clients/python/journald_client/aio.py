@@ -183,8 +183,8 @@ class AsyncClient:
         self._runs = [r for r in self._runs if not r.closed] + [run]
         return run
 
-    async def fold(self, run_id: str) -> RunState:
-        resp = await self._unary("Fold", pb.FoldRequest(run_id=run_id))
+    async def fold(self, run_id: str, *, messages: bool = True) -> RunState:
+        resp = await self._unary("Fold", pb.FoldRequest(run_id=run_id, omit_messages=not messages))
         return codec.state_from_pb(resp.state)
 
     async def governed_messages(self, run_id: str) -> GovernedView:

@@ -218,9 +218,10 @@ class Client:
 
     # --- reads -------------------------------------------------------------------------
 
-    def fold(self, run_id: str) -> RunState:
-        """The run's folded state."""
-        resp = self._unary("Fold", pb.FoldRequest(run_id=run_id))
+    def fold(self, run_id: str, *, messages: bool = True) -> RunState:
+        """The run's folded state (``messages=False``: without the committed messages, a
+        small answer for a long run; page those with ``history``)."""
+        resp = self._unary("Fold", pb.FoldRequest(run_id=run_id, omit_messages=not messages))
         return codec.state_from_pb(resp.state)
 
     def governed_messages(self, run_id: str) -> GovernedView:

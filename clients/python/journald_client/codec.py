@@ -30,6 +30,7 @@ from journald_client.state import (
     GovernedView,
     HistoryPage,
     JournalRecord,
+    LeaseHolder,
     LeaseWarning,
     Message,
     PendingResult,
@@ -311,22 +312,23 @@ def message_from_pb(m: pb.Message) -> Message:
     return {"role": m.role, "content": _json_list(m.content_json)}
 
 
+def pending_from_pb(p: pb.PendingTurn) -> PendingTurn:
+    return PendingTurn(
+        message=message_from_pb(p.message),
+        iteration=p.iteration,
+        stop_reason=p.stop_reason,
+        results=[
+            PendingResult(r.tool_use_id, _json_list(r.content_json), r.is_error, r.seq)
+            for r in p.results
+        ],
+        answered_ids=list(p.answered_ids),
+        unanswered=[ToolCall(c.id, c.name, c.input_json) for c in p.unanswered],
+        seq=p.seq,
+    )
+
+
 def state_from_pb(st: pb.RunState, warnings: Sequence[pb.Warning] = ()) -> RunState:
-    pending = None
-    if st.HasField("pending"):
-        p = st.pending
-        pending = PendingTurn(
-            message=message_from_pb(p.message),
-            iteration=p.iteration,
-            stop_reason=p.stop_reason,
-            results=[
-                PendingResult(r.tool_use_id, _json_list(r.content_json), r.is_error, r.seq)
-                for r in p.results
-            ],
-            answered_ids=list(p.answered_ids),
-            unanswered=[ToolCall(c.id, c.name, c.input_json) for c in p.unanswered],
-            seq=p.seq,
-        )
+    pending = pending_from_pb(st.pending) if st.HasField("pending") else None
     c = st.counters
     lineage = None
     if st.HasField("lineage"):
@@ -427,6 +429,13 @@ def run_info_from_pb(r: pb.RunInfo) -> RunInfo:
         r.record_count,
         r.bytes,
         r.last_seq,
+        holder=(
+            LeaseHolder(r.holder.name, r.holder.pid, r.holder.host, r.holder.cwd, r.held_since)
+            if r.HasField("holder")
+            else None
+        ),
+        labels=dict(r.labels),
+        pending_calls=r.pending_calls if r.HasField("pending_calls") else None,
     )
 
 
@@ -550,6 +559,8 @@ def history_from_pb(r: pb.HistoryResponse) -> HistoryPage:
         total=r.total,
         offset=r.offset,
         next_offset=r.next_offset,
+        last_seq=r.last_seq,
+        pending=pending_from_pb(r.pending) if r.HasField("pending") else None,
     )
 
 

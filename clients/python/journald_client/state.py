@@ -160,6 +160,17 @@ class JournalRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who holds a run's writer lease, and since when (RFC 3339 UTC)."""
+
+    name: str
+    pid: int
+    host: str
+    cwd: str
+    since: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunInfo:
     run_id: str
     created: str
@@ -170,6 +181,9 @@ class RunInfo:
     record_count: int
     bytes: int
     last_seq: int
+    holder: LeaseHolder | None = None  # set while a writer holds the lease
+    labels: dict[str, str] = field(default_factory=dict)
+    pending_calls: int | None = None  # known for held runs (else ask History, limit 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,12 +251,15 @@ class CompactResult:
 @dataclass(frozen=True, slots=True)
 class HistoryPage:
     """One self-paired page of the folded conversation: ``messages`` start at the (aligned)
-    ``offset``; the next page starts at ``next_offset`` (== ``total`` at the end)."""
+    ``offset``; the next page starts at ``next_offset`` (== ``total`` at the end). A Watch
+    from ``last_seq + 1`` follows on from what the page shows."""
 
     messages: list[Message]
     total: int
     offset: int
     next_offset: int
+    last_seq: int = 0  # the page reflects the records up to this seq
+    pending: PendingTurn | None = None  # the open turn (never part of ``messages``)
 
 
 @dataclass(frozen=True, slots=True)

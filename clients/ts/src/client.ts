@@ -247,7 +247,7 @@ export class Client {
 
   /** A run's folded state (and the governed view when governed). */
   fold(runId: string, governed = false, opts?: CallOpts): Promise<FoldResponse> {
-    return this.unary(this.rpc.fold, { runId, governed }, opts);
+    return this.unary(this.rpc.fold, { runId, governed, omitMessages: false }, opts);
   }
 
   /** Check a run's hash chain and record schemas end to end. */

@@ -1732,19 +1732,25 @@ class FoldRequest(_message.Message):
 
     RUN_ID_FIELD_NUMBER: _builtins.int
     GOVERNED_FIELD_NUMBER: _builtins.int
+    OMIT_MESSAGES_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     governed: _builtins.bool
     """Also return the governed (sendable) message view."""
+    omit_messages: _builtins.bool
+    """Leave the committed messages out of the state (counters, fingerprint, pending turn and
+    prompt stay): a cheap read of a long run's facts. Page the messages with History.
+    """
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         governed: _builtins.bool = ...,
+        omit_messages: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["governed", b"governed", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["governed", b"governed", "omit_messages", b"omit_messages", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1792,6 +1798,26 @@ class RunInfo(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     RUN_ID_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
     UPDATED_FIELD_NUMBER: _builtins.int
@@ -1801,6 +1827,10 @@ class RunInfo(_message.Message):
     RECORD_COUNT_FIELD_NUMBER: _builtins.int
     BYTES_FIELD_NUMBER: _builtins.int
     LAST_SEQ_FIELD_NUMBER: _builtins.int
+    HOLDER_FIELD_NUMBER: _builtins.int
+    HELD_SINCE_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    PENDING_CALLS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     created: _builtins.str
@@ -1821,6 +1851,21 @@ class RunInfo(_message.Message):
     """Bytes on disk (or in the stream)."""
     last_seq: _builtins.int
     """The last seq."""
+    held_since: _builtins.str
+    """RFC 3339 UTC: when the holder's lease was granted (empty when not held)."""
+    pending_calls: _builtins.int
+    """Unanswered tool calls of the run's open turn, when the daemon knows them without
+    reading the run (it is held: the writer's state is in memory); unset otherwise (History
+    with limit 0 tells them for any run).
+    """
+    @_builtins.property
+    def holder(self) -> Global___ClientInfo:
+        """Who holds the run's writer lease; unset when no lease is held."""
+
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The run's labels (from its meta record)."""
+
     def __init__(
         self,
         *,
@@ -1833,12 +1878,18 @@ class RunInfo(_message.Message):
         record_count: _builtins.int = ...,
         bytes: _builtins.int = ...,
         last_seq: _builtins.int = ...,
+        holder: Global___ClientInfo | None = ...,
+        held_since: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        pending_calls: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls", "holder", b"holder", "pending_calls", b"pending_calls"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "created", b"created", "last_seq", b"last_seq", "model", b"model", "prompt_preview", b"prompt_preview", "record_count", b"record_count", "run_id", b"run_id", "status", b"status", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls", "bytes", b"bytes", "created", b"created", "held_since", b"held_since", "holder", b"holder", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "pending_calls", b"pending_calls", "prompt_preview", b"prompt_preview", "record_count", b"record_count", "run_id", b"run_id", "status", b"status", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__pending_calls: _TypeAlias = _typing.Literal["pending_calls"]  # noqa: Y015
+    _WhichOneofArgType__pending_calls: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pending_calls) -> _WhichOneofReturnType__pending_calls | None: ...
 
 Global___RunInfo: _TypeAlias = RunInfo  # noqa: Y015
 
@@ -2058,15 +2109,25 @@ class HistoryResponse(_message.Message):
     TOTAL_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_SEQ_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """Total messages in the conversation."""
     offset: _builtins.int
     """The (aligned) index of the first message returned."""
     next_offset: _builtins.int
     """Where the next page starts; equals total at the end."""
+    last_seq: _builtins.int
+    """The seq of the last record the page reflects: a Watch from last_seq + 1 follows on."""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
         """The messages."""
+
+    @_builtins.property
+    def pending(self) -> Global___PendingTurn:
+        """The trailing turn whose tool calls are not all answered (it is never part of
+        `messages`); unset when there is none.
+        """
 
     def __init__(
         self,
@@ -2075,10 +2136,12 @@ class HistoryResponse(_message.Message):
         total: _builtins.int = ...,
         offset: _builtins.int = ...,
         next_offset: _builtins.int = ...,
+        last_seq: _builtins.int = ...,
+        pending: Global___PendingTurn | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "next_offset", b"next_offset", "offset", b"offset", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_seq", b"last_seq", "messages", b"messages", "next_offset", b"next_offset", "offset", b"offset", "pending", b"pending", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

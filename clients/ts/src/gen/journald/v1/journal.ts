@@ -1073,6 +1073,11 @@ export interface FoldRequest {
   runId: string;
   /** Also return the governed (sendable) message view. */
   governed: boolean;
+  /**
+   * Leave the committed messages out of the state (counters, fingerprint, pending turn and
+   * prompt stay): a cheap read of a long run's facts. Page the messages with History.
+   */
+  omitMessages: boolean;
 }
 
 /** FoldResponse is the folded state. */
@@ -1110,6 +1115,25 @@ export interface RunInfo {
   bytes: number;
   /** The last seq. */
   lastSeq: number;
+  /** Who holds the run's writer lease; unset when no lease is held. */
+  holder:
+    | ClientInfo
+    | undefined;
+  /** RFC 3339 UTC: when the holder's lease was granted (empty when not held). */
+  heldSince: string;
+  /** The run's labels (from its meta record). */
+  labels: { [key: string]: string };
+  /**
+   * Unanswered tool calls of the run's open turn, when the daemon knows them without
+   * reading the run (it is held: the writer's state is in memory); unset otherwise (History
+   * with limit 0 tells them for any run).
+   */
+  pendingCalls?: number | undefined;
+}
+
+export interface RunInfo_LabelsEntry {
+  key: string;
+  value: string;
 }
 
 /** ListRequest lists runs. */
@@ -1182,6 +1206,13 @@ export interface HistoryResponse {
   offset: number;
   /** Where the next page starts; equals total at the end. */
   nextOffset: number;
+  /** The seq of the last record the page reflects: a Watch from last_seq + 1 follows on. */
+  lastSeq: number;
+  /**
+   * The trailing turn whose tool calls are not all answered (it is never part of
+   * `messages`); unset when there is none.
+   */
+  pending: PendingTurn | undefined;
 }
 
 /** VerifyRequest checks a run. */
@@ -6346,7 +6377,7 @@ export const LoadResponse: MessageFns<LoadResponse> = {
 };
 
 function createBaseFoldRequest(): FoldRequest {
-  return { runId: "", governed: false };
+  return { runId: "", governed: false, omitMessages: false };
 }
 
 export const FoldRequest: MessageFns<FoldRequest> = {
@@ -6356,6 +6387,9 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     }
     if (message.governed !== false) {
       writer.uint32(16).bool(message.governed);
+    }
+    if (message.omitMessages !== false) {
+      writer.uint32(24).bool(message.omitMessages);
     }
     return writer;
   },
@@ -6389,6 +6423,14 @@ export const FoldRequest: MessageFns<FoldRequest> = {
             message.governed = reader.bool();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.omitMessages = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6409,6 +6451,11 @@ export const FoldRequest: MessageFns<FoldRequest> = {
         ? globalThis.String(object.run_id)
         : "",
       governed: isSet(object.governed) ? globalThis.Boolean(object.governed) : false,
+      omitMessages: isSet(object.omitMessages)
+        ? globalThis.Boolean(object.omitMessages)
+        : isSet(object.omit_messages)
+        ? globalThis.Boolean(object.omit_messages)
+        : false,
     };
   },
 
@@ -6420,6 +6467,9 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     if (message.governed !== false) {
       obj.governed = message.governed;
     }
+    if (message.omitMessages !== false) {
+      obj.omitMessages = message.omitMessages;
+    }
     return obj;
   },
 
@@ -6430,6 +6480,7 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     const message = createBaseFoldRequest();
     message.runId = object.runId ?? "";
     message.governed = object.governed ?? false;
+    message.omitMessages = object.omitMessages ?? false;
     return message;
   },
 };
@@ -6554,6 +6605,10 @@ function createBaseRunInfo(): RunInfo {
     recordCount: 0,
     bytes: 0,
     lastSeq: 0,
+    holder: undefined,
+    heldSince: "",
+    labels: {},
+    pendingCalls: undefined,
   };
 }
 
@@ -6585,6 +6640,18 @@ export const RunInfo: MessageFns<RunInfo> = {
     }
     if (message.lastSeq !== 0) {
       writer.uint32(72).uint64(message.lastSeq);
+    }
+    if (message.holder !== undefined) {
+      ClientInfo.encode(message.holder, writer.uint32(82).fork()).join();
+    }
+    if (message.heldSince !== "") {
+      writer.uint32(90).string(message.heldSince);
+    }
+    globalThis.Object.entries(message.labels).forEach(([key, value]: [string, string]) => {
+      RunInfo_LabelsEntry.encode({ key: key as any, value }, writer.uint32(98).fork()).join();
+    });
+    if (message.pendingCalls !== undefined) {
+      writer.uint32(104).uint32(message.pendingCalls);
     }
     return writer;
   },
@@ -6674,6 +6741,41 @@ export const RunInfo: MessageFns<RunInfo> = {
             message.lastSeq = longToNumber(reader.uint64());
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.holder = ClientInfo.decode(reader, reader.uint32());
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.heldSince = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            const entry12 = RunInfo_LabelsEntry.decode(reader, reader.uint32());
+            if (entry12.value !== undefined) {
+              message.labels[entry12.key] = entry12.value;
+            }
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.pendingCalls = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6713,6 +6815,31 @@ export const RunInfo: MessageFns<RunInfo> = {
         : isSet(object.last_seq)
         ? globalThis.Number(object.last_seq)
         : 0,
+      holder: isSet(object.holder) ? ClientInfo.fromJSON(object.holder) : undefined,
+      heldSince: isSet(object.heldSince)
+        ? globalThis.String(object.heldSince)
+        : isSet(object.held_since)
+        ? globalThis.String(object.held_since)
+        : "",
+      labels: isObject(object.labels)
+        ? (globalThis.Object.entries(object.labels) as [string, any][]).reduce(
+          (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.String(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      pendingCalls: isSet(object.pendingCalls)
+        ? globalThis.Number(object.pendingCalls)
+        : isSet(object.pending_calls)
+        ? globalThis.Number(object.pending_calls)
+        : undefined,
     };
   },
 
@@ -6745,6 +6872,24 @@ export const RunInfo: MessageFns<RunInfo> = {
     if (message.lastSeq !== 0) {
       obj.lastSeq = Math.round(message.lastSeq);
     }
+    if (message.holder !== undefined) {
+      obj.holder = ClientInfo.toJSON(message.holder);
+    }
+    if (message.heldSince !== "") {
+      obj.heldSince = message.heldSince;
+    }
+    if (message.labels) {
+      const entries = globalThis.Object.entries(message.labels) as [string, string][];
+      if (entries.length > 0) {
+        obj.labels = {};
+        entries.forEach(([k, v]) => {
+          obj.labels[k] = v;
+        });
+      }
+    }
+    if (message.pendingCalls !== undefined) {
+      obj.pendingCalls = Math.round(message.pendingCalls);
+    }
     return obj;
   },
 
@@ -6762,6 +6907,105 @@ export const RunInfo: MessageFns<RunInfo> = {
     message.recordCount = object.recordCount ?? 0;
     message.bytes = object.bytes ?? 0;
     message.lastSeq = object.lastSeq ?? 0;
+    message.holder = (object.holder !== undefined && object.holder !== null)
+      ? ClientInfo.fromPartial(object.holder)
+      : undefined;
+    message.heldSince = object.heldSince ?? "";
+    message.labels = (globalThis.Object.entries(object.labels ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.pendingCalls = object.pendingCalls ?? undefined;
+    return message;
+  },
+};
+
+function createBaseRunInfo_LabelsEntry(): RunInfo_LabelsEntry {
+  return { key: "", value: "" };
+}
+
+export const RunInfo_LabelsEntry: MessageFns<RunInfo_LabelsEntry> = {
+  encode(message: RunInfo_LabelsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunInfo_LabelsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunInfo_LabelsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunInfo_LabelsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: RunInfo_LabelsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RunInfo_LabelsEntry>, I>>(base?: I): RunInfo_LabelsEntry {
+    return RunInfo_LabelsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RunInfo_LabelsEntry>, I>>(object: I): RunInfo_LabelsEntry {
+    const message = createBaseRunInfo_LabelsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? "";
     return message;
   },
 };
@@ -7415,7 +7659,7 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
 };
 
 function createBaseHistoryResponse(): HistoryResponse {
-  return { messages: [], total: 0, offset: 0, nextOffset: 0 };
+  return { messages: [], total: 0, offset: 0, nextOffset: 0, lastSeq: 0, pending: undefined };
 }
 
 export const HistoryResponse: MessageFns<HistoryResponse> = {
@@ -7431,6 +7675,12 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     }
     if (message.nextOffset !== 0) {
       writer.uint32(32).uint64(message.nextOffset);
+    }
+    if (message.lastSeq !== 0) {
+      writer.uint32(40).uint64(message.lastSeq);
+    }
+    if (message.pending !== undefined) {
+      PendingTurn.encode(message.pending, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -7480,6 +7730,22 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
             message.nextOffset = longToNumber(reader.uint64());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.lastSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.pending = PendingTurn.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7502,6 +7768,12 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
         : isSet(object.next_offset)
         ? globalThis.Number(object.next_offset)
         : 0,
+      lastSeq: isSet(object.lastSeq)
+        ? globalThis.Number(object.lastSeq)
+        : isSet(object.last_seq)
+        ? globalThis.Number(object.last_seq)
+        : 0,
+      pending: isSet(object.pending) ? PendingTurn.fromJSON(object.pending) : undefined,
     };
   },
 
@@ -7519,6 +7791,12 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     if (message.nextOffset !== 0) {
       obj.nextOffset = Math.round(message.nextOffset);
     }
+    if (message.lastSeq !== 0) {
+      obj.lastSeq = Math.round(message.lastSeq);
+    }
+    if (message.pending !== undefined) {
+      obj.pending = PendingTurn.toJSON(message.pending);
+    }
     return obj;
   },
 
@@ -7531,6 +7809,10 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     message.total = object.total ?? 0;
     message.offset = object.offset ?? 0;
     message.nextOffset = object.nextOffset ?? 0;
+    message.lastSeq = object.lastSeq ?? 0;
+    message.pending = (object.pending !== undefined && object.pending !== null)
+      ? PendingTurn.fromPartial(object.pending)
+      : undefined;
     return message;
   },
 };

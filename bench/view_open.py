@@ -1,0 +1,160 @@
+"""How fast ``journald view`` opens a very long run, and how much memory it takes.
+
+    .venv/bin/python bench/view_open.py --messages 1000000 --data /tmp/jd-view-bench
+
+1. builds run ``v<N>`` of N messages through a real daemon (file backend) once: tool turns
+   (an assistant call and its result, two messages) appended in batches, one Append each;
+   later invocations reuse it;
+2. restarts the daemon, so nothing of the run is cached in it (the fold marks it wrote
+   when the writer's lease closed are on disk, as after any real run);
+3. in a fresh process, opens the viewer headless on the run (Textual ``run_test``, 100x30)
+   and measures:
+
+   * ``first_paint_s``: from starting the app to the transcript holding the run's last
+     message, laid out, and one refresh after it;
+   * ``earlier_page_s``: from pressing ``home`` to the page before it being shown;
+   * History calls and messages fetched (the viewer's own counters), and the viewer
+     process's RSS after both;
+4. for scale, times ``Fold`` without messages (what the details screen asks) on the same
+   run.
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import journald_client as jc  # noqa: E402
+from journald_client import Entry  # noqa: E402
+
+from tests.daemon import Daemon  # noqa: E402
+from tests.integration.view_runs import FP  # noqa: E402
+
+BATCH_TURNS = 2500  # 5,000 records per Append
+
+
+def build(socket: str, run_id: str, messages: int) -> float:
+    """Write the run (prompt + turns of two messages) unless it is there; seconds taken."""
+    t0 = time.perf_counter()
+    with jc.connect(socket, timeout=30) as jd:
+        if any(r.run_id == run_id for r in jd.list()):
+            return 0.0
+        turns = max(1, (messages - 1) // 2)
+        with jd.start(run_id, FP, "a very long run") as run:
+            for first in range(0, turns, BATCH_TURNS):
+                batch = []
+                for i in range(first, min(turns, first + BATCH_TURNS)):
+                    call = {"type": "tool_use", "id": f"c{i}", "name": "step", "input": "{}"}
+                    batch.append(Entry.assistant([call], stop_reason="tool_use", iteration=i + 1))
+                    batch.append(Entry.tool_result(f"c{i}", f"output of step {i}"))
+                run.append_many(batch)
+    return time.perf_counter() - t0
+
+
+async def measure(socket: str, run_id: str, last_text: str) -> dict[str, Any]:
+    from journald.view.app import ViewerApp
+    from journald.view.data import Source
+    from journald.view.transcript_screen import TranscriptScreen
+
+    source = Source(socket)
+    app = ViewerApp(source, run_id)
+    deadline = time.monotonic() + 600
+
+    def screen() -> TranscriptScreen | None:
+        s = app.screen
+        return s if isinstance(s, TranscriptScreen) and s.slice is not None else None
+
+    t0 = time.perf_counter()
+    async with app.run_test(size=(100, 30)) as pilot:
+        while not ((s := screen()) and any(last_text in t for t in s.view.line_texts())):
+            if time.monotonic() > deadline:
+                raise SystemExit("the transcript never showed the last message")
+            await pilot.pause(0.005)
+        await pilot.pause()
+        first_paint = time.perf_counter() - t0
+        calls, fetched = source.stats.history_calls, source.stats.messages_fetched
+        assert s.slice is not None
+        start, total = s.slice.start, s.slice.total
+        t1 = time.perf_counter()
+        await pilot.press("home")
+        while s.slice is None or s.slice.start >= start:
+            if time.monotonic() > deadline:
+                raise SystemExit("no earlier page")
+            await pilot.pause(0.005)
+        await pilot.pause()
+        earlier = time.perf_counter() - t1
+        rss_mb = _rss_mb()
+        return {
+            "messages_in_run": total,
+            "first_paint_s": round(first_paint, 3),
+            "history_calls_to_first_paint": calls,
+            "messages_fetched_to_first_paint": fetched,
+            "earlier_page_s": round(earlier, 3),
+            "messages_loaded_after_one_earlier_page": total - s.slice.start,
+            "viewer_rss_mb": rss_mb,
+            "viewer_max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        }
+
+
+def _rss_mb() -> int:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        pages = int(f.read().split()[1])
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--data", type=Path, default=Path("/tmp/jd-view-bench"))
+    ap.add_argument("--measure", nargs=3, metavar=("SOCKET", "RUN", "LAST"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(asyncio.run(measure(*args.measure))))
+        return
+    run_id = f"v{args.messages}"
+    args.data.mkdir(parents=True, exist_ok=True)
+    daemon = Daemon(args.data, "file", data_dir=args.data / "data")
+    daemon.start()
+    try:
+        built_s = build(str(daemon.socket), run_id, args.messages)
+        daemon.stop()
+        daemon.start()  # nothing of the run cached in the daemon
+        turns = max(1, (args.messages - 1) // 2)
+        last = f"output of step {turns - 1}"
+        out = subprocess.run(
+            [sys.executable, __file__, "--measure", str(daemon.socket), run_id, last],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        with jc.connect(str(daemon.socket), timeout=30) as jd:
+            t0 = time.perf_counter()
+            jd.fold(run_id, messages=False)
+            result["fold_without_messages_s"] = round(time.perf_counter() - t0, 3)
+            info = next(r for r in jd.list() if r.run_id == run_id)
+            result["run_bytes"] = info.bytes
+            result["run_records"] = info.record_count
+        result["build_s"] = round(built_s, 1) if built_s else "reused"
+        result["loadavg"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(json.dumps(result, indent=2))
+    finally:
+        daemon.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""The viewer's only door to the daemon: every read and action goes through the Python client.
+
+Calls block (gRPC), so the screens run them in worker threads. A call that finds no daemon
+raises ``journald_client.DaemonUnavailable``; the app then shows its "not running" screen and
+polls ``ping`` until the daemon answers again.
+
+Long runs open at once: ``tail`` reads the last page of the conversation (History pages are
+self-paired and folded by the daemon from its nearest fold mark), never the whole run;
+``earlier`` reads one page before what is loaded. ``stats`` counts the History calls and
+the messages they carried, which the tests and ``bench/view_open.py`` check.
+"""
+
+from __future__ import annotations
+
+import socket as socketlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from journald_client import (
+    CheckpointMeta,
+    Client,
+    DaemonUnavailable,
+    RestoreResult,
+    RunInfo,
+    RunState,
+    VerifyResult,
+    Watch,
+)
+from journald_client.paths import default_socket_path
+from journald_client.state import Message, PendingTurn
+
+PAGE_MESSAGES = 100  # messages per History page the transcript asks for
+PING_TIMEOUT_S = 2.0
+OPEN_STATUSES = ("open", "held")
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A run in the runs table: the daemon's listing plus its open turn's unanswered calls
+    (None when not asked: the run has ended)."""
+
+    info: RunInfo
+    pending_calls: int | None
+
+
+@dataclass(slots=True)
+class Slice:
+    """A loaded stretch of the conversation: ``messages`` from index ``start`` to the end
+    (``total``), the open turn, and the seq it all reflects."""
+
+    messages: list[Message]
+    start: int
+    total: int
+    last_seq: int
+    pending: PendingTurn | None
+
+
+@dataclass(slots=True)
+class Stats:
+    history_calls: int = 0
+    messages_fetched: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Details:
+    state: RunState  # without its messages (Fold ``messages=False``)
+    info: RunInfo | None
+    checkpoints: list[CheckpointMeta]
+    message_count: int
+
+
+@dataclass(slots=True)
+class _PendingProbe:
+    last_seq: int
+    calls: int
+
+
+class Source:
+    """A daemon connection for the viewer (thread-safe: gRPC channels are)."""
+
+    def __init__(self, socket: str | None = None, *, page: int = PAGE_MESSAGES) -> None:
+        self.socket = socket
+        self.page = max(1, page)
+        self.stats = Stats()
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+        self._probes: dict[str, _PendingProbe] = {}
+
+    @property
+    def socket_path(self) -> str:
+        return (self.socket or default_socket_path()).removeprefix("unix:")
+
+    @property
+    def client(self) -> Client:
+        with self._lock:
+            if self._client is None:
+                self._client = Client(self.socket, name="journald-view", reconnect_timeout=0)
+            return self._client
+
+    def ping(self, timeout: float = PING_TIMEOUT_S) -> bool:
+        """Whether the daemon answers now (a socket nobody listens on fails at once)."""
+        probe = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+        try:
+            probe.settimeout(timeout)
+            probe.connect(self.socket_path)
+        except OSError:
+            return False
+        finally:
+            probe.close()
+        try:
+            self.client.wait_ready(timeout)
+        except DaemonUnavailable:
+            return False
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    # --- runs ----------------------------------------------------------------------------
+
+    def runs(self) -> list[RunRow]:
+        """Every run, newest first, with the unanswered calls of the runs still open: List
+        says them for held runs; a dormant open run is asked once per last seq (History,
+        limit 0), so a refresh costs one List when nothing moved."""
+        infos = self.client.list()
+        rows = []
+        for info in infos:
+            calls: int | None = info.pending_calls  # the daemon knows it for held runs
+            if calls is None and info.status in OPEN_STATUSES:
+                probe = self._probes.get(info.run_id)
+                if probe is None or probe.last_seq != info.last_seq:
+                    page = self.client.history(info.run_id, 0, 0)
+                    self.stats.history_calls += 1
+                    n = len(page.pending.unanswered) if page.pending is not None else 0
+                    probe = _PendingProbe(info.last_seq, n)
+                    self._probes[info.run_id] = probe
+                calls = probe.calls
+            rows.append(RunRow(info, calls))
+        return rows
+
+    def info(self, run_id: str) -> RunInfo | None:
+        return next((i for i in self.client.list() if i.run_id == run_id), None)
+
+    # --- the conversation ----------------------------------------------------------------
+
+    def _history(self, run_id: str, offset: int, limit: int) -> tuple[list[Message], int, int]:
+        page = self.client.history(run_id, offset, limit)
+        self.stats.history_calls += 1
+        self.stats.messages_fetched += len(page.messages)
+        return page.messages, page.offset, page.next_offset
+
+    def tail(self, run_id: str, from_offset: int | None = None) -> Slice:
+        """The conversation from ``from_offset`` (default: the last page) to its end, with
+        the open turn and the seq it reflects."""
+        if from_offset is None:
+            head = self.client.history(run_id, 0, 0)
+            self.stats.history_calls += 1
+            from_offset = max(0, head.total - self.page)
+        messages: list[Message] = []
+        start: int | None = None
+        offset = from_offset
+        for _ in range(1 << 16):  # bounded: each page moves forward or ends the loop
+            page = self.client.history(run_id, offset, max(self.page, 1))
+            self.stats.history_calls += 1
+            self.stats.messages_fetched += len(page.messages)
+            if start is None:
+                start = page.offset
+            elif page.offset != offset:  # the run changed under us (a rebase): start over
+                return self.tail(run_id)
+            messages.extend(page.messages)
+            if page.next_offset >= page.total or page.next_offset <= offset:
+                return Slice(messages, start, page.total, page.last_seq, page.pending)
+            offset = page.next_offset
+        raise RuntimeError("History paging did not reach the end")  # pragma: no cover
+
+    def earlier(self, run_id: str, before: int) -> tuple[list[Message], int]:
+        """The page ending at message ``before`` (a clean boundary) and its start."""
+        msgs, start, end = self._history(run_id, max(0, before - self.page), self.page)
+        return msgs[: max(0, before - start)] if end > before else msgs, start
+
+    def watch(self, run_id: str, from_seq: int) -> Watch:
+        return self.client.watch(run_id, from_seq)
+
+    # --- details and actions -------------------------------------------------------------
+
+    def details(self, run_id: str) -> Details:
+        state = self.client.fold(run_id, messages=False)
+        total = self.client.history(run_id, 0, 0).total
+        self.stats.history_calls += 1
+        return Details(state, self.info(run_id), self.client.checkpoints(run_id), total)
+
+    def verify(self, run_id: str) -> VerifyResult:
+        return self.client.verify(run_id)
+
+    def checkpoints(self, run_id: str) -> Sequence[CheckpointMeta]:
+        return self.client.checkpoints(run_id)
+
+    def take_checkpoint(self, run_id: str, label: str) -> CheckpointMeta:
+        return self.client.checkpoint(run_id, label)
+
+    def restore(self, run_id: str, checkpoint_id: str) -> RestoreResult:
+        return self.client.restore(run_id, checkpoint_id)
+
+    def fork(self, run_id: str, checkpoint_id: str, new_run_id: str) -> str:
+        return self.client.fork(run_id, checkpoint_id=checkpoint_id, new_run_id=new_run_id)[0]
+
+    def export(self, run_id: str, checkpoint_id: str, path: Path) -> int:
+        data = self.client.export_checkpoint(run_id, checkpoint_id)
+        path.write_bytes(data)
+        return len(data)

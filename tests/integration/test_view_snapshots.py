@@ -1,0 +1,129 @@
+"""SVG snapshots of the viewer's main screens at 80x24 (pytest-textual-snapshot), on runs with
+fixed ids and timestamps served by a real daemon.
+
+The snapshots under ``__snapshots__/test_view_snapshots/`` were reviewed by eye. A missing
+or different snapshot fails the test: they are written only by hand, after reviewing the
+change, with ``pytest tests/integration/test_view_snapshots.py --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from journald.view.app import NotRunningScreen, ViewerApp
+from journald.view.data import Source
+from journald.view.details import DetailsScreen
+from journald.view.runs import RunsScreen
+from journald.view.transcript_screen import TranscriptScreen
+from tests.daemon import Daemon
+from tests.integration.view_runs import Writer, pending_run, research_run, triage_run, until
+
+SIZE = (80, 24)
+Snap = Callable[..., bool]
+
+
+@pytest.fixture(autouse=True)
+def colours(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshots are in colour: a NO_COLOR set in the caller's shell would make Textual
+    draw them monochrome."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    d = Daemon(tmp_path_factory.mktemp("view-snap"), "file").start()
+    held: Writer | None = None
+    try:
+        research_run(d.target)
+        triage_run(d.target)
+        held = pending_run(d.target)  # held by "tester" for the whole module
+        yield d
+    finally:
+        if held is not None:
+            held.close()
+        d.stop()
+
+
+def runs_loaded(pilot: Pilot[Any]) -> Any:
+    app = pilot.app
+    return until(
+        pilot,
+        lambda: isinstance(app.screen, RunsScreen) and len(app.screen.rows) == 3,
+        "the runs",
+    )
+
+
+def transcript_loaded(pilot: Pilot[Any]) -> Any:
+    app = pilot.app
+    return until(
+        pilot,
+        lambda: isinstance(app.screen, TranscriptScreen) and app.screen.slice is not None,
+        "the transcript",
+    )
+
+
+def test_runs_screen(demo: Daemon, snap_compare: Snap) -> None:
+    assert snap_compare(
+        ViewerApp(Source(str(demo.socket))), terminal_size=SIZE, run_before=runs_loaded
+    )
+
+
+def test_transcript_of_a_completed_run(demo: Daemon, snap_compare: Snap) -> None:
+    app = ViewerApp(Source(str(demo.socket)), "demo-research")
+    assert snap_compare(app, terminal_size=SIZE, run_before=transcript_loaded)
+
+
+def test_transcript_with_a_pending_turn(demo: Daemon, snap_compare: Snap) -> None:
+    app = ViewerApp(Source(str(demo.socket)), "demo-pending")
+    assert snap_compare(app, terminal_size=SIZE, run_before=transcript_loaded)
+
+
+def test_transcript_in_a_light_terminal(demo: Daemon, snap_compare: Snap) -> None:
+    app = ViewerApp(Source(str(demo.socket)), "demo-research", theme="light")
+    assert snap_compare(app, terminal_size=SIZE, run_before=transcript_loaded)
+
+
+def test_runs_screen_in_a_light_terminal(demo: Daemon, snap_compare: Snap) -> None:
+    app = ViewerApp(Source(str(demo.socket)), theme="light")
+    assert snap_compare(app, terminal_size=SIZE, run_before=runs_loaded)
+
+
+def test_details_screen(demo: Daemon, snap_compare: Snap) -> None:
+    async def details(pilot: Pilot[Any]) -> None:
+        await transcript_loaded(pilot)
+        await pilot.press("d")
+        app = pilot.app
+        await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, DetailsScreen)
+                and app.screen.details is not None
+                and app.screen.verified is not None
+            ),
+            "details and verify",
+        )
+
+    app = ViewerApp(Source(str(demo.socket)), "demo-research")
+    assert snap_compare(app, terminal_size=SIZE, run_before=details)
+
+
+def test_not_running_screen(snap_compare: Snap) -> None:
+    async def first_attempt(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, NotRunningScreen)
+                and "attempt 1 failed" in app.screen.retry_text
+            ),
+            "the first failed attempt",
+        )
+
+    # nothing listens there; the long first retry keeps the attempt count at 1
+    source = Source("/tmp/journald-view-snapshot/nowhere.sock")
+    app = ViewerApp(source, retry_first_s=600, retry_cap_s=600)
+    assert snap_compare(app, terminal_size=SIZE, run_before=first_attempt)
