@@ -16,7 +16,7 @@ import (
 // ErrorTrailer is the trailing metadata key carrying a serialized journald.v1.ErrorDetail.
 const ErrorTrailer = "journald-error-bin"
 
-// The machine codes of SPEC §10.
+// The machine codes of the daemon (journald/errors.py).
 const (
 	CodeSessionNotFound         = "session_not_found"
 	CodeSessionExists           = "session_exists"
@@ -39,6 +39,10 @@ const (
 	CodeAttachmentNotFound      = "attachment_not_found"
 	CodeBackendUnavailable      = "backend_unavailable"
 	CodeStorageFull             = "storage_full"
+	CodeInvalidRequest          = "invalid_request"
+	CodeInvalidCheckpointID     = "invalid_checkpoint_id"
+	CodeInvalidDigest           = "invalid_digest"
+	CodeResponseTooLarge        = "response_too_large"
 )
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
@@ -96,6 +100,10 @@ var (
 	ErrAttachmentNotFound      = &Error{Code: CodeAttachmentNotFound, Status: codes.NotFound}
 	ErrBackendUnavailable      = &Error{Code: CodeBackendUnavailable, Status: codes.Unavailable}
 	ErrStorageFull             = &Error{Code: CodeStorageFull, Status: codes.ResourceExhausted}
+	ErrInvalidRequest          = &Error{Code: CodeInvalidRequest, Status: codes.InvalidArgument}
+	ErrInvalidCheckpointID     = &Error{Code: CodeInvalidCheckpointID, Status: codes.InvalidArgument}
+	ErrInvalidDigest           = &Error{Code: CodeInvalidDigest, Status: codes.InvalidArgument}
+	ErrResponseTooLarge        = &Error{Code: CodeResponseTooLarge, Status: codes.ResourceExhausted}
 )
 
 // Sentinels lists every sentinel by code (the mapping table).
@@ -107,7 +115,8 @@ func init() {
 		ErrSeqConflict, ErrLocked, ErrLeaseLost, ErrCompleted, ErrInteractivityMismatch,
 		ErrProviderChanged, ErrFingerprintDrift, ErrVersionUnsupported, ErrStoreCorrupted,
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
-		ErrAttachmentNotFound, ErrBackendUnavailable, ErrStorageFull,
+		ErrAttachmentNotFound, ErrBackendUnavailable, ErrStorageFull, ErrInvalidRequest,
+		ErrInvalidCheckpointID, ErrInvalidDigest, ErrResponseTooLarge,
 	} {
 		Sentinels[s.Code] = s
 	}

@@ -58,8 +58,8 @@ func TestTheErrorTrailerPicksTheTypedError(t *testing.T) {
 		jerr.Status != codes.FailedPrecondition {
 		t.Fatalf("facts lost: %+v", jerr)
 	}
-	if len(Sentinels) != 21 {
-		t.Fatalf("expected the 21 codes of SPEC §10, have %d", len(Sentinels))
+	if len(Sentinels) != 25 {
+		t.Fatalf("expected the 25 codes of journald/errors.py, have %d", len(Sentinels))
 	}
 }
 
@@ -74,6 +74,24 @@ func TestAnAttachmentNotFoundTrailerIsItsSentinel(t *testing.T) {
 	}
 	if Sentinels["attachment_not_found"] != ErrAttachmentNotFound || ErrAttachmentNotFound.Status != codes.NotFound {
 		t.Fatal("attachment_not_found is not in the table as NOT_FOUND")
+	}
+}
+
+func TestTheEdgeCodesAreTheirOwnSentinels(t *testing.T) {
+	for code, want := range map[string]*Error{
+		"invalid_request":       ErrInvalidRequest,
+		"invalid_checkpoint_id": ErrInvalidCheckpointID,
+		"invalid_digest":        ErrInvalidDigest,
+		"response_too_large":    ErrResponseTooLarge,
+	} {
+		raw, err := proto.Marshal(&pb.ErrorDetail{Code: code, Message: "refused"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fromGRPC(status.Error(want.Status, "refused"), metadata.Pairs(ErrorTrailer, string(raw)))
+		if !errors.Is(got, want) || errors.Is(got, ErrInvalidRecord) || Sentinels[code] != want {
+			t.Fatalf("%s: not its own sentinel: %v", code, got)
+		}
 	}
 }
 

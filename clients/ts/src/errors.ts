@@ -48,6 +48,10 @@ export class InvalidRecordError extends InvalidArgumentError {}
 export class VersionUnsupportedError extends InvalidArgumentError {}
 export class SessionMismatchError extends InvalidArgumentError {}
 export class CheckpointImportInvalidError extends InvalidArgumentError {}
+/** Undecodable request bytes, or a field over its size limit (`metadata.field`). */
+export class InvalidRequestError extends InvalidArgumentError {}
+export class InvalidCheckpointIdError extends InvalidArgumentError {}
+export class InvalidDigestError extends InvalidArgumentError {}
 export class SeqError extends JournaldError {}
 export class SeqGapError extends SeqError {}
 export class SeqConflictError extends SeqError {}
@@ -63,6 +67,8 @@ export class TurnRunningError extends JournaldError {}
 export class StoreCorruptedError extends JournaldError {}
 export class BackendUnavailableError extends JournaldError {}
 export class StorageFullError extends JournaldError {}
+/** The answer exceeds the daemon's max message size: ask for less (pages, from a seq). */
+export class ResponseTooLargeError extends JournaldError {}
 /** A failure without a journald code (transport errors, daemon down, ...). */
 export class TransportError extends JournaldError {}
 
@@ -95,6 +101,10 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   store_corrupted: StoreCorruptedError,
   backend_unavailable: BackendUnavailableError,
   storage_full: StorageFullError,
+  invalid_request: InvalidRequestError,
+  invalid_checkpoint_id: InvalidCheckpointIdError,
+  invalid_digest: InvalidDigestError,
+  response_too_large: ResponseTooLargeError,
 };
 
 /** Rebuild a typed error from its wire form (unknown codes become JournaldError). */
