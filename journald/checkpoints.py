@@ -38,7 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ulid import ULID
 
@@ -46,24 +46,37 @@ from journald.errors import (
     AttachmentNotFound,
     CheckpointImportInvalid,
     CheckpointNotFound,
-    InvalidArgumentError,
+    InvalidCheckpointId,
+    InvalidDigest,
     JournaldError,
     SessionNotFound,
     StoreCorrupted,
 )
 from journald.governance import sanitize
-from journald.records import canonical_json, sha256_hex, validate_id
+from journald.records import (
+    MAX_DOCUMENT_DEPTH,
+    MAX_JSON_DEPTH,
+    canonical_json,
+    json_too_deep,
+    sha256_hex,
+    validate_id,
+)
+from journald.storage.segments import storage_error
 
 TRIGGERS = ("manual", "pre_compaction", "pre_restore", "pre_prune", "import")
 FILE_FORMAT = "journald-checkpoint-file/1"
 EXPORT_FORMAT = "journald-checkpoint/1"
 MAX_EXPORT_BYTES = 256 * 1024 * 1024
+MAX_ATTACHMENT_BYTES = 8 * 1024 * 1024
+"""Largest attachment PutAttachment stores: half the daemon's default message size, so an
+upload and a download always fit one message with room to spare."""
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 SUFFIX = ".json"
 MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
 
 Message = dict[str, Any]
+T = TypeVar("T")
 
 # --- failpoints (crash tests) ------------------------------------------------------------
 
@@ -127,7 +140,7 @@ def valid_checkpoint_id(checkpoint_id: str) -> str:
     try:
         return str(ULID.from_str(checkpoint_id))
     except (ValueError, TypeError):
-        raise InvalidArgumentError(
+        raise InvalidCheckpointId(
             f"checkpoint id {checkpoint_id[:64]!r} is not a ULID (26 Crockford base32 "
             "characters); list a run's checkpoints with `journald checkpoints <run>`",
             metadata={"checkpoint_id": checkpoint_id[:64]},
@@ -253,7 +266,7 @@ def decode_file(data: bytes, where: str) -> Checkpoint:
             raise ValueError("its messages do not match its hash or count")
         prov = obj.get("provenance", {})
         return Checkpoint(meta, msgs, prov if isinstance(prov, dict) else {})
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise StoreCorrupted(
             f"checkpoint file {where} is damaged ({exc}); delete it with "
             "`journald checkpoint <run> --delete <id>` or restore it from a backup",
@@ -376,6 +389,15 @@ def durable_write(path: str, data: bytes, points: bool = True) -> None:
     _fsync_dir(directory)
 
 
+async def _writing(where: str, run_id: str, retry: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on a worker thread; an OS error is ``storage_full`` (ENOSPC, EDQUOT) or
+    ``backend_unavailable`` naming ``where``, as for the journal's own writes."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except OSError as exc:
+        raise storage_error(exc, run_id, where, 0, retry) from exc
+
+
 class FileCheckpointStore:
     """``<dir>/<ULID>.json`` per checkpoint; ``dir_of(run_id)`` says where a run's live.
 
@@ -427,7 +449,8 @@ class FileCheckpointStore:
         durable_write(self._path(run_id, cp.checkpoint_id), encode_file(cp))
 
     async def put(self, cp: Checkpoint) -> None:
-        await asyncio.to_thread(self._put, cp)
+        run_id = cp.meta.run_id
+        await _writing(self._dir_of(run_id), run_id, "the checkpoint", self._put, cp)
 
     def _get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
         path = self._path(run_id, checkpoint_id)
@@ -449,7 +472,7 @@ class FileCheckpointStore:
         out = []
         for n in names:
             if n.endswith(SUFFIX) and len(n) == 26 + len(SUFFIX):
-                with contextlib.suppress(InvalidArgumentError):
+                with contextlib.suppress(InvalidCheckpointId):
                     out.append(valid_checkpoint_id(n[:26]))
         return sorted(out)
 
@@ -475,7 +498,8 @@ class FileCheckpointStore:
         return True
 
     async def delete(self, run_id: str, checkpoint_id: str) -> bool:
-        return await asyncio.to_thread(self._delete, run_id, checkpoint_id)
+        where = self._dir_of(run_id)
+        return await _writing(where, run_id, "the delete", self._delete, run_id, checkpoint_id)
 
     def _owner(self, checkpoint_id: str) -> str | None:
         name = valid_checkpoint_id(checkpoint_id) + SUFFIX
@@ -512,13 +536,14 @@ class FileCheckpointStore:
         durable_write(os.path.join(d, MARK_FILE), canonical_json(mark), points=False)
 
     async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
-        await asyncio.to_thread(self._save_mark, run_id, mark)
+        where = os.path.join(self._dir_of(run_id), MARK_FILE)
+        await _writing(where, run_id, "the call", self._save_mark, run_id, mark)
 
     def _load_mark(self, run_id: str) -> dict[str, Any] | None:
         try:
             with open(os.path.join(self._dir_of(run_id), MARK_FILE), "rb") as f:
                 obj = json.loads(f.read())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
         return obj if isinstance(obj, dict) else None
 
@@ -533,8 +558,9 @@ SHA256_HEX = frozenset("0123456789abcdef")
 
 def valid_sha256(digest: str) -> str:
     if len(digest) != 64 or not set(digest) <= SHA256_HEX:
-        raise InvalidArgumentError(
-            f"attachment address {digest[:70]!r} is not a lowercase SHA-256 hex digest",
+        raise InvalidDigest(
+            f"attachment address {digest[:70]!r} is not a lowercase SHA-256 hex digest; use "
+            "the sha256 PutAttachment returned",
             metadata={"sha256": digest[:70]},
         )
     return digest
@@ -639,7 +665,8 @@ class FileAttachmentStore:
         return digest, False
 
     async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:
-        return await asyncio.to_thread(self._put, run_id, data)
+        where = self._dir_of(run_id)
+        return await _writing(where, run_id, "the upload", self._put, run_id, data)
 
     def _get(self, run_id: str, digest: str) -> bytes:
         path = os.path.join(self._dir_of(run_id), valid_sha256(digest))
@@ -754,6 +781,11 @@ def verify_export(data: bytes) -> Exported:
 
     if len(data) > MAX_EXPORT_BYTES:
         raise _invalid(f"it is {len(data)} bytes, above the {MAX_EXPORT_BYTES} byte limit")
+    if json_too_deep(data, MAX_DOCUMENT_DEPTH):
+        raise _invalid(
+            f"its JSON nests deeper than {MAX_DOCUMENT_DEPTH} levels (message content: "
+            f"{MAX_JSON_DEPTH})"
+        )
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from journald.paths import default_data_dir, default_socket_path
+from journald.server import DEFAULT_MAX_MESSAGE_BYTES
 
 
 def _size(text: str) -> int:
@@ -49,9 +50,9 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--max-message-bytes",
         type=_size,
-        default=256 * 1024 * 1024,
-        help="largest gRPC message (the Open lease carries the folded state; "
-        "clients accept 256 MiB)",
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help="largest gRPC message either way (default 16 MiB; larger requests are refused "
+        "before they are read, larger responses fail with response_too_large)",
     )
     p.add_argument("--max-record-bytes", type=_size, default=4 * 1024 * 1024)
     p.add_argument("--segment-max-bytes", type=_size, default=16 * 1024 * 1024)

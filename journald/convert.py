@@ -12,7 +12,6 @@ present), so a record that crosses the API and comes back is byte-identical:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,7 +21,15 @@ from journald.errors import InvalidRecord
 from journald.fingerprint import Fingerprint
 from journald.fold import Message, Pending, RunState
 from journald.governance import GovernanceReport
-from journald.records import KINDS, TYPE_OF, Record, canonical_json, make_record
+from journald.records import (
+    KINDS,
+    TYPE_OF,
+    Record,
+    canonical_json,
+    make_record,
+    parse_json,
+    utc_ts_of,
+)
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
 
@@ -30,12 +37,7 @@ USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creat
 def _json_list(data: bytes, field: str) -> list[Any]:
     if not data:
         return []
-    try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRecord(
-            f"field {field}: not valid JSON ({exc})", metadata={"field": field}
-        ) from exc
+    value = parse_json(data, field)
     if not isinstance(value, list):
         raise InvalidRecord(
             f"field {field}: must be a JSON array of content blocks", metadata={"field": field}
@@ -102,7 +104,7 @@ def payload_from_pb(rec: pb.Record) -> tuple[str, dict[str, Any]]:
         m = rec.meta
         out = {
             "run_id": m.run_id,
-            "created": m.created,
+            "created": utc_ts_of(m.created, "meta.created"),
             "fingerprint": fingerprint_from_pb(m.fingerprint).as_json(),
             "prompt": _json_list(m.prompt_json, "meta.prompt_json"),
             "interactive": m.interactive,
@@ -232,7 +234,7 @@ def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = 
         kind,
         payload,
         prev if prev is not None else rec.prev,
-        ts if ts is not None else rec.ts,
+        utc_ts_of(ts if ts is not None else rec.ts, "ts"),
         trace,
     )
 

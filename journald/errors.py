@@ -17,9 +17,10 @@ maps it back to its own typed error from the code.
     │   ├── VersionUnsupported       version_unsupported
     │   ├── SessionMismatch          session_mismatch
     │   ├── CheckpointImportInvalid  checkpoint_import_invalid
+    │   ├── InvalidRequest           invalid_request       (undecodable bytes, a field over
+    │   │                                                   its size limit)
     │   ├── InvalidCheckpointId      invalid_checkpoint_id
-    │   ├── InvalidDigest            invalid_digest
-    │   └── InvalidRequest           invalid_request
+    │   └── InvalidDigest            invalid_digest
     ├── SeqError                 FAILED_PRECONDITION
     │   ├── SeqGap                   seq_gap
     │   └── SeqConflict              seq_conflict      (ABORTED)
@@ -34,7 +35,8 @@ maps it back to its own typed error from the code.
     ├── TurnRunning              FAILED_PRECONDITION   turn_running
     ├── StoreCorrupted           DATA_LOSS             store_corrupted
     ├── BackendUnavailable       UNAVAILABLE           backend_unavailable
-    └── StorageFull              RESOURCE_EXHAUSTED    storage_full
+    ├── StorageFull              RESOURCE_EXHAUSTED    storage_full
+    └── ResponseTooLarge         RESOURCE_EXHAUSTED    response_too_large
 
 The base class's own code, ``internal``, is a daemon bug. The codes are the words of the
 proto's ``ErrorCode`` enum, whose comments name each code's status;
@@ -115,16 +117,16 @@ class CheckpointImportInvalid(InvalidArgumentError):
     code = "checkpoint_import_invalid"
 
 
+class InvalidRequest(InvalidArgumentError):
+    code = "invalid_request"
+
+
 class InvalidCheckpointId(InvalidArgumentError):
     code = "invalid_checkpoint_id"
 
 
 class InvalidDigest(InvalidArgumentError):
     code = "invalid_digest"
-
-
-class InvalidRequest(InvalidArgumentError):
-    code = "invalid_request"
 
 
 class SeqError(JournaldError):
@@ -191,6 +193,26 @@ class BackendUnavailable(JournaldError):
 class StorageFull(JournaldError):
     code = "storage_full"
     grpc_status = "RESOURCE_EXHAUSTED"
+
+
+class ResponseTooLarge(JournaldError):
+    code = "response_too_large"
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
+def clip(text: str, limit_bytes: int, keep_tail: bool = True) -> str:
+    """``text`` if its UTF-8 form fits ``limit_bytes``, else cut to fit with a mark saying how
+    many bytes went. ``keep_tail``: keep the head and the tail (the tail of an error message
+    says what to do), else the head only (ids, names)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit_bytes:
+        return text
+    mark = f"…[{len(raw)} bytes]…" if keep_tail else "…"
+    room = max(0, limit_bytes - len(mark.encode()))
+    tail = room * 2 // 5 if keep_tail else 0
+    head = raw[: room - tail].decode("utf-8", "ignore")
+    end = raw[len(raw) - tail :].decode("utf-8", "ignore") if tail else ""
+    return head + mark + end
 
 
 def _leaves(cls: type[JournaldError]) -> list[type[JournaldError]]:

@@ -20,11 +20,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from journald.errors import InvalidId, InvalidRecord, SeqConflict, SeqGap, VersionUnsupported
+from journald.errors import (
+    InvalidId,
+    InvalidRecord,
+    SeqConflict,
+    SeqGap,
+    VersionUnsupported,
+    clip,
+)
 
 FORMAT_VERSION = 1
 GENESIS = "0" * 64
@@ -35,6 +43,12 @@ KIND_OF = {t: k for k, t in TYPE_OF.items()}
 ENVELOPE_KEYS = frozenset({"v", "seq", "type", "ts", "prev", "trace"})
 MAX_ID_BYTES = 128
 MAX_SAFE_INT = 2**53 - 1
+MAX_JSON_DEPTH = 128
+"""Deepest nesting of arrays and objects a JSON value from a client may have (a content
+array of blocks is 2 levels; tool results nest blocks 2 levels at a time)."""
+MAX_DOCUMENT_DEPTH = MAX_JSON_DEPTH + 4
+"""The same for a whole record or export: a message's content sits 4 levels down in either
+(record, payload, messages, message; export, body, messages, message)."""
 _ID_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 _ID_REST = _ID_FIRST | {"_", "-"}
 
@@ -170,14 +184,90 @@ def decode_stored(raw: bytes) -> Record:
     any later change to them changes ``hash`` (computed here from the bytes as read), which
     the next record's ``prev`` or the segment's manifest entry then refuses. So the caller
     must check the chain and vouch for the last record another way (``decode`` it)."""
-    return _with_bytes(*envelope_fields(_parse(raw)), raw)
+    return _with_bytes(*envelope_fields(_parse(raw, check_depth=False)), raw)
 
 
-def _parse(raw: bytes) -> object:
+def _parse(raw: bytes, check_depth: bool = True) -> object:
+    if check_depth and json_too_deep(raw, MAX_DOCUMENT_DEPTH):
+        raise _too_deep("record", MAX_DOCUMENT_DEPTH)
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidRecord(f"record is not valid JSON: {exc}") from exc
+
+
+# --- JSON from clients: nesting depth (json.loads recurses once per level) ------------------
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_too_deep(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether parsing ``data`` would nest deeper than ``limit`` levels, found without
+    recursion: strings removed, brackets kept, then one innermost level removed per pass
+    (each pass is a C-speed ``bytes.replace``). Unbalanced brackets count as deep as the
+    parser would go before failing."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False  # fast path: not enough brackets to nest that deep
+    rest = _JSON_STRING.sub(b"", data).translate(_AS_BRACKETS, _NOT_BRACKETS)
+    depth = 0
+    while rest and depth <= limit:
+        shorter = rest.replace(b"[]", b"")
+        if len(shorter) == len(rest):  # unbalanced: the parser descends once per opener
+            return depth + rest.count(b"[") > limit
+        rest, depth = shorter, depth + 1
+    return depth > limit
+
+
+def _too_deep(where: str, limit: int = MAX_JSON_DEPTH) -> InvalidRecord:
+    return InvalidRecord(
+        f"field {where}: JSON nested deeper than {limit} levels (arrays and objects within "
+        f"each other); the limit is {limit}: flatten the value or carry it as a string",
+        metadata={"field": where, "limit": limit},
+    )
+
+
+def parse_json(data: bytes, where: str) -> Any:
+    """Parse JSON a client sent in field ``where``; ``invalid_record`` naming the field if it
+    is not JSON or nests deeper than ``MAX_JSON_DEPTH``."""
+    if json_too_deep(data):
+        raise _too_deep(where)
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRecord(
+            f"field {where}: not valid JSON ({exc})", metadata={"field": where}
+        ) from exc
+
+
+# --- timestamps -------------------------------------------------------------------------------
+
+_OFFSET_TS = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?)([+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def utc_ts_of(ts: str, where: str) -> str:
+    """The stored (``Z``) form of a client's RFC 3339 UTC timestamp: ``+00:00`` becomes ``Z``;
+    ``-00:00`` (RFC 3339: offset unknown) and every other offset are refused. Anything else is
+    returned as it is, for the schema to judge."""
+    m = _OFFSET_TS.fullmatch(ts)
+    if m is None:
+        return ts
+    if m.group(2) == "+00:00":
+        return m.group(1) + "Z"
+    if m.group(2) == "-00:00":
+        raise InvalidRecord(
+            f"field {where}: {ts!r} ends with -00:00, which RFC 3339 reserves for an unknown "
+            "local offset; journald stores UTC only, end with Z (or +00:00)",
+            metadata={"field": where},
+        )
+    raise InvalidRecord(
+        f"field {where}: {clip(ts, 64)!r} has the offset {m.group(2)}: UTC only, end with Z "
+        "(convert the time to UTC first, e.g. 2026-11-30T12:00:00.000000Z)",
+        metadata={"field": where},
+    )
 
 
 def from_json(obj: object) -> Record:

@@ -7,7 +7,8 @@ record is refused with ``invalid_record`` naming the field, and nothing is writt
 Two evaluators of the one schema: the predicate compiled from it
 (``journald.schema_predicate``) decides, in a few µs per record; ``jsonschema`` runs only on a
 refused record, to name the field. Floats are refused separately (the schema cannot say
-"integer-valued but not 1.0" the way records need).
+"integer-valued but not 1.0" the way records need), and so are integers beyond ±(2^53-1)
+anywhere in a payload (the schema bounds the fields it names; content blocks may carry more).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from journald.errors import InvalidRecord
-from journald.records import KINDS, Record
+from journald.errors import InvalidRecord, clip
+from journald.records import KINDS, MAX_SAFE_INT, Record
 from journald.schema_predicate import Predicate, compile_definition
 
 SCHEMA_FILE = "records.v1.json"
@@ -59,19 +60,24 @@ def _best(errors: list[ValidationError]) -> ValidationError:
     return max(errors, key=lambda e: len(list(e.absolute_path)))
 
 
-def _has_float(value: object) -> bool:
-    if isinstance(value, float):
-        return True
+def _unsafe(value: object) -> bool:
+    # a float, or an integer JavaScript cannot hold exactly (bool is an int, and safe)
+    return isinstance(value, float) or (
+        isinstance(value, int) and not -MAX_SAFE_INT <= value <= MAX_SAFE_INT
+    )
+
+
+def _has_unsafe_number(value: object) -> bool:
     if isinstance(value, dict):
-        return any(_has_float(v) for v in value.values())
+        return any(_has_unsafe_number(v) for v in value.values())
     if isinstance(value, list):
-        return any(_has_float(v) for v in value)
-    return False
+        return any(_has_unsafe_number(v) for v in value)
+    return _unsafe(value)
 
 
-def _no_floats(value: object, where: str) -> None:
-    # Paths are only built once a float is known to be there (they cost more than the walk).
-    if not _has_float(value):
+def _only_safe_numbers(value: object, where: str) -> None:
+    # Paths are only built once a bad number is known to be there (they cost more than the walk).
+    if not _has_unsafe_number(value):
         return
     if isinstance(value, float):
         raise InvalidRecord(
@@ -79,26 +85,39 @@ def _no_floats(value: object, where: str) -> None:
             "(carry raw model JSON as text, e.g. a tool_use input string)",
             metadata={"field": where},
         )
+    if isinstance(value, int):
+        raise InvalidRecord(
+            f"field {where}: {clip(str(value), 48)} is beyond ±(2^53-1) = ±{MAX_SAFE_INT}, "
+            "which JavaScript and other JSON readers cannot hold exactly; carry it as a string",
+            metadata={"field": where},
+        )
     if isinstance(value, dict):
         for k, v in value.items():
-            _no_floats(v, f"{where}.{k}")
+            _only_safe_numbers(v, f"{where}.{k}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _no_floats(v, f"{where}[{i}]")
+            _only_safe_numbers(v, f"{where}[{i}]")
 
 
 def validate_payload(kind: str, payload: object) -> None:
     if kind not in KINDS:
         raise InvalidRecord(f"field type: unknown record kind {kind!r}")
-    if _is_valid(kind)(payload):
-        _no_floats(payload, kind)
-        return
-    errors = list(_validator(kind).iter_errors(payload))
+    try:
+        if _is_valid(kind)(payload):
+            _only_safe_numbers(payload, kind)
+            return
+        errors = list(_validator(kind).iter_errors(payload))
+    except RecursionError:  # within MAX_JSON_DEPTH, but nested blocks cost many frames each
+        raise InvalidRecord(
+            f"field {kind}: its blocks nest too deep to check (tool results within tool "
+            "results); flatten them",
+            metadata={"field": kind},
+        ) from None
     if errors:
         err = _best(errors)
         field = f"{kind}.{_path(err)}" if err.absolute_path else kind
         raise InvalidRecord(f"field {field}: {err.message}", metadata={"field": field})
-    _no_floats(payload, kind)
+    _only_safe_numbers(payload, kind)
 
 
 def validate_record(rec: Record) -> None:

@@ -90,6 +90,14 @@ class Daemon:
             time.sleep(0.05)
         raise RuntimeError(f"daemon not ready after {START_TIMEOUT_S}s:\n{self.log()}")
 
+    def vm_rss_bytes(self) -> int:
+        """The daemon's resident set size now (``VmRSS`` of /proc/PID/status)."""
+        with open(f"/proc/{self.pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError(f"no VmRSS for pid {self.pid}")
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 

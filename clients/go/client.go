@@ -47,12 +47,11 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.clock 
 // WithClientName sets the agent name the daemon shows in `locked` errors.
 func WithClientName(name string) Option { return func(o *options) { o.clientName = name } }
 
-// DefaultMaxMessageBytes caps a gRPC message both ways: above the daemon's own default
-// (64 MiB, `journald serve --max-message-bytes`), so the lease of a long run (its folded
-// state) is received.
-const DefaultMaxMessageBytes = 256 << 20
+// DefaultMaxMessageBytes caps a gRPC message both ways: the daemon's own default (16 MiB,
+// `journald serve --max-message-bytes`).
+const DefaultMaxMessageBytes = 16 << 20
 
-// WithMaxMessageBytes sets the largest gRPC message sent or received (default 256 MiB).
+// WithMaxMessageBytes sets the largest gRPC message sent or received (default 16 MiB).
 func WithMaxMessageBytes(n int) Option { return func(o *options) { o.maxMessageBytes = n } }
 
 // WithDialOptions adds grpc.DialOptions (interceptors, keepalive, ...).

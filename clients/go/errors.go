@@ -44,6 +44,7 @@ const (
 	CodeBackendUnavailable      = "backend_unavailable"
 	CodeStorageFull             = "storage_full"
 	CodeInternal                = "internal"
+	CodeResponseTooLarge        = "response_too_large"
 )
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
@@ -105,6 +106,7 @@ var (
 	ErrBackendUnavailable      = &Error{Code: CodeBackendUnavailable, Status: codes.Unavailable}
 	ErrStorageFull             = &Error{Code: CodeStorageFull, Status: codes.ResourceExhausted}
 	ErrInternal                = &Error{Code: CodeInternal, Status: codes.Internal}
+	ErrResponseTooLarge        = &Error{Code: CodeResponseTooLarge, Status: codes.ResourceExhausted}
 )
 
 // Sentinels lists every sentinel by code (the mapping table).
@@ -117,7 +119,7 @@ func init() {
 		ErrProviderChanged, ErrFingerprintDrift, ErrVersionUnsupported, ErrStoreCorrupted,
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
 		ErrAttachmentNotFound, ErrInvalidCheckpointID, ErrInvalidDigest, ErrInvalidRequest,
-		ErrBackendUnavailable, ErrStorageFull, ErrInternal,
+		ErrBackendUnavailable, ErrStorageFull, ErrInternal, ErrResponseTooLarge,
 	} {
 		Sentinels[s.Code] = s
 	}

@@ -85,6 +85,24 @@ func TestAnAttachmentNotFoundTrailerIsItsSentinel(t *testing.T) {
 	}
 }
 
+func TestTheEdgeCodesAreTheirOwnSentinels(t *testing.T) {
+	for code, want := range map[string]*Error{
+		"invalid_request":       ErrInvalidRequest,
+		"invalid_checkpoint_id": ErrInvalidCheckpointID,
+		"invalid_digest":        ErrInvalidDigest,
+		"response_too_large":    ErrResponseTooLarge,
+	} {
+		raw, err := proto.Marshal(&pb.ErrorDetail{Code: code, Message: "refused"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fromGRPC(status.Error(want.Status, "refused"), metadata.Pairs(ErrorTrailer, string(raw)))
+		if !errors.Is(got, want) || errors.Is(got, ErrInvalidRecord) || Sentinels[code] != want {
+			t.Fatalf("%s: not its own sentinel: %v", code, got)
+		}
+	}
+}
+
 func TestWithoutTheTrailerTheStatusIsTheFallback(t *testing.T) {
 	got := fromGRPC(status.Error(codes.FailedPrecondition, "nope"), nil)
 	if ErrorCode(got) != "failed_precondition" {

@@ -36,6 +36,7 @@ import grpc
 from journald_client.pb import journal_pb2 as pb
 
 from journald.checkpoints import (
+    MAX_ATTACHMENT_BYTES,
     AttachmentStore,
     Checkpoint,
     CheckpointMeta,
@@ -57,6 +58,7 @@ from journald.convert import message_from_pb, messages_to_pb, pending_to_pb, sta
 from journald.errors import (
     CheckpointNotFound,
     InvalidRecord,
+    InvalidRequest,
     JournaldError,
     LeaseLost,
     SessionExists,
@@ -564,6 +566,17 @@ class CheckpointRpcs:
         self, request: pb.PutAttachmentRequest, context: Ctx
     ) -> pb.PutAttachmentResponse:
         run_id = validate_id(request.run_id)
+        if len(request.data) > MAX_ATTACHMENT_BYTES:
+            raise InvalidRequest(
+                f"field data: the attachment is {len(request.data)} bytes; the limit is 8 MiB "
+                f"({MAX_ATTACHMENT_BYTES} bytes): keep larger files outside the journal and "
+                "journal a reference (a path or URL) instead",
+                metadata={
+                    "field": "data",
+                    "bytes": len(request.data),
+                    "limit_bytes": MAX_ATTACHMENT_BYTES,
+                },
+            )
         await self._require_run(run_id)
         if not request.media_type:
             raise InvalidRecord(

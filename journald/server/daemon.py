@@ -33,7 +33,6 @@ from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from journald_client.pb import journal_pb2 as pb
-from journald_client.pb import journal_pb2_grpc as pb_grpc
 
 from journald import telemetry
 from journald.checkpoints import (
@@ -45,6 +44,7 @@ from journald.checkpoints import (
     MemoryCheckpointStore,
 )
 from journald.errors import BackendUnavailable
+from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.service import JournalService, Limits
 from journald.storage.base import Store
 
@@ -59,7 +59,7 @@ class ServeConfig:
     backend: str = "file"
     socket_mode: int = 0o600
     socket_group: str | None = None
-    max_message_bytes: int = 256 * 1024 * 1024
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     limits: Limits = field(default_factory=Limits)
     nats_url: str = "nats://127.0.0.1:4222"
     stream: str = "JOURNALD"
@@ -183,7 +183,8 @@ async def serve(
                 ("grpc.so_reuseport", 0),
             ]
         )
-        pb_grpc.add_JournalServiceServicer_to_server(service, server)
+        trimmer = memory.Trimmer()
+        edge.add_service(server, service, cfg.max_message_bytes, trimmer.note)
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -229,7 +230,9 @@ async def serve(
             loop.add_signal_handler(sig, on_signal)
         if ready is not None:
             ready.set()
+        trimming = loop.create_task(trimmer.run())
         await stop.wait()
+        trimming.cancel()
         log.info("shutting down: ending leases, finishing in-flight appends")
         await health_servicer.enter_graceful_shutdown()
         await service.shutdown()
@@ -265,6 +268,7 @@ def run(cfg: ServeConfig) -> int:
     )
     log.info(telemetry.configure_from_env())
     tune_gc()
+    memory.pin_mmap_threshold()
     try:
         return uvloop.run(serve(cfg))
     except DataDirLocked as exc:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from journald_client.pb import journal_pb2 as pb
 
 from journald.clock import utc_ts
-from journald.errors import LeaseLost, Locked
+from journald.errors import InvalidRequest, LeaseLost, Locked, clip
 from journald.fold import RunState
 from journald.records import Record
 from journald.storage.base import Journal
@@ -136,7 +136,8 @@ class LeaseTable:
         lease = self._by_run.get(run_id)
         if lease is None or lease.lease_id != lease_id or lease.ended.is_set():
             raise LeaseLost(
-                f"no live lease {lease_id or '(empty)'} on run {run_id}: the lease ended (its "
+                f"no live lease {clip(lease_id, 64, keep_tail=False) or '(empty)'} on run "
+                f"{run_id}: the lease ended (its "
                 "Open stream closed or the daemon restarted); Open the run again and continue "
                 "at its last seq + 1",
                 metadata={"run_id": run_id},
@@ -153,7 +154,27 @@ class LeaseTable:
             await asyncio.shield(task)
 
 
+MAX_HOLDER_NAME_BYTES = 256
+"""Longest client name and host an Open accepts (they are echoed in other callers' errors)."""
+MAX_HOLDER_CWD_BYTES = 4096
+"""Longest working directory an Open accepts (PATH_MAX on Linux)."""
+
+
 def new_holder(name: str, pid: int, host: str, cwd: str) -> Holder:
+    """The holder an Open names; refuses (``invalid_request``) a name, host or cwd over its
+    limit rather than cutting it: a cut name would name nobody."""
+    for what, value, limit in (
+        ("client.name", name, MAX_HOLDER_NAME_BYTES),
+        ("client.host", host, MAX_HOLDER_NAME_BYTES),
+        ("client.cwd", cwd, MAX_HOLDER_CWD_BYTES),
+    ):
+        size = len(value.encode())
+        if size > limit:
+            raise InvalidRequest(
+                f"field {what} is {size} bytes; the limit is {limit} bytes (it is shown to "
+                "other clients in `locked` errors): send a shorter one",
+                metadata={"field": what, "bytes": size, "limit_bytes": limit},
+            )
     return Holder(name, pid, host, cwd, utc_ts())
 
 

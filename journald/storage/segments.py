@@ -76,19 +76,25 @@ def atomic_write(path: str, data: bytes, *, failpoint: str = "", sync: bool = Tr
         fsync_dir(directory)
 
 
-def storage_error(exc: OSError, run_id: str, where: str, seq: int) -> JournaldError:
-    """Map an OS error of a write to the journald error the caller sees."""
+def storage_error(
+    exc: OSError, run_id: str, where: str, seq: int, retry: str = ""
+) -> JournaldError:
+    """Map an OS error of a write to the journald error the caller sees (``retry``: what to
+    retry once the disk is fixed; the append at ``seq`` by default)."""
     name = errno.errorcode.get(exc.errno or 0, "EIO")
-    meta = {"run_id": run_id, "errno": name, "seq": seq, "path": where}
+    meta: dict[str, object] = {"run_id": run_id, "errno": name, "path": where}
+    if seq:
+        meta["seq"] = seq
+    retry = retry or f"the append at seq {seq}"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageFull(
             f"run {run_id}: the disk holding {where} is full ({name}); nothing was written. "
-            f"Free space, then retry the append at seq {seq}",
+            f"Free space, then retry {retry}",
             metadata=meta,
         )
     return BackendUnavailable(
         f"run {run_id}: writing {where} failed ({name}: {exc.strerror}); nothing was "
-        f"acknowledged. Check the disk, then retry the append at seq {seq}",
+        f"acknowledged. Check the disk, then retry {retry}",
         metadata=meta,
     )
 

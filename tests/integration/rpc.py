@@ -126,3 +126,36 @@ def until_unlocked(fn: Callable[[], T], timeout_s: float = 5.0) -> T:
             if error_of(exc).code != "locked" or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
+
+
+METHOD_PREFIX = "/journald.v1.JournalService/"
+PAD_FIELD = 1000  # a field number no journald message uses
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def padded(msg: Any, extra_bytes: int) -> bytes:
+    """``msg`` serialized plus an unknown field of ``extra_bytes`` zeros: a valid message of
+    any size (the receiver keeps unknown fields, so it holds all of it)."""
+    tag = _varint(PAD_FIELD << 3 | 2)
+    return bytes(msg.SerializeToString()) + tag + _varint(extra_bytes) + bytes(extra_bytes)
+
+
+def raw_unary(target: str, method: str, data: bytes, timeout: float = 30) -> grpc.RpcError:
+    """Send ``data`` as the request of the unary RPC ``method``; the failure it got (the
+    call must fail)."""
+    with grpc.insecure_channel(
+        target, options=[("grpc.max_send_message_length", 1 << 30)]
+    ) as channel:
+        try:
+            channel.unary_unary(METHOD_PREFIX + method)(data, timeout=timeout)
+        except grpc.RpcError as exc:
+            return exc
+    raise AssertionError(f"{method} accepted {len(data)} bytes it should refuse")

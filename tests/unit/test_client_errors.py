@@ -41,9 +41,10 @@ EXPECTED_CLASS = {
     "attachment_not_found": jc.AttachmentNotFound,
     "session_mismatch": jc.SessionMismatch,
     "checkpoint_import_invalid": jc.CheckpointImportInvalid,
+    "invalid_request": jc.InvalidRequest,
     "invalid_checkpoint_id": jc.InvalidCheckpointId,
     "invalid_digest": jc.InvalidDigest,
-    "invalid_request": jc.InvalidRequest,
+    "response_too_large": jc.ResponseTooLarge,
     "backend_unavailable": jc.BackendUnavailable,
     "storage_full": jc.StorageFull,
 }
@@ -123,6 +124,8 @@ def test_the_hierarchy_groups_codes_by_kind() -> None:
     assert issubclass(jc.Completed, jc.GateError)
     assert issubclass(jc.SessionNotFound, jc.NotFoundError)
     assert issubclass(jc.InvalidId, jc.InvalidArgumentError)
+    for cls in (jc.InvalidRequest, jc.InvalidCheckpointId, jc.InvalidDigest):
+        assert issubclass(cls, jc.InvalidArgumentError)
     assert issubclass(jc.DaemonUnavailable, jc.BackendUnavailable)
 
 

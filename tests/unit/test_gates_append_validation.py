@@ -328,6 +328,10 @@ SPEC_CODES = {
     "checkpoint_not_found": "NOT_FOUND",
     "session_mismatch": "INVALID_ARGUMENT",
     "checkpoint_import_invalid": "INVALID_ARGUMENT",
+    "invalid_request": "INVALID_ARGUMENT",
+    "invalid_checkpoint_id": "INVALID_ARGUMENT",
+    "invalid_digest": "INVALID_ARGUMENT",
+    "response_too_large": "RESOURCE_EXHAUSTED",
     "backend_unavailable": "UNAVAILABLE",
     "storage_full": "RESOURCE_EXHAUSTED",
 }

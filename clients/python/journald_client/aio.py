@@ -345,7 +345,7 @@ async def connect_async(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> AsyncClient:
     """An async client whose daemon has answered (``DaemonUnavailable`` otherwise).
-    ``max_message_bytes`` caps a gRPC message both ways (default 256 MiB)."""
+    ``max_message_bytes`` caps a gRPC message both ways (default 16 MiB)."""
     client = AsyncClient(
         socket, name=name, reconnect_timeout=reconnect_timeout, max_message_bytes=max_message_bytes
     )

@@ -53,9 +53,9 @@ from journald_client.state import (
 # Reconnect quickly after a daemon restart. grpc.min_reconnect_backoff_ms is deliberately
 # left alone: gRPC also uses it as the minimum connect timeout, and a tiny one fails
 # connection attempts on a loaded host.
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Default max gRPC message size (both ways), equal to the daemon's default
-(``--max-message-bytes``), so the lease of a long run (its folded state) is received."""
+(``--max-message-bytes``)."""
 
 RELEASE_TIMEOUT_S = 2.0
 """How long ``close()`` waits for ``Release`` before cancelling the stream anyway."""
@@ -383,7 +383,7 @@ def connect(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> Client:
     """A client whose daemon has answered (``DaemonUnavailable`` with a hint otherwise).
-    ``max_message_bytes`` caps a gRPC message both ways (default 256 MiB)."""
+    ``max_message_bytes`` caps a gRPC message both ways (default 16 MiB)."""
     client = Client(
         socket, name=name, reconnect_timeout=reconnect_timeout, max_message_bytes=max_message_bytes
     )

@@ -10,15 +10,16 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── NotFoundError: SessionNotFound, CheckpointNotFound, AttachmentNotFound
     ├── SessionExists
     ├── InvalidArgumentError: InvalidId, InvalidRecord, VersionUnsupported,
-    │                         SessionMismatch, CheckpointImportInvalid,
-    │                         InvalidCheckpointId, InvalidDigest, InvalidRequest
+    │                         SessionMismatch, CheckpointImportInvalid, InvalidRequest,
+    │                         InvalidCheckpointId, InvalidDigest
     ├── SeqError: SeqGap, SeqConflict
     ├── LeaseError: Locked (holder_*), LeaseLost
     ├── GateError: Completed, InteractivityMismatch, ProviderChanged, FingerprintDrift (.diff)
     ├── TurnRunning
     ├── StoreCorrupted
     ├── BackendUnavailable: DaemonUnavailable
-    └── StorageFull
+    ├── StorageFull
+    └── ResponseTooLarge
 
 The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
 proto's ``ErrorCode`` enum; ``tests/unit/test_contract_enums.py`` keeps them equal.
@@ -107,16 +108,18 @@ class CheckpointImportInvalid(InvalidArgumentError):
     code = "checkpoint_import_invalid"
 
 
+class InvalidRequest(InvalidArgumentError):
+    """Undecodable request bytes, or a field over its size limit (``metadata["field"]``)."""
+
+    code = "invalid_request"
+
+
 class InvalidCheckpointId(InvalidArgumentError):
     code = "invalid_checkpoint_id"
 
 
 class InvalidDigest(InvalidArgumentError):
     code = "invalid_digest"
-
-
-class InvalidRequest(InvalidArgumentError):
-    code = "invalid_request"
 
 
 class SeqError(JournaldError):
@@ -202,6 +205,12 @@ class DaemonUnavailable(BackendUnavailable):
 
 class StorageFull(JournaldError):
     code = "storage_full"
+
+
+class ResponseTooLarge(JournaldError):
+    """The answer exceeds the daemon's max message size: ask for less (pages, from a seq)."""
+
+    code = "response_too_large"
 
 
 def _leaves(cls: type[JournaldError]) -> Iterable[type[JournaldError]]:

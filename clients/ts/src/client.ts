@@ -75,18 +75,17 @@ export interface ConnectOptions {
   clientName?: string;
   /** How long to wait for the daemon to report SERVING (default 10 s). */
   timeoutMs?: number;
-  /** Largest gRPC message sent or received (default MAX_MESSAGE_BYTES, 256 MiB). */
+  /** Largest gRPC message sent or received (default MAX_MESSAGE_BYTES, 16 MiB). */
   maxMessageBytes?: number;
   /** Extra channel options (they win over maxMessageBytes). */
   channelOptions?: ChannelOptions;
 }
 
 /**
- * Default cap of a gRPC message both ways: above the daemon's own default (64 MiB,
- * `journald serve --max-message-bytes`), so the lease of a long run (its folded state) is
- * received.
+ * Default cap of a gRPC message both ways: the daemon's own default (16 MiB,
+ * `journald serve --max-message-bytes`).
  */
-export const MAX_MESSAGE_BYTES = 256 * 1024 * 1024;
+export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
 /** How long run.close() waits for Release before cancelling the stream anyway. */
 export const RELEASE_TIMEOUT_MS = 2000;

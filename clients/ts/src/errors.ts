@@ -48,9 +48,10 @@ export class InvalidRecordError extends InvalidArgumentError {}
 export class VersionUnsupportedError extends InvalidArgumentError {}
 export class SessionMismatchError extends InvalidArgumentError {}
 export class CheckpointImportInvalidError extends InvalidArgumentError {}
+/** Undecodable request bytes, or a field over its size limit (`metadata.field`). */
+export class InvalidRequestError extends InvalidArgumentError {}
 export class InvalidCheckpointIdError extends InvalidArgumentError {}
 export class InvalidDigestError extends InvalidArgumentError {}
-export class InvalidRequestError extends InvalidArgumentError {}
 export class SeqError extends JournaldError {}
 export class SeqGapError extends SeqError {}
 export class SeqConflictError extends SeqError {}
@@ -68,6 +69,8 @@ export class BackendUnavailableError extends JournaldError {}
 export class StorageFullError extends JournaldError {}
 /** A daemon bug (code "internal"): the journal is unchanged unless an ack was sent. */
 export class InternalError extends JournaldError {}
+/** The answer exceeds the daemon's max message size: ask for less (pages, from a seq). */
+export class ResponseTooLargeError extends JournaldError {}
 /** A failure without a journald code (transport errors, daemon down, ...). */
 export class TransportError extends JournaldError {}
 
@@ -107,6 +110,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   backend_unavailable: BackendUnavailableError,
   storage_full: StorageFullError,
   internal: InternalError,
+  response_too_large: ResponseTooLargeError,
 };
 
 /** Rebuild a typed error from its wire form (unknown codes become JournaldError). */

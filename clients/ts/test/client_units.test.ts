@@ -11,10 +11,16 @@ import {
   formatTimestamp,
   fromServiceError,
   GateError,
+  InvalidCheckpointIdError,
+  InvalidDigestError,
+  InvalidRecordError,
+  InvalidRequestError,
+  JournaldError,
   LockedError,
   MAX_MESSAGE_BYTES,
   NotFoundError,
   pb,
+  ResponseTooLargeError,
   spanIds,
   target,
   traceMetadata,
@@ -75,8 +81,26 @@ test("every ErrorCode word of the proto has its error class, and nothing else do
   assert.deepEqual(Object.keys(ERRORS_BY_CODE).sort(), words.sort());
 });
 
-test("the default message cap is 256 MiB, above the daemon's 64 MiB", () => {
-  assert.equal(MAX_MESSAGE_BYTES, 256 * 1024 * 1024);
+test("the edge's codes map to their own error classes", () => {
+  const cases: Array<[string, number, unknown]> = [
+    ["invalid_request", status.INVALID_ARGUMENT, InvalidRequestError],
+    ["invalid_checkpoint_id", status.INVALID_ARGUMENT, InvalidCheckpointIdError],
+    ["invalid_digest", status.INVALID_ARGUMENT, InvalidDigestError],
+    ["response_too_large", status.RESOURCE_EXHAUSTED, ResponseTooLargeError],
+  ];
+  for (const [code, grpcCode, cls] of cases) {
+    const detail = pb.ErrorDetail.encode({ code, message: "refused", metadata: {}, diff: [] });
+    const md = new Metadata();
+    md.set("journald-error-bin", Buffer.from(detail.finish()));
+    const err = fromServiceError({ code: grpcCode, details: "refused", metadata: md });
+    assert.ok(err instanceof (cls as typeof JournaldError), code);
+    assert.ok(!(err instanceof InvalidRecordError), code);
+    assert.equal((err as JournaldError).code, code);
+  }
+});
+
+test("the default message cap is the daemon's 16 MiB", () => {
+  assert.equal(MAX_MESSAGE_BYTES, 16 * 1024 * 1024);
 });
 
 test("without the trailer the status code is the fallback", () => {

@@ -19,6 +19,11 @@ Failures are gRPC statuses. Each carries a `google.rpc.ErrorInfo` (domain "journ
 reason = the machine code) in `grpc-status-details-bin`, and the same facts as an
 `ErrorDetail` message in the `journald-error-bin` trailer, so a client that only has
 grpc + protobuf can read them.
+
+Limits: a message is at most 16 MiB either way (`journald serve --max-message-bytes`);
+a request that does not decode is refused with `invalid_request`, an answer over the cap
+with `response_too_large`. JSON fields (`*_json`) nest at most 128 levels and hold
+integers within +/-(2^53-1).
 """
 
 from collections import abc as _abc
@@ -222,6 +227,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """gRPC RESOURCE_EXHAUSTED: the disk, quota or stream is full; nothing was written."""
     ERROR_CODE_INTERNAL: _ErrorCode.ValueType  # 25
     """gRPC INTERNAL: a daemon bug; the journal is unchanged unless an ack was sent."""
+    ERROR_CODE_RESPONSE_TOO_LARGE: _ErrorCode.ValueType  # 26
+    """gRPC RESOURCE_EXHAUSTED: an answer would exceed the daemon's max message size; ask for
+    less (a message window, History pages, Load from a seq).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
@@ -285,6 +294,10 @@ ERROR_CODE_STORAGE_FULL: ErrorCode.ValueType  # 24
 """gRPC RESOURCE_EXHAUSTED: the disk, quota or stream is full; nothing was written."""
 ERROR_CODE_INTERNAL: ErrorCode.ValueType  # 25
 """gRPC INTERNAL: a daemon bug; the journal is unchanged unless an ack was sent."""
+ERROR_CODE_RESPONSE_TOO_LARGE: ErrorCode.ValueType  # 26
+"""gRPC RESOURCE_EXHAUSTED: an answer would exceed the daemon's max message size; ask for
+less (a message window, History pages, Load from a seq).
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _RunStatus:
@@ -513,7 +526,7 @@ class MetaPayload(_message.Message):
     run_id: _builtins.str
     """The run id: ^[A-Za-z0-9][A-Za-z0-9_-]*$, at most 128 bytes."""
     created: _builtins.str
-    """RFC 3339 UTC creation time."""
+    """RFC 3339 UTC creation time, in the form of Record.ts."""
     prompt_json: _builtins.bytes
     """The initial user prompt as a canonical JSON array of content blocks."""
     interactive: _builtins.bool
@@ -798,8 +811,10 @@ class Record(_message.Message):
     type: _builtins.str
     """Protocol id, e.g. "journald.v1.record.assistant". Filled from the payload when empty."""
     ts: _builtins.str
-    """RFC 3339 UTC timestamp with microseconds. Set it on Append so a retry is byte-identical;
-    the daemon stamps it when empty.
+    """RFC 3339 UTC timestamp, exactly YYYY-MM-DDTHH:MM:SS[.F]Z with F 1 to 9 digits (the
+    clients write 6). "+00:00" in place of "Z" is accepted and stored as "Z"; "-00:00"
+    (RFC 3339: offset unknown) and every other offset are refused: UTC only, end with Z.
+    Set it on Append so a retry is byte-identical; the daemon stamps it when empty.
     """
     prev: _builtins.str
     """SHA-256 hex of the previous record's canonical bytes (64 zeros for seq 1). Set by the
@@ -1304,7 +1319,7 @@ class OpenRequest(_message.Message):
     prompt_json: _builtins.bytes
     """The initial prompt blocks as a canonical JSON array (creation only)."""
     created: _builtins.str
-    """Creation timestamp (RFC 3339 UTC) for the meta record; stamped when empty."""
+    """Creation timestamp for the meta record, in the form of Record.ts; stamped when empty."""
     @_builtins.property
     def fingerprint(self) -> Global___Fingerprint:
         """The writer's current configuration; compared with the run's by the resume gates."""
@@ -2767,7 +2782,7 @@ class PutAttachmentRequest(_message.Message):
     run_id: _builtins.str
     """The run that owns it (must exist)."""
     data: _builtins.bytes
-    """The bytes."""
+    """The bytes: at most 8 MiB (8388608); more is refused with `invalid_request`."""
     media_type: _builtins.str
     """Media type, e.g. "image/png"."""
     name: _builtins.str

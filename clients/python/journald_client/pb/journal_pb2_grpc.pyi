@@ -19,6 +19,11 @@ Failures are gRPC statuses. Each carries a `google.rpc.ErrorInfo` (domain "journ
 reason = the machine code) in `grpc-status-details-bin`, and the same facts as an
 `ErrorDetail` message in the `journald-error-bin` trailer, so a client that only has
 grpc + protobuf can read them.
+
+Limits: a message is at most 16 MiB either way (`journald serve --max-message-bytes`);
+a request that does not decode is refused with `invalid_request`, an answer over the cap
+with `response_too_large`. JSON fields (`*_json`) nest at most 128 levels and hold
+integers within +/-(2^53-1).
 """
 
 from collections import abc as _abc

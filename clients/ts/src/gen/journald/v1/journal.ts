@@ -46,6 +46,11 @@ export const protobufFileName = "journald/v1/journal.proto";
  * reason = the machine code) in `grpc-status-details-bin`, and the same facts as an
  * `ErrorDetail` message in the `journald-error-bin` trailer, so a client that only has
  * grpc + protobuf can read them.
+ *
+ * Limits: a message is at most 16 MiB either way (`journald serve --max-message-bytes`);
+ * a request that does not decode is refused with `invalid_request`, an answer over the cap
+ * with `response_too_large`. JSON fields (`*_json`) nest at most 128 levels and hold
+ * integers within +/-(2^53-1).
  */
 
 /** OpenMode says whether Open may create, resume, or either. */
@@ -325,6 +330,11 @@ export enum ErrorCode {
   ERROR_CODE_STORAGE_FULL = 24,
   /** ERROR_CODE_INTERNAL - gRPC INTERNAL: a daemon bug; the journal is unchanged unless an ack was sent. */
   ERROR_CODE_INTERNAL = 25,
+  /**
+   * ERROR_CODE_RESPONSE_TOO_LARGE - gRPC RESOURCE_EXHAUSTED: an answer would exceed the daemon's max message size; ask for
+   * less (a message window, History pages, Load from a seq).
+   */
+  ERROR_CODE_RESPONSE_TOO_LARGE = 26,
   UNRECOGNIZED = -1,
 }
 
@@ -408,6 +418,9 @@ export function errorCodeFromJSON(object: any): ErrorCode {
     case 25:
     case "ERROR_CODE_INTERNAL":
       return ErrorCode.ERROR_CODE_INTERNAL;
+    case 26:
+    case "ERROR_CODE_RESPONSE_TOO_LARGE":
+      return ErrorCode.ERROR_CODE_RESPONSE_TOO_LARGE;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -469,6 +482,8 @@ export function errorCodeToJSON(object: ErrorCode): string {
       return "ERROR_CODE_STORAGE_FULL";
     case ErrorCode.ERROR_CODE_INTERNAL:
       return "ERROR_CODE_INTERNAL";
+    case ErrorCode.ERROR_CODE_RESPONSE_TOO_LARGE:
+      return "ERROR_CODE_RESPONSE_TOO_LARGE";
     case ErrorCode.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -620,7 +635,7 @@ export interface Lineage {
 export interface MetaPayload {
   /** The run id: ^[A-Za-z0-9][A-Za-z0-9_-]*$, at most 128 bytes. */
   runId: string;
-  /** RFC 3339 UTC creation time. */
+  /** RFC 3339 UTC creation time, in the form of Record.ts. */
   created: string;
   /** The configuration fingerprint. */
   fingerprint:
@@ -724,8 +739,10 @@ export interface Record {
   /** Protocol id, e.g. "journald.v1.record.assistant". Filled from the payload when empty. */
   type: string;
   /**
-   * RFC 3339 UTC timestamp with microseconds. Set it on Append so a retry is byte-identical;
-   * the daemon stamps it when empty.
+   * RFC 3339 UTC timestamp, exactly YYYY-MM-DDTHH:MM:SS[.F]Z with F 1 to 9 digits (the
+   * clients write 6). "+00:00" in place of "Z" is accepted and stored as "Z"; "-00:00"
+   * (RFC 3339: offset unknown) and every other offset are refused: UTC only, end with Z.
+   * Set it on Append so a retry is byte-identical; the daemon stamps it when empty.
    */
   ts: string;
   /**
@@ -937,7 +954,7 @@ export interface OpenRequest {
   client:
     | ClientInfo
     | undefined;
-  /** Creation timestamp (RFC 3339 UTC) for the meta record; stamped when empty. */
+  /** Creation timestamp for the meta record, in the form of Record.ts; stamped when empty. */
   created: string;
   /** Trace context for the meta record. */
   trace: TraceContext | undefined;
@@ -1414,7 +1431,7 @@ export interface ImportCheckpointResponse {
 export interface PutAttachmentRequest {
   /** The run that owns it (must exist). */
   runId: string;
-  /** The bytes. */
+  /** The bytes: at most 8 MiB (8388608); more is refused with `invalid_request`. */
   data: Buffer;
   /** Media type, e.g. "image/png". */
   mediaType: string;
