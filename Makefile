@@ -11,7 +11,7 @@ RUN_STAMP := $(VENV)/.run-$(call HASH,constraints.txt pyproject.toml clients/pyt
 DEV_STAMP := $(VENV)/.dev-$(call HASH,constraints.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml)
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup setup-run run test lint gen gen-check check-proto clients pytest bench bench-quick clean
+.PHONY: setup setup-run run test lint gen gen-check check-proto clients tools pytest bench bench-quick clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -51,10 +51,14 @@ lint: setup gen-check check-proto
 clients: setup
 	@if [ -x scripts/setup_clients.sh ]; then PATH=$(abspath $(BIN)):$$PATH scripts/setup_clients.sh && PATH=$(abspath $(BIN)):$$PATH scripts/test_clients.sh; fi
 
+# natscli, pinned, in .tools/bin: the tests run journald's printed `nats stream` fixes with it
+tools:
+	scripts/setup_natscli.sh
+
 pytest: setup
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-test: lint clients pytest
+test: lint clients tools pytest
 
 bench: setup
 	$(PIP) -r bench/requirements.txt

@@ -122,8 +122,8 @@ def subject_prefix(stream: str, subjects: Sequence[str] | None, cli: Cli | None 
     subjects = list(subjects or [])
     wild = [s for s in subjects if "*" in s or ">" in s]
     dedicated = (
-        "or give journald a stream of its own (`nats stream add`, see deploy/nats/README.md) "
-        "and pass its name with --stream"
+        "or give journald a stream of its own (deploy/nats/README.md) and pass its name with "
+        "--stream"
     )
     meta = {"stream": stream}
     if not wild:

@@ -112,6 +112,7 @@ class NatsOptions:
                     f"--nats-monitor-url {url!r} is not an http(s) URL; give the server's "
                     "monitoring endpoint, e.g. http://127.0.0.1:8222"
                 )
+        self.tls_context()  # the files load and belong together
 
     def tls_context(self) -> ssl.SSLContext | None:
         if not (self.tls_ca_path or self.tls_cert_path):
