@@ -155,11 +155,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from journald.server.daemon import ServeConfig, run
     from journald.server.service import Limits
     from journald.server.startup import EXIT_CONFIG
-    from journald.storage.jetstream_options import NatsOptionsError
+    from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 
     os.umask(0o077)  # every file and directory the daemon creates is private to its user
-    try:
-        nats = nats_options(args)
+    try:  # the NATS flags matter (and are checked) only for the JetStream backend
+        nats = nats_options(args) if args.backend == "jetstream" else NatsOptions()
     except NatsOptionsError as exc:
         print(f"journald: {exc}", file=sys.stderr)
         return EXIT_CONFIG

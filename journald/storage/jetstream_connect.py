@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,12 +54,26 @@ def _version_tuple(v: Any) -> tuple[int, int, int]:
         return (0, 0, 0)
 
 
+def _kind(err: BaseException) -> str:
+    """``auth`` or ``tls`` for an error retrying cannot cure, else ``""``."""
+    text = str(err).lower()
+    if isinstance(err, nats.errors.AuthorizationError) or any(w in text for w in _AUTH_WORDS):
+        return "auth"
+    tls_errors = (
+        ssl.SSLError,
+        nats.errors.SecureConnRequiredError,
+        nats.errors.SecureConnFailedError,
+    )
+    if isinstance(err, tls_errors):
+        return "tls"
+    return ""
+
+
 def _refusal(where: str, exc: BaseException, seen: Sequence[BaseException]) -> BackendUnavailable:
     """The error for a failed connect, from the exception and what nats-py reported on the way."""
     every = [*seen, exc]
     for err in every:
-        text = str(err).lower()
-        if isinstance(err, nats.errors.AuthorizationError) or any(w in text for w in _AUTH_WORDS):
+        if _kind(err) == "auth":
             return NatsConfigError(
                 f"nats-server at {where} refused journald's credentials ({err}); check "
                 "--nats-creds, or --nats-user with $JOURNALD_NATS_PASSWORD, or "
@@ -66,10 +81,7 @@ def _refusal(where: str, exc: BaseException, seen: Sequence[BaseException]) -> B
                 metadata={"url": where},
             )
     for err in every:
-        if isinstance(
-            err,
-            ssl.SSLError | nats.errors.SecureConnRequiredError | nats.errors.SecureConnFailedError,
-        ):
+        if _kind(err) == "tls":
             return NatsConfigError(
                 f"TLS with nats-server at {where} failed ({err}); pass the CA that signed the "
                 "server's certificate with --nats-tls-ca, and --nats-tls-cert/--nats-tls-key "
@@ -93,12 +105,18 @@ async def open_connection(
     reconnect_time_wait_s: float,
     extra: dict[str, Any],
 ) -> Any:
-    """A connected nats-py client, or ``NatsConfigError`` / ``BackendUnavailable``."""
+    """A connected nats-py client, or ``NatsConfigError`` / ``BackendUnavailable``.
+
+    Rejected credentials or a failed TLS check end the attempt at once (the same settings
+    would fail again; nats-py would retry a failed TLS verification until the deadline)."""
     where = ", ".join(servers)
     seen: collections.deque[BaseException] = collections.deque(maxlen=8)
+    fatal = asyncio.Event()
 
     async def remember(exc: Exception) -> None:
         seen.append(exc)
+        if _kind(exc):
+            fatal.set()
 
     opts: dict[str, Any] = {
         "servers": servers,
@@ -112,10 +130,24 @@ async def open_connection(
     deadline_s = (
         (connect_timeout_s + reconnect_time_wait_s) * (max(connect_attempts, 0) + 1)
     ) * len(servers) + CONNECT_SLACK_S
+    connecting = asyncio.ensure_future(nats.connect(**opts))
+    refused = asyncio.ensure_future(fatal.wait())
     try:
-        return await asyncio.wait_for(nats.connect(**opts), deadline_s)
-    except (TimeoutError, nats.errors.Error, OSError) as exc:
-        raise _refusal(where, exc, list(seen)) from exc
+        await asyncio.wait(
+            {connecting, refused}, timeout=deadline_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        refused.cancel()
+    if connecting.done():
+        try:
+            return connecting.result()
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise _refusal(where, exc, list(seen)) from exc
+    connecting.cancel()
+    with contextlib.suppress(BaseException):
+        await connecting
+    last = seen[-1] if seen else TimeoutError(f"no connection within {deadline_s:g}s")
+    raise _refusal(where, last, list(seen))
 
 
 @dataclass

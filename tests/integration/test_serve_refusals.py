@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import JOURNALD, Daemon
-from tests.nats_auth import token_config
+from tests.nats_auth import make_tls, token_config
 from tests.nats_server import NatsServer, create_stream, free_port
 from tests.natscli import printed_commands, run_all
 
@@ -128,6 +128,20 @@ def test_rejected_credentials_are_a_configuration_refusal(tmp_path: Path) -> Non
         server.stop()
     assert code == 2, err
     assert_clean(err, "refused journald's credentials", "JOURNALD_NATS_TOKEN")
+
+
+def test_a_tls_server_the_system_trust_store_cannot_verify_is_a_configuration_refusal(
+    tmp_path: Path,
+) -> None:
+    tls = make_tls(tmp_path / "tls")
+    server = NatsServer(tmp_path / "nats", extra_config=tls.server_config(verify_clients=False))
+    server.start()
+    try:
+        code, err = serve(tmp_path, "--backend", "jetstream", "--nats-url", server.url)
+    finally:
+        server.stop()
+    assert code == 2, err
+    assert_clean(err, f"TLS with nats-server at {server.url} failed", "--nats-tls-ca")
 
 
 def test_a_data_dir_held_by_a_running_daemon_is_refused_with_exit_3(tmp_path: Path) -> None:
