@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import journald_client as jc
@@ -26,23 +26,12 @@ from tests.nats_server import NatsServer, create_stream
 STREAM = "JOURNALD"
 
 
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[list[NatsServer]]:
-    started: list[NatsServer] = []
-    try:
-        yield started
-    finally:
-        for s in started:
-            s.stop()
+StartNats = Callable[..., NatsServer]
 
 
-def start_server(
-    servers: list[NatsServer], workdir: Path, config: list[str], **connect: object
-) -> NatsServer:
+def start_server(start_nats: StartNats, config: list[str], **connect: object) -> NatsServer:
     """A server with ``config`` appended, holding the journald stream (made with ``connect``)."""
-    server = NatsServer(workdir / "nats", extra_config=config)
-    server.start()
-    servers.append(server)
+    server = start_nats(extra_config=config)
     asyncio.run(create_stream(server.url, STREAM, "journald", connect=dict(connect)))
     return server
 
@@ -85,19 +74,19 @@ def write_and_read_a_run(tmp_path: Path, url: str, *flags: str, env: dict[str, s
 
 
 def test_a_token_from_the_environment_reaches_a_server_that_requires_it(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: StartNats
 ) -> None:
-    server = start_server(servers, tmp_path, token_config("t0ken-s3cret"), token="t0ken-s3cret")
+    server = start_server(start_nats, token_config("t0ken-s3cret"), token="t0ken-s3cret")
     assert refused_without(server.url)
     assert refused_without(server.url, token="wrong")
     write_and_read_a_run(tmp_path, server.url, env={"JOURNALD_NATS_TOKEN": "t0ken-s3cret"})
 
 
 def test_a_user_and_password_reach_a_server_that_requires_them(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: StartNats
 ) -> None:
     config = password_config("journald", "pa55-word")
-    server = start_server(servers, tmp_path, config, user="journald", password="pa55-word")
+    server = start_server(start_nats, config, user="journald", password="pa55-word")
     assert refused_without(server.url)
     assert refused_without(server.url, user="journald", password="wrong")
     write_and_read_a_run(
@@ -110,31 +99,31 @@ def test_a_user_and_password_reach_a_server_that_requires_them(
 
 
 def test_a_creds_file_reaches_a_server_in_operator_mode(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: StartNats
 ) -> None:
     auth = OperatorSetup(tmp_path / "auth")
     creds = str(auth.creds_path)
-    server = start_server(servers, tmp_path, auth.server_config(), user_credentials=creds)
+    server = start_server(start_nats, auth.server_config(), user_credentials=creds)
     assert refused_without(server.url)
     write_and_read_a_run(tmp_path, server.url, "--nats-creds", creds, env={})
 
 
-def test_a_private_ca_verifies_a_tls_server(tmp_path: Path, servers: list[NatsServer]) -> None:
+def test_a_private_ca_verifies_a_tls_server(tmp_path: Path, start_nats: StartNats) -> None:
     tls = make_tls(tmp_path / "tls")
     ctx = ssl.create_default_context(cafile=str(tls.ca))
-    server = start_server(servers, tmp_path, tls.server_config(verify_clients=False), tls=ctx)
+    server = start_server(start_nats, tls.server_config(verify_clients=False), tls=ctx)
     # the system trust store does not know the test CA
     assert refused_without(server.url, tls=ssl.create_default_context())
     write_and_read_a_run(tmp_path, server.url, "--nats-tls-ca", str(tls.ca), env={})
 
 
 def test_a_client_certificate_reaches_a_server_that_verifies_clients(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: StartNats
 ) -> None:
     tls = make_tls(tmp_path / "tls")
     ctx = ssl.create_default_context(cafile=str(tls.ca))
     ctx.load_cert_chain(str(tls.client_cert), str(tls.client_key))
-    server = start_server(servers, tmp_path, tls.server_config(verify_clients=True), tls=ctx)
+    server = start_server(start_nats, tls.server_config(verify_clients=True), tls=ctx)
     assert refused_without(server.url, tls=ssl.create_default_context(cafile=str(tls.ca)))
     write_and_read_a_run(
         tmp_path,
@@ -150,9 +139,9 @@ def test_a_client_certificate_reaches_a_server_that_verifies_clients(
 
 
 def test_a_stale_host_is_locked_naming_the_other_daemon_by_its_writer_name(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: StartNats
 ) -> None:
-    server = start_server(servers, tmp_path, [])
+    server = start_server(start_nats, [])
     flags = ("--nats-url", server.url, "--stream", STREAM)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

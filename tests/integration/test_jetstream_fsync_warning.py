@@ -9,10 +9,8 @@ it). When it can learn nothing it warns that it could not verify, and how to che
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from tests.daemon import Daemon
 from tests.nats_server import NatsServer, create_stream, free_port
@@ -35,21 +33,9 @@ IMPORTS_VARZ = [
 ]
 
 
-@pytest.fixture
-def servers() -> Iterator[list[NatsServer]]:
-    started: list[NatsServer] = []
-    try:
-        yield started
-    finally:
-        for s in started:
-            s.stop()
-
-
-def start(servers: list[NatsServer], tmp_path: Path, **kwargs: object) -> NatsServer:
-    server = NatsServer(tmp_path / "nats", **kwargs)  # type: ignore[arg-type]
-    server.start()
-    servers.append(server)
-    connect = {"user": "app", "password": "app"} if kwargs.get("extra_config") else {}
+def start(start_nats: Callable[..., NatsServer], **fields: object) -> NatsServer:
+    server = start_nats(**fields)
+    connect = {"user": "app", "password": "app"} if fields.get("extra_config") else {}
     asyncio.run(create_stream(server.url, STREAM, "journald", connect=connect))
     return server
 
@@ -61,9 +47,9 @@ def daemon_log(tmp_path: Path, url: str, *flags: str, env: dict[str, str] | None
 
 
 def test_a_server_without_sync_always_is_named_in_a_warning(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: Callable[..., NatsServer]
 ) -> None:
-    server = start(servers, tmp_path, sync_always=False, http_port=free_port())
+    server = start(start_nats, sync_always=False, http_port=free_port())
     log = daemon_log(tmp_path, server.url, "--nats-monitor-url", server.monitor_url)
     assert NOT_ALWAYS in log, log
     assert f"nats-server {server.name} " in log
@@ -73,9 +59,9 @@ def test_a_server_without_sync_always_is_named_in_a_warning(
 
 
 def test_a_server_with_sync_always_gets_no_warning(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: Callable[..., NatsServer]
 ) -> None:
-    server = start(servers, tmp_path, sync_always=True, http_port=free_port())
+    server = start(start_nats, sync_always=True, http_port=free_port())
     log = daemon_log(tmp_path, server.url, "--nats-monitor-url", server.monitor_url)
     assert NOT_ALWAYS not in log, log
     assert UNVERIFIED not in log, log
@@ -83,9 +69,9 @@ def test_a_server_with_sync_always_gets_no_warning(
 
 
 def test_an_account_importing_the_system_varz_request_needs_no_monitoring_port(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: Callable[..., NatsServer]
 ) -> None:
-    server = start(servers, tmp_path, sync_always=False, extra_config=IMPORTS_VARZ)
+    server = start(start_nats, sync_always=False, extra_config=IMPORTS_VARZ)
     log = daemon_log(
         tmp_path,
         server.url,
@@ -98,9 +84,9 @@ def test_an_account_importing_the_system_varz_request_needs_no_monitoring_port(
 
 
 def test_when_nothing_can_tell_the_daemon_warns_that_it_could_not_verify(
-    tmp_path: Path, servers: list[NatsServer]
+    tmp_path: Path, start_nats: Callable[..., NatsServer]
 ) -> None:
-    server = start(servers, tmp_path, sync_always=True)
+    server = start(start_nats, sync_always=True)
     log = daemon_log(tmp_path, server.url)
     assert UNVERIFIED in log, log
     assert "--nats-monitor-url" in log

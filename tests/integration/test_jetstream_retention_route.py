@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import journald_client as jc
@@ -58,47 +59,43 @@ async def stored_messages(url: str, stream: str) -> int:
 
 
 def test_the_printed_route_moves_the_runs_of_a_work_queue_stream_to_a_safe_one(
-    tmp_path: Path, natscli: str
+    tmp_path: Path, natscli: str, start_nats: Callable[..., NatsServer]
 ) -> None:
-    server = NatsServer(tmp_path / "nats")
-    server.start()
-    try:
-        runs = two_runs()
-        asyncio.run(create_stream(server.url, "WQ", "wq", retention="workqueue"))
-        asyncio.run(publish_runs(server.url, "wq", runs))
-        total = sum(len(b.records) for b in runs.values())
-        flags = ["--backend", "jetstream", "--nats-url", server.url, "--stream", "WQ"]
-        sock = f"/tmp/jd-wq-{os.getpid()}/s.sock"
-        refused = subprocess.run(
-            [*JOURNALD, "serve", "--data-dir", str(tmp_path / "d0"), "--socket", sock, *flags],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert refused.returncode == 2, refused.stderr
-        assert "retention is workqueue" in refused.stderr
-        route = printed_commands(refused.stderr)
-        assert [c.split()[:2] for c in route] == [
-            ["journald", "migrate"],
-            ["nats", "--server"],
-            ["nats", "--server"],
-            ["journald", "migrate"],
-        ], refused.stderr
+    server = start_nats()
+    runs = two_runs()
+    asyncio.run(create_stream(server.url, "WQ", "wq", retention="workqueue"))
+    asyncio.run(publish_runs(server.url, "wq", runs))
+    total = sum(len(b.records) for b in runs.values())
+    flags = ["--backend", "jetstream", "--nats-url", server.url, "--stream", "WQ"]
+    sock = f"/tmp/jd-wq-{os.getpid()}/s.sock"
+    refused = subprocess.run(
+        [*JOURNALD, "serve", "--data-dir", str(tmp_path / "d0"), "--socket", sock, *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "retention is workqueue" in refused.stderr
+    route = printed_commands(refused.stderr)
+    assert [c.split()[:2] for c in route] == [
+        ["journald", "migrate"],
+        ["nats", "--server"],
+        ["nats", "--server"],
+        ["journald", "migrate"],
+    ], refused.stderr
 
-        run_all(route[:1], natscli, tmp_path / "home", cwd=tmp_path)
-        # the copy only read the stream: a work queue would have dropped what it delivered
-        assert asyncio.run(stored_messages(server.url, "WQ")) == total
-        run_all(route[1:], natscli, tmp_path / "home", cwd=tmp_path)
+    run_all(route[:1], natscli, tmp_path / "home", cwd=tmp_path)
+    # the copy only read the stream: a work queue would have dropped what it delivered
+    assert asyncio.run(stored_messages(server.url, "WQ")) == total
+    run_all(route[1:], natscli, tmp_path / "home", cwd=tmp_path)
 
-        (tmp_path / "after").mkdir()
-        with (
-            Daemon(tmp_path / "after", "jetstream", *flags[2:]) as daemon,
-            jc.connect(str(daemon.socket)) as client,
-        ):
-            assert sorted(i.run_id for i in client.list()) == sorted(runs)
-            for run_id, b in runs.items():
-                assert [r.canonical for r in client.load(run_id)] == [r.raw for r in b.records]
-                assert client.verify(run_id).last_hash == b.records[-1].hash
-    finally:
-        server.stop()
+    (tmp_path / "after").mkdir()
+    with (
+        Daemon(tmp_path / "after", "jetstream", *flags[2:]) as daemon,
+        jc.connect(str(daemon.socket)) as client,
+    ):
+        assert sorted(i.run_id for i in client.list()) == sorted(runs)
+        for run_id, b in runs.items():
+            assert [r.canonical for r in client.load(run_id)] == [r.raw for r in b.records]
+            assert client.verify(run_id).last_hash == b.records[-1].hash

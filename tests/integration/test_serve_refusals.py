@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,13 +61,8 @@ def assert_clean(stderr: str, *expected: str) -> None:
 
 
 @pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
-    s = NatsServer(tmp_path / "nats")
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
+def nats_server(start_nats: Callable[..., NatsServer]) -> NatsServer:
+    return start_nats()
 
 
 def test_the_help_lists_each_refusal_exit_code() -> None:
@@ -112,34 +107,28 @@ def test_unreachable_nats_is_refused_with_exit_5(tmp_path: Path) -> None:
     assert_clean(err, f"cannot connect to NATS at {url}", "check that nats-server is running")
 
 
-def test_rejected_credentials_are_a_configuration_refusal(tmp_path: Path) -> None:
-    server = NatsServer(tmp_path / "nats", extra_config=token_config("right"))
-    server.start()
-    try:
-        code, err = serve(
-            tmp_path,
-            "--backend",
-            "jetstream",
-            "--nats-url",
-            server.url,
-            env={"JOURNALD_NATS_TOKEN": "wrong"},
-        )
-    finally:
-        server.stop()
+def test_rejected_credentials_are_a_configuration_refusal(
+    tmp_path: Path, start_nats: Callable[..., NatsServer]
+) -> None:
+    server = start_nats(extra_config=token_config("right"))
+    code, err = serve(
+        tmp_path,
+        "--backend",
+        "jetstream",
+        "--nats-url",
+        server.url,
+        env={"JOURNALD_NATS_TOKEN": "wrong"},
+    )
     assert code == 2, err
     assert_clean(err, "refused journald's credentials", "JOURNALD_NATS_TOKEN")
 
 
 def test_a_tls_server_the_system_trust_store_cannot_verify_is_a_configuration_refusal(
-    tmp_path: Path,
+    tmp_path: Path, start_nats: Callable[..., NatsServer]
 ) -> None:
     tls = make_tls(tmp_path / "tls")
-    server = NatsServer(tmp_path / "nats", extra_config=tls.server_config(verify_clients=False))
-    server.start()
-    try:
-        code, err = serve(tmp_path, "--backend", "jetstream", "--nats-url", server.url)
-    finally:
-        server.stop()
+    server = start_nats(extra_config=tls.server_config(verify_clients=False))
+    code, err = serve(tmp_path, "--backend", "jetstream", "--nats-url", server.url)
     assert code == 2, err
     assert_clean(err, f"TLS with nats-server at {server.url} failed", "--nats-tls-ca")
 
