@@ -11,7 +11,7 @@ RUN_STAMP := $(VENV)/.run-$(call HASH,constraints.txt pyproject.toml clients/pyt
 DEV_STAMP := $(VENV)/.dev-$(call HASH,constraints.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml)
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup setup-run run test lint gen gen-check check-proto clients conformance pytest bench bench-quick clean
+.PHONY: setup setup-run run test lint gen gen-check check-proto clients conformance tools pytest bench bench-quick clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -56,10 +56,14 @@ clients: setup
 conformance: setup
 	scripts/setup_conformance.sh
 
+# natscli, pinned, in .tools/bin: the tests run journald's printed `nats stream` fixes with it
+tools:
+	scripts/setup_natscli.sh
+
 pytest: setup
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-test: lint clients conformance pytest
+test: lint clients conformance tools pytest
 
 bench: setup
 	$(PIP) -r bench/requirements.txt

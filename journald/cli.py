@@ -7,9 +7,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from journald.paths import default_data_dir, default_socket_path
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from journald.storage.jetstream_options import NatsOptions
 
 
 def _size(text: str) -> int:
@@ -20,8 +24,93 @@ def _size(text: str) -> int:
     return int(t)
 
 
+def _octal_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an octal file mode (e.g. 0660)"
+        ) from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file mode between 0000 and 0777")
+    return mode
+
+
+def add_nats_arguments(p: argparse.ArgumentParser, *, stream: bool) -> None:
+    """The NATS connection flags ``serve`` and ``migrate`` share (secrets come from the
+    environment: ``$JOURNALD_NATS_PASSWORD``, ``$JOURNALD_NATS_TOKEN``)."""
+    g = p.add_argument_group("NATS (JetStream backend)")
+    if stream:
+        g.add_argument(
+            "--nats-url", default="nats://127.0.0.1:4222", help="server URL(s), comma-separated"
+        )
+        g.add_argument("--stream", default="JOURNALD", help="JetStream stream to bind (must exist)")
+    g.add_argument(
+        "--nats-creds", default=None, metavar="FILE", help="NATS .creds file (user JWT + nkey seed)"
+    )
+    g.add_argument(
+        "--nats-user", default=None, help="NATS user (password from $JOURNALD_NATS_PASSWORD)"
+    )
+    g.add_argument(
+        "--nats-tls-ca",
+        default=None,
+        metavar="FILE",
+        help="CA bundle that verifies the NATS server",
+    )
+    g.add_argument(
+        "--nats-tls-cert",
+        default=None,
+        metavar="FILE",
+        help="client certificate for NATS mutual TLS",
+    )
+    g.add_argument(
+        "--nats-tls-key", default=None, metavar="FILE", help="its private key (PEM, unencrypted)"
+    )
+    if stream:
+        g.add_argument(
+            "--writer-name",
+            default=None,
+            help="this daemon's name on every record it writes to the stream and on its NATS "
+            "connection; a host whose writer went stale is told it in `locked` (default: "
+            "journald <host> pid <pid>)",
+        )
+        g.add_argument(
+            "--nats-monitor-url",
+            action="append",
+            default=[],
+            metavar="URL",
+            help="a nats-server monitoring endpoint (http://host:8222; repeat per server): "
+            "read at start-up to warn when a server does not fsync every write",
+        )
+
+
+def nats_options(args: argparse.Namespace) -> NatsOptions:
+    """The NATS options the flags and the environment give, checked."""
+    from journald.storage.jetstream_options import NatsOptions
+
+    opts = NatsOptions.from_env(
+        creds_path=args.nats_creds,
+        user=args.nats_user,
+        tls_ca_path=args.nats_tls_ca,
+        tls_cert_path=args.nats_tls_cert,
+        tls_key_path=args.nats_tls_key,
+        writer=getattr(args, "writer_name", None),
+        monitor_urls=tuple(getattr(args, "nats_monitor_url", None) or ()),
+    )
+    opts.check()
+    return opts
+
+
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help="run the daemon (file backend on the default data dir)")
+    from journald.server.startup import EXIT_CODES
+
+    p = sub.add_parser(
+        "serve",
+        help="run the daemon (file backend on the default data dir)",
+        description="Run the journald daemon in the foreground.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument(
         "--socket",
         type=Path,
@@ -36,16 +125,10 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="data directory (default: $XDG_STATE_HOME/journald or ~/.local/state/journald)",
     )
     p.add_argument("--backend", choices=["file", "jetstream", "memory"], default="file")
-    p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
-    p.add_argument("--stream", default="JOURNALD", help="JetStream stream to bind (must exist)")
-    p.add_argument("--nats-creds", default=None, help="NATS .creds file (JWT + nkey)")
+    add_nats_arguments(p, stream=True)
     p.add_argument(
-        "--nats-user", default=None, help="NATS user (password from $JOURNALD_NATS_PASSWORD)"
+        "--socket-mode", type=_octal_mode, default=0o600, help="socket file mode (octal, 0600)"
     )
-    p.add_argument("--nats-tls-ca", default=None, help="CA bundle to verify the NATS server")
-    p.add_argument("--nats-tls-cert", default=None, help="client certificate for NATS mTLS")
-    p.add_argument("--nats-tls-key", default=None, help="client key for NATS mTLS")
-    p.add_argument("--socket-mode", default="0600", help="socket file mode (octal)")
     p.add_argument("--socket-group", default=None, help="group to share the socket with")
     p.add_argument(
         "--max-message-bytes",
@@ -69,44 +152,31 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
 
 
-def nats_options(args: argparse.Namespace) -> dict[str, object]:
-    """Credentials and TLS for the JetStream backend; secrets come from the environment."""
-    import socket
-    import ssl
-
-    opts: dict[str, object] = {"writer": f"journald {socket.gethostname()} pid {os.getpid()}"}
-    if args.nats_creds:
-        opts["user_credentials"] = args.nats_creds
-    if args.nats_user:
-        opts["user"] = args.nats_user
-        opts["password"] = os.environ.get("JOURNALD_NATS_PASSWORD", "")
-    if os.environ.get("JOURNALD_NATS_TOKEN"):
-        opts["token"] = os.environ["JOURNALD_NATS_TOKEN"]
-    if args.nats_tls_ca or args.nats_tls_cert:
-        ctx = ssl.create_default_context(cafile=args.nats_tls_ca)
-        if args.nats_tls_cert:
-            ctx.load_cert_chain(args.nats_tls_cert, args.nats_tls_key)
-        opts["tls"] = ctx
-    return opts
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from journald.server.daemon import ServeConfig, run
     from journald.server.service import Limits
+    from journald.server.startup import EXIT_CONFIG
+    from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 
     os.umask(0o077)  # every file and directory the daemon creates is private to its user
+    try:  # the NATS flags matter (and are checked) only for the JetStream backend
+        nats = nats_options(args) if args.backend == "jetstream" else NatsOptions()
+    except NatsOptionsError as exc:
+        print(f"journald: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     cfg = ServeConfig(
         socket_path=Path(
             args.socket or getattr(args, "global_socket", None) or default_socket_path()
         ).absolute(),
         data_dir=(args.data_dir or default_data_dir()).absolute(),
         backend=args.backend,
-        socket_mode=int(args.socket_mode, 8),
+        socket_mode=args.socket_mode,
         socket_group=args.socket_group,
         max_message_bytes=args.max_message_bytes,
         limits=Limits(max_record_bytes=args.max_record_bytes),
         nats_url=args.nats_url,
         stream=args.stream,
+        nats=nats,
         segment_max_bytes=args.segment_max_bytes,
         segment_max_records=args.segment_max_records,
         segmentation=not args.no_segments,

@@ -1,6 +1,14 @@
 """Copy runs between stores (file <-> JetStream), byte for byte, verified on both sides.
 
-``journald migrate --from file:DIR --to jetstream:URL/STREAM [RUN_ID ...]`` (and the reverse).
+``journald migrate --from file:DIR --to jetstream:URL/STREAM [RUN_ID ...]`` (and the reverse,
+or stream to stream; the NATS flags are ``journald serve``'s: ``--nats-creds``, ``--nats-user``,
+``--nats-tls-*``, secrets from the environment).
+
+A JetStream source is opened read-only: its configuration is not checked for writing (each
+problem is printed as a note), and a stream whose retention is not ``limits`` is read with
+message gets, never a consumer. That is the way out of a stream journald refuses to bind
+because its retention cannot be edited: copy the runs to a directory, recreate the stream,
+copy them back (the refusal prints those four commands).
 
 Each run is verified on the source (hash chain and schemas), copied record by record with the
 source's canonical bytes (both backends store exactly ``Record.raw``), and verified on the
@@ -30,6 +38,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from journald.cli import add_nats_arguments, nats_options
 from journald.errors import (
     InvalidArgumentError,
     JournaldError,
@@ -37,7 +46,9 @@ from journald.errors import (
     StoreCorrupted,
 )
 from journald.records import GENESIS, Record, validate_id
+from journald.server.startup import EXIT_CONFIG, StartupRefused
 from journald.storage.base import Store
+from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 
 BATCH = 64
 
@@ -177,7 +188,11 @@ def parse_location(text: str) -> tuple[str, str, str]:
     raise InvalidArgumentError(f"unknown store kind {kind!r} in {text!r}; use file: or jetstream:")
 
 
-async def open_location(text: str, creds: str | None = None) -> Store:
+async def open_location(
+    text: str, options: NatsOptions | None = None, *, source: bool = False
+) -> Store:
+    """Open a store location; a JetStream source is bound read-only, so runs can be copied
+    out of a stream journald would refuse to write (its refusal prints that route)."""
     kind, where, stream = parse_location(text)
     if kind == "file":
         from journald.storage.file import FileStore
@@ -186,7 +201,7 @@ async def open_location(text: str, creds: str | None = None) -> Store:
         return store
     from journald.storage.jetstream import JetStreamStore
 
-    return await JetStreamStore.connect(where, stream, user_credentials=creds)
+    return await JetStreamStore.connect(where, stream, options=options, read_only=source)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -197,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--from", dest="src", required=True, help="file:DIR or jetstream:URL/STREAM")
     p.add_argument("--to", dest="dst", required=True, help="file:DIR or jetstream:URL/STREAM")
-    p.add_argument("--creds", default=None, help="NATS .creds file for a jetstream: side")
+    p.add_argument("--creds", dest="nats_creds", default=None, help=argparse.SUPPRESS)
+    add_nats_arguments(p, stream=False)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("run_ids", nargs="*", help="runs to copy (default: every run)")
     return p
@@ -206,15 +222,23 @@ def build_parser() -> argparse.ArgumentParser:
 async def _main(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
-    from journald.server.daemon import lock_data_dir
+    from journald.server.startup import lock_data_dir
 
+    options = nats_options(args)
     async with AsyncExitStack() as stack:
         for loc in (args.src, args.dst):
             if loc.startswith("file:"):  # a daemon must not write the dir while we copy it
                 stack.callback(lock_data_dir(Path(loc.removeprefix("file:"))).close)
-        src = await open_location(args.src, args.creds)
+        src = await open_location(args.src, options, source=True)
         stack.push_async_callback(src.close)
-        dst = await open_location(args.dst, args.creds)
+        for problem in getattr(src, "unsafe", []):
+            console.print(
+                f"journald migrate: note: the source stream is unsafe to write "
+                f"({problem.what}); reading it only",
+                markup=False,
+                highlight=False,
+            )
+        dst = await open_location(args.dst, options)
         stack.push_async_callback(dst.close)
         ids = list(args.run_ids) or None
         if args.quiet:
@@ -232,16 +256,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(stderr=True)
     try:
         return asyncio.run(_main(args, console))
+    except (StartupRefused, NatsOptionsError) as exc:
+        console.print(f"journald migrate: {exc}", markup=False, highlight=False)
+        return exc.exit_code if isinstance(exc, StartupRefused) else EXIT_CONFIG
     except JournaldError as exc:
         console.print(f"journald migrate: {exc}", markup=False, highlight=False)
         return 1
-    except Exception as exc:
-        from journald.server.daemon import DataDirLocked
-
-        if not isinstance(exc, DataDirLocked):
-            raise
-        console.print(f"journald migrate: {exc}", markup=False, highlight=False)
-        return 3
     except KeyboardInterrupt:
         return 130
 

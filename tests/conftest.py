@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -9,3 +10,11 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci")
+
+
+@pytest.fixture(scope="session")
+def natscli() -> str:
+    """The pinned ``nats`` CLI (built into .tools/bin on first use; see tests/natscli.py)."""
+    from tests.natscli import natscli_binary
+
+    return natscli_binary()

@@ -68,7 +68,12 @@ class Daemon:
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
         log.close()
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.kill9()  # `with Daemon(...)` never reaches __exit__ when start fails
+            self._remove_socket_dir()
+            raise
         return self
 
     def wait_ready(self) -> None:

@@ -1,9 +1,11 @@
 """Real nats-server processes for tests: single node, restart on the same store, 3-node cluster.
 
 Every server runs from a config file with JetStream on and ``sync_interval: always`` (JetStream
-otherwise fsyncs only every two minutes), on free loopback ports, with its store dir under a
-caller-given directory. Each process is stopped by its own pid (``stop``/``kill``), never by
-name. ``NatsServer.kill()`` is a real SIGKILL.
+otherwise fsyncs only every two minutes; ``sync_always=False`` leaves the server's default),
+on free loopback ports, with its store dir under a caller-given directory. ``extra_config``
+lines are appended (authorization, TLS, accounts: see tests/nats_auth.py) and ``http_port``
+turns on the monitoring endpoint (``/varz``). Each process is stopped by its own pid
+(``stop``/``kill``), never by name. ``NatsServer.kill()`` is a real SIGKILL.
 """
 
 from __future__ import annotations
@@ -83,11 +85,19 @@ class NatsServer:
     cluster_port: int | None = None
     routes: list[int] = field(default_factory=list)
     cluster_name: str = "journald-test"
+    sync_always: bool = True
+    http_port: int | None = None
+    extra_config: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def monitor_url(self) -> str:
+        assert self.http_port is not None, "start the server with http_port set"
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def store_dir(self) -> Path:
@@ -107,11 +117,14 @@ class NatsServer:
             f'listen: "127.0.0.1:{self.port}"',
             "jetstream {",
             f'  store_dir: "{self.store_dir}"',
-            "  sync_interval: always",
+            *(["  sync_interval: always"] if self.sync_always else []),
             "  max_memory_store: 64MB",
             "  max_file_store: 1GB",
             "}",
         ]
+        if self.http_port is not None:
+            lines.append(f'http: "127.0.0.1:{self.http_port}"')
+        lines += self.extra_config
         if self.cluster_port is not None:
             routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in self.routes)
             lines += [
@@ -242,8 +255,15 @@ STREAM_DEFAULTS: dict[str, object] = {
 }
 
 
-async def create_stream(url: str | list[str], name: str, prefix: str, **overrides: object) -> None:
-    """Create a stream for journald with nats-py's JetStream management API."""
+async def create_stream(
+    url: str | list[str],
+    name: str,
+    prefix: str,
+    connect: dict[str, object] | None = None,
+    **overrides: object,
+) -> None:
+    """Create a stream for journald with nats-py's JetStream management API (``connect``:
+    extra ``nats.connect`` options, e.g. credentials)."""
     import nats
     from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
@@ -251,7 +271,7 @@ async def create_stream(url: str | list[str], name: str, prefix: str, **override
     params["discard"] = DiscardPolicy(params["discard"])
     params["storage"] = StorageType(params["storage"])
     params["retention"] = RetentionPolicy(params["retention"])
-    nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=2)
+    nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=2, **(connect or {}))
     try:
         await nc.jetstream().add_stream(StreamConfig(name=name, **params))  # type: ignore[arg-type]
     finally:

@@ -1,32 +1,31 @@
 """``journald serve``: the process around the servicer.
 
-Start-up: take an exclusive lock on the data directory (``<data_dir>/daemon.lock``, holding
-the pid) so two daemons never share one; open the store; bind the unix socket (directory
-0700, socket 0600 unless told otherwise; a stale socket left by a dead daemon is replaced,
-a live one is refused); serve JournalService plus the standard health and reflection
-services on a uvloop event loop.
+Start-up (``journald.server.startup``): take an exclusive lock on the data directory
+(``<data_dir>/daemon.lock``, holding the pid) so two daemons never share one; open the store;
+bind the unix socket (directory 0700, socket 0600 unless told otherwise; a stale socket left by
+a dead daemon is replaced, a live one is refused); serve JournalService plus the standard
+health and reflection services on a uvloop event loop.
 
 Shutdown: the first SIGTERM/SIGINT stops accepting calls, ends every lease stream with a
 ``shutdown`` event, lets in-flight appends reach the disk, closes the store and exits 0; a
 second signal exits at once.
+
+A start-up refusal is printed as one paragraph on stderr (what is wrong, then the fix), never
+as a traceback, and exits with a code that says what kind of problem it is (``EXIT_CODES``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import gc
 import grp
 import logging
 import os
 import signal
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import grpc
 from grpc_health.v1 import _async as health_aio
@@ -43,10 +42,20 @@ from journald.checkpoints import (
     MemoryAttachmentStore,
     MemoryCheckpointStore,
 )
-from journald.errors import BackendUnavailable
+from journald.errors import BackendUnavailable, JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.service import JournalService, Limits
+from journald.server.startup import (
+    DataDirLocked,
+    StartupRefused,
+    lock_data_dir,
+    prepare_socket,
+    refusal,
+)
 from journald.storage.base import Store
+from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+
+__all__ = ["DataDirLocked", "ServeConfig", "lock_data_dir", "run", "serve", "tune_gc"]
 
 log = logging.getLogger("journald.daemon")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["JournalService"].full_name
@@ -63,59 +72,13 @@ class ServeConfig:
     limits: Limits = field(default_factory=Limits)
     nats_url: str = "nats://127.0.0.1:4222"
     stream: str = "JOURNALD"
-    nats_options: dict[str, object] = field(default_factory=dict)
+    nats: NatsOptions = field(default_factory=NatsOptions)
     segment_max_bytes: int = 16 * 1024 * 1024
     segment_max_records: int = 5000
     segmentation: bool = True
     shutdown_grace_s: float = 10.0
     checkpoint_dir: Path | None = None
     checkpoint_max: int = 0
-
-
-class DataDirLocked(Exception):
-    pass
-
-
-def lock_data_dir(data_dir: Path) -> IO[str]:
-    """Hold ``daemon.lock`` for the life of the process; refuse if another daemon holds it."""
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(data_dir, 0o700)
-    fh = open(data_dir / "daemon.lock", "a+", encoding="utf-8")  # noqa: SIM115
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EAGAIN, errno.EACCES):
-            raise
-        fh.seek(0)
-        other = fh.read().strip() or "unknown"
-        fh.close()
-        raise DataDirLocked(
-            f"data dir {data_dir} is held by another journald daemon (pid {other}); stop it, "
-            "or start this one with another --data-dir"
-        ) from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
-    return fh
-
-
-def prepare_socket(path: Path, group: str | None) -> None:
-    parent = path.parent
-    mode = 0o750 if group else 0o700
-    parent.mkdir(mode=mode, parents=True, exist_ok=True)
-    if path.exists() or path.is_symlink():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # stale: its daemon is gone
-        else:
-            raise DataDirLocked(
-                f"socket {path} is served by another running daemon; stop it or pass --socket"
-            )
-        finally:
-            probe.close()
 
 
 async def open_store(cfg: ServeConfig) -> Store:
@@ -137,7 +100,11 @@ async def open_store(cfg: ServeConfig) -> Store:
         from journald.storage.jetstream import JetStreamStore
 
         return await JetStreamStore.connect(
-            cfg.nats_url, cfg.stream, gap_wait_s=cfg.limits.gap_wait_s
+            cfg.nats_url,
+            cfg.stream,
+            options=cfg.nats,
+            check_fsync=True,
+            gap_wait_s=cfg.limits.gap_wait_s,
         )
     raise BackendUnavailable(f"unknown backend {cfg.backend!r}; use file, jetstream or memory")
 
@@ -195,7 +162,13 @@ async def serve(
             ],
             server,
         )
-        server.add_insecure_port(f"unix://{cfg.socket_path}")
+        try:
+            server.add_insecure_port(f"unix://{cfg.socket_path}")
+        except RuntimeError as exc:
+            raise StartupRefused(
+                f"cannot listen on socket {cfg.socket_path} ({exc}); check that its directory "
+                "is writable, or pass another --socket"
+            ) from None
         await server.start()
         os.chmod(cfg.socket_path, cfg.socket_mode)
         if cfg.socket_group:
@@ -271,8 +244,9 @@ def run(cfg: ServeConfig) -> int:
     memory.pin_mmap_threshold()
     try:
         return uvloop.run(serve(cfg))
-    except DataDirLocked as exc:
-        print(f"journald: {exc}", file=sys.stderr)
-        return 3
+    except (StartupRefused, NatsOptionsError, JournaldError) as exc:
+        code, text = refusal(exc)
+        print(f"journald: {text}", file=sys.stderr, flush=True)
+        return code
     finally:
         telemetry.shutdown()

@@ -11,8 +11,11 @@ so a run is the wildcard ``<prefix>.<run_id>.*`` and every run's meta record (al
 is matched by the one filter ``<prefix>.*.1``: listing needs no separate index subject.
 The stream must keep exactly one message per subject and refuse a second one
 (``max_msgs_per_subject: 1``, ``discard: new``, ``discard_new_per_subject``), keep records
-forever (no ``max_age``) and accept records up to ``RECORD_FLOOR`` bytes; construction refuses
-any other configuration with the exact ``nats stream edit`` fix.
+forever (no ``max_age``) and accept records up to ``RECORD_FLOOR`` bytes; ``connect`` refuses
+any other configuration with the commands that fix it (``jetstream_config``). A store opened
+``read_only`` (``journald migrate`` reading a stream to rescue its runs) binds an unsafe stream
+and refuses every write; on a stream whose retention is not ``limits`` it reads with message
+gets only, never with a consumer (whose deliveries such a stream may discard).
 
 Fencing. Each append publishes with ``Nats-Expected-Last-Subject-Sequence: <F>`` and
 ``Nats-Expected-Last-Subject-Sequence-Subject: <prefix>.<run>.*`` (nats-server >= 2.11), where
@@ -32,7 +35,8 @@ when the whole batch is acknowledged; after a partial failure the records that d
 our message ids, so the retry at the same seq adopts them one by one and continues.
 
 Acks carry durability ``jetstream_ack``: what the server promised on ack (with
-``sync_interval: always`` an fsync on every node that acknowledged).
+``sync_interval: always`` an fsync on every node that acknowledged; the daemon logs at start-up
+whether each server does, ``jetstream_sync``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import nats
@@ -74,16 +79,36 @@ from journald.storage.base import (
 )
 from journald.storage.common import SeqTurnstile, plan_append
 from journald.storage.info import run_info_from
+from journald.storage.jetstream_config import (
+    DEFAULT_PREFIX,
+    RECORD_FLOOR,
+    NatsConfigError,
+    Problem,
+    StreamConfigError,
+    check_stream_config,
+    stream_add_command,
+    subject_prefix,
+)
+from journald.storage.jetstream_connect import bind_stream, open_connection, split_servers
+from journald.storage.jetstream_options import NatsOptions
+from journald.storage.jetstream_sync import check_fsync_policy
+
+__all__ = [
+    "RECORD_FLOOR",
+    "JetStreamJournal",
+    "JetStreamStore",
+    "NatsConfigError",
+    "NatsOptions",
+    "StreamConfigError",
+    "check_stream_config",
+    "stream_add_command",
+    "subject_prefix",
+]
 
 T = TypeVar("T")
 
-RECORD_FLOOR = 1024 * 1024
-"""The stream must accept messages of at least this size (max_msg_size -1 or >= 1 MiB): the
-largest record journald promises to store is what the server's ``max_payload`` allows (1 MiB by
-default) minus ``HEADER_ROOM``."""
 HEADER_ROOM = 1024
 """Bytes reserved for the NATS headers of a record publish (fence, msg id, protocol line)."""
-MIN_SERVER = (2, 11, 0)
 WRONG_LAST_SEQUENCE = 10071
 MAX_MSGS_PER_SUBJECT_EXCEEDED = 10077
 HDR_MSG_ID = "Nats-Msg-Id"
@@ -98,7 +123,6 @@ LIST_CONCURRENCY = 8
 """Runs whose info ``list`` reads at once (each is a few requests and one short consumer)."""
 MAX_ATOMIC_BATCH = 1000
 """nats-server's default limit of messages in one atomic batch."""
-DEFAULT_PREFIX = "journald"
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
     nats.errors.TimeoutError,
@@ -116,140 +140,15 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
 _BATCH_FAILURES: tuple[type[BaseException], ...] = (*_TRANSIENT, nats.errors.Error)
 
 
-class StreamConfigError(BackendUnavailable):
-    """The bound stream is missing or unsafe for journald. Subclass of ``BackendUnavailable``
-    (code ``backend_unavailable``, UNAVAILABLE): the backend cannot be used until the operator
-    fixes the stream; the message carries the exact ``nats`` command that does it."""
+@dataclass(frozen=True, slots=True)
+class StoredMsg:
+    """One stored message as the reads need it (``size``: of the body, also when only the
+    headers were fetched)."""
 
-
-# --- Stream configuration checks (pure) -------------------------------------------------
-
-
-def stream_add_command(stream: str, prefix: str = DEFAULT_PREFIX, replicas: int = 1) -> str:
-    """A ready-to-run ``nats stream add`` line for a journald stream."""
-    return (
-        f"nats stream add {stream} --subjects '{prefix}.>' --storage file "
-        f"--replicas {replicas} --retention limits --discard new --discard-per-subject "
-        "--max-msgs-per-subject 1 --max-age=-1 --max-msg-size=-1 --max-msgs=-1 "
-        "--max-bytes=-1 --dupe-window 2m --defaults"
-    )
-
-
-def _valid_wildcard(subject: str) -> bool:
-    tokens = subject.split(".")
-    return (
-        len(tokens) >= 2
-        and tokens[-1] == ">"
-        and all(t and not any(c in t for c in "*> \t\r\n") for t in tokens[:-1])
-    )
-
-
-def subject_prefix(stream: str, subjects: Sequence[str] | None) -> str:
-    """Derive the prefix from the stream's single ``<prefix>.>`` subject."""
-    subjects = list(subjects or [])
-    wild = [s for s in subjects if "*" in s or ">" in s]
-    dedicated = f"or bind a dedicated stream: `{stream_add_command(stream)}`"
-    if not wild:
-        raise StreamConfigError(
-            f"stream {stream} has no `<prefix>.>` wildcard subject (subjects: {subjects}); "
-            f"journald needs exactly one; fix: `nats stream edit {stream} --subjects "
-            f"'{DEFAULT_PREFIX}.>'` {dedicated}",
-            metadata={"stream": stream},
-        )
-    if len(subjects) != 1:
-        keep = [s for s in wild if _valid_wildcard(s)]
-        fix = (
-            f"fix: `nats stream edit {stream} --subjects '{keep[0]}'` "
-            if len(keep) == 1
-            else "fix: keep exactly one `<prefix>.>` subject "
-        )
-        raise StreamConfigError(
-            f"stream {stream} has {len(wild)} wildcard subject(s) among {subjects}; journald "
-            f"derives its prefix from exactly one `<prefix>.>` subject and nothing else; "
-            f"{fix}{dedicated}",
-            metadata={"stream": stream},
-        )
-    subject = subjects[0]
-    tokens = subject.split(".")
-    if len(tokens) < 2 or tokens[-1] != ">":
-        raise StreamConfigError(
-            f"stream {stream} subject {subject!r} is not of the form `<prefix>.>`; {dedicated}",
-            metadata={"stream": stream},
-        )
-    if not _valid_wildcard(subject):
-        raise StreamConfigError(
-            f"stream {stream} subject {subject!r} has an empty or wildcard token before "
-            f"the final `>`; journald needs a literal prefix; {dedicated}",
-            metadata={"stream": stream},
-        )
-    return ".".join(tokens[:-1])
-
-
-def config_problems(stream: str, cfg: Any, prefix: str = DEFAULT_PREFIX) -> list[str]:
-    """Every unsafe setting of a stream config, each with its exact ``nats`` fix."""
-    out: list[str] = []
-    edit = f"nats stream edit {stream}"
-    mps = getattr(cfg, "max_msgs_per_subject", -1)
-    if mps != 1:
-        out.append(
-            f"max msgs per subject is {mps}, journald needs 1 (each record subject is "
-            f"write-once); fix: `{edit} --max-msgs-per-subject 1`"
-        )
-    discard = str(getattr(getattr(cfg, "discard", None), "value", getattr(cfg, "discard", "")))
-    if discard != "new":
-        out.append(
-            f"discard policy is {discard or 'old'}, journald needs new (an old record must "
-            f"never be dropped to make room); fix: `{edit} --discard new`"
-        )
-    if not getattr(cfg, "discard_new_per_subject", False):
-        out.append(
-            "discard new per subject is off, journald needs it (a second message on a record "
-            f"subject must be refused, not replace it); fix: `{edit} --discard-per-subject`"
-        )
-    max_age = getattr(cfg, "max_age", None) or 0
-    if max_age and max_age > 0:
-        out.append(
-            f"max age is {max_age:g}s, journald needs none (records are kept until the run is "
-            f"deleted); fix: `{edit} --max-age=-1`"
-        )
-    mms = getattr(cfg, "max_msg_size", -1)
-    if mms is not None and 0 <= mms < RECORD_FLOOR:
-        out.append(
-            f"max message size is {mms} bytes, below journald's record floor of {RECORD_FLOOR} "
-            f"bytes; fix: `{edit} --max-msg-size=-1`"
-        )
-    retention = str(
-        getattr(getattr(cfg, "retention", None), "value", getattr(cfg, "retention", ""))
-    )
-    if retention not in ("", "limits"):
-        out.append(
-            f"retention is {retention}, journald needs limits (records must not disappear when "
-            "consumed) and retention cannot be edited: copy the runs out with `journald "
-            f"migrate --from jetstream:URL/{stream} --to file:DIR`, delete the stream, recreate "
-            f"it with `{stream_add_command(stream, prefix)}` and migrate back"
-        )
-    if getattr(cfg, "no_ack", False):
-        out.append(f"acks are disabled, journald needs them; fix: `{edit} --ack`")
-    return out
-
-
-def check_stream_config(stream: str, cfg: Any) -> str:
-    """Return the subject prefix of a safe stream config, or raise ``StreamConfigError``."""
-    prefix = subject_prefix(stream, getattr(cfg, "subjects", None))
-    problems = config_problems(stream, cfg, prefix)
-    if problems:
-        raise StreamConfigError(
-            f"stream {stream} is not safe for journald: " + "; ".join(problems),
-            metadata={"stream": stream, "problems": len(problems)},
-        )
-    return prefix
-
-
-def _version_tuple(v: Any) -> tuple[int, int, int]:
-    try:
-        return int(v.major), int(v.minor), int(v.patch)
-    except (AttributeError, TypeError, ValueError):
-        return (0, 0, 0)
+    subject: str
+    sseq: int
+    data: bytes
+    size: int
 
 
 # --- The journal ---------------------------------------------------------------------
@@ -343,6 +242,8 @@ class JetStreamStore:
         retry_window_s: float,
         atomic_batches: bool = False,
         writer: str | None = None,
+        read_only: bool = False,
+        consumer_reads: bool = True,
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream(timeout=ack_timeout_s)
@@ -354,9 +255,16 @@ class JetStreamStore:
         self.ack_timeout_s = ack_timeout_s
         self.retry_window_s = retry_window_s
         self.atomic_batches = atomic_batches
-        self.writer = writer or f"{socket.gethostname()} pid {os.getpid()}"
         """The stream allows atomic batch publish (nats-server >= 2.12, ``allow_atomic``): a
         multi-record append is then one all-or-nothing batch, one round trip."""
+        self.writer = writer or f"{socket.gethostname()} pid {os.getpid()}"
+        self.read_only = read_only
+        """Opened to copy runs out (``journald migrate``): every write is refused."""
+        self.consumer_reads = consumer_reads
+        """Reads may use ordered consumers; off for a stream whose retention is not
+        ``limits``, where a consumer could make the server drop what it delivered."""
+        self.unsafe: list[Problem] = []
+        """Config problems a read-only store tolerated (the stream is unsafe to write)."""
         self._open: dict[str, JetStreamJournal | None] = {}
         self._closed = False
 
@@ -366,6 +274,9 @@ class JetStreamStore:
         url: str | list[str],
         stream: str,
         *,
+        options: NatsOptions | None = None,
+        read_only: bool = False,
+        check_fsync: bool = False,
         gap_wait_s: float = DEFAULT_GAP_WAIT_S,
         ack_timeout_s: float = 5.0,
         retry_window_s: float = 15.0,
@@ -373,127 +284,66 @@ class JetStreamStore:
         connect_attempts: int = 3,
         reconnect_attempts: int = -1,
         reconnect_time_wait_s: float = 0.5,
-        user_credentials: Any = None,
-        nkeys_seed: str | None = None,
-        token: str | None = None,
-        user: str | None = None,
-        password: str | None = None,
-        tls: Any = None,
-        tls_hostname: str | None = None,
-        name: str = "journald",
-        writer: str | None = None,
         add_prefix_hint: str = DEFAULT_PREFIX,
         **nats_options: Any,
     ) -> JetStreamStore:
         """Connect, bind ``stream`` and check its configuration.
 
         ``url`` is one server URL, a comma-separated list, or a list (a cluster's seeds).
-
-        Credentials and TLS are nats-py's own options (``user_credentials`` a .creds file,
-        ``nkeys_seed``, ``token``, ``user``/``password``, ``tls`` an ``ssl.SSLContext``,
-        ``tls_hostname``); anything else in ``nats_options`` goes to ``nats.connect``.
-        ``writer`` names this store on every record it writes (header ``Journald-Writer``,
-        default ``<host> pid <pid>``), so a stale writer's ``Locked`` names who moved on.
-        Raises ``BackendUnavailable`` when the server cannot be reached and
-        ``StreamConfigError`` (a ``BackendUnavailable``) when the stream is missing or unsafe.
+        ``options`` carries credentials, TLS, the writer's name (header ``Journald-Writer`` on
+        every record, so a stale writer's ``Locked`` names who moved on) and monitoring
+        endpoints; anything in ``nats_options`` goes to ``nats.connect`` as is.
+        ``read_only`` binds a stream even when it is unsafe to write (to copy its runs out:
+        reads then never create a consumer on a non-``limits`` stream) and refuses writes.
+        ``check_fsync`` logs whether every server fsyncs each write (``jetstream_sync``).
+        Raises ``NatsConfigError`` (a ``BackendUnavailable``; ``StreamConfigError`` for the
+        stream, with its fix) when the configuration must change, and ``BackendUnavailable``
+        when no server can be reached.
         """
-        raw = url.split(",") if isinstance(url, str) else list(url)
-        servers = [u.strip() for u in raw if u.strip()]
-
-        async def _quiet(_exc: Exception) -> None:
-            return None
-
-        opts: dict[str, Any] = {
-            "servers": servers,
-            "name": name,
-            "connect_timeout": connect_timeout_s,
-            "max_reconnect_attempts": connect_attempts,
-            "reconnect_time_wait": reconnect_time_wait_s,
-            "error_cb": _quiet,
-        }
-        for key, value in (
-            ("user_credentials", user_credentials),
-            ("nkeys_seed", nkeys_seed),
-            ("token", token),
-            ("user", user),
-            ("password", password),
-            ("tls", tls),
-            ("tls_hostname", tls_hostname),
-        ):
-            if value is not None:
-                opts[key] = value
-        opts.update(nats_options)
+        options = options or NatsOptions()
+        servers = split_servers(url)
         where = ", ".join(servers)
-        try:
-            nc = await nats.connect(**opts)
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
-            raise BackendUnavailable(
-                f"cannot connect to NATS at {where}: {exc or type(exc).__name__}; check that "
-                "nats-server is running and reachable, and the credentials/TLS options",
-                metadata={"url": where},
-            ) from exc
+        nc = await open_connection(
+            servers,
+            options,
+            connect_timeout_s=connect_timeout_s,
+            connect_attempts=connect_attempts,
+            reconnect_time_wait_s=reconnect_time_wait_s,
+            extra=nats_options,
+        )
         # Reconnect forever (by default) once connected: a restarted server is waited for.
         nc.options["max_reconnect_attempts"] = reconnect_attempts
         try:
-            version = _version_tuple(nc.connected_server_version)
-            if version < MIN_SERVER:
-                need = ".".join(map(str, MIN_SERVER))
-                raise BackendUnavailable(
-                    f"nats-server at {where} is {'.'.join(map(str, version))}; journald's "
-                    f"append fence needs Nats-Expected-Last-Subject-Sequence-Subject "
-                    f"(nats-server >= {need}); upgrade the server",
-                    metadata={"url": where},
-                )
-            jsm = nc.jsm(timeout=ack_timeout_s)
-            try:
-                info = await jsm.stream_info(stream)
-            except nats.js.errors.NotFoundError as exc:
-                raise StreamConfigError(
-                    f"stream {stream} does not exist on {where}; journald never creates one "
-                    f"(the operator owns durability). Create it with: "
-                    f"`{stream_add_command(stream, add_prefix_hint)}` "
-                    "(or `nats stream add --config deploy/nats/stream.json`)",
-                    metadata={"stream": stream, "url": where},
-                ) from exc
-            except nats.js.errors.ServiceUnavailableError as exc:
-                raise BackendUnavailable(
-                    f"JetStream is not available at {where} ({exc}); enable it in the server "
-                    "config (`jetstream { sync_interval: always }`)",
-                    metadata={"url": where},
-                ) from exc
-            except _TRANSIENT as exc:
-                raise BackendUnavailable(
-                    f"NATS at {where} did not answer the stream info request for {stream} "
-                    f"({type(exc).__name__}); retry when the server is healthy",
-                    metadata={"url": where},
-                ) from exc
-            prefix = check_stream_config(stream, info.config)
-            limit = int(nc.max_payload)
-            mms = info.config.max_msg_size
-            if mms is not None and mms > 0:
-                limit = min(limit, int(mms))
-            if limit < RECORD_FLOOR:
-                raise StreamConfigError(
-                    f"nats-server at {where} accepts payloads of {limit} bytes, below "
-                    f"journald's record floor of {RECORD_FLOOR} bytes; set `max_payload: 1MB` "
-                    "(or more) in the server config",
-                    metadata={"url": where},
-                )
+            bound = await bind_stream(
+                nc,
+                stream,
+                where,
+                options.cli(",".join(servers)),
+                ack_timeout_s=ack_timeout_s,
+                read_only=read_only,
+                add_prefix_hint=add_prefix_hint,
+            )
+            if check_fsync:
+                await check_fsync_policy(nc, options.monitor_urls, where)
         except BaseException:
             with contextlib.suppress(Exception):
                 await nc.close()
             raise
-        return cls(
+        store = cls(
             nc,
             stream,
-            prefix,
-            limit - HEADER_ROOM,
+            bound.prefix,
+            bound.max_payload - HEADER_ROOM,
             gap_wait_s=gap_wait_s,
             ack_timeout_s=ack_timeout_s,
             retry_window_s=retry_window_s,
-            atomic_batches=bool(getattr(info.config, "allow_atomic", False)),
-            writer=writer,
+            atomic_batches=bound.atomic,
+            writer=options.writer_name,
+            read_only=read_only,
+            consumer_reads=bound.consumer_reads,
         )
+        store.unsafe = bound.unsafe
+        return store
 
     # -- subjects ----------------------------------------------------------------------
 
@@ -512,6 +362,15 @@ class JetStreamStore:
     def _check_open(self) -> None:
         if self._closed:
             raise BackendUnavailable("the JetStream store is closed")
+
+    def _check_writable(self, what: str) -> None:
+        self._check_open()
+        if self.read_only:
+            raise BackendUnavailable(
+                f"stream {self.stream} is open read-only (to copy its runs out); {what} needs "
+                "a store bound normally, to a stream that is safe for journald",
+                metadata={"stream": self.stream},
+            )
 
     async def _retrying(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         """Run an idempotent NATS operation, retrying transient failures for a bounded time."""
@@ -712,22 +571,30 @@ class JetStreamStore:
                     "another id",
                     metadata={"run_id": run_id},
                 )
-        holder = ""
-        if got is not None:
-            holder = f" ({got[2].get(HDR_WRITER) or 'an unnamed writer'} wrote seq {rec.seq})"
+        writer = got[2].get(HDR_WRITER, "") if got is not None else ""
+        holder = f" ({writer or 'an unnamed writer'} wrote seq {rec.seq})" if got else ""
         raise Locked(
             f"run {run_id} was appended to by another writer{holder} after this journal's "
             f"last record; this journal is stale and may not write seq {rec.seq}: reopen "
             "the run to continue from its real end",
-            metadata={"run_id": run_id, "seq": rec.seq, "holder": holder.strip(" ()")},
+            metadata={
+                "run_id": run_id,
+                "seq": rec.seq,
+                "holder": holder.strip(" ()"),
+                "holder_name": writer,
+            },
         )
 
     async def _messages(
         self, subject: str, start_sseq: int, end_sseq: int, headers_only: bool = False
-    ) -> AsyncIterator[Any]:
-        """Messages on ``subject`` with stream seqs in [start_sseq, end_sseq], in order,
-        through an ephemeral ordered consumer."""
+    ) -> AsyncIterator[StoredMsg]:
+        """Messages on ``subject`` with stream seqs in [start_sseq, end_sseq], in order:
+        through an ephemeral ordered consumer, or by message gets when consumers are unsafe."""
         if end_sseq < start_sseq:
+            return
+        if not self.consumer_reads:
+            async for got in self._messages_by_get(subject, start_sseq, end_sseq):
+                yield got
             return
         cfg = js_api.ConsumerConfig(
             deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
@@ -758,12 +625,35 @@ class JetStreamStore:
                 sseq = int(msg.metadata.sequence.stream)
                 if sseq > end_sseq:
                     return
-                yield msg
+                data = bytes(msg.data or b"")
+                size = int((msg.headers or {}).get("Nats-Msg-Size", len(data)))
+                yield StoredMsg(msg.subject, sseq, data, size)
                 if sseq >= end_sseq or int(msg.metadata.num_pending or 0) == 0:
                     return
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def _messages_by_get(
+        self, subject: str, start_sseq: int, end_sseq: int
+    ) -> AsyncIterator[StoredMsg]:
+        """As ``_messages``, one ``next_by_subj`` message get per message: reads nothing but
+        what it asks for and leaves no consumer behind (one request per record: slower)."""
+        sseq = start_sseq
+        for _ in range(end_sseq - start_sseq + 1):
+
+            async def op(at: int = sseq) -> Any:
+                try:
+                    return await self._jsm.get_msg(self.stream, seq=at, subject=subject, next=True)
+                except nats.js.errors.NotFoundError:
+                    return None
+
+            msg = await self._retrying(f"reading {subject}", op)
+            if msg is None or int(msg.seq) > end_sseq:
+                return
+            data = bytes(msg.data or b"")
+            yield StoredMsg(str(msg.subject), int(msg.seq), data, len(data))
+            sseq = int(msg.seq) + 1
 
     def _release(self, journal: JetStreamJournal) -> None:
         if self._open.get(journal.run_id) is journal:
@@ -772,7 +662,7 @@ class JetStreamStore:
     # -- the Store protocol ------------------------------------------------------------
 
     async def create(self, meta: Record) -> JetStreamJournal:
-        self._check_open()
+        self._check_writable("creating a run")
         run_id = validate_id(meta.payload.get("run_id"))
         if run_id in self._open:
             raise SessionExists(
@@ -790,7 +680,7 @@ class JetStreamStore:
         return journal
 
     async def open(self, run_id: str) -> JetStreamJournal:
-        self._check_open()
+        self._check_writable("opening a run for append")
         validate_id(run_id)
         if run_id in self._open:
             raise Locked(
@@ -847,7 +737,7 @@ class JetStreamStore:
         expected = from_seq
         async for msg in self._messages(self.run_subject(run_id), start_sseq, end_sseq):
             try:
-                rec = decode(bytes(msg.data or b""))
+                rec = decode(msg.data)
             except JournaldError as exc:
                 raise StoreCorrupted(
                     f"run {run_id}: subject {msg.subject} does not hold a valid record: "
@@ -888,7 +778,7 @@ class JetStreamStore:
             self.run_subject(run_id), first_sseq, end_sseq, headers_only=True
         ):
             count += 1
-            size += int((msg.headers or {}).get("Nats-Msg-Size", 0)) + 1
+            size += msg.size + 1
         return run_info_from(run_id, meta, last, count, size)
 
     async def _run_ids(self) -> list[str]:
@@ -923,7 +813,7 @@ class JetStreamStore:
         return sorted(infos, key=lambda i: i.updated, reverse=True)
 
     async def delete(self, run_id: str) -> bool:
-        self._check_open()
+        self._check_writable("deleting a run")
         validate_id(run_id)
         if run_id in self._open:
             raise Locked(

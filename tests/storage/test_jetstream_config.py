@@ -11,18 +11,25 @@ from journald.storage.jetstream import (
     RECORD_FLOOR,
     JetStreamStore,
     StreamConfigError,
+    stream_add_command,
     subject_prefix,
 )
+from journald.storage.jetstream_config import Cli
 from tests.builders import JournalBuilder, result_payload, unlinked
 from tests.nats_server import create_stream, free_port
 from tests.storage.backend_jetstream import fresh_stream, session_server
 
 
 async def refusal(**overrides: object) -> tuple[str, str]:
+    """(the stream's name, the refusal's one fix command, without its ``nats --server URL``)"""
     url, name, _ = await fresh_stream(**overrides)
     with pytest.raises(StreamConfigError) as err:
         await JetStreamStore.connect(url, name)
-    return name, err.value.message
+    [fix] = err.value.fixes
+    assert fix in err.value.message
+    prefix = f"nats --server {url} "
+    assert fix.startswith(prefix)
+    return name, fix.removeprefix(prefix)
 
 
 async def test_a_safe_stream_binds_and_derives_its_prefix_from_the_wildcard_subject() -> None:
@@ -37,31 +44,28 @@ async def test_a_safe_stream_binds_and_derives_its_prefix_from_the_wildcard_subj
 
 
 async def test_more_than_one_message_per_subject_is_refused_with_the_edit_fix() -> None:
-    name, msg = await refusal(max_msgs_per_subject=2)
-    assert f"`nats stream edit {name} --max-msgs-per-subject 1`" in msg
+    name, fix = await refusal(max_msgs_per_subject=2)
+    assert fix == f"stream edit {name} -f --max-msgs-per-subject=1"
 
 
-async def test_discard_old_is_refused_with_both_discard_fixes() -> None:
-    name, msg = await refusal(discard="old", discard_new_per_subject=False)
-    assert f"`nats stream edit {name} --discard new`" in msg
-    assert f"`nats stream edit {name} --discard-per-subject`" in msg
+async def test_discard_old_is_refused_with_one_edit_fixing_both_discard_settings() -> None:
+    name, fix = await refusal(discard="old", discard_new_per_subject=False)
+    assert fix == f"stream edit {name} -f --discard=new --discard-per-subject"
 
 
 async def test_discard_new_without_per_subject_is_refused_with_the_edit_fix() -> None:
-    name, msg = await refusal(discard_new_per_subject=False)
-    assert f"`nats stream edit {name} --discard-per-subject`" in msg
-    assert "--discard new`" not in msg
+    name, fix = await refusal(discard_new_per_subject=False)
+    assert fix == f"stream edit {name} -f --discard-per-subject"
 
 
 async def test_a_max_age_is_refused_with_the_edit_fix() -> None:
-    name, msg = await refusal(max_age=3600.0)
-    assert f"`nats stream edit {name} --max-age=-1`" in msg
+    name, fix = await refusal(max_age=3600.0)
+    assert fix == f"stream edit {name} -f --max-age=0"
 
 
 async def test_a_max_message_size_below_the_record_floor_is_refused_with_the_edit_fix() -> None:
-    name, msg = await refusal(max_msg_size=RECORD_FLOOR // 2)
-    assert f"`nats stream edit {name} --max-msg-size=-1`" in msg
-    assert str(RECORD_FLOOR) in msg
+    name, fix = await refusal(max_msg_size=RECORD_FLOOR // 2)
+    assert fix == f"stream edit {name} -f --max-msg-size=-1"
 
 
 async def test_a_max_message_size_at_the_record_floor_is_accepted() -> None:
@@ -70,10 +74,21 @@ async def test_a_max_message_size_at_the_record_floor_is_accepted() -> None:
     await store.close()
 
 
-async def test_interest_retention_is_refused_with_a_recreate_line() -> None:
-    name, msg = await refusal(retention="interest")
-    assert "retention is interest" in msg
-    assert f"nats stream add {name} " in msg
+async def test_interest_retention_is_refused_with_the_edit_the_server_allows() -> None:
+    name, fix = await refusal(retention="interest")
+    assert fix == f"stream edit {name} -f --retention=limits"
+
+
+async def test_an_empty_work_queue_stream_is_refused_with_remove_and_add_lines() -> None:
+    url, name, prefix = await fresh_stream(retention="workqueue")
+    with pytest.raises(StreamConfigError) as err:
+        await JetStreamStore.connect(url, name)
+    assert "retention is workqueue" in err.value.message
+    nats = f"nats --server {url}"
+    assert err.value.fixes == [
+        f"{nats} stream rm {name} -f",
+        stream_add_command(name, prefix, cli=Cli(url)),
+    ]
 
 
 async def test_a_missing_stream_gets_a_ready_to_run_stream_add_line() -> None:
@@ -82,12 +97,13 @@ async def test_a_missing_stream_gets_a_ready_to_run_stream_add_line() -> None:
         await JetStreamStore.connect(url, "NOPE", add_prefix_hint="agents")
     msg = err.value.message
     assert "stream NOPE does not exist" in msg
-    assert (
-        "`nats stream add NOPE --subjects 'agents.>' --storage file --replicas 1 "
-        "--retention limits --discard new --discard-per-subject --max-msgs-per-subject 1 "
-        "--max-age=-1 --max-msg-size=-1 --max-msgs=-1 --max-bytes=-1 --dupe-window 2m "
-        "--defaults`"
-    ) in msg
+    assert err.value.fixes == [
+        f"nats --server {url} stream add NOPE --subjects 'agents.>' --storage file "
+        "--replicas 1 --retention limits --discard new --discard-per-subject "
+        "--max-msgs-per-subject=1 --max-msgs=-1 --max-bytes=-1 --max-age=0 --max-msg-size=-1 "
+        "--max-consumers=-1 --dupe-window=2m --ack --allow-direct --no-allow-rollup "
+        "--no-deny-delete --no-deny-purge --allow-batch --defaults"
+    ]
     nc = await nats.connect(url)
     try:
         with pytest.raises(NotFoundError):
@@ -179,6 +195,5 @@ async def test_a_comma_separated_url_list_reaches_any_live_server() -> None:
 
 def test_one_valid_wildcard_beside_other_subjects_gets_the_exact_edit_fix() -> None:
     with pytest.raises(StreamConfigError) as err:
-        subject_prefix("S", ["keep.>", "other.literal"])
-    assert "`nats stream edit S --subjects 'keep.>'`" in err.value.message
-    assert "`nats stream add S " in err.value.message
+        subject_prefix("S", ["keep.>", "other.literal"], Cli("nats://h:4222"))
+    assert err.value.fixes == ["nats --server nats://h:4222 stream edit S -f --subjects='keep.>'"]

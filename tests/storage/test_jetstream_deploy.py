@@ -39,3 +39,17 @@ def test_the_readme_says_jetstream_fsyncs_only_every_two_minutes_by_default() ->
     text = (DEPLOY / "README.md").read_text()
     assert "every 2 minutes" in text
     assert "sync_interval: always" in text
+
+
+def test_the_readme_documents_every_nats_flag_and_secret_of_serve() -> None:
+    import argparse
+
+    from journald.cli import add_nats_arguments
+    from journald.storage.jetstream_options import PASSWORD_ENV, TOKEN_ENV
+
+    parser = argparse.ArgumentParser()
+    add_nats_arguments(parser, stream=True)
+    flags = [o for a in parser._actions for o in a.option_strings if o.startswith("--nats-")]
+    text = (DEPLOY / "README.md").read_text()
+    missing = [f for f in [*flags, "--writer-name", PASSWORD_ENV, TOKEN_ENV] if f not in text]
+    assert missing == []

@@ -10,7 +10,7 @@ import pytest
 from journald.errors import Locked, SeqConflict, SeqGap, SessionExists, SessionNotFound
 from journald.records import GENESIS
 from journald.storage.base import JETSTREAM_ACK
-from journald.storage.jetstream import JetStreamStore
+from journald.storage.jetstream import JetStreamStore, NatsOptions
 from tests.builders import JournalBuilder, result_payload, unlinked, user_payload
 from tests.storage.backend_jetstream import fresh_stream
 
@@ -18,8 +18,12 @@ from tests.storage.backend_jetstream import fresh_stream
 @pytest.fixture
 async def two_hosts() -> AsyncIterator[tuple[JetStreamStore, JetStreamStore, str, str]]:
     url, name, prefix = await fresh_stream()
-    a = await JetStreamStore.connect(url, name, gap_wait_s=0.2, writer="host-a pid 1")
-    b = await JetStreamStore.connect(url, name, gap_wait_s=0.2, writer="host-b pid 2")
+    a = await JetStreamStore.connect(
+        url, name, gap_wait_s=0.2, options=NatsOptions(writer="host-a pid 1")
+    )
+    b = await JetStreamStore.connect(
+        url, name, gap_wait_s=0.2, options=NatsOptions(writer="host-b pid 2")
+    )
     try:
         yield a, b, url, prefix
     finally:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import nats
 import pytest
 
-from journald.errors import InvalidArgumentError, SessionExists
+from journald.errors import BackendUnavailable, InvalidArgumentError, SessionExists
 from journald.migrate import main, migrate, new_progress, parse_location
 from journald.storage.file import FileStore
 from journald.storage.jetstream import JetStreamStore
@@ -105,3 +106,34 @@ def test_store_locations_parse_into_kind_url_and_stream() -> None:
     for bad in ("jetstream:nats://h:4222", "jetstream:nats://h:4222/", "s3:x", "file:"):
         with pytest.raises(InvalidArgumentError, match="use"):
             parse_location(bad)
+
+
+async def test_a_read_only_store_reads_a_work_queue_stream_without_consuming_and_never_writes(
+    tmp_path: Path,
+) -> None:
+    url, name, prefix = await fresh_stream(retention="workqueue")
+    b = JournalBuilder("queued-run")
+    b.turn(["q1", "q2"])
+    nc = await nats.connect(url)
+    try:
+        for rec in b.records:
+            await nc.jetstream().publish(f"{prefix}.queued-run.{rec.seq}", rec.raw)
+        store = await JetStreamStore.connect(url, name, read_only=True)
+        try:
+            assert [p.what.split(",")[0] for p in store.unsafe] == ["retention is workqueue"]
+            assert [i.run_id for i in await store.list()] == ["queued-run"]
+            assert [r.raw for r in await store.load("queued-run")] == [r.raw for r in b.records]
+            assert (await store.verify("queued-run")).last_hash == b.records[-1].hash
+            with pytest.raises(BackendUnavailable, match="read-only"):
+                await store.open("queued-run")
+            with pytest.raises(BackendUnavailable, match="read-only"):
+                await store.delete("queued-run")
+            with pytest.raises(BackendUnavailable, match="read-only"):
+                await store.create(JournalBuilder("new-run").records[0])
+        finally:
+            await store.close()
+        info = await nc.jsm().stream_info(name)
+        assert info.state.messages == len(b.records)  # nothing consumed, nothing added
+        assert info.state.consumer_count == 0
+    finally:
+        await nc.close()

@@ -101,6 +101,17 @@ def test_the_system_unit_is_hardened_and_names_socket_and_data_dir_explicitly() 
     assert one(unit, "Install", "WantedBy") == "multi-user.target"
 
 
+@pytest.mark.parametrize("path", [USER_UNIT, SYSTEM_UNIT], ids=["user", "system"])
+def test_a_refused_start_is_not_retried_but_an_unreachable_nats_is(path: Path) -> None:
+    from journald.server.startup import EXIT_BACKEND_UNREACHABLE, EXIT_CONFIG, EXIT_HELD
+
+    unit = parse_unit(path)
+    assert one(unit, "Service", "Restart") == "on-failure"
+    prevented = one(unit, "Service", "RestartPreventExitStatus").split()
+    assert sorted(prevented) == sorted([str(EXIT_CONFIG), str(EXIT_HELD)])
+    assert str(EXIT_BACKEND_UNREACHABLE) not in prevented
+
+
 def test_the_network_drop_in_only_widens_the_address_families() -> None:
     unit = parse_unit(NETWORK_DROPIN)
     families = one(unit, "Service", "RestrictAddressFamilies").split()

@@ -1,0 +1,132 @@
+"""Start-up checks of ``journald serve`` and how a refusal is reported.
+
+Before it serves, the daemon takes its data directory (``daemon.lock``, an exclusive flock
+holding the pid, so two daemons never share one), checks and prepares its socket path (a stale
+socket left by a dead daemon is replaced, a live one is refused) and opens its store. Each
+refusal is an exception whose text is one short paragraph (what is wrong, then what to do) and
+whose exit code says what kind of problem it is (``EXIT_CODES``, printed by ``journald serve
+--help``); ``refusal`` maps the errors of the other layers (bad NATS options, a JetStream
+configuration, unreachable servers) onto the same codes. Light on imports: the CLI reads
+``EXIT_CODES`` for its help.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import grp
+import os
+import socket
+from pathlib import Path
+from typing import IO
+
+from journald.errors import BackendUnavailable, JournaldError
+from journald.storage.jetstream_config import NatsConfigError
+from journald.storage.jetstream_options import NatsOptionsError
+
+EXIT_CONFIG = 2
+EXIT_HELD = 3
+EXIT_BACKEND_UNREACHABLE = 5
+EXIT_CODES = f"""exit codes:
+  0  stopped by SIGTERM/SIGINT after a clean shutdown
+  {EXIT_CONFIG}  refused: bad flags or configuration (including a JetStream stream, server or
+     credentials journald cannot use); the message says what to change
+  {EXIT_HELD}  refused: the data dir or the socket belongs to another running daemon
+  {EXIT_BACKEND_UNREACHABLE}  refused: the NATS servers could not be reached
+  1  anything else (a bug: the traceback is printed)"""
+
+
+class StartupRefused(Exception):
+    """The daemon cannot start as configured; printed as one paragraph, no traceback."""
+
+    exit_code = EXIT_CONFIG
+
+
+class DataDirLocked(StartupRefused):
+    exit_code = EXIT_HELD
+
+
+def lock_data_dir(data_dir: Path) -> IO[str]:
+    """Hold ``daemon.lock`` for the life of the process; refuse if another daemon holds it."""
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(data_dir, 0o700)
+        fh = open(data_dir / "daemon.lock", "a+", encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise StartupRefused(
+            f"cannot use data dir {data_dir}: {exc.strerror or exc}; fix its ownership and "
+            "permissions, or pass another --data-dir"
+        ) from None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        fh.seek(0)
+        other = fh.read().strip() or "unknown"
+        fh.close()
+        raise DataDirLocked(
+            f"data dir {data_dir} is held by another journald daemon (pid {other}); stop it, "
+            "or start this one with another --data-dir"
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+SOCKET_PATH_MAX = 107
+"""sun_path holds 108 bytes including the terminating NUL."""
+
+
+def check_socket_options(path: Path, group: str | None) -> None:
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        raise StartupRefused(
+            f"socket path {path} is {len(os.fsencode(path))} bytes, longer than a unix socket "
+            f"path may be ({SOCKET_PATH_MAX}); pass a shorter --socket"
+        )
+    if group is not None:
+        try:
+            grp.getgrnam(group)
+        except KeyError:
+            raise StartupRefused(
+                f"--socket-group {group}: no such group on this host; create it "
+                "(`groupadd`) or pass an existing one"
+            ) from None
+
+
+def prepare_socket(path: Path, group: str | None) -> None:
+    check_socket_options(path, group)
+    parent = path.parent
+    mode = 0o750 if group else 0o700
+    try:
+        parent.mkdir(mode=mode, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupRefused(
+            f"cannot create the socket directory {parent}: {exc.strerror or exc}; pass a "
+            "--socket in a directory you may write"
+        ) from None
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale: its daemon is gone
+        else:
+            raise DataDirLocked(
+                f"socket {path} is served by another running daemon; stop it or pass --socket"
+            )
+        finally:
+            probe.close()
+
+
+def refusal(exc: StartupRefused | NatsOptionsError | JournaldError) -> tuple[int, str]:
+    """The exit code and the printed paragraph for an error that stops the start."""
+    if isinstance(exc, StartupRefused):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, NatsOptionsError):
+        return EXIT_CONFIG, str(exc)
+    if isinstance(exc, BackendUnavailable) and not isinstance(exc, NatsConfigError):
+        return EXIT_BACKEND_UNREACHABLE, exc.message
+    return EXIT_CONFIG, exc.message
