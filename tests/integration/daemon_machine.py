@@ -35,16 +35,15 @@ from hypothesis.stateful import (
     rule,
 )
 from journald_client.pb import journal_pb2 as pb
-from journald_client.pb import journal_pb2_grpc as pbg
 
 from journald.convert import record_to_pb, state_to_pb
 from journald.fold import fold
 from journald.records import Record, decode, make_record
 from tests.builders import TS, user_payload
 from tests.daemon import Daemon
-from tests.integration.rpc import Lease, error_of, stub
+from tests.integration.rpc import Lease, error_of, stub, until_unlocked
 from tests.storage.store_machine import RunModel, next_records
-from tests.waiting import eventually, wait_until
+from tests.waiting import wait_until
 
 RUN_IDS = ("d1", "d2", "d3")
 RPC_TIMEOUT_S = 20.0
@@ -70,19 +69,6 @@ def refusal(call: Callable[[], object], what: str) -> str:
     except grpc.RpcError as exc:
         return error_of(exc).code
     raise AssertionError(f"{what} succeeded")
-
-
-class Locked(Exception):
-    """An Open refused with ``locked`` (retried while a cancelled lease ends)."""
-
-
-def open_lease(s: pbg.JournalServiceStub, run_id: str, mode: int = 0) -> Lease:
-    try:
-        return Lease(s, run_id, mode=mode)
-    except grpc.RpcError as exc:
-        if error_of(exc).code == "locked":
-            raise Locked(run_id) from exc
-        raise
 
 
 class DaemonMachine(RuleBasedStateMachine):
@@ -162,22 +148,14 @@ class DaemonMachine(RuleBasedStateMachine):
         r = self.runs.get(run_id)
         if r is not None and r.completed:
             code = refusal(
-                lambda: eventually(
-                    lambda: open_lease(self.stub, run_id, pb.OPEN_MODE_RESUME),
-                    what=f"the cancelled lease of {run_id} to end",
-                    retry_on=(Locked,),
-                ),
+                lambda: until_unlocked(lambda: Lease(self.stub, run_id, mode=pb.OPEN_MODE_RESUME)),
                 f"a resume of the completed run {run_id}",
             )
             assert code == "completed"
             event("open refused: completed")
             return
         if r is not None and r.must_wait:  # the lease of a cancelled stream ends soon
-            lease = eventually(
-                lambda: open_lease(self.stub, run_id),
-                what=f"the cancelled lease of {run_id} to end",
-                retry_on=(Locked,),
-            )
+            lease = until_unlocked(lambda: Lease(self.stub, run_id))
         else:
             lease = Lease(self.stub, run_id)  # a released run reopens at once
         if r is None:

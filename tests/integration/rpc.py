@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -14,6 +13,7 @@ from journald_client.pb import journal_pb2_grpc as pbg
 from journald.convert import fingerprint_to_pb
 from journald.fingerprint import Fingerprint
 from tests.builders import FP, TS
+from tests.waiting import eventually
 
 T = TypeVar("T")
 
@@ -113,16 +113,30 @@ class Lease:
         )
 
     def close(self) -> None:
+        """Cancel the Open stream: the daemon ends the lease a moment later."""
         self.call.cancel()  # type: ignore[attr-defined]
+
+    def release(self) -> None:
+        """End the lease now (``Release`` returns once the run can be opened again)."""
+        self.stub.Release(pb.ReleaseRequest(run_id=self.run_id, lease_id=self.lease.lease_id))
+        self.close()
+
+
+class StillLocked(Exception):
+    """``fn`` failed with ``locked``: the lease it waits for has not ended yet."""
 
 
 def until_unlocked(fn: Callable[[], T], timeout_s: float = 5.0) -> T:
     """Call ``fn`` until it stops failing with ``locked`` (bounded), re-raising anything else."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def attempt() -> T:
         try:
             return fn()
         except grpc.RpcError as exc:
-            if error_of(exc).code != "locked" or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+            if error_of(exc).code == "locked":
+                raise StillLocked(str(exc)) from exc
+            raise
+
+    return eventually(
+        attempt, what="the run to be unlocked", timeout_s=timeout_s, retry_on=(StillLocked,)
+    )
