@@ -6,7 +6,7 @@ import hashlib
 import json
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +24,10 @@ from tests.waiting import wait_until
 Conversation = list[tuple[str, Any]]
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("cp"), "file").start()
-    try:
-        yield d
-    finally:
-        d.stop()
+pytestmark = pytest.mark.shared_daemon("file")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def s(daemon: Daemon) -> pbg.JournalServiceStub:
     return stub(daemon.target)
 

@@ -17,7 +17,6 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -71,14 +70,12 @@ def load_into_daemon(target: str, recs: list[Record]) -> None:
         call.cancel()  # type: ignore[attr-defined]
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("cli"), "file").start()
-    try:
-        load_into_daemon(d.target, golden_records())
-        yield d
-    finally:
-        d.stop()
+pytestmark = pytest.mark.shared_daemon("file")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _golden_runs_loaded(module_daemon: Daemon) -> None:
+    load_into_daemon(module_daemon.target, golden_records())
 
 
 def cli(

@@ -17,13 +17,7 @@ from tests.integration.clientbin.common import FP
 NO_SUCH_SHA = "0" * 64
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("client-cp"), "file").start()
-    try:
-        yield d
-    finally:
-        d.stop()
+pytestmark = pytest.mark.shared_daemon("file")
 
 
 @pytest.fixture
