@@ -8,6 +8,7 @@ stream leader during a run of appends; the run continues on the survivors.
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ async def append_all(
     out while the server was away) is retried at the same seq until ``timeout_s``."""
     for rec in records:
         res = await eventually_async(
-            lambda rec=rec: journal.append([rec]),
+            functools.partial(journal.append, [rec]),
             what=f"seq {rec.seq} to be acknowledged",
             timeout_s=timeout_s,
             retry_on=(BackendUnavailable,),

@@ -76,7 +76,7 @@ def _open(
             client=pb.ClientInfo(name="cwd-bot", pid=1, host="h", cwd=cwd),
         )
     )
-    return call, next(call).lease
+    return call, next(iter(call)).lease
 
 
 def test_a_checkpoint_records_its_meta_and_its_content_hash(

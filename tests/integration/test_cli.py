@@ -58,7 +58,7 @@ def load_into_daemon(target: str, recs: list[Record]) -> None:
                 client=pb.ClientInfo(name="golden-loader", pid=os.getpid(), host="test"),
             )
         )
-        lease = next(call).lease
+        lease = next(iter(call)).lease
         resp = stub.Append(
             pb.AppendRequest(
                 run_id=meta["run_id"],
@@ -67,7 +67,7 @@ def load_into_daemon(target: str, recs: list[Record]) -> None:
             )
         )
         assert [a.seq for a in resp.acks] == [r.seq for r in recs[1:]]
-        call.cancel()  # type: ignore[attr-defined]
+        call.cancel()
 
 
 pytestmark = pytest.mark.shared_daemon("file")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import journald_client as jc
 import pytest
@@ -30,7 +31,12 @@ def turns(run: jc.Run, n: int, tools: bool = False) -> None:
     """``n`` finished turns after the prompt (user/assistant, with a tool call if asked)."""
     for i in range(n):
         if tools:
-            call = {"type": "tool_use", "id": f"{run.run_id}-t{i}", "name": "read", "input": {}}
+            call: dict[str, Any] = {
+                "type": "tool_use",
+                "id": f"{run.run_id}-t{i}",
+                "name": "read",
+                "input": {},
+            }
             run.assistant([call], stop_reason="tool_use")
             run.tool_result(call["id"], f"result {i}")
         run.assistant(f"answer {i}", stop_reason="end_turn")

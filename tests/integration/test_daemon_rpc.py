@@ -330,7 +330,8 @@ def test_release_frees_the_run_before_it_returns_so_a_reopen_never_sees_locked(
 ) -> None:
     s = stub(daemon.target)
     for round_ in range(5):
-        lease = Lease(s, "handover", mode=pb.OPEN_MODE_CREATE if round_ == 0 else 0)
+        mode = pb.OPEN_MODE_CREATE if round_ == 0 else pb.OPEN_MODE_RESUME
+        lease = Lease(s, "handover", mode=mode)
         lease.append(lease.assistant())
         released = s.Release(pb.ReleaseRequest(run_id="handover", lease_id=lease.lease.lease_id))
         assert released.released is True

@@ -15,8 +15,9 @@ import pytest
 
 from journald import failpoints
 from journald.errors import BackendUnavailable, InvalidId, Locked, StorageFull, StoreCorrupted
+from journald.paths import default_data_dir
 from journald.records import Record
-from journald.storage.file import FileStore, default_data_dir
+from journald.storage.file import FileStore
 from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS
 from tests.builders import JournalBuilder
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import given, settings
@@ -15,7 +15,7 @@ from journald.records import Record
 from tests.builders import JournalBuilder
 from tests.unit.strategies import journals, message_lists
 
-Message = dict[str, Any]
+Message = Mapping[str, Any]
 
 
 def self_paired(msgs: Sequence[Message]) -> bool:
@@ -58,7 +58,7 @@ def walk(msgs: Sequence[Message], limits: Sequence[int]) -> list[Page]:
 
 
 def conversation(records: list[Record]) -> list[Message]:
-    return sanitize(fold(records).messages)[0]
+    return list(sanitize(fold(records).messages)[0])
 
 
 @settings(max_examples=60)
@@ -78,7 +78,7 @@ def test_following_next_offset_visits_every_message_once_in_self_paired_pages(
 @settings(max_examples=100)
 @given(message_lists(max_size=12), st.integers(0, 15), st.integers(0, 8))
 def test_any_offset_aligns_back_and_any_end_aligns_forward(
-    raw: list[Message], offset: int, limit: int
+    raw: list[dict[str, Any]], offset: int, limit: int
 ) -> None:
     msgs = sanitize(raw)[0]
     p = page(msgs, offset, limit)

@@ -47,7 +47,7 @@ def test_decoding_a_record_with_one_envelope_field_replaced_raises_only_typed_er
         records.decode(records.canonical_json(obj))
 
 
-ENV = {
+ENV: dict[str, Any] = {
     "v": 1,
     "seq": 1,
     "type": "journald.v1.record.user",
