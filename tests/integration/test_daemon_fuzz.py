@@ -16,6 +16,7 @@ from journald.errors import ERRORS_BY_CODE
 from tests.daemon import Daemon
 from tests.integration.conftest import BACKEND
 from tests.integration.rpc import Lease, error_of, stub
+from tests.profiles import scaled
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +107,9 @@ def _journal_bytes(s: object, run_id: str) -> list[bytes]:
     return [r.record.canonical for r in s.Load(pb.LoadRequest(run_id=run_id))]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # ~20 s: 120 rounds of garbage through a real daemon
 @settings(
-    max_examples=120,
+    max_examples=scaled(120),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
