@@ -42,7 +42,7 @@ from journald.records import Record, decode, make_record
 from tests.builders import TS, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, error_of, stub, until_unlocked
-from tests.storage.store_machine import RunModel, next_records
+from tests.storage.run_model import RunModel, next_records
 from tests.waiting import wait_until
 
 RUN_IDS = ("d1", "d2", "d3")

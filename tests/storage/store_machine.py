@@ -22,21 +22,16 @@ is exactly a prefix of what was sent.
 
 Replaying a failure: the test prints ``replay: JOURNALD_MACHINE_SEED=<n> pytest <test id>``;
 that seed runs the same examples again. Hypothesis also prints the shrunk steps as Python
-(``state = ...; state.append(...)``) and, with the ``ci`` profile, an
-``@reproduce_failure(...)`` line: put that decorator on the machine class (it is honoured by
-``run_state_machine_as_test``) to replay exactly the shrunk case.
+(``state = ...; state.append(...)``) and an ``@reproduce_failure(...)`` line: put that
+decorator on the machine class (``run_state_machine_as_test`` honours it) to replay exactly
+the shrunk case.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
-import tempfile
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from hypothesis import event
@@ -50,14 +45,7 @@ from hypothesis.stateful import (
 )
 
 from journald import failpoints
-from journald.checkpoints import (
-    Checkpoint,
-    CheckpointStore,
-    FileCheckpointStore,
-    MemoryCheckpointStore,
-    governed,
-    make_checkpoint,
-)
+from journald.checkpoints import governed, make_checkpoint
 from journald.errors import (
     JournaldError,
     Locked,
@@ -66,223 +54,16 @@ from journald.errors import (
     SessionExists,
     SessionNotFound,
 )
-from journald.fold import RunState, fold
+from journald.fold import fold
 from journald.paging import tail_start
-from journald.records import GENESIS, Record, make_record
-from journald.storage.base import Journal, Store
-from journald.storage.file import FileStore
-from journald.storage.memory import MemoryStore
-from tests.builders import (
-    TS,
-    assistant_payload,
-    meta_payload,
-    result_payload,
-    terminal_payload,
-    text,
-    tool_use,
-    user_payload,
-)
+from journald.records import Record, make_record
+from journald.storage.base import Store
+from tests.builders import TS, text, user_payload
+from tests.storage.machine_backends import BACKENDS, Backend, MemoryBackend
+from tests.storage.run_model import CHOICES, RunModel, meta_record, next_records
 
 T = TypeVar("T")
 RUN_IDS = ("r1", "r2", "r3")
-GAP_WAIT_S = 0.01
-SEGMENT_MAX_RECORDS = 4  # small, so runs seal segments often
-CHOICES = ("text", "calls", "user", "terminal")
-"""What an appended record is when no tool call is waiting (then it is always its result)."""
-
-
-@dataclass
-class RunModel:
-    records: list[Record]
-    state: RunState
-    journal: Journal | None = None
-    torn: bool = False
-    checkpoints: list[Checkpoint] = field(default_factory=list)
-
-    @property
-    def last_seq(self) -> int:
-        return self.records[-1].seq
-
-    @property
-    def last_hash(self) -> str:
-        return self.records[-1].hash
-
-    def acknowledge(self, records: list[Record]) -> None:
-        self.records.extend(records)
-        self.state = fold(records, start=self.state)
-
-
-def next_records(model: RunModel, choices: list[str]) -> list[Record]:
-    """Records continuing ``model`` (one per choice), chained onto its last record: a waiting
-    tool call is answered first, otherwise the choice says what comes."""
-    state, prev, seq = model.state, model.last_hash, model.last_seq
-    out: list[Record] = []
-    for choice in choices:
-        seq += 1
-        if state.pending is not None:
-            call = state.pending.unanswered[0]
-            kind, payload = "tool_result", result_payload(call.id, f"output of {call.id}")
-        elif choice == "calls":
-            calls = [tool_use(f"c{seq}a"), tool_use(f"c{seq}b")]
-            kind = "assistant"
-            payload = assistant_payload([text("two tools"), *calls], state.next_iteration)
-        elif choice == "text":
-            kind = "assistant"
-            payload = assistant_payload([text(f"answer {seq}")], state.next_iteration)
-        elif choice == "user":
-            kind, payload = "user", user_payload(f"follow-up {seq}")
-        else:
-            kind, payload = "terminal", terminal_payload("completed", "done")
-        rec = make_record(seq, kind, payload, prev, TS)
-        out.append(rec)
-        prev, state = rec.hash, fold([rec], start=state)
-    return out
-
-
-def meta_record(run_id: str, lineage: dict[str, Any] | None = None) -> Record:
-    payload = meta_payload(run_id, prompt=f"task of {run_id}")
-    if lineage is not None:
-        payload["lineage"] = lineage
-    return make_record(1, "meta", payload, GENESIS, TS)
-
-
-# --- backends ------------------------------------------------------------------------------
-
-
-class Backend:
-    """How the machine gets, restarts and crashes one kind of store."""
-
-    name = ""
-    durable = False  # data outlives the store object (a restart reads it back)
-    tearable = False  # a torn write can be simulated (bytes at the end of a file)
-    undoes_failed_writes = False  # a write that raised leaves nothing behind
-    crash_points: tuple[str, ...] = ()
-
-    def __init__(self) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"jd-machine-{self.name}-"))
-        self.checkpoints: CheckpointStore = MemoryCheckpointStore()
-
-    async def start(self) -> Store:
-        raise NotImplementedError
-
-    async def restart(self, store: Store) -> Store:
-        """A clean daemon restart: every journal closed, the store closed, a new one opened."""
-        await store.close()
-        return await self.start()
-
-    async def crash(self, store: Store) -> Store:
-        """What a killed daemon leaves: nothing closed cleanly; a new store over the data."""
-        raise NotImplementedError
-
-    async def second_reader(self) -> Store | None:
-        """Another store over the same data (as another process would open it), if any."""
-        return None
-
-    def active_segment(self, store: Store, run_id: str) -> Path:
-        raise NotImplementedError
-
-    async def cleanup(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-class MemoryBackend(Backend):
-    name = "memory"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.store = MemoryStore(gap_wait_s=GAP_WAIT_S)
-
-    async def start(self) -> Store:
-        return self.store
-
-    async def restart(self, store: Store) -> Store:
-        return store  # nothing outlives the process: the same object stands for "after"
-
-
-def abandon_file_store(store: FileStore) -> None:
-    """Do to a file store what the kernel does to a killed daemon: its descriptors are closed
-    (so its flocks are released) and nothing more is written (no cache, no close)."""
-    for journal in list(store._open.values()):
-        journal._io.stop()
-        for fd in (journal._fd, journal._lock_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-    store._open.clear()
-
-
-class FileBackend(Backend):
-    name = "file"
-    durable = True
-    tearable = True
-    undoes_failed_writes = True  # truncated back to the length before the write
-    crash_points = ("before_write", "after_write_before_fsync", "after_fsync_before_advance")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.data_dir = self.workdir / "data"
-
-    def _store(self) -> FileStore:
-        return FileStore(
-            self.data_dir, gap_wait_s=GAP_WAIT_S, segment_max_records=SEGMENT_MAX_RECORDS
-        )
-
-    async def start(self) -> Store:
-        store = self._store()
-        self.checkpoints = FileCheckpointStore.colocated_with(store.sessions_dir)
-        return store
-
-    async def crash(self, store: Store) -> Store:
-        assert isinstance(store, FileStore)
-        abandon_file_store(store)
-        return await self.start()
-
-    async def second_reader(self) -> Store | None:
-        return self._store()
-
-    def active_segment(self, store: Store, run_id: str) -> Path:
-        assert isinstance(store, FileStore)
-        return Path(store.run_dir(run_id)) / "journal.jsonl"
-
-
-class JetStreamBackend(Backend):
-    name = "jetstream"
-    durable = True
-    crash_points = ("before_write", "after_fsync_before_advance")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.url = self.stream = ""
-
-    async def start(self) -> Store:
-        from journald.storage.jetstream import JetStreamStore
-        from tests.storage.backend_jetstream import fresh_stream
-
-        if not self.stream:
-            self.url, self.stream, _ = await fresh_stream(allow_atomic=True)
-        return await JetStreamStore.connect(
-            self.url, self.stream, gap_wait_s=GAP_WAIT_S, ack_timeout_s=2.0, retry_window_s=4.0
-        )
-
-    async def crash(self, store: Store) -> Store:
-        # A JetStream journal holds nothing the server does not: dropping the connection is
-        # all a killed daemon does to it.
-        await store.close()
-        return await self.start()
-
-    async def cleanup(self) -> None:
-        from tests.nats_server import delete_stream
-
-        if self.stream:
-            with contextlib.suppress(Exception):
-                await delete_stream(self.url, self.stream)
-        await super().cleanup()
-
-
-BACKENDS: dict[str, type[Backend]] = {
-    "memory": MemoryBackend,
-    "file": FileBackend,
-    "jetstream": JetStreamBackend,
-}
 
 
 # --- the machine -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The Store protocol under long random sequences of operations, on every backend.
 
-The machine and its model are in ``tests/storage/store_machine.py``; the CI sizes per backend
-in ``tests/profiles.py`` (``MACHINE_RUNS``). The last tests prove the machine can fail: with
+The machine is ``tests/storage/store_machine.py`` (its model ``run_model.py``, its backends
+``machine_backends.py``); its CI sizes per backend are in ``tests/profiles.py``
+(``MACHINE_RUNS``). The last tests prove the machine can fail: with
 a deliberately wrong file journal switched on (``bug_ack_before_fsync``: acknowledge a write
 without waiting for its fdatasync), it finds a lost acknowledged record, shrinks the sequence
 that loses it to a handful of steps, and the seed it prints replays the same failure.
@@ -16,7 +17,8 @@ from hypothesis.stateful import RULE_MARKER
 
 from tests.profiles import MachineRun, machine_run, run_machine
 from tests.storage.conftest import BACKENDS
-from tests.storage.store_machine import FileBackend, StoreMachine, machine_for
+from tests.storage.machine_backends import FileBackend
+from tests.storage.store_machine import StoreMachine, machine_for
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
