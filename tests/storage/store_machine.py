@@ -135,6 +135,16 @@ class StoreMachine(RuleBasedStateMachine):
         assert {r.durability for r in results} == {self.store.durability}
         m.acknowledge(batch[new_from:])
 
+    def refused(
+        self, op: Awaitable[object], errors: tuple[type[Exception], ...], what: str
+    ) -> None:
+        """``op`` must fail with one of ``errors``."""
+        try:
+            self.run(op)
+        except errors:
+            return
+        raise AssertionError(f"{what} succeeded; it must fail with {errors}")
+
     def forget_journals(self) -> None:
         for m in self.model.values():
             m.journal = None
@@ -176,11 +186,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(i=pick)
     def create_an_existing_run_is_refused(self, i: int) -> None:
         run_id = chosen(self.existing(), i)
-        try:
-            self.run(self.store.create(meta_record(run_id)))
-        except (SessionExists, Locked):
-            return
-        raise AssertionError(f"create of the existing run {run_id} succeeded")
+        self.refused(self.store.create(meta_record(run_id)), (SessionExists, Locked), "create")
 
     @precondition(lambda self: self.released())
     @rule(i=pick)
@@ -199,12 +205,8 @@ class StoreMachine(RuleBasedStateMachine):
         if m is not None and m.journal is None:
             return
         refusal = SessionNotFound if m is None else Locked
-        try:
-            self.run(self.store.open(run_id))
-        except refusal:
-            event(f"open refused: {refusal.__name__}")
-            return
-        raise AssertionError(f"open of {run_id} succeeded (missing or already open)")
+        self.refused(self.store.open(run_id), (refusal,), f"open of {run_id}")
+        event(f"open refused: {refusal.__name__}")
 
     @precondition(lambda self: self.held())
     @rule(i=pick)
@@ -230,11 +232,7 @@ class StoreMachine(RuleBasedStateMachine):
         if m is None:
             assert self.run(self.store.delete(run_id)) is False
         elif m.journal is not None:
-            try:
-                self.run(self.store.delete(run_id))
-            except Locked:
-                return
-            raise AssertionError(f"delete of {run_id} succeeded while it is open")
+            self.refused(self.store.delete(run_id), (Locked,), f"delete of the open {run_id}")
 
     @rule()
     def restart(self) -> None:
@@ -279,24 +277,18 @@ class StoreMachine(RuleBasedStateMachine):
         m = self.model[chosen(self.held(), i)]
         old = m.records[max(0, len(m.records) - 1 - back)]
         other = make_record(old.seq, "user", user_payload("other bytes"), old.prev, TS)
-        try:
-            self.run(m.journal.append([other]))  # type: ignore[union-attr]
-        except SeqConflict:
-            event("seq conflict")
-            return
-        raise AssertionError(f"seq {old.seq} was rewritten with other bytes")
+        assert m.journal is not None
+        self.refused(m.journal.append([other]), (SeqConflict,), f"other bytes at seq {old.seq}")
+        event("seq conflict")
 
     @precondition(lambda self: self.held())
     @rule(i=pick)
     def append_after_a_gap(self, i: int) -> None:
         m = self.model[chosen(self.held(), i)]
         ahead = next_records(m, ["user", "user"])[1]
-        try:
-            self.run(m.journal.append([ahead]))  # type: ignore[union-attr]
-        except SeqGap:
-            event("seq gap")
-            return
-        raise AssertionError(f"seq {ahead.seq} was written after seq {m.last_seq}")
+        assert m.journal is not None
+        self.refused(m.journal.append([ahead]), (SeqGap,), f"seq {ahead.seq} after {m.last_seq}")
+        event("seq gap")
 
     # -- rebases, checkpoints, forks ----------------------------------------------------------
 
