@@ -1,6 +1,7 @@
 # journald: two commands for a newcomer.
 #   make run    set up the runtime and start the daemon on its embedded default (file backend)
 #   make test   set up everything and run every check and test (what CI runs)
+# For contributors: make test-fast  unit + storage tests, dev Hypothesis profile, no slow ones
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +12,7 @@ RUN_STAMP := $(VENV)/.run-$(call HASH,constraints.txt pyproject.toml clients/pyt
 DEV_STAMP := $(VENV)/.dev-$(call HASH,constraints.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml)
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup setup-run run test lint gen gen-check check-proto clients conformance tools pytest bench bench-quick clean
+.PHONY: setup setup-run run test lint gen gen-check check-proto clients conformance tools pytest test-fast bench bench-quick clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -60,10 +61,15 @@ conformance: setup
 tools:
 	scripts/setup_natscli.sh
 
+# the ci Hypothesis profile: full example counts and CI-sized state machines (tests/profiles.py)
 pytest: setup
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: lint clients conformance tools pytest
+
+# the edit loop: unit + storage tests with the small dev profile, slow tests left to make test
+test-fast: setup
+	HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q $(PYTEST_ARGS) -m "not slow" tests/unit tests/storage
 
 bench: setup
 	$(PIP) -r bench/requirements.txt

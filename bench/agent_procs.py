@@ -326,7 +326,9 @@ PREPARE = {
 # --- the child: set up, wait for go, run, report --------------------------------------------
 
 
-async def child_run(spec: dict[str, Any], ids: list[str], ready_fd: int, go_fd: int) -> dict:
+async def child_run(
+    spec: dict[str, Any], ids: list[str], ready_fd: int, go_fd: int
+) -> dict[str, Any]:
     agents = [make_agent(spec, i) for i in ids]
     await asyncio.gather(*(a.setup() for a in agents))
     os.write(ready_fd, b"r")

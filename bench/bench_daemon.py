@@ -129,7 +129,7 @@ async def worker(target: str, runs: list[str], form: str, seconds: float) -> dic
         began.append(time.perf_counter())
         await asyncio.gather(*(echo_loop() for _ in runs))
         wall = time.perf_counter() - began[0]
-        await channel.close()
+        await channel.close(None)  # grpc-stubs lacks the default grace
         return {"lat": lat, "records": count, "wall": wall}
 
     async def run_loop(run_id: str) -> None:
@@ -142,12 +142,14 @@ async def worker(target: str, runs: list[str], form: str, seconds: float) -> dic
                 prompt_json=b"[]",
             )
         )
-        lease = (await call.read()).lease
+        first = await call.read()
+        assert isinstance(first, pb.OpenResponse)
+        lease = first.lease
         seq = lease.last_seq
         await asyncio.sleep(max(0.0, deadline - seconds - time.perf_counter()))
         began.append(time.perf_counter())
         if form == "stream":
-            stream = stub.AppendStream()
+            stream = stub.AppendStream()  # type: ignore[call-arg]  # aio: written below
             while time.perf_counter() < deadline:
                 seq += 1
                 t0 = time.perf_counter()
@@ -177,7 +179,7 @@ async def worker(target: str, runs: list[str], form: str, seconds: float) -> dic
 
     await asyncio.gather(*(run_loop(r) for r in runs))
     wall = time.perf_counter() - min(began)
-    await channel.close()
+    await channel.close(None)  # grpc-stubs lacks the default grace
     return {"lat": lat, "records": count, "wall": wall}
 
 

@@ -727,7 +727,7 @@ def analysis(res: dict[str, Any]) -> list[str]:
     bd = dict(rs.get("open_breakdown") or {})
     if bd:
         n = int(bd.pop("records"))
-        parts = ", ".join(f"{k} {v:,.0f} ms" for k, v in bd.items())
+        breakdown = ", ".join(f"{k} {v:,.0f} ms" for k, v in bd.items())
         opens = {o["records"]: o for o in rs.get("open", [])}
         o = opens.get(n)
         extra = ""
@@ -738,7 +738,7 @@ def analysis(res: dict[str, Any]) -> list[str]:
             )
         out.append(
             f"**Open is O(run length).** For the {n:,}-record run, timed in-process on the "
-            f"same code: {parts}.{extra} The file store decodes the run once (its open for "
+            f"same code: {breakdown}.{extra} The file store decodes the run once (its open for "
             "append takes the active segment from the fold's read when the files did not "
             "change) and checks its own records through the hash chain instead of re-encoding "
             "each; what remains is parsing and folding every record and the first response, "

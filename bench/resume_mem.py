@@ -240,7 +240,7 @@ def lease_memory(target: str, pid: int, leases: int) -> dict[str, Any]:
             for c in calls:
                 c.cancel()
             for ch in channels:
-                await ch.close()
+                await ch.close(None)  # grpc-stubs lacks the default grace
         await asyncio.sleep(1.0)
         out["after_mb"], out["after_threads"] = rss_mb(pid)
 

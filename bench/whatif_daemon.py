@@ -38,7 +38,7 @@ def patch(mode: str) -> None:
     from journald.storage import file_journal
 
     if mode == "off":
-        service.validate_record = lambda rec: None  # type: ignore[assignment]
+        service.validate_record = lambda rec: None  # type: ignore[attr-defined]
     elif mode == "jsonschema":
         # The compiled predicate refuses everything, so each record takes the jsonschema path
         # (which then accepts a valid record): exactly the validator as it was.
@@ -93,7 +93,9 @@ def _instrument_writer(file_journal: Any, out: str) -> None:
                 continue
             end = time.perf_counter()
 
-            def settle(fut: Any = fut, res: Any = res, t: tuple[float, ...] = (put, start, end)):
+            def settle(
+                fut: Any = fut, res: Any = res, t: tuple[float, ...] = (put, start, end)
+            ) -> None:
                 record(*t)
                 file_journal._settle_ok(fut, res)
 

@@ -11,6 +11,12 @@ Grammar: ``name=action[:arg][@n]`` items separated by ``,`` or ``;``.
 * ``raise[:ERR]`` raise ``OSError(errno.ERR)``; ``ERR`` is ``ENOSPC`` (default), ``EIO``,
   ``EDQUOT`` or any errno name
 * ``sleep:MS``    sleep MS milliseconds (widens a race window)
+* ``crash``       raise ``Crash`` (a ``BaseException``): the in-process stand-in for ``kill``,
+  for tests that crash a store without killing the test process. No error handler of the
+  write path catches it, so nothing after the point runs (no truncate-back, no advance);
+  the test then abandons the store and opens the data again, as a restarted daemon would
+* ``on``          switch on a deliberately wrong variant (the ``bug_*`` points below); ``hit``
+  ignores it, the code asks ``is_on``
 * ``@n``          fire only on the n-th hit of that point (1-based); without it, every hit
 
 Unarmed they cost nothing: call sites read the module-level boolean ``ARMED`` before any
@@ -25,6 +31,16 @@ temp written and synced, not yet renamed), ``mid_repair`` (torn bytes copied asi
 ``mid_prune_stage`` (new volume staged, not committed), ``mid_prune_rename`` (commit
 recorded in the manifest, staged volume not yet renamed in), ``after_prune_rename``
 (renamed in, old segments and final manifest not yet settled).
+
+Points used by the JetStream backend (``journald.storage.jetstream``): ``before_write``
+(nothing of the append published yet) and ``after_fsync_before_advance`` (the server
+acknowledged every record, the journal has not advanced).
+
+Deliberately wrong variants (``=on``), which exist only to prove that the tests catch them:
+
+``bug_ack_before_fsync`` the file journal acknowledges a group (and advances ``last_seq``)
+without waiting for its write and fdatasync to succeed: a write that fails there (a crash
+before the data reached the disk) loses acknowledged records.
 """
 
 from __future__ import annotations
@@ -48,7 +64,16 @@ POINTS = (
     "mid_prune_stage",
     "mid_prune_rename",
     "after_prune_rename",
+    "bug_ack_before_fsync",
 )
+ACTIONS = ("kill", "raise", "sleep", "crash", "on")
+
+
+class Crash(BaseException):
+    """A simulated process death at a failpoint (action ``crash``).
+
+    A ``BaseException`` so that the storage code's ``except Exception``/``except OSError``
+    handlers let it through, as they would never run after a real ``kill``."""
 
 
 @dataclass(slots=True)
@@ -81,8 +106,8 @@ def parse(spec: str) -> dict[str, _Point]:
             action, _, n = action.partition("@")
             nth = int(n)
         act, _, arg = action.partition(":")
-        if act not in ("kill", "raise", "sleep"):
-            raise ValueError(f"{ENV}: unknown action {act!r} in {item!r} (kill, raise, sleep)")
+        if act not in ACTIONS:
+            raise ValueError(f"{ENV}: unknown action {act!r} in {item!r} ({', '.join(ACTIONS)})")
         if act == "raise" and arg and not hasattr(errno, arg):
             raise ValueError(f"{ENV}: unknown errno name {arg!r} in {item!r}")
         if act == "sleep":
@@ -104,11 +129,18 @@ def disarm() -> None:
     arm("")
 
 
+def is_on(name: str) -> bool:
+    """Whether the wrong variant ``name`` is switched on (call only behind ``ARMED``)."""
+    with _lock:
+        point = _points.get(name)
+        return point is not None and point.action == "on"
+
+
 def hit(name: str) -> None:
     """Fire ``name`` if it is armed (call only behind ``if failpoints.ARMED``)."""
     with _lock:
         point = _points.get(name)
-        if point is None:
+        if point is None or point.action == "on":
             return
         point.hits += 1
         if point.nth and point.hits != point.nth:
@@ -119,6 +151,8 @@ def hit(name: str) -> None:
     elif point.action == "raise":
         code = getattr(errno, point.arg or "ENOSPC")
         raise OSError(code, f"failpoint {name}: {os.strerror(code)}")
+    elif point.action == "crash":
+        raise Crash(f"failpoint {name}: simulated crash")
     else:
         time.sleep(float(point.arg) / 1000.0)
 

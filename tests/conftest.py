@@ -1,15 +1,13 @@
-"""Shared test configuration."""
+"""Shared test configuration: the Hypothesis profile (see ``tests/profiles.py``)."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
-settings.register_profile(
-    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.register_profile("dev", max_examples=100, deadline=None)
-settings.load_profile("ci")
+from tests.profiles import PROFILE
+
+settings.load_profile(PROFILE)
 
 
 @pytest.fixture(scope="session")

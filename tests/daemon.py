@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.waiting import wait_until
 
 JOURNALD = [sys.executable, "-m", "journald.cli"]
 START_TIMEOUT_S = 20.0
@@ -77,23 +78,26 @@ class Daemon:
         return self
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
-            if self.socket.exists():
-                try:
-                    with grpc.insecure_channel(self.target) as ch:
-                        resp = health_pb2_grpc.HealthStub(ch).Check(
-                            health_pb2.HealthCheckRequest(), timeout=1.0
-                        )
-                        if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                            return
-                except grpc.RpcError:
-                    pass
-            time.sleep(0.05)
-        raise RuntimeError(f"daemon not ready after {START_TIMEOUT_S}s:\n{self.log()}")
+        try:
+            wait_until(self._serving, what="the daemon to serve", timeout_s=START_TIMEOUT_S)
+        except AssertionError:
+            log = self.log()
+            raise RuntimeError(f"daemon not ready after {START_TIMEOUT_S}s:\n{log}") from None
+
+    def _serving(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+        if not self.socket.exists():
+            return False
+        try:
+            with grpc.insecure_channel(self.target) as ch:
+                resp = health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(), timeout=1.0
+                )
+        except grpc.RpcError:
+            return False
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
 
     def vm_rss_bytes(self) -> int:
         """The daemon's resident set size now (``VmRSS`` of /proc/PID/status)."""

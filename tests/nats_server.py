@@ -19,12 +19,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.waiting import wait_until
+
 MIN_VERSION = (2, 11, 0)
 START_TIMEOUT_S = 15.0
+ANSWER_TIMEOUT_S = 5.0
 
 
 def nats_server_binary() -> str:
@@ -154,19 +156,20 @@ class NatsServer:
             self.wait_ready()
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(
                     f"nats-server {self.name} exited at start-up; log:\n{self._log_tail()}"
                 )
-            if _port_open(self.port):
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(
-            f"nats-server {self.name} not ready in {timeout_s}s:\n{self._log_tail()}"
-        )
+            return _port_open(self.port)
+
+        try:
+            wait_until(listening, what=f"nats-server {self.name} to listen", timeout_s=timeout_s)
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(
+                f"nats-server {self.name} not ready in {timeout_s}s:\n{self._log_tail()}"
+            ) from None
 
     def _log_tail(self) -> str:
         try:
@@ -195,9 +198,9 @@ class NatsServer:
     def restart(self) -> None:
         """Start again on the same port and store dir (after ``kill`` or ``stop``)."""
         self.stop()
-        deadline = time.monotonic() + 5
-        while _port_open(self.port) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: not _port_open(self.port), what=f"port {self.port} to be free", timeout_s=5
+        )
         self.start()
 
 
@@ -327,6 +330,7 @@ class AckDropProxy:
             return
         self._writers |= {cwriter, uwriter}
         blackhole = asyncio.Event()
+        answered = asyncio.Event()  # the server answered (stored) the cut publish
 
         async def up() -> None:
             while data := await creader.read(65536):
@@ -341,12 +345,15 @@ class AckDropProxy:
                 await uwriter.drain()
                 if cut:
                     self.cuts += 1
-                    await asyncio.sleep(0.3)  # let the server store it and answer (dropped)
+                    with contextlib.suppress(TimeoutError):  # bounded: cut anyway after it
+                        await asyncio.wait_for(answered.wait(), ANSWER_TIMEOUT_S)
                     break
 
         async def down() -> None:
             while data := await ureader.read(65536):
                 if blackhole.is_set():
+                    if b"MSG " in data:  # the publish ack (a message to the reply inbox)
+                        answered.set()
                     continue
                 cwriter.write(data)
                 await cwriter.drain()

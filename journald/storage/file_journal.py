@@ -281,6 +281,7 @@ class FileJournal:
         return out
 
     async def _flush(self) -> None:
+        group: list[tuple[list[Record], asyncio.Future[None]]] = []
         try:
             while self._queue:
                 group, self._queue = self._queue, []
@@ -289,17 +290,10 @@ class FileJournal:
                 try:
                     await self._io.run(self._write_durable, data, new[0].seq)
                 except Exception as exc:
-                    err = (
-                        exc
-                        if isinstance(exc, JournaldError)
-                        else BackendUnavailable(f"run {self.run_id}: write failed: {exc!r}")
-                    )
-                    for _, fut in group + self._queue:
-                        _settle_exc(fut, err)
-                    self._queue = []
-                    self._q_seq, self._q_hash = self._last_seq, self._last_hash
-                    await self._turn.reset(self._last_seq + 1)
-                    continue
+                    if not (failpoints.ARMED and failpoints.is_on("bug_ack_before_fsync")):
+                        await self._fail(group, exc)
+                        continue
+                    # the deliberately wrong variant: acknowledged as if it were durable
                 for r in new:
                     self._stats.add(r)
                     self._recent[r.seq] = r
@@ -319,8 +313,30 @@ class FileJournal:
                         log.warning("run %s: sealing a segment failed: %r", self.run_id, exc)
                 for _, fut in group:
                     _settle_ok(fut, None)
+        except BaseException as exc:
+            # The flusher itself is dying (cancelled, or a simulated crash): no append may
+            # wait forever for a write whose outcome it will never learn.
+            for _, fut in group + self._queue:
+                _settle_exc(fut, exc)
+            raise
         finally:
             self._flusher = None
+
+    async def _fail(
+        self, group: list[tuple[list[Record], asyncio.Future[None]]], exc: Exception
+    ) -> None:
+        """A failed write fails its group and everything queued behind it; the journal stays
+        at its last durable record."""
+        err = (
+            exc
+            if isinstance(exc, JournaldError)
+            else BackendUnavailable(f"run {self.run_id}: write failed: {exc!r}")
+        )
+        for _, fut in group + self._queue:
+            _settle_exc(fut, err)
+        self._queue = []
+        self._q_seq, self._q_hash = self._last_seq, self._last_hash
+        await self._turn.reset(self._last_seq + 1)
 
     def _write_durable(self, data: bytes, seq: int) -> None:
         pre = self._size

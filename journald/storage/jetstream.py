@@ -57,6 +57,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import api as js_api
 
+from journald import failpoints
 from journald.errors import (
     BackendUnavailable,
     InvalidRecord,
@@ -202,12 +203,16 @@ class JetStreamJournal:
             dups, new = plan_append(records, self.last_seq, self.last_hash, stored, self.run_id)
             self._store._check_sizes(new)
             fence = self._fence
+            if failpoints.ARMED and new:
+                failpoints.hit("before_write")
             batch_fence = await self._store._publish_atomic(self, new, fence)
             if batch_fence is not None:
                 fence = batch_fence
             else:
                 for rec in new:
                     fence = await self._store._publish(self, rec, fence)
+            if failpoints.ARMED and new:
+                failpoints.hit("after_fsync_before_advance")
             if new:
                 self._last = new[-1]
                 self._fence = fence

@@ -14,7 +14,8 @@ import argparse
 import asyncio
 import sys
 
-from journald.storage.file import FileJournal, FileStore
+from journald.storage.file import FileStore
+from journald.storage.file_journal import FileJournal
 from tests.faults.file_workload import expected
 
 

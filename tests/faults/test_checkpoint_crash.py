@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ class Prepared:
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prepared]:
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     base = tmp_path_factory.mktemp("prep")
     with Daemon(base, "file") as d:
         s = stub(d.target)

@@ -8,7 +8,7 @@ stream leader during a run of appends; the run continues on the survivors.
 from __future__ import annotations
 
 import asyncio
-import time
+import functools
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from journald.storage.base import Journal
 from journald.storage.jetstream import JetStreamStore
 from tests.builders import JournalBuilder
 from tests.nats_server import NatsCluster, NatsServer, create_stream
+from tests.waiting import eventually_async, wait_until_async
 
 pytestmark = pytest.mark.slow
 
@@ -32,31 +33,19 @@ def build(run_id: str) -> JournalBuilder:
     return b
 
 
-async def append_all(journal: Journal, records: list[Record], acked: list[int]) -> int:
-    """Append one record at a time; a BackendUnavailable is retried at the same seq
-    (bounded). Returns how many appends had to be retried."""
-    retried = 0
+async def append_all(
+    journal: Journal, records: list[Record], acked: list[int], timeout_s: float = 60.0
+) -> None:
+    """Append one record at a time; a BackendUnavailable (the store's own retry window ran
+    out while the server was away) is retried at the same seq until ``timeout_s``."""
     for rec in records:
-        for attempt in range(40):
-            try:
-                res = await journal.append([rec])
-            except BackendUnavailable:
-                retried += 1
-                if attempt == 39:
-                    raise
-                await asyncio.sleep(0.25)
-                continue
-            acked.append(res[0].seq)
-            break
-    return retried
-
-
-async def wait_for(cond: object, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
+        res = await eventually_async(
+            functools.partial(journal.append, [rec]),
+            what=f"seq {rec.seq} to be acknowledged",
+            timeout_s=timeout_s,
+            retry_on=(BackendUnavailable,),
+        )
+        acked.append(res[0].seq)
 
 
 async def test_a_killed_and_restarted_server_keeps_every_acknowledged_record(
@@ -74,10 +63,11 @@ async def test_a_killed_and_restarted_server_keeps_every_acknowledged_record(
             journal = await store.create(src.records[0])
             acked: list[int] = [1]
             task = asyncio.ensure_future(append_all(journal, src.records[1:], acked))
-            await wait_for(lambda: len(acked) >= 15 or task.done())
+            await wait_until_async(lambda: len(acked) >= 15 or task.done(), what="15 acks")
             server.kill()  # SIGKILL mid-run, appends in flight
             killed_after = len(acked)
-            await asyncio.sleep(0.3)
+            # the server stays down until the client has noticed it is gone
+            await wait_until_async(lambda: not store._nc.is_connected, what="the disconnect")
             await asyncio.to_thread(server.restart)  # same port, same store dir
             await asyncio.wait_for(task, 60)
             assert killed_after < len(src.records)
@@ -96,15 +86,13 @@ async def test_a_killed_and_restarted_server_keeps_every_acknowledged_record(
 
 
 async def create_replicated_stream(cluster: NatsCluster) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            await create_stream(cluster.urls, "R3", "r3", num_replicas=3)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.5)
+    """Once the new cluster has elected its meta leader, the stream can be created."""
+    await eventually_async(
+        lambda: create_stream(cluster.urls, "R3", "r3", num_replicas=3),
+        what="the cluster to accept a stream",
+        timeout_s=30,
+        retry_on=(Exception,),
+    )
 
 
 async def stream_leader(store: JetStreamStore) -> str:
@@ -129,7 +117,7 @@ async def test_a_run_continues_when_one_node_of_a_three_node_cluster_is_killed(
             leader = await stream_leader(store)
             victim = next(n for n in cluster.nodes if n.name == leader)
             task = asyncio.ensure_future(append_all(journal, src.records[1:], acked))
-            await wait_for(lambda: len(acked) >= 15 or task.done())
+            await wait_until_async(lambda: len(acked) >= 15 or task.done(), what="15 acks")
             victim.kill()  # SIGKILL the stream leader during the run
             killed_after = len(acked)
             await asyncio.wait_for(task, 90)

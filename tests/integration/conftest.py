@@ -1,5 +1,13 @@
-"""A real daemon subprocess per test (file backend on a temp data dir); real nats-servers on
-demand (``start_nats``), each stopped by its pid when the test ends."""
+"""The one ``daemon`` fixture: a real daemon subprocess on a temp socket and data dir.
+
+Per test by default, on ``$JOURNALD_TEST_BACKEND`` (``file`` unless set). A module whose tests
+can share one daemon (distinct run ids, no test stops it) marks itself
+``pytestmark = pytest.mark.shared_daemon("file")``: its tests then get one daemon for the
+whole module, on the backend the marker names (``file`` when it names none), so its start-up
+is paid once. That daemon is also the module-scoped ``module_daemon`` fixture, for module
+fixtures that prepare it (e.g. load golden runs into it once).
+Real nats-servers on demand (``start_nats``), each stopped by its pid when the test ends.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +21,11 @@ from tests.daemon import Daemon
 from tests.nats_server import NatsServer
 
 BACKEND = os.environ.get("JOURNALD_TEST_BACKEND", "file")
+SHARED = "shared_daemon"
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(tmp_path, BACKEND).start()
+def _started(tmp_path: Path, backend: str) -> Iterator[Daemon]:
+    d = Daemon(tmp_path, backend).start()
     try:
         yield d
     finally:
@@ -40,3 +48,22 @@ def start_nats(tmp_path: Path) -> Iterator[Callable[..., NatsServer]]:
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def module_daemon(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Daemon]:
+    marker = request.node.get_closest_marker(SHARED)
+    backend = str(marker.args[0]) if marker is not None and marker.args else "file"
+    name = request.node.name.removesuffix(".py")
+    yield from _started(tmp_path_factory.mktemp(name), backend)
+
+
+@pytest.fixture
+def daemon(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Daemon]:
+    if request.node.get_closest_marker(SHARED) is not None:
+        shared: Daemon = request.getfixturevalue("module_daemon")
+        yield shared
+    else:
+        yield from _started(tmp_path, BACKEND)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import grpc
 from journald_client.pb import journal_pb2 as pb
@@ -14,6 +13,7 @@ from journald_client.pb import journal_pb2_grpc as pbg
 from journald.convert import fingerprint_to_pb
 from journald.fingerprint import Fingerprint
 from tests.builders import FP, TS
+from tests.waiting import eventually
 
 T = TypeVar("T")
 
@@ -23,7 +23,9 @@ def stub(target: str) -> pbg.JournalServiceStub:
 
 
 def error_of(exc: grpc.RpcError) -> pb.ErrorDetail:
-    for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+    # grpc-stubs types the trailer as objects; at run time each item is a (key, value) tuple
+    trailer = cast("tuple[tuple[str, bytes], ...]", exc.trailing_metadata() or ())
+    for key, value in trailer:
         if key == "journald-error-bin":
             return pb.ErrorDetail.FromString(value)
     raise AssertionError(f"no journald-error-bin trailer on {exc}")
@@ -49,7 +51,7 @@ class Lease:
         s: pbg.JournalServiceStub,
         run_id: str,
         *,
-        mode: int = 0,
+        mode: pb.OpenMode.ValueType = pb.OPEN_MODE_CREATE_OR_RESUME,
         fp: Fingerprint = FP,
         interactive: bool = False,
         force: bool = False,
@@ -60,10 +62,10 @@ class Lease:
     ) -> None:
         self.stub = s
         self.run_id = run_id
-        self.call: Iterator[pb.OpenResponse] = s.Open(
+        self.call: grpc.CallIterator[pb.OpenResponse] = s.Open(
             pb.OpenRequest(
                 run_id=run_id,
-                mode=mode or pb.OPEN_MODE_CREATE_OR_RESUME,
+                mode=mode,
                 fingerprint=fingerprint_to_pb(fp),
                 interactive=interactive,
                 force=force,
@@ -72,7 +74,7 @@ class Lease:
                 client=pb.ClientInfo(name=name, pid=pid, host=host, cwd="/work"),
             )
         )
-        first = next(self.call)
+        first = next(iter(self.call))
         self.lease = first.lease
         self.seq = self.lease.last_seq
 
@@ -113,19 +115,33 @@ class Lease:
         )
 
     def close(self) -> None:
-        self.call.cancel()  # type: ignore[attr-defined]
+        """Cancel the Open stream: the daemon ends the lease a moment later."""
+        self.call.cancel()
+
+    def release(self) -> None:
+        """End the lease now (``Release`` returns once the run can be opened again)."""
+        self.stub.Release(pb.ReleaseRequest(run_id=self.run_id, lease_id=self.lease.lease_id))
+        self.close()
+
+
+class StillLocked(Exception):
+    """``fn`` failed with ``locked``: the lease it waits for has not ended yet."""
 
 
 def until_unlocked(fn: Callable[[], T], timeout_s: float = 5.0) -> T:
     """Call ``fn`` until it stops failing with ``locked`` (bounded), re-raising anything else."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def attempt() -> T:
         try:
             return fn()
         except grpc.RpcError as exc:
-            if error_of(exc).code != "locked" or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+            if error_of(exc).code == "locked":
+                raise StillLocked(str(exc)) from exc
+            raise
+
+    return eventually(
+        attempt, what="the run to be unlocked", timeout_s=timeout_s, retry_on=(StillLocked,)
+    )
 
 
 METHOD_PREFIX = "/journald.v1.JournalService/"

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # ~45 s: every benchmark workload once, at its quick size
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

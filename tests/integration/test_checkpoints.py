@@ -6,8 +6,7 @@ import hashlib
 import json
 import stat
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +19,15 @@ from journald.convert import fingerprint_to_pb
 from tests.builders import FP, TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked
+from tests.waiting import wait_until
 
 Conversation = list[tuple[str, Any]]
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("cp"), "file").start()
-    try:
-        yield d
-    finally:
-        d.stop()
+pytestmark = pytest.mark.shared_daemon("file")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def s(daemon: Daemon) -> pbg.JournalServiceStub:
     return stub(daemon.target)
 
@@ -82,7 +76,7 @@ def _open(
             client=pb.ClientInfo(name="cwd-bot", pid=1, host="h", cwd=cwd),
         )
     )
-    return call, next(call).lease
+    return call, next(iter(call)).lease
 
 
 def test_a_checkpoint_records_its_meta_and_its_content_hash(
@@ -392,10 +386,7 @@ def test_watch_shows_checkpoint_events_and_the_rebase_in_order(
     )
     end = pb.TerminalPayload(reason="suspended")
     lease.append(pb.Record(seq=lease.seq + 2, ts=TS, terminal=end))
-    deadline = 200
-    while len(events) < 6 and deadline:
-        threading.Event().wait(0.05)
-        deadline -= 1
+    wait_until(lambda: len(events) >= 6, what="six watch events", timeout_s=10)
     watch.cancel()
     t.join()
     kinds = [
@@ -499,17 +490,17 @@ def test_an_open_during_a_daemon_held_restore_is_locked_naming_the_daemon(
         future = s2.Restore.future(
             pb.RestoreRequest(run_id="cp-daemon-held", checkpoint_id=mark.checkpoint_id)
         )
-        time.sleep(0.3)  # let the Restore take the run (it then stalls for 1.5 s)
-        deadline = 100
-        while deadline:
-            try:
-                Lease(s2, "cp-daemon-held", mode=pb.OPEN_MODE_RESUME).close()
-            except grpc.RpcError as exc:
-                detail = error_of(exc)
-                assert detail.code == "locked"
-                assert detail.metadata["holder_name"] == "journald daemon"
-                assert detail.metadata["holder_pid"] == str(d.pid)
-                break
-            deadline -= 1
-        assert deadline, "the Open never met the daemon's lease"
+        # the Restore holds the run once this daemon has flocked its journal (the lock file
+        # then names its pid); it stalls in the write for 1.5 s after that
+        lock = data / "sessions" / "cp-daemon-held" / "journal.lock"
+        wait_until(
+            lambda: lock.read_text().startswith(f"pid={d.pid} "),
+            what="the Restore to take the run",
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            Lease(s2, "cp-daemon-held", mode=pb.OPEN_MODE_RESUME)
+        detail = error_of(info.value)
+        assert detail.code == "locked"
+        assert detail.metadata["holder_name"] == "journald daemon"
+        assert detail.metadata["holder_pid"] == str(d.pid)
         assert future.result(timeout=30).to_messages == mark.message_count

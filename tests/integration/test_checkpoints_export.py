@@ -21,16 +21,10 @@ from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unl
 Conversation = list[tuple[str, Any]]
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("export"), "file").start()
-    try:
-        yield d
-    finally:
-        d.stop()
+pytestmark = pytest.mark.shared_daemon("file")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def s(daemon: Daemon) -> pbg.JournalServiceStub:
     return stub(daemon.target)
 

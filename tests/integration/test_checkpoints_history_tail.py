@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import grpc
@@ -21,6 +20,7 @@ from journald.storage.file import FileStore
 from tests.builders import TS, JournalBuilder, assistant_payload, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text
+from tests.waiting import wait_until
 
 MESSAGES = 100_000
 BATCH = 2500
@@ -71,10 +71,11 @@ def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
         )
         lease.close()  # ... and its lease ends: the daemon saves the marks it took
         mark_file = data / "sessions" / "long" / "checkpoints" / "fold-mark.json"
-        deadline = time.monotonic() + 30
-        while json.loads(mark_file.read_bytes())["marks"][-1]["seq"] != last:
-            assert time.monotonic() < deadline, "the daemon saved no fold mark for the append"
-            time.sleep(0.05)
+        wait_until(
+            lambda: json.loads(mark_file.read_bytes())["marks"][-1]["seq"] == last,
+            what="the daemon to save a fold mark for the append",
+            timeout_s=30,
+        )
 
     run_dir = data / "sessions" / "long"
     manifest = json.loads((run_dir / "manifest.json").read_bytes())

@@ -17,7 +17,6 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -59,7 +58,7 @@ def load_into_daemon(target: str, recs: list[Record]) -> None:
                 client=pb.ClientInfo(name="golden-loader", pid=os.getpid(), host="test"),
             )
         )
-        lease = next(call).lease
+        lease = next(iter(call)).lease
         resp = stub.Append(
             pb.AppendRequest(
                 run_id=meta["run_id"],
@@ -68,17 +67,15 @@ def load_into_daemon(target: str, recs: list[Record]) -> None:
             )
         )
         assert [a.seq for a in resp.acks] == [r.seq for r in recs[1:]]
-        call.cancel()  # type: ignore[attr-defined]
+        call.cancel()
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("cli"), "file").start()
-    try:
-        load_into_daemon(d.target, golden_records())
-        yield d
-    finally:
-        d.stop()
+pytestmark = pytest.mark.shared_daemon("file")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _golden_runs_loaded(module_daemon: Daemon) -> None:
+    load_into_daemon(module_daemon.target, golden_records())
 
 
 def cli(

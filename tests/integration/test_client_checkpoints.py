@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import journald_client as jc
 import pytest
@@ -17,13 +18,7 @@ from tests.integration.clientbin.common import FP
 NO_SUCH_SHA = "0" * 64
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("client-cp"), "file").start()
-    try:
-        yield d
-    finally:
-        d.stop()
+pytestmark = pytest.mark.shared_daemon("file")
 
 
 @pytest.fixture
@@ -36,7 +31,12 @@ def turns(run: jc.Run, n: int, tools: bool = False) -> None:
     """``n`` finished turns after the prompt (user/assistant, with a tool call if asked)."""
     for i in range(n):
         if tools:
-            call = {"type": "tool_use", "id": f"{run.run_id}-t{i}", "name": "read", "input": {}}
+            call: dict[str, Any] = {
+                "type": "tool_use",
+                "id": f"{run.run_id}-t{i}",
+                "name": "read",
+                "input": {},
+            }
             run.assistant([call], stop_reason="tool_use")
             run.tool_result(call["id"], f"result {i}")
         run.assistant(f"answer {i}", stop_reason="end_turn")

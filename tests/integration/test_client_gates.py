@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import journald_client as jc
 import pytest
@@ -12,9 +13,9 @@ from tests.integration.clientbin.common import FP
 
 
 @pytest.fixture
-def client(daemon: Daemon) -> jc.Client:
+def client(daemon: Daemon) -> Iterator[jc.Client]:
     with jc.connect(str(daemon.socket), name="gates") as c:
-        yield c  # type: ignore[misc]
+        yield c
 
 
 def _make(client: jc.Client, run_id: str, *, interactive: bool = False) -> None:

@@ -4,13 +4,13 @@ and the clients reconnect, re-open and finish their runs with no gap and no dupl
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import journald_client as jc
 
 from tests.daemon import Daemon
 from tests.integration.clientbin.procs import Proc, Procs
+from tests.waiting import NotYet, eventually
 
 WRITERS = 8
 
@@ -26,15 +26,15 @@ def _acks(proc: Proc) -> dict[int, tuple[str, bool]]:
 
 
 def _wait_all(procs: list[Proc], at_least: list[int], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def enough() -> None:
         counts = [len(_acks(p)) for p in procs]
         if all(c >= n for c, n in zip(counts, at_least, strict=True)):
             return
         for p in procs:
             assert p.popen.poll() is None, f"writer exited early:\n{p.text()}"
-        assert time.monotonic() < deadline, f"acks {counts}, wanted {at_least}"
-        time.sleep(0.02)
+        raise NotYet(f"acks {counts}, wanted {at_least}")
+
+    eventually(enough, what="every writer's acks", timeout_s=timeout_s)
 
 
 def test_every_acknowledged_record_survives_a_daemon_kill_and_writers_finish_cleanly(

@@ -3,14 +3,13 @@ cancelled), so the same process can re-open the run at once, with no retry."""
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import journald_client as jc
 import pytest
 
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.waiting import eventually
 
 ROUNDS = 20
 
@@ -42,11 +41,24 @@ async def test_an_async_closed_run_reopens_at_once_twenty_times_in_a_row_without
 
 
 def test_a_second_client_takes_over_a_closed_run_at_once(daemon: Daemon) -> None:
-    with jc.connect(str(daemon.socket)) as first, jc.connect(str(daemon.socket)) as second:
+    socket = str(daemon.socket)
+    with jc.connect(socket, name="first") as first, jc.connect(socket, name="second") as second:
         first.start("handover", FP, "hi").close()
-        for _ in range(5):
-            second.resume("handover", FP).close()
-            first.resume("handover", FP).close()
+        written: list[str] = []
+        for i in range(5):
+            for name, client, other in (("second", second, first), ("first", first, second)):
+                run = client.resume("handover", FP)  # jc.Locked here would fail the test
+                with pytest.raises(jc.Locked) as held:  # the handover is real: it holds the run
+                    other.resume("handover", FP)
+                assert held.value.holder_name == name
+                run.user(f"{name} {i}")
+                written.append(f"{name} {i}")
+                run.close()
+                assert run.lease_ended == "released"
+        state = first.fold("handover")
+    assert state.last_seq == 1 + len(written)
+    typed = [b["text"] for m in state.messages if m["role"] == "user" for b in m["content"]]
+    assert typed == ["hi", *written]
 
 
 def test_closing_a_writer_after_the_daemon_is_gone_does_not_raise(daemon: Daemon) -> None:
@@ -72,14 +84,11 @@ def test_the_lease_of_a_run_larger_than_the_message_cap_is_refused_and_fits_by_d
         assert "larger than max" in info.value.message
         # the refused Open was granted a lease the client never saw (so cannot Release): the
         # daemon ends it when it notices the failed stream, a moment later
-        deadline = time.monotonic() + 5.0
-        while True:
-            try:
-                again = client.resume("big", FP)
-                break
-            except jc.Locked:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
+        again = eventually(
+            lambda: client.resume("big", FP),
+            what="the refused Open's lease to end",
+            retry_on=(jc.Locked,),
+            timeout_s=5,
+        )
         with again:
             assert len(again.state.messages[-1]["content"]) == 4

@@ -28,6 +28,7 @@ from journald.records import MAX_SAFE_INT
 from tests.daemon import Daemon
 from tests.integration.conftest import BACKEND
 from tests.integration.rpc import METHOD_PREFIX, Lease, error_of, padded, stub
+from tests.profiles import scaled
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +119,9 @@ def _journal_bytes(s: object, run_id: str) -> list[bytes]:
     return [r.record.canonical for r in s.Load(pb.LoadRequest(run_id=run_id))]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # ~20 s: 120 rounds of garbage through a real daemon
 @settings(
-    max_examples=120,
+    max_examples=scaled(120),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

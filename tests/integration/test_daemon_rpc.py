@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -20,6 +19,7 @@ from tests.builders import FP
 from tests.daemon import Daemon
 from tests.integration.conftest import BACKEND
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked
+from tests.waiting import wait_until
 
 
 def code_of(call: object) -> tuple[grpc.StatusCode, str]:
@@ -58,7 +58,8 @@ def test_append_with_a_dead_or_unknown_lease_is_lease_lost(daemon: Daemon) -> No
     lease = Lease(s, "lease-run")
     dead = lease.lease.lease_id
     lease.close()
-    time.sleep(0.2)
+    # the daemon ends a cancelled stream's lease a moment later: once the run opens again
+    until_unlocked(lambda: Lease(s, "lease-run", mode=pb.OPEN_MODE_RESUME)).release()
     for lease_id in (dead, "", "not-a-lease"):
         code, err = code_of(
             lambda lid=lease_id: s.Append(
@@ -125,8 +126,7 @@ def test_each_resume_gate_is_refused_with_its_own_code_in_order(daemon: Daemon) 
     s = stub(daemon.target)
     done = Lease(s, "gate-done")
     done.append(done.terminal("completed"))
-    done.close()
-    time.sleep(0.1)
+    done.release()
     drifted = fingerprint.compute(
         provider="anthropic",
         model="claude-other",
@@ -144,8 +144,7 @@ def test_each_resume_gate_is_refused_with_its_own_code_in_order(daemon: Daemon) 
     assert (code, err) == (grpc.StatusCode.FAILED_PRECONDITION, "completed")
 
     open_run = Lease(s, "gate-open")
-    open_run.close()
-    time.sleep(0.1)
+    open_run.release()
     cases = [
         (dict(interactive=True, fp=other_provider), "interactivity_mismatch"),
         (dict(fp=other_provider, force=True), "provider_changed"),
@@ -267,9 +266,7 @@ def test_watch_streams_new_records_and_ends_when_the_run_is_deleted(daemon: Daem
     lease.append(lease.result("t1"))
     lease.append(lease.terminal())
     lease.close()
-    deadline = time.monotonic() + 5
-    while len(seen) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: len(seen) >= 3, what="the watch to stream seqs 2-4", timeout_s=5)
     assert until_unlocked(lambda: s.Delete(pb.DeleteRequest(run_id="watched"))).deleted
     reader.join(5)
     assert not reader.is_alive()
@@ -333,7 +330,8 @@ def test_release_frees_the_run_before_it_returns_so_a_reopen_never_sees_locked(
 ) -> None:
     s = stub(daemon.target)
     for round_ in range(5):
-        lease = Lease(s, "handover", mode=pb.OPEN_MODE_CREATE if round_ == 0 else 0)
+        mode = pb.OPEN_MODE_CREATE if round_ == 0 else pb.OPEN_MODE_RESUME
+        lease = Lease(s, "handover", mode=mode)
         lease.append(lease.assistant())
         released = s.Release(pb.ReleaseRequest(run_id="handover", lease_id=lease.lease.lease_id))
         assert released.released is True

@@ -26,7 +26,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -41,6 +40,7 @@ from journald.fingerprint import hash_system_prompt, hash_tools
 from journald.records import GENESIS, decode
 from tests.daemon import JOURNALD as JOURNALD_CLI
 from tests.daemon import Daemon
+from tests.waiting import NotYet, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_DIR = ROOT / "clients" / "go"
@@ -149,15 +149,15 @@ class Agent:
             self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=_env())
 
     def wait_line(self, prefix: str) -> str:
-        deadline = time.monotonic() + AGENT_TIMEOUT_S
-        while time.monotonic() < deadline:
+        def find() -> str:
             for line in self.out.read_text(errors="replace").splitlines():
                 if line.startswith(prefix):
                     return line
             if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no {prefix!r} line; agent output:\n{self.out.read_text()}")
+                raise AssertionError(f"no {prefix!r} line; agent output:\n{self.out.read_text()}")
+            raise NotYet(prefix)
+
+        return eventually(find, what=f"a {prefix!r} line from the agent", timeout_s=AGENT_TIMEOUT_S)
 
     def kill9(self) -> None:
         if self.proc.poll() is None:
@@ -194,8 +194,8 @@ def _state_json(state: pb.RunState) -> dict[str, Any]:
 
 def _resume_when_released(agents: dict[str, list[str]], socket: str) -> dict[str, Any]:
     """The daemon releases a dead writer's lease at once; allow the kernel a moment."""
-    deadline = time.monotonic() + 5.0
-    while True:
+
+    def resume() -> dict[str, Any]:
         proc = subprocess.run(
             [*agents["ts"], "--socket", socket, "--run", RUN_ID, "resume"],
             capture_output=True,
@@ -206,9 +206,11 @@ def _resume_when_released(agents: dict[str, list[str]], socket: str) -> dict[str
         if proc.returncode == 0:
             summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
             return summary
-        if "LockedError" not in proc.stderr or time.monotonic() >= deadline:
-            raise AssertionError(f"TypeScript resume failed:\n{proc.stderr}")
-        time.sleep(0.05)
+        if "LockedError" in proc.stderr:
+            raise NotYet(proc.stderr)
+        raise AssertionError(f"TypeScript resume failed:\n{proc.stderr}")
+
+    return eventually(resume, what="the dead writer's lease to end", timeout_s=5.0)
 
 
 def test_a_go_writer_killed_mid_turn_is_finished_by_a_typescript_writer_and_python_folds_the_expected_state(  # noqa: E501
@@ -333,8 +335,8 @@ def test_the_readme_quickstart_starts_crashes_resumes_and_finishes(
     )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert "journaled seq 2" in crashed.stdout
-    deadline = time.monotonic() + 5.0
-    while True:
+
+    def resume() -> subprocess.CompletedProcess[str]:
         resumed = subprocess.run(
             [*program, *args, "resume", *tail],
             capture_output=True,
@@ -342,10 +344,11 @@ def test_the_readme_quickstart_starts_crashes_resumes_and_finishes(
             timeout=AGENT_TIMEOUT_S,
             env=env,
         )
-        if resumed.returncode == 0 or time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
-    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+        if resumed.returncode != 0:  # the crashed writer's lease may not have ended yet
+            raise NotYet(resumed.stderr + resumed.stdout)
+        return resumed
+
+    resumed = eventually(resume, what=f"the {language} quickstart to resume", timeout_s=5.0)
     assert "warning open_tool_calls" in resumed.stdout
     assert 'running add({"a": 2, "b": 3})' in resumed.stdout
     state = stub.Fold(pb.FoldRequest(run_id=run_id)).state

@@ -186,21 +186,21 @@ def _append_under_traceparent(sock: str, traceparent: str) -> list[pb.Record]:
                 fingerprint=FP.to_pb(),
                 prompt_json=b'[{"text":"hi","type":"text"}]',
             ),
-            metadata=[("traceparent", traceparent)],
+            metadata=(("traceparent", traceparent),),
         )
-        lease = next(call).lease
+        lease = next(iter(call)).lease
         rec = pb.Record(
             seq=2,
             ts="2026-11-30T12:00:00.000000Z",
             user=pb.UserPayload(content_json=b'[{"text":"more","type":"text"}]'),
         )
         req = pb.AppendRequest(run_id="stamped-run", lease_id=lease.lease_id, records=[rec])
-        stub.Append(req, metadata=[("traceparent", traceparent)])
+        stub.Append(req, metadata=(("traceparent", traceparent),))
         # a retry of the same seq under another span is still the same record
         other = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-        retry = stub.Append(req, metadata=[("traceparent", other)])
+        retry = stub.Append(req, metadata=(("traceparent", other),))
         assert retry.acks[0].duplicate
-        call.cancel()  # type: ignore[attr-defined]
+        call.cancel()
         return [m.record for m in stub.Load(pb.LoadRequest(run_id="stamped-run"))]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import subprocess
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from journald import failpoints
+from journald.storage.file import FileStore
+from tests.builders import JournalBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,3 +69,34 @@ def test_kill_from_the_environment_is_a_real_sigkill() -> None:
     )
     assert proc.returncode == -9
     assert proc.stdout == "armed True\n"
+
+
+def test_crash_raises_a_base_exception_that_error_handlers_let_through() -> None:
+    assert not issubclass(failpoints.Crash, Exception)  # what the write paths catch
+    failpoints.arm("after_write_before_fsync=crash@1")
+    with pytest.raises(failpoints.Crash, match="after_write_before_fsync"):
+        failpoints.hit("after_write_before_fsync")
+    failpoints.hit("after_write_before_fsync")  # @1: only the first hit
+
+
+def test_on_switches_a_wrong_variant_on_without_firing_anything() -> None:
+    failpoints.arm("bug_ack_before_fsync=on")
+    assert failpoints.is_on("bug_ack_before_fsync")
+    failpoints.hit("bug_ack_before_fsync")  # an "on" point never fires
+    failpoints.arm("before_write=raise")
+    assert not failpoints.is_on("before_write")
+    assert not failpoints.is_on("bug_ack_before_fsync")
+
+
+async def test_a_write_stopped_by_a_simulated_crash_fails_its_appends_instead_of_hanging(
+    tmp_path: Path,
+) -> None:
+    b = JournalBuilder("crashed")
+    b.turn(["t1", "t2"])
+    journal = await FileStore(tmp_path).create(b.records[0])
+    failpoints.arm("after_write_before_fsync=crash@1")
+    appends = [asyncio.ensure_future(journal.append([r])) for r in b.records[1:]]
+    done, waiting = await asyncio.wait(appends, timeout=10)
+    assert not waiting, "an append waits forever on a writer that died"
+    assert all(isinstance(task.exception(), failpoints.Crash) for task in done)
+    await journal.close()

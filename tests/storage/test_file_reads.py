@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ async def test_a_record_altered_on_disk_into_other_valid_json_is_refused_at_its_
         shutil.copytree(pristine, data)
         alter(data / path.relative_to(pristine), line_no, how)
         store = FileStore(data, segment_max_records=5)
-        reads = [store.load, store.verify]
+        reads: list[Callable[[str], Awaitable[object]]] = [store.load, store.verify]
         if path.name == JOURNAL:
             reads.append(store.open)  # an open reads the active segment only
         for read in reads:

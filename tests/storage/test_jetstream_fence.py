@@ -102,6 +102,7 @@ async def test_record_bodies_are_the_canonical_bytes_on_one_subject_each_with_fe
         for rec in src.records:
             msg = await jsm.get_msg(a.stream, subject=f"{prefix}.raw-run.{rec.seq}")
             assert msg.data == rec.raw
+            assert msg.headers is not None
             assert msg.headers["Nats-Msg-Id"] == j.msg_id(rec.seq)
             assert msg.headers["Nats-Expected-Last-Subject-Sequence-Subject"] == (
                 f"{prefix}.raw-run.*"
@@ -178,6 +179,7 @@ async def test_a_batch_is_one_atomic_publish_when_the_stream_allows_atomic_batch
         nc = await nats.connect(url)
         try:
             msg = await nc.jsm().get_msg(name, subject=f"{prefix}.atomic-run.3")
+            assert msg.headers is not None
             assert msg.headers["Nats-Batch-Id"].startswith(j.msg_id(2))
         finally:
             await nc.close()

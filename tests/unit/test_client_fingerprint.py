@@ -13,6 +13,7 @@ from journald_client import fingerprint as cfp
 
 from journald import fingerprint as dfp
 from journald.records import canonical_json as daemon_canonical
+from tests.profiles import scaled
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 
@@ -72,7 +73,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=60)
+@settings(max_examples=scaled(60))
 @given(
     prompt=st.lists(st.text(), max_size=4),
     tools=st.lists(st.dictionaries(st.text(), json_values, max_size=4), max_size=4),
@@ -85,7 +86,7 @@ def test_the_client_and_the_daemon_hash_any_configuration_identically(
     assert mine.as_json() == theirs.as_json()
 
 
-@settings(max_examples=100)
+@settings(max_examples=scaled(100))
 @given(value=json_values)
 def test_the_client_and_the_daemon_canonicalize_any_value_identically(value: Any) -> None:
     assert cfp.canonical_json(value) == daemon_canonical(value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
 from journald_client.paths import default_socket_path, grpc_target
 
 
@@ -28,7 +29,9 @@ def test_without_either_variable_a_per_user_temp_dir_is_used() -> None:
     assert default_socket_path({}) == expected
 
 
-def test_the_process_environment_is_read_when_none_is_given(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_process_environment_is_read_when_none_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("JOURNALD_SOCKET", "/tmp/from-env.sock")
     assert default_socket_path() == "/tmp/from-env.sock"
     assert grpc_target() == "unix:/tmp/from-env.sock"

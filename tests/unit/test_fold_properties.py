@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from journald import convert, governance, records, validation
 from journald.fold import RunState, fold
 from journald.records import GENESIS, Record, make_record
+from tests.profiles import scaled
 from tests.unit.invariants import as_json, model_ready_problems
 from tests.unit.strategies import (
     FollowUp,
@@ -27,7 +28,7 @@ from tests.unit.strategies import (
 # --- (a) incremental folding -------------------------------------------------------------
 
 
-@settings(max_examples=40)
+@settings(max_examples=scaled(40))
 @given(journals())
 def test_folding_incrementally_equals_folding_at_once(recs: list[Record]) -> None:
     whole = fold(recs)
@@ -38,7 +39,7 @@ def test_folding_incrementally_equals_folding_at_once(recs: list[Record]) -> Non
         assert head == snapshot, f"continuing from the state at {k} modified it"
 
 
-@settings(max_examples=40)
+@settings(max_examples=scaled(40))
 @given(journals())
 def test_folding_record_by_record_equals_folding_at_once_and_leaves_each_state_alone(
     recs: list[Record],
@@ -53,7 +54,7 @@ def test_folding_record_by_record_equals_folding_at_once_and_leaves_each_state_a
         assert kept == snapshot, f"state after record {i + 1} changed by later folds"
 
 
-@settings(max_examples=30)
+@settings(max_examples=scaled(30))
 @given(journals())
 def test_folding_never_modifies_the_records(recs: list[Record]) -> None:
     before = [copy.deepcopy(dict(r.payload)) for r in recs]
@@ -66,7 +67,7 @@ def test_folding_never_modifies_the_records(recs: list[Record]) -> None:
 # --- (b) pairing governance ---------------------------------------------------------------
 
 
-@settings(max_examples=80)
+@settings(max_examples=scaled(80))
 @given(journals())
 def test_governed_messages_of_any_journal_are_model_ready(recs: list[Record]) -> None:
     msgs, report = governance.governed_messages(fold(recs))
@@ -76,7 +77,7 @@ def test_governed_messages_of_any_journal_are_model_ready(recs: list[Record]) ->
         assert state.pending is None or not state.pending.unanswered
 
 
-@settings(max_examples=40)
+@settings(max_examples=scaled(40))
 @given(journals())
 def test_folded_messages_are_model_ready_without_governance_when_no_rebase_intervenes(
     recs: list[Record],
@@ -89,7 +90,7 @@ def test_folded_messages_are_model_ready_without_governance_when_no_rebase_inter
     assert [p for p in problems if "is empty" not in p] == []
 
 
-@settings(max_examples=150)
+@settings(max_examples=scaled(150))
 @given(message_lists())
 def test_sanitize_makes_any_message_list_model_ready(msgs: list[dict[str, Any]]) -> None:
     snapshot = copy.deepcopy(msgs)
@@ -101,7 +102,7 @@ def test_sanitize_makes_any_message_list_model_ready(msgs: list[dict[str, Any]])
         assert not report.changed
 
 
-@settings(max_examples=60)
+@settings(max_examples=scaled(60))
 @given(message_lists())
 def test_sanitize_is_idempotent(msgs: list[dict[str, Any]]) -> None:
     once, _ = governance.sanitize(msgs)
@@ -144,7 +145,7 @@ def test_the_model_ready_check_itself_catches_each_violation() -> None:
 # --- (c) encodings --------------------------------------------------------------------------
 
 
-@settings(max_examples=40)
+@settings(max_examples=scaled(40))
 @given(journals())
 def test_every_generated_record_reencodes_byte_identically(recs: list[Record]) -> None:
     for rec in recs:
@@ -155,7 +156,7 @@ def test_every_generated_record_reencodes_byte_identically(recs: list[Record]) -
         assert again.as_json() == rec.as_json()
 
 
-@settings(max_examples=40)
+@settings(max_examples=scaled(40))
 @given(journals())
 def test_every_generated_record_survives_protobuf_losslessly(recs: list[Record]) -> None:
     for rec in recs:
@@ -167,7 +168,7 @@ def test_every_generated_record_survives_protobuf_losslessly(recs: list[Record])
         assert msg.canonical == rec.raw
 
 
-@settings(max_examples=30)
+@settings(max_examples=scaled(30))
 @given(journals())
 def test_every_generated_record_is_valid_against_the_published_schema(
     recs: list[Record],
@@ -176,7 +177,7 @@ def test_every_generated_record_is_valid_against_the_published_schema(
         validation.validate_record(rec)
 
 
-@settings(max_examples=80)
+@settings(max_examples=scaled(80))
 @given(
     st.lists(st.one_of(provider_blocks(), thinking_blocks()), min_size=1, max_size=4),
     meta_payloads(),
@@ -294,7 +295,7 @@ def _run_live(scenario: LiveScenario) -> None:
         assert as_json(fold(journal).messages) == as_json(live)
 
 
-@settings(max_examples=80)
+@settings(max_examples=scaled(80))
 @given(live_scenarios())
 def test_live_agent_messages_and_folded_journal_are_structurally_identical(
     scenario: LiveScenario,

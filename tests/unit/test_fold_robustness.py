@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from journald import errors, governance, validation
 from journald.fold import fold
 from journald.records import KINDS, Record, make_record
+from tests.profiles import scaled
 from tests.unit.strategies import journals, json_values
 
 
@@ -51,7 +52,7 @@ def damaged_journals(draw: st.DrawFn) -> tuple[list[Record], int]:
     return [*recs[:i], damaged, *recs[i + 1 :]], rec.seq
 
 
-@settings(max_examples=80)
+@settings(max_examples=scaled(80))
 @given(damaged_journals())
 def test_a_damaged_payload_folds_or_is_store_corrupted_naming_its_seq(
     case: tuple[list[Record], int],
@@ -76,7 +77,7 @@ def _refusal(check: Callable[[], None]) -> errors.InvalidRecord | None:
     return None
 
 
-@settings(max_examples=100)
+@settings(max_examples=scaled(100))
 @given(st.sampled_from(KINDS), st.dictionaries(st.text(max_size=8), json_values, max_size=6))
 def test_validating_any_payload_passes_or_names_a_field(kind: str, payload: dict[str, Any]) -> None:
     refused = _refusal(lambda: validation.validate_payload(kind, payload))
@@ -85,7 +86,7 @@ def test_validating_any_payload_passes_or_names_a_field(kind: str, payload: dict
         assert f"field {refused.metadata['field']}" in refused.message
 
 
-@settings(max_examples=40)
+@settings(max_examples=scaled(40))
 @given(damaged_journals())
 def test_validating_a_damaged_record_passes_or_names_a_field(
     case: tuple[list[Record], int],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import given, settings
@@ -13,9 +13,10 @@ from journald.governance import sanitize
 from journald.paging import MessageCounter, Page, fold_window, page, page_window, tail_start
 from journald.records import Record
 from tests.builders import JournalBuilder
+from tests.profiles import scaled
 from tests.unit.strategies import journals, message_lists
 
-Message = dict[str, Any]
+Message = Mapping[str, Any]
 
 
 def self_paired(msgs: Sequence[Message]) -> bool:
@@ -58,10 +59,10 @@ def walk(msgs: Sequence[Message], limits: Sequence[int]) -> list[Page]:
 
 
 def conversation(records: list[Record]) -> list[Message]:
-    return sanitize(fold(records).messages)[0]
+    return list(sanitize(fold(records).messages)[0])
 
 
-@settings(max_examples=60)
+@settings(max_examples=scaled(60))
 @given(journals(max_steps=16), st.lists(st.integers(1, 6), min_size=1, max_size=4))
 def test_following_next_offset_visits_every_message_once_in_self_paired_pages(
     records: list[Record], limits: list[int]
@@ -75,10 +76,10 @@ def test_following_next_offset_visits_every_message_once_in_self_paired_pages(
     assert not pages or pages[-1].next_offset == len(msgs)
 
 
-@settings(max_examples=100)
+@settings(max_examples=scaled(100))
 @given(message_lists(max_size=12), st.integers(0, 15), st.integers(0, 8))
 def test_any_offset_aligns_back_and_any_end_aligns_forward(
-    raw: list[Message], offset: int, limit: int
+    raw: list[dict[str, Any]], offset: int, limit: int
 ) -> None:
     msgs = sanitize(raw)[0]
     p = page(msgs, offset, limit)
@@ -109,7 +110,7 @@ def test_an_offset_inside_a_tool_round_moves_back_to_its_call() -> None:
     assert page(msgs, 99, 5) == Page([], 5, 5, 5)
 
 
-@settings(max_examples=60)
+@settings(max_examples=scaled(60))
 @given(journals(max_steps=16), st.data())
 def test_a_fold_mark_and_the_records_after_it_page_like_the_whole_run(
     records: list[Record], data: st.DataObject

@@ -12,19 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journald import errors, records
+from tests.profiles import scaled
 from tests.unit.strategies import journals, json_values
 
 ENVELOPE_KEYS = ["v", "seq", "type", "ts", "prev", "trace", "user", "meta", "assistant"]
 
 
-@settings(max_examples=150)
+@settings(max_examples=scaled(150))
 @given(st.binary(max_size=200))
 def test_decoding_arbitrary_bytes_raises_only_typed_errors(raw: bytes) -> None:
     with contextlib.suppress(errors.JournaldError):
         records.decode(raw)
 
 
-@settings(max_examples=150)
+@settings(max_examples=scaled(150))
 @given(st.dictionaries(st.sampled_from(ENVELOPE_KEYS), json_values, max_size=8))
 def test_decoding_any_json_object_raises_only_typed_errors(obj: dict[str, Any]) -> None:
     raw = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -35,7 +36,7 @@ def test_decoding_any_json_object_raises_only_typed_errors(obj: dict[str, Any]) 
     assert rec.raw == raw
 
 
-@settings(max_examples=60)
+@settings(max_examples=scaled(60))
 @given(journals(max_steps=4), st.data())
 def test_decoding_a_record_with_one_envelope_field_replaced_raises_only_typed_errors(
     recs: list[records.Record], data: st.DataObject
@@ -47,7 +48,7 @@ def test_decoding_a_record_with_one_envelope_field_replaced_raises_only_typed_er
         records.decode(records.canonical_json(obj))
 
 
-ENV = {
+ENV: dict[str, Any] = {
     "v": 1,
     "seq": 1,
     "type": "journald.v1.record.user",
@@ -87,7 +88,7 @@ def test_from_json_and_the_stored_decode_refuse_a_malformed_envelope_with_a_type
     records.decode_stored(records.canonical_json(ENV))
 
 
-@settings(max_examples=60)
+@settings(max_examples=scaled(60))
 @given(journals(max_steps=6))
 def test_the_stored_decode_of_canonical_bytes_is_the_full_decode(
     recs: list[records.Record],
@@ -108,7 +109,7 @@ def test_the_stored_decode_keeps_altered_bytes_as_read_so_their_hash_no_longer_l
     assert stored.hash != rec.hash
 
 
-@settings(max_examples=150)
+@settings(max_examples=scaled(150))
 @given(st.binary(max_size=200))
 def test_the_stored_decode_of_arbitrary_bytes_raises_only_typed_errors(raw: bytes) -> None:
     with contextlib.suppress(errors.JournaldError):

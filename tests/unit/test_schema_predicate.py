@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from journald.records import KINDS
 from journald.schema_predicate import UnsupportedSchema, compile_definition
 from journald.validation import schema_document
+from tests.profiles import scaled
 from tests.unit.strategies import journals, json_values
 
 DEFS = schema_document()["$defs"]
@@ -101,7 +102,8 @@ def _agree(name: str, instance: Any) -> None:
     assert PREDICATES[name](instance) is expected, (name, instance)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow  # ~20 s: 300 whole journals, each record mutated and validated twice
+@settings(max_examples=scaled(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), journal=journals(max_steps=6))
 def test_compiled_predicate_agrees_with_jsonschema_on_valid_and_mutated_records(
     data: st.DataObject, journal: list[Any]
@@ -115,7 +117,7 @@ def test_compiled_predicate_agrees_with_jsonschema_on_valid_and_mutated_records(
         _agree(rec.kind, data.draw(mutated(rec.payload)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=scaled(200), deadline=None)
 @given(name=st.sampled_from(DEFINITIONS), value=tricky_values)
 def test_compiled_predicate_agrees_with_jsonschema_on_arbitrary_values(
     name: str, value: Any

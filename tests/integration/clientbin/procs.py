@@ -6,8 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.waiting import NotYet, eventually
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -40,18 +41,16 @@ class Proc:
         return text.split("\n")[:-1]
 
     def wait_for_line(self, prefix: str, timeout_s: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def find() -> str:
+            exited = self.popen.poll() is not None  # before reading: its last line is in
             for line in self.lines():
                 if line.startswith(prefix):
                     return line
-            if self.popen.poll() is not None:
-                for line in self.lines():
-                    if line.startswith(prefix):
-                        return line
+            if exited:
                 raise AssertionError(f"process exited {self.popen.returncode}:\n{self.text()}")
-            time.sleep(0.02)
-        raise AssertionError(f"no line {prefix!r} within {timeout_s}s:\n{self.text()}")
+            raise NotYet(f"no line {prefix!r} yet; output so far:\n{self.text()}")
+
+        return eventually(find, what=f"a line {prefix!r} from pid {self.pid}", timeout_s=timeout_s)
 
     def text(self) -> str:
         return self.out.read_text(errors="replace") if self.out.exists() else ""
