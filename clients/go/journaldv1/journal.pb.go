@@ -972,7 +972,8 @@ func (x *SeqRange) GetToSeq() uint64 {
 // RebasePayload replaces the folded history (compaction, restore, fork, import).
 type RebasePayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One of "compaction", "restore", "fork", "import".
+	// One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
+	// history, e.g. a framework session removed its last item).
 	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The conversation that replaces the folded history.
 	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
@@ -1106,6 +1107,114 @@ func (x *TerminalPayload) GetMessage() string {
 	return ""
 }
 
+// StatePayload is one value of framework state (a LangGraph checkpoint, channel value or
+// pending write; an OpenAI Agents session item) under a namespace and a key. The fold indexes
+// the latest value of each (namespace, key) in RunState.state; state is never part of the
+// conversation, so it may be appended at any time, even while tool calls are open. The
+// value is opaque typed bytes (`type` names the serializer, as LangGraph's `dumps_typed`
+// does); a large value lives in an attachment of the run (PutAttachment: content-addressed,
+// so bytes repeated under many keys are stored once) and the record carries its SHA-256.
+type StatePayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Groups keys, e.g. "langgraph.checkpoint" (1-256 characters).
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The key within the namespace (1-1024 characters). Empty only on a deletion, which then
+	// removes every key of the namespace.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The serializer's type tag, e.g. "msgpack", "json" (1-128 characters); empty on a deletion.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// The value's bytes, inline (standard base64 with padding in the canonical JSON). Unset when
+	// the value lives in an attachment.
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// SHA-256 hex of the run attachment that holds the value instead of `data`.
+	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The attachment's size in bytes (set with `sha256`).
+	Size uint64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	// This record removes the key (or, with an empty key, the whole namespace).
+	Deleted       bool `protobuf:"varint,7,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatePayload) Reset() {
+	*x = StatePayload{}
+	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatePayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatePayload) ProtoMessage() {}
+
+func (x *StatePayload) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatePayload.ProtoReflect.Descriptor instead.
+func (*StatePayload) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StatePayload) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *StatePayload) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StatePayload) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *StatePayload) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *StatePayload) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *StatePayload) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StatePayload) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 // Record is one journal entry.
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1133,6 +1242,7 @@ type Record struct {
 	//	*Record_User
 	//	*Record_Rebase
 	//	*Record_Terminal
+	//	*Record_State
 	Payload isRecord_Payload `protobuf_oneof:"payload"`
 	// On reads: the record's exact stored canonical bytes. Ignored on Append.
 	Canonical []byte `protobuf:"bytes,20,opt,name=canonical,proto3" json:"canonical,omitempty"`
@@ -1144,7 +1254,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	mi := &file_journald_v1_journal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1266,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	mi := &file_journald_v1_journal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1279,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{12}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Record) GetFormatVersion() uint32 {
@@ -1275,6 +1385,15 @@ func (x *Record) GetTerminal() *TerminalPayload {
 	return nil
 }
 
+func (x *Record) GetState() *StatePayload {
+	if x != nil {
+		if x, ok := x.Payload.(*Record_State); ok {
+			return x.State
+		}
+	}
+	return nil
+}
+
 func (x *Record) GetCanonical() []byte {
 	if x != nil {
 		return x.Canonical
@@ -1323,6 +1442,11 @@ type Record_Terminal struct {
 	Terminal *TerminalPayload `protobuf:"bytes,15,opt,name=terminal,proto3,oneof"`
 }
 
+type Record_State struct {
+	// A value of framework state (not conversation).
+	State *StatePayload `protobuf:"bytes,16,opt,name=state,proto3,oneof"`
+}
+
 func (*Record_Meta) isRecord_Payload() {}
 
 func (*Record_Assistant) isRecord_Payload() {}
@@ -1334,6 +1458,8 @@ func (*Record_User) isRecord_Payload() {}
 func (*Record_Rebase) isRecord_Payload() {}
 
 func (*Record_Terminal) isRecord_Payload() {}
+
+func (*Record_State) isRecord_Payload() {}
 
 // ToolCall is one tool_use block.
 type ToolCall struct {
@@ -1350,7 +1476,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_journald_v1_journal_proto_msgTypes[13]
+	mi := &file_journald_v1_journal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1488,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[13]
+	mi := &file_journald_v1_journal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1501,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{13}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1416,7 +1542,7 @@ type PendingResult struct {
 
 func (x *PendingResult) Reset() {
 	*x = PendingResult{}
-	mi := &file_journald_v1_journal_proto_msgTypes[14]
+	mi := &file_journald_v1_journal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1554,7 @@ func (x *PendingResult) String() string {
 func (*PendingResult) ProtoMessage() {}
 
 func (x *PendingResult) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[14]
+	mi := &file_journald_v1_journal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1567,7 @@ func (x *PendingResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingResult.ProtoReflect.Descriptor instead.
 func (*PendingResult) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{14}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PendingResult) GetToolUseId() string {
@@ -1495,7 +1621,7 @@ type PendingTurn struct {
 
 func (x *PendingTurn) Reset() {
 	*x = PendingTurn{}
-	mi := &file_journald_v1_journal_proto_msgTypes[15]
+	mi := &file_journald_v1_journal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1633,7 @@ func (x *PendingTurn) String() string {
 func (*PendingTurn) ProtoMessage() {}
 
 func (x *PendingTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[15]
+	mi := &file_journald_v1_journal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1646,7 @@ func (x *PendingTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingTurn.ProtoReflect.Descriptor instead.
 func (*PendingTurn) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{15}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PendingTurn) GetMessage() *Message {
@@ -1595,7 +1721,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_journald_v1_journal_proto_msgTypes[16]
+	mi := &file_journald_v1_journal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1733,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[16]
+	mi := &file_journald_v1_journal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1746,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{16}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Counters) GetLlmCalls() uint64 {
@@ -1687,7 +1813,7 @@ type Anomaly struct {
 
 func (x *Anomaly) Reset() {
 	*x = Anomaly{}
-	mi := &file_journald_v1_journal_proto_msgTypes[17]
+	mi := &file_journald_v1_journal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1825,7 @@ func (x *Anomaly) String() string {
 func (*Anomaly) ProtoMessage() {}
 
 func (x *Anomaly) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[17]
+	mi := &file_journald_v1_journal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1838,7 @@ func (x *Anomaly) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Anomaly.ProtoReflect.Descriptor instead.
 func (*Anomaly) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{17}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Anomaly) GetSeq() uint64 {
@@ -1734,6 +1860,106 @@ func (x *Anomaly) GetDetail() string {
 		return x.Detail
 	}
 	return ""
+}
+
+// StateEntry is the latest value of one (namespace, key) of framework state.
+type StateEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The serializer's type tag.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// The inline bytes (unset when `sha256` names an attachment).
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// SHA-256 hex of the attachment holding the value, if it is not inline.
+	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The attachment's size in bytes.
+	Size uint64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	// The seq of the state record that wrote this value.
+	Seq           uint64 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateEntry) Reset() {
+	*x = StateEntry{}
+	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateEntry) ProtoMessage() {}
+
+func (x *StateEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
+func (*StateEntry) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StateEntry) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *StateEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StateEntry) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *StateEntry) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *StateEntry) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *StateEntry) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StateEntry) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 // RunState is the pure fold of a run's records.
@@ -1773,14 +1999,17 @@ type RunState struct {
 	// Labels from meta.
 	Labels map[string]string `protobuf:"bytes,16,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The initial prompt blocks as a canonical JSON array.
-	PromptJson    []byte `protobuf:"bytes,17,opt,name=prompt_json,json=promptJson,proto3" json:"prompt_json,omitempty"`
+	PromptJson []byte `protobuf:"bytes,17,opt,name=prompt_json,json=promptJson,proto3" json:"prompt_json,omitempty"`
+	// Framework state: the latest value of every live (namespace, key), in the order of the
+	// seqs that wrote them (oldest first).
+	State         []*StateEntry `protobuf:"bytes,18,rep,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_journald_v1_journal_proto_msgTypes[18]
+	mi := &file_journald_v1_journal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +2021,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[18]
+	mi := &file_journald_v1_journal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +2034,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{18}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunState) GetRunId() string {
@@ -1927,6 +2156,13 @@ func (x *RunState) GetPromptJson() []byte {
 	return nil
 }
 
+func (x *RunState) GetState() []*StateEntry {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 // GovernanceReport says what pairing governance changed to make a sendable history.
 type GovernanceReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1942,7 +2178,7 @@ type GovernanceReport struct {
 
 func (x *GovernanceReport) Reset() {
 	*x = GovernanceReport{}
-	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	mi := &file_journald_v1_journal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2190,7 @@ func (x *GovernanceReport) String() string {
 func (*GovernanceReport) ProtoMessage() {}
 
 func (x *GovernanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	mi := &file_journald_v1_journal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2203,7 @@ func (x *GovernanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GovernanceReport.ProtoReflect.Descriptor instead.
 func (*GovernanceReport) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{19}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GovernanceReport) GetSynthesizedResults() uint32 {
@@ -2008,7 +2244,7 @@ type ClientInfo struct {
 
 func (x *ClientInfo) Reset() {
 	*x = ClientInfo{}
-	mi := &file_journald_v1_journal_proto_msgTypes[20]
+	mi := &file_journald_v1_journal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2256,7 @@ func (x *ClientInfo) String() string {
 func (*ClientInfo) ProtoMessage() {}
 
 func (x *ClientInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[20]
+	mi := &file_journald_v1_journal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2269,7 @@ func (x *ClientInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
 func (*ClientInfo) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{20}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClientInfo) GetName() string {
@@ -2093,7 +2329,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[21]
+	mi := &file_journald_v1_journal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2341,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[21]
+	mi := &file_journald_v1_journal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2354,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{21}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OpenRequest) GetRunId() string {
@@ -2216,7 +2452,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_journald_v1_journal_proto_msgTypes[22]
+	mi := &file_journald_v1_journal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2464,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[22]
+	mi := &file_journald_v1_journal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2477,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{22}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Lease) GetLeaseId() string {
@@ -2313,7 +2549,7 @@ type Warning struct {
 
 func (x *Warning) Reset() {
 	*x = Warning{}
-	mi := &file_journald_v1_journal_proto_msgTypes[23]
+	mi := &file_journald_v1_journal_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +2561,7 @@ func (x *Warning) String() string {
 func (*Warning) ProtoMessage() {}
 
 func (x *Warning) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[23]
+	mi := &file_journald_v1_journal_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +2574,7 @@ func (x *Warning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Warning.ProtoReflect.Descriptor instead.
 func (*Warning) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{23}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Warning) GetCode() string {
@@ -2368,7 +2604,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	mi := &file_journald_v1_journal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2616,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	mi := &file_journald_v1_journal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2629,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{24}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseRequest) GetRunId() string {
@@ -2421,7 +2657,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	mi := &file_journald_v1_journal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2669,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	mi := &file_journald_v1_journal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2682,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{25}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -2470,7 +2706,7 @@ type LeaseEnded struct {
 
 func (x *LeaseEnded) Reset() {
 	*x = LeaseEnded{}
-	mi := &file_journald_v1_journal_proto_msgTypes[26]
+	mi := &file_journald_v1_journal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2718,7 @@ func (x *LeaseEnded) String() string {
 func (*LeaseEnded) ProtoMessage() {}
 
 func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[26]
+	mi := &file_journald_v1_journal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2731,7 @@ func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEnded.ProtoReflect.Descriptor instead.
 func (*LeaseEnded) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{26}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseEnded) GetReason() string {
@@ -2528,7 +2764,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[27]
+	mi := &file_journald_v1_journal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2776,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[27]
+	mi := &file_journald_v1_journal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2789,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{27}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OpenResponse) GetEvent() isOpenResponse_Event {
@@ -2616,7 +2852,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_journald_v1_journal_proto_msgTypes[28]
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2864,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[28]
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2877,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{28}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2687,7 +2923,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[29]
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2935,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[29]
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2948,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{29}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AppendRequest) GetRunId() string {
@@ -2747,7 +2983,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2995,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +3008,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AppendResponse) GetAcks() []*Ack {
@@ -2793,7 +3029,7 @@ type AppendStreamRequest struct {
 
 func (x *AppendStreamRequest) Reset() {
 	*x = AppendStreamRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +3041,7 @@ func (x *AppendStreamRequest) String() string {
 func (*AppendStreamRequest) ProtoMessage() {}
 
 func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +3054,7 @@ func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
 func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AppendStreamRequest) GetAppend() *AppendRequest {
@@ -2839,7 +3075,7 @@ type AppendStreamResponse struct {
 
 func (x *AppendStreamResponse) Reset() {
 	*x = AppendStreamResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +3087,7 @@ func (x *AppendStreamResponse) String() string {
 func (*AppendStreamResponse) ProtoMessage() {}
 
 func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3100,7 @@ func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
 func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AppendStreamResponse) GetResponse() *AppendResponse {
@@ -2887,7 +3123,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3135,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3148,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LoadRequest) GetRunId() string {
@@ -2940,7 +3176,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3188,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3201,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LoadResponse) GetRecord() *Record {
@@ -2988,7 +3224,7 @@ type FoldRequest struct {
 
 func (x *FoldRequest) Reset() {
 	*x = FoldRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3236,7 @@ func (x *FoldRequest) String() string {
 func (*FoldRequest) ProtoMessage() {}
 
 func (x *FoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3249,7 @@ func (x *FoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldRequest.ProtoReflect.Descriptor instead.
 func (*FoldRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FoldRequest) GetRunId() string {
@@ -3045,7 +3281,7 @@ type FoldResponse struct {
 
 func (x *FoldResponse) Reset() {
 	*x = FoldResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3293,7 @@ func (x *FoldResponse) String() string {
 func (*FoldResponse) ProtoMessage() {}
 
 func (x *FoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3306,7 @@ func (x *FoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldResponse.ProtoReflect.Descriptor instead.
 func (*FoldResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FoldResponse) GetState() *RunState {
@@ -3107,7 +3343,9 @@ type RunInfo struct {
 	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	// The first characters of the initial prompt.
 	PromptPreview string `protobuf:"bytes,5,opt,name=prompt_preview,json=promptPreview,proto3" json:"prompt_preview,omitempty"`
-	// "running", "held" (lease open) or the terminal reason.
+	// "open" (no terminal record last, no lease), "held" (a writer holds the lease) or the
+	// reason of the terminal record that ends the run ("completed", "suspended", "error",
+	// "budget", "max_iterations").
 	Status string `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
 	// Number of records.
 	RecordCount uint64 `protobuf:"varint,7,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
@@ -3121,7 +3359,7 @@ type RunInfo struct {
 
 func (x *RunInfo) Reset() {
 	*x = RunInfo{}
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3371,7 @@ func (x *RunInfo) String() string {
 func (*RunInfo) ProtoMessage() {}
 
 func (x *RunInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3384,7 @@ func (x *RunInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunInfo.ProtoReflect.Descriptor instead.
 func (*RunInfo) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RunInfo) GetRunId() string {
@@ -3223,7 +3461,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3473,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3486,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListRequest) GetLimit() uint32 {
@@ -3269,7 +3507,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3519,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3532,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListResponse) GetRuns() []*RunInfo {
@@ -3315,7 +3553,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3565,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3578,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteRequest) GetRunId() string {
@@ -3361,7 +3599,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3373,7 +3611,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3386,7 +3624,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -3409,7 +3647,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3659,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3672,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3464,7 +3702,7 @@ type CheckpointEvent struct {
 
 func (x *CheckpointEvent) Reset() {
 	*x = CheckpointEvent{}
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3714,7 @@ func (x *CheckpointEvent) String() string {
 func (*CheckpointEvent) ProtoMessage() {}
 
 func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3727,7 @@ func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointEvent.ProtoReflect.Descriptor instead.
 func (*CheckpointEvent) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CheckpointEvent) GetKind() string {
@@ -3522,7 +3760,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +3772,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +3785,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -3608,7 +3846,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3858,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3871,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HistoryRequest) GetRunId() string {
@@ -3674,7 +3912,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +3924,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +3937,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HistoryResponse) GetMessages() []*Message {
@@ -3741,7 +3979,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3991,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +4004,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VerifyRequest) GetRunId() string {
@@ -3793,7 +4031,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +4043,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +4056,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VerifyResponse) GetRecords() uint64 {
@@ -3878,7 +4116,7 @@ type CheckpointMeta struct {
 
 func (x *CheckpointMeta) Reset() {
 	*x = CheckpointMeta{}
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +4128,7 @@ func (x *CheckpointMeta) String() string {
 func (*CheckpointMeta) ProtoMessage() {}
 
 func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +4141,7 @@ func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointMeta.ProtoReflect.Descriptor instead.
 func (*CheckpointMeta) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CheckpointMeta) GetCheckpointId() string {
@@ -3989,7 +4227,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4239,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4252,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CheckpointRequest) GetRunId() string {
@@ -4042,7 +4280,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4054,7 +4292,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4067,7 +4305,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -4088,7 +4326,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4338,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4351,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListCheckpointsRequest) GetRunId() string {
@@ -4134,7 +4372,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4146,7 +4384,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4159,7 +4397,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointMeta {
@@ -4186,7 +4424,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4198,7 +4436,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4211,7 +4449,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RestoreRequest) GetRunId() string {
@@ -4261,7 +4499,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4511,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4524,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RestoreResponse) GetFromMessages() uint64 {
@@ -4337,7 +4575,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4349,7 +4587,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4362,7 +4600,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeleteCheckpointRequest) GetRunId() string {
@@ -4390,7 +4628,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4402,7 +4640,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4415,7 +4653,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteCheckpointResponse) GetDeleted() bool {
@@ -4446,7 +4684,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4696,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4709,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CompactRequest) GetRunId() string {
@@ -4535,7 +4773,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4547,7 +4785,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4560,7 +4798,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CompactResponse) GetStatus() CompactStatus {
@@ -4615,7 +4853,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4627,7 +4865,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4640,7 +4878,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ForkRequest) GetRunId() string {
@@ -4684,7 +4922,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4696,7 +4934,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4709,7 +4947,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ForkResponse) GetRunId() string {
@@ -4739,7 +4977,7 @@ type ExportCheckpointRequest struct {
 
 func (x *ExportCheckpointRequest) Reset() {
 	*x = ExportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +4989,7 @@ func (x *ExportCheckpointRequest) String() string {
 func (*ExportCheckpointRequest) ProtoMessage() {}
 
 func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +5002,7 @@ func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ExportCheckpointRequest) GetRunId() string {
@@ -4792,7 +5030,7 @@ type ExportCheckpointResponse struct {
 
 func (x *ExportCheckpointResponse) Reset() {
 	*x = ExportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4804,7 +5042,7 @@ func (x *ExportCheckpointResponse) String() string {
 func (*ExportCheckpointResponse) ProtoMessage() {}
 
 func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4817,7 +5055,7 @@ func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ExportCheckpointResponse) GetData() []byte {
@@ -4840,7 +5078,7 @@ type ImportCheckpointRequest struct {
 
 func (x *ImportCheckpointRequest) Reset() {
 	*x = ImportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4852,7 +5090,7 @@ func (x *ImportCheckpointRequest) String() string {
 func (*ImportCheckpointRequest) ProtoMessage() {}
 
 func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4865,7 +5103,7 @@ func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ImportCheckpointRequest) GetRunId() string {
@@ -4893,7 +5131,7 @@ type ImportCheckpointResponse struct {
 
 func (x *ImportCheckpointResponse) Reset() {
 	*x = ImportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +5143,7 @@ func (x *ImportCheckpointResponse) String() string {
 func (*ImportCheckpointResponse) ProtoMessage() {}
 
 func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5156,7 @@ func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -4945,7 +5183,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5195,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5208,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -5019,7 +5257,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5031,7 +5269,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5044,7 +5282,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -5088,7 +5326,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5100,7 +5338,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5113,7 +5351,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -5145,7 +5383,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5157,7 +5395,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5170,7 +5408,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -5211,7 +5449,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5223,7 +5461,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5236,7 +5474,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -5332,7 +5570,15 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\acovered\x18\x05 \x01(\v2\x15.journald.v1.SeqRangeR\acovered\"C\n" +
 	"\x0fTerminalPayload\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xbb\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xac\x01\n" +
+	"\fStatePayload\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x18\n" +
+	"\adeleted\x18\a \x01(\bR\adeleted\"\xee\x04\n" +
 	"\x06Record\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x12\n" +
@@ -5347,7 +5593,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"toolResult\x12.\n" +
 	"\x04user\x18\r \x01(\v2\x18.journald.v1.UserPayloadH\x00R\x04user\x124\n" +
 	"\x06rebase\x18\x0e \x01(\v2\x1a.journald.v1.RebasePayloadH\x00R\x06rebase\x12:\n" +
-	"\bterminal\x18\x0f \x01(\v2\x1c.journald.v1.TerminalPayloadH\x00R\bterminal\x12\x1c\n" +
+	"\bterminal\x18\x0f \x01(\v2\x1c.journald.v1.TerminalPayloadH\x00R\bterminal\x121\n" +
+	"\x05state\x18\x10 \x01(\v2\x19.journald.v1.StatePayloadH\x00R\x05state\x12\x1c\n" +
 	"\tcanonical\x18\x14 \x01(\fR\tcanonical\x12\x12\n" +
 	"\x04hash\x18\x15 \x01(\tR\x04hashB\t\n" +
 	"\apayload\"M\n" +
@@ -5384,7 +5631,16 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\aAnomaly\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xb9\x06\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xa2\x01\n" +
+	"\n" +
+	"StateEntry\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x10\n" +
+	"\x03seq\x18\a \x01(\x04R\x03seq\"\xe8\x06\n" +
 	"\bRunState\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12:\n" +
 	"\vfingerprint\x18\x02 \x01(\v2\x18.journald.v1.FingerprintR\vfingerprint\x12 \n" +
@@ -5404,7 +5660,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\alineage\x18\x0f \x01(\v2\x14.journald.v1.LineageR\alineage\x129\n" +
 	"\x06labels\x18\x10 \x03(\v2!.journald.v1.RunState.LabelsEntryR\x06labels\x12\x1f\n" +
 	"\vprompt_json\x18\x11 \x01(\fR\n" +
-	"promptJson\x1a9\n" +
+	"promptJson\x12-\n" +
+	"\x05state\x18\x12 \x03(\v2\x17.journald.v1.StateEntryR\x05state\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
@@ -5703,7 +5960,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -5721,74 +5978,76 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*SeqRange)(nil),                 // 13: journald.v1.SeqRange
 	(*RebasePayload)(nil),            // 14: journald.v1.RebasePayload
 	(*TerminalPayload)(nil),          // 15: journald.v1.TerminalPayload
-	(*Record)(nil),                   // 16: journald.v1.Record
-	(*ToolCall)(nil),                 // 17: journald.v1.ToolCall
-	(*PendingResult)(nil),            // 18: journald.v1.PendingResult
-	(*PendingTurn)(nil),              // 19: journald.v1.PendingTurn
-	(*Counters)(nil),                 // 20: journald.v1.Counters
-	(*Anomaly)(nil),                  // 21: journald.v1.Anomaly
-	(*RunState)(nil),                 // 22: journald.v1.RunState
-	(*GovernanceReport)(nil),         // 23: journald.v1.GovernanceReport
-	(*ClientInfo)(nil),               // 24: journald.v1.ClientInfo
-	(*OpenRequest)(nil),              // 25: journald.v1.OpenRequest
-	(*Lease)(nil),                    // 26: journald.v1.Lease
-	(*Warning)(nil),                  // 27: journald.v1.Warning
-	(*ReleaseRequest)(nil),           // 28: journald.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 29: journald.v1.ReleaseResponse
-	(*LeaseEnded)(nil),               // 30: journald.v1.LeaseEnded
-	(*OpenResponse)(nil),             // 31: journald.v1.OpenResponse
-	(*Ack)(nil),                      // 32: journald.v1.Ack
-	(*AppendRequest)(nil),            // 33: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 34: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 35: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 36: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 37: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 38: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 39: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 40: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 41: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 42: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 43: journald.v1.ListResponse
-	(*DeleteRequest)(nil),            // 44: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 45: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 46: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 47: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 48: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 49: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 50: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 51: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 52: journald.v1.VerifyResponse
-	(*CheckpointMeta)(nil),           // 53: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 54: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 55: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 56: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 57: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 58: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 59: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 60: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 61: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 62: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 63: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 64: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 65: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 66: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 67: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 68: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 69: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 70: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 71: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 72: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 73: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 74: journald.v1.ErrorDetail
-	nil,                              // 75: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 76: journald.v1.RunState.LabelsEntry
-	nil,                              // 77: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 78: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 79: journald.v1.ErrorDetail.MetadataEntry
+	(*StatePayload)(nil),             // 16: journald.v1.StatePayload
+	(*Record)(nil),                   // 17: journald.v1.Record
+	(*ToolCall)(nil),                 // 18: journald.v1.ToolCall
+	(*PendingResult)(nil),            // 19: journald.v1.PendingResult
+	(*PendingTurn)(nil),              // 20: journald.v1.PendingTurn
+	(*Counters)(nil),                 // 21: journald.v1.Counters
+	(*Anomaly)(nil),                  // 22: journald.v1.Anomaly
+	(*StateEntry)(nil),               // 23: journald.v1.StateEntry
+	(*RunState)(nil),                 // 24: journald.v1.RunState
+	(*GovernanceReport)(nil),         // 25: journald.v1.GovernanceReport
+	(*ClientInfo)(nil),               // 26: journald.v1.ClientInfo
+	(*OpenRequest)(nil),              // 27: journald.v1.OpenRequest
+	(*Lease)(nil),                    // 28: journald.v1.Lease
+	(*Warning)(nil),                  // 29: journald.v1.Warning
+	(*ReleaseRequest)(nil),           // 30: journald.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 31: journald.v1.ReleaseResponse
+	(*LeaseEnded)(nil),               // 32: journald.v1.LeaseEnded
+	(*OpenResponse)(nil),             // 33: journald.v1.OpenResponse
+	(*Ack)(nil),                      // 34: journald.v1.Ack
+	(*AppendRequest)(nil),            // 35: journald.v1.AppendRequest
+	(*AppendResponse)(nil),           // 36: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),      // 37: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),     // 38: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),              // 39: journald.v1.LoadRequest
+	(*LoadResponse)(nil),             // 40: journald.v1.LoadResponse
+	(*FoldRequest)(nil),              // 41: journald.v1.FoldRequest
+	(*FoldResponse)(nil),             // 42: journald.v1.FoldResponse
+	(*RunInfo)(nil),                  // 43: journald.v1.RunInfo
+	(*ListRequest)(nil),              // 44: journald.v1.ListRequest
+	(*ListResponse)(nil),             // 45: journald.v1.ListResponse
+	(*DeleteRequest)(nil),            // 46: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 47: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 48: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 49: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 50: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 51: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 52: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 53: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 54: journald.v1.VerifyResponse
+	(*CheckpointMeta)(nil),           // 55: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 56: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 57: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 58: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 59: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 60: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 61: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 62: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 63: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 64: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 65: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 66: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 67: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 68: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 69: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 70: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 71: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 72: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 73: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 74: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 75: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 76: journald.v1.ErrorDetail
+	nil,                              // 77: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 78: journald.v1.RunState.LabelsEntry
+	nil,                              // 79: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 80: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 81: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	5,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	75, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	77, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	7,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	4,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	9,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
@@ -5801,100 +6060,102 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	12, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
 	14, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
 	15, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	4,  // 14: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	18, // 15: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	17, // 16: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	5,  // 17: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	4,  // 18: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	19, // 19: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	20, // 20: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	15, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	21, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	7,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	76, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
-	0,  // 25: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	5,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	77, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	24, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	6,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	22, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	27, // 31: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	26, // 32: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	30, // 33: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
-	1,  // 34: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	16, // 35: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	32, // 36: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	33, // 37: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	34, // 38: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	16, // 39: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	22, // 40: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	4,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	23, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	41, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	53, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	16, // 45: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	47, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	4,  // 47: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	2,  // 48: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	53, // 49: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	53, // 50: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	32, // 51: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	27, // 52: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	4,  // 53: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	3,  // 54: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	13, // 55: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	32, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	78, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	22, // 58: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	53, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	79, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	25, // 61: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	28, // 62: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	33, // 63: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	35, // 64: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	37, // 65: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	39, // 66: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	42, // 67: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	44, // 68: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	46, // 69: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	49, // 70: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	54, // 71: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	56, // 72: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	58, // 73: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	60, // 74: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	62, // 75: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	64, // 76: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	66, // 77: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	68, // 78: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	51, // 79: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	70, // 80: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	72, // 81: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	31, // 82: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	29, // 83: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	34, // 84: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	36, // 85: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	38, // 86: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	40, // 87: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	43, // 88: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	45, // 89: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	48, // 90: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	50, // 91: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	55, // 92: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	57, // 93: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	59, // 94: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	61, // 95: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	63, // 96: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	65, // 97: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	67, // 98: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	69, // 99: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	52, // 100: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	71, // 101: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	73, // 102: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	82, // [82:103] is the sub-list for method output_type
-	61, // [61:82] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	16, // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
+	4,  // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	19, // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	18, // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	5,  // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	4,  // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	20, // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	21, // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	15, // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	22, // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	7,  // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	78, // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	23, // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
+	0,  // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
+	5,  // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	79, // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	26, // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	6,  // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	24, // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	29, // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	28, // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	32, // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	1,  // 36: journald.v1.Ack.durability:type_name -> journald.v1.Durability
+	17, // 37: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	34, // 38: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	35, // 39: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	36, // 40: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	17, // 41: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	24, // 42: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	4,  // 43: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	25, // 44: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	43, // 45: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	55, // 46: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	17, // 47: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	49, // 48: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	4,  // 49: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	2,  // 50: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	55, // 51: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	55, // 52: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	34, // 53: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	29, // 54: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	4,  // 55: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	3,  // 56: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	13, // 57: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	34, // 58: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	80, // 59: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	24, // 60: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	55, // 61: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	81, // 62: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	27, // 63: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	30, // 64: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	35, // 65: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	37, // 66: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	39, // 67: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	41, // 68: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	44, // 69: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	46, // 70: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	48, // 71: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	51, // 72: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	56, // 73: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	58, // 74: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	60, // 75: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	62, // 76: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	64, // 77: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	66, // 78: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	68, // 79: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	70, // 80: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	53, // 81: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	72, // 82: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	74, // 83: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	33, // 84: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	31, // 85: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	36, // 86: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	38, // 87: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	40, // 88: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	42, // 89: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	45, // 90: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	47, // 91: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	50, // 92: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	52, // 93: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	57, // 94: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	59, // 95: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	61, // 96: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	63, // 97: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	65, // 98: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	67, // 99: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	69, // 100: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	71, // 101: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	54, // 102: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	73, // 103: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	75, // 104: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	84, // [84:105] is the sub-list for method output_type
+	63, // [63:84] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -5902,19 +6163,20 @@ func file_journald_v1_journal_proto_init() {
 	if File_journald_v1_journal_proto != nil {
 		return
 	}
-	file_journald_v1_journal_proto_msgTypes[12].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[13].OneofWrappers = []any{
 		(*Record_Meta)(nil),
 		(*Record_Assistant)(nil),
 		(*Record_ToolResult)(nil),
 		(*Record_User)(nil),
 		(*Record_Rebase)(nil),
 		(*Record_Terminal)(nil),
+		(*Record_State)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[27].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[29].OneofWrappers = []any{
 		(*OpenResponse_Lease)(nil),
 		(*OpenResponse_Ended)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[44].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[46].OneofWrappers = []any{
 		(*WatchResponse_Record)(nil),
 		(*WatchResponse_Checkpoint)(nil),
 	}
@@ -5924,7 +6186,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   76,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ from journald_client.state import (
     RestoreResult,
     RunInfo,
     RunState,
+    StateEntry,
     Terminal,
     ToolCall,
     ToolOutput,
@@ -162,6 +163,35 @@ class Entry:
     def user(cls, content: str | Sequence[Mapping[str, Any]]) -> Entry:
         rec = cls._new()
         rec.user.CopyFrom(pb.UserPayload(content_json=blocks_json(content)))
+        return cls(rec)
+
+    @classmethod
+    def state(
+        cls,
+        namespace: str,
+        key: str,
+        value_type: str = "",
+        data: bytes = b"",
+        *,
+        sha256: str = "",
+        size: int = 0,
+        deleted: bool = False,
+    ) -> Entry:
+        """A value of framework state (inline ``data``, or an attachment's ``sha256`` and
+        ``size``), or with ``deleted`` the removal of the key (of the whole namespace when
+        ``key`` is empty). Never part of the conversation."""
+        rec = cls._new()
+        rec.state.CopyFrom(
+            pb.StatePayload(
+                namespace=namespace,
+                key=key,
+                type="" if deleted else value_type,
+                data=b"" if deleted else data,
+                sha256="" if deleted else sha256,
+                size=0 if deleted else size,
+                deleted=deleted,
+            )
+        )
         return cls(rec)
 
     @classmethod
@@ -364,6 +394,10 @@ def state_from_pb(st: pb.RunState, warnings: Sequence[pb.Warning] = ()) -> RunSt
         prompt=_json_list(st.prompt_json),
         lineage=lineage,
         warnings=[LeaseWarning(w.code, w.message) for w in warnings],
+        state=[
+            StateEntry(e.namespace, e.key, e.type, bytes(e.data), e.sha256, e.size, e.seq)
+            for e in st.state
+        ],
     )
 
 
