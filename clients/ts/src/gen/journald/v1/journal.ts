@@ -10635,7 +10635,10 @@ export const JournalServiceService = {
     responseSerialize: (value: CompactResponse): Buffer => Buffer.from(CompactResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): CompactResponse => CompactResponse.decode(value),
   },
-  /** Fork starts a new run from a checkpoint (or the head); the source is untouched. */
+  /**
+   * Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+   * the head also carries the run's framework state (RunState.state) and its attachments.
+   */
   fork: {
     path: "/journald.v1.JournalService/Fork" as const,
     requestStream: false as const,
@@ -10751,7 +10754,10 @@ export interface JournalServiceServer extends UntypedServiceImplementation {
   deleteCheckpoint: handleUnaryCall<DeleteCheckpointRequest, DeleteCheckpointResponse>;
   /** Compact folds the conversation prefix into a caller-supplied summary (a rebase). */
   compact: handleUnaryCall<CompactRequest, CompactResponse>;
-  /** Fork starts a new run from a checkpoint (or the head); the source is untouched. */
+  /**
+   * Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+   * the head also carries the run's framework state (RunState.state) and its attachments.
+   */
   fork: handleUnaryCall<ForkRequest, ForkResponse>;
   /** ExportCheckpoint returns self-contained bytes (format `journald-checkpoint/1`). */
   exportCheckpoint: handleUnaryCall<ExportCheckpointRequest, ExportCheckpointResponse>;
@@ -10973,7 +10979,10 @@ export interface JournalServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CompactResponse) => void,
   ): ClientUnaryCall;
-  /** Fork starts a new run from a checkpoint (or the head); the source is untouched. */
+  /**
+   * Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+   * the head also carries the run's framework state (RunState.state) and its attachments.
+   */
   fork(request: ForkRequest, callback: (error: ServiceError | null, response: ForkResponse) => void): ClientUnaryCall;
   fork(
     request: ForkRequest,
