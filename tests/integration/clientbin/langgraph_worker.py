@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import journald_client as jc
+from journald_client.langgraph import JournaldSaver
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from journald_client.langgraph import JournaldSaver
 from tests.integration.clientbin.common import say
 
 WAIT_S = 120.0
