@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from journald_client import errors
 from journald_client.fingerprint import Fingerprint, compute
 from journald_client.langgraph._index import (
     INLINE_MAX_BYTES,
@@ -48,6 +49,19 @@ def run_id_for(thread_id: str) -> str:
     if _SAFE_ID.match(thread_id) and len(thread_id.encode()) <= 128:
         return thread_id
     return "lg-" + hashlib.sha256(thread_id.encode()).hexdigest()[:40]
+
+
+def changed_since_read(thread_id: str, read_seq: int | None, leased_seq: int) -> None:
+    """Refuse to write on a read that went stale: this process read the thread without its
+    lease (at ``read_seq``) and another writer appended before the lease was granted.
+    Writing now would silently fork the thread from an old checkpoint."""
+    if read_seq is not None and leased_seq > read_seq:
+        raise errors.SeqConflict(
+            f"thread {thread_id} changed since this process read it (journal seq {read_seq}, "
+            f"now {leased_seq}): another process wrote to it in between; invoke the graph "
+            "again to continue from the thread's latest checkpoint",
+            metadata={"thread_id": thread_id, "read_seq": str(read_seq), "seq": str(leased_seq)},
+        )
 
 
 def thread_of(config: RunnableConfig) -> tuple[str, str]:

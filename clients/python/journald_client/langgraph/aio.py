@@ -40,6 +40,7 @@ from journald_client.langgraph._core import (
     THREAD_LABEL,
     BoundedCache,
     Change,
+    changed_since_read,
     plan_put,
     plan_writes,
     record_key,
@@ -88,6 +89,8 @@ class AsyncJournaldSaver(BaseCheckpointSaver[int]):
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._lock = asyncio.Lock()
         self._cache = BoundedCache()
+        # journal seq of each thread's last read without its lease (see changed_since_read)
+        self._read_seq: dict[str, int] = {}
         self._loop = asyncio.get_running_loop()
 
     @classmethod
@@ -108,6 +111,11 @@ class AsyncJournaldSaver(BaseCheckpointSaver[int]):
         run = await self.client.open(
             run_id_for(thread_id), FINGERPRINT, [], labels={THREAD_LABEL: thread_id}, name=self.name
         )
+        try:
+            changed_since_read(thread_id, self._read_seq.pop(thread_id, None), run.last_seq)
+        except errors.SeqConflict:
+            await run.close()
+            raise
         held = _Held(run, ThreadIndex.of(run.state.state), _mirror.Mirror.of(run.state))
         self._held[thread_id] = held
         while len(self._held) > self.max_held_threads:
@@ -150,9 +158,11 @@ class AsyncJournaldSaver(BaseCheckpointSaver[int]):
         if held is not None and not held.run.closed:
             return held.index
         try:
-            return ThreadIndex.of((await self.client.fold(run_id_for(thread_id))).state)
+            state = await self.client.fold(run_id_for(thread_id))
         except errors.SessionNotFound:
             return None
+        self._read_seq[thread_id] = state.last_seq
+        return ThreadIndex.of(state.state)
 
     async def _fetch(self, thread_id: str, refs: Sequence[Ref]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}

@@ -46,6 +46,7 @@ from journald_client.langgraph._core import (
     THREAD_LABEL,
     BoundedCache,
     Change,
+    changed_since_read,
     plan_put,
     plan_writes,
     record_key,
@@ -92,6 +93,8 @@ class JournaldSaver(BaseCheckpointSaver[int]):
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._lock = threading.RLock()
         self._cache = BoundedCache()
+        # journal seq of each thread's last read without its lease (see changed_since_read)
+        self._read_seq: dict[str, int] = {}
 
     # --- leases -----------------------------------------------------------------------------
 
@@ -103,6 +106,11 @@ class JournaldSaver(BaseCheckpointSaver[int]):
         run = self.client.open(
             run_id_for(thread_id), FINGERPRINT, [], labels={THREAD_LABEL: thread_id}, name=self.name
         )
+        try:
+            changed_since_read(thread_id, self._read_seq.pop(thread_id, None), run.last_seq)
+        except errors.SeqConflict:
+            run.close()
+            raise
         state = run.state
         held = _Held(run, ThreadIndex.of(state.state), _mirror.Mirror.of(state))
         self._held[thread_id] = held
@@ -143,9 +151,11 @@ class JournaldSaver(BaseCheckpointSaver[int]):
         if held is not None and not held.run.closed:
             return held.index
         try:
-            return ThreadIndex.of(self.client.fold(run_id_for(thread_id)).state)
+            state = self.client.fold(run_id_for(thread_id))
         except errors.SessionNotFound:
             return None
+        self._read_seq[thread_id] = state.last_seq
+        return ThreadIndex.of(state.state)
 
     def _fetch(self, thread_id: str, refs: Sequence[Ref]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}
