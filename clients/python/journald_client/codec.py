@@ -6,8 +6,10 @@ messages built here and hand the answers back here to be decoded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +58,17 @@ _DURABILITY = {
 def now_ts() -> str:
     """RFC 3339 UTC with microseconds and ``Z``, e.g. ``2026-11-30T12:00:00.000000Z``."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_SAFE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
+
+
+def run_id_for(name: str, prefix: str) -> str:
+    """A run id for a framework's own id (a thread, a session): the id itself when it is a
+    safe run id (the usual uuid or slug), otherwise ``prefix`` and a digest of it."""
+    if _SAFE_ID.match(name) and len(name.encode()) <= 128:
+        return name
+    return prefix + hashlib.sha256(name.encode()).hexdigest()[:40]
 
 
 # --- content ---------------------------------------------------------------------------

@@ -3,8 +3,6 @@ their writes (which state records a ``put`` or ``put_writes`` appends), all with
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from journald_client import errors
+from journald_client import codec, errors
 from journald_client.fingerprint import Fingerprint, compute
 from journald_client.langgraph._index import (
     INLINE_MAX_BYTES,
@@ -39,16 +37,12 @@ FINGERPRINT: Fingerprint = compute(provider="langgraph", model="langgraph", syst
 """Every thread run carries this fingerprint: the run holds graph state, not one model's
 configuration (``journald ls`` shows the model ``langgraph``)."""
 THREAD_LABEL = "langgraph.thread_id"
-_SAFE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
 ATTACHMENT_MEDIA_TYPE = "application/vnd.langgraph.value"
 
 
 def run_id_for(thread_id: str) -> str:
-    """The journald run of a thread: the thread id itself when it is a safe run id (the
-    usual uuid or slug), otherwise a digest of it (the run's label keeps the thread id)."""
-    if _SAFE_ID.match(thread_id) and len(thread_id.encode()) <= 128:
-        return thread_id
-    return "lg-" + hashlib.sha256(thread_id.encode()).hexdigest()[:40]
+    """The journald run of a thread (the run's label keeps the thread id)."""
+    return codec.run_id_for(thread_id, "lg-")
 
 
 def changed_since_read(thread_id: str, read_seq: int | None, leased_seq: int) -> None:
