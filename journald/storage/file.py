@@ -113,8 +113,8 @@ from journald.errors import (
     SessionNotFound,
     StoreCorrupted,
 )
-from journald.paths import default_data_dir
 from journald.fold import fold
+from journald.paths import default_data_dir
 from journald.records import GENESIS, Record, decode, sha256_hex, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,

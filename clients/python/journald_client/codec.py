@@ -213,6 +213,22 @@ class Entry:
         return cls(rec)
 
     @classmethod
+    def rebase(cls, messages: Sequence[Mapping[str, Any]], reason: str = "edit") -> Entry:
+        """Replace the conversation by ``messages`` (``{role, content}`` dicts): ``edit`` when
+        the writer rewrote its own history (a framework removed or replaced messages)."""
+        rec = cls._new()
+        rec.rebase.CopyFrom(
+            pb.RebasePayload(
+                reason=reason,
+                messages=[
+                    pb.Message(role=str(m["role"]), content_json=blocks_json(m["content"]))
+                    for m in messages
+                ],
+            )
+        )
+        return cls(rec)
+
+    @classmethod
     def terminal(cls, reason: str, message: str = "") -> Entry:
         if reason not in TERMINAL_REASONS:
             raise errors.InvalidRecord(

@@ -36,9 +36,8 @@ from agents.memory.session_settings import SessionSettings, resolve_session_limi
 
 from journald_client import errors
 from journald_client.client import Client, Run, connect
-from journald_client.codec import Entry, blocks_json, run_id_for
+from journald_client.codec import Entry, run_id_for
 from journald_client.fingerprint import Fingerprint, compute
-from journald_client.pb import journal_pb2 as pb
 from journald_client.state import Block, StateEntry
 
 NS_ITEMS = "openai_agents.items"
@@ -222,21 +221,6 @@ def sendable(items: Sequence[Item], limit: int | None) -> list[Item]:
     return out
 
 
-def _rebase(items: Sequence[Mapping[str, Any]]) -> Entry:
-    rec = Entry.user("x").record  # a fresh record with ts and trace set
-    rec.ClearField("user")
-    rec.rebase.CopyFrom(
-        pb.RebasePayload(
-            reason="edit",
-            messages=[
-                pb.Message(role=m["role"], content_json=blocks_json(m["content"]))
-                for m in conversation(items)
-            ],
-        )
-    )
-    return Entry(rec)
-
-
 # --- the session ----------------------------------------------------------------------------
 
 
@@ -356,7 +340,7 @@ class JournaldSession:
     def _rewrite(self, run: Run, rest: Sequence[Item], changes: list[Entry]) -> None:
         # a rebase may not replace a turn whose calls are open: close them first
         closing = [Entry.tool_result(c, ABANDONED, is_error=True) for c in self._open_calls]
-        run.append_many([*changes, *closing, _rebase(rest)])
+        run.append_many([*changes, *closing, Entry.rebase(conversation(rest))])
         self._open_calls = []
 
     async def close(self) -> None:

@@ -4,7 +4,7 @@ their writes (which state records a ``put`` or ``put_writes`` appends), all with
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from journald_client import codec, errors
+from journald_client.codec import Entry
 from journald_client.fingerprint import Fingerprint, compute
 from journald_client.langgraph._index import (
     INLINE_MAX_BYTES,
@@ -32,6 +33,7 @@ from journald_client.langgraph._index import (
     state_key,
     version_key,
 )
+from journald_client.state import AttachmentRef
 
 FINGERPRINT: Fingerprint = compute(provider="langgraph", model="langgraph", system_prompt=[])
 """Every thread run carries this fingerprint: the run holds graph state, not one model's
@@ -146,6 +148,53 @@ def plan_writes(
             out.append(Change(NS_WRITES, old.key, None))
         out.append(Change(NS_WRITES, key, serde.dumps_typed(value)))
     return out
+
+
+def entry_for(change: Change, attachment: AttachmentRef | None) -> tuple[Entry, Ref | None]:
+    """The state record of a change (``attachment``: where a large value was put) and the
+    reference the thread index keeps once it is durable (None: a deletion)."""
+    if change.typed is None:
+        return Entry.state(change.namespace, change.key, deleted=True), None
+    vtype, data = change.typed
+    if attachment is not None:
+        sha, size = attachment.sha256, attachment.size
+        entry = Entry.state(change.namespace, change.key, vtype, sha256=sha, size=size)
+        return entry, Ref(vtype, b"", sha, size)
+    return Entry.state(change.namespace, change.key, vtype, data), Ref(vtype, data)
+
+
+@dataclass(frozen=True, slots=True)
+class ListScope:
+    """What a ``list`` call asks for: one thread or all, a namespace, an id, a cursor."""
+
+    thread_id: str | None
+    ns: str | None
+    checkpoint_id: str | None
+    before_id: str | None
+
+    @classmethod
+    def of(cls, config: RunnableConfig | None, before: RunnableConfig | None) -> ListScope:
+        conf = (config or {}).get("configurable") or {}
+        return cls(
+            str(conf["thread_id"]) if conf.get("thread_id") else None,
+            conf.get("checkpoint_ns"),
+            get_checkpoint_id(config) if config else None,
+            get_checkpoint_id(before) if before else None,
+        )
+
+    def candidates(self, index: ThreadIndex) -> Iterator[tuple[str, str, Ref]]:
+        """The thread's checkpoints in scope, newest first within each namespace."""
+        for ns in index.namespaces():
+            if self.ns is not None and ns != self.ns:
+                continue
+            for cid in index.ids_newest_first(ns):
+                if (self.checkpoint_id and cid != self.checkpoint_id) or (
+                    self.before_id and cid >= self.before_id
+                ):
+                    continue
+                ref = index.checkpoint_ref(ns, cid)
+                if ref is not None:
+                    yield ns, cid, ref
 
 
 class BoundedCache:

@@ -22,8 +22,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from journald_client.codec import Entry, blocks_json
-from journald_client.pb import journal_pb2 as pb
+from journald_client.codec import Entry
 from journald_client.state import Block, RunState
 
 NS_MIRROR = "langgraph.mirror"
@@ -99,7 +98,7 @@ class Mirror:
         else:
             out += [_abandon(c) for c in open_calls]
             open_calls.clear()
-            out.append(_rebase(msgs))
+            out.append(Entry.rebase(conversation(msgs)))
         digest = _digest(ids)
         doc = json.dumps({"count": len(ids), "digest": digest}).encode()
         out.append(Entry.state(NS_MIRROR, KEY_MESSAGES, "json", doc))
@@ -188,18 +187,3 @@ def conversation(msgs: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         elif isinstance(m, AIMessage):
             add("assistant", _assistant_blocks(m)[0])
     return out
-
-
-def _rebase(msgs: Sequence[BaseMessage]) -> Entry:
-    rec = Entry.user("x").record  # a fresh record with ts and trace set
-    rec.ClearField("user")
-    rec.rebase.CopyFrom(
-        pb.RebasePayload(
-            reason="edit",
-            messages=[
-                pb.Message(role=m["role"], content_json=blocks_json(m["content"]))
-                for m in conversation(msgs)
-            ],
-        )
-    )
-    return Entry(rec)

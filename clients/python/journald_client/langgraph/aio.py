@@ -40,7 +40,9 @@ from journald_client.langgraph._core import (
     THREAD_LABEL,
     BoundedCache,
     Change,
+    ListScope,
     changed_since_read,
+    entry_for,
     plan_put,
     plan_writes,
     record_key,
@@ -233,31 +235,20 @@ class AsyncJournaldSaver(BaseCheckpointSaver[int]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> list[CheckpointTuple]:
-        conf = (config or {}).get("configurable") or {}
-        threads = [str(conf["thread_id"])] if conf.get("thread_id") else await self._thread_ids()
-        only_ns = conf.get("checkpoint_ns")
-        only_id = get_checkpoint_id(config) if config else None
-        before_id = get_checkpoint_id(before) if before else None
+        scope = ListScope.of(config, before)
         out: list[CheckpointTuple] = []
-        for thread_id in threads:
+        for thread_id in [scope.thread_id] if scope.thread_id else await self._thread_ids():
             index = await self._index(thread_id)
             if index is None:
                 continue
-            for ns in index.namespaces():
-                if only_ns is not None and ns != only_ns:
+            for ns, cid, ref in scope.candidates(index):
+                if not matches((await self._record(thread_id, ref)).get("metadata") or {}, flt):
                     continue
-                for cid in index.ids_newest_first(ns):
-                    if (only_id and cid != only_id) or (before_id and cid >= before_id):
-                        continue
-                    ref = index.checkpoint_ref(ns, cid)
-                    assert ref is not None
-                    if not matches((await self._record(thread_id, ref)).get("metadata") or {}, flt):
-                        continue
-                    if limit is not None and len(out) >= limit:
-                        return out
-                    tup = await self._tuple(thread_id, index, ns, cid)
-                    if tup is not None:
-                        out.append(tup)
+                if limit is not None and len(out) >= limit:
+                    return out
+                tup = await self._tuple(thread_id, index, ns, cid)
+                if tup is not None:
+                    out.append(tup)
         return out
 
     # --- writing ----------------------------------------------------------------------------
@@ -269,23 +260,17 @@ class AsyncJournaldSaver(BaseCheckpointSaver[int]):
         entries: list[Entry] = []
         refs: list[Ref | None] = []
         for ch in changes:
-            if ch.typed is None:
-                entries.append(Entry.state(ch.namespace, ch.key, deleted=True))
-                refs.append(None)
-                continue
-            vtype, data = ch.typed
+            att = None
             if ch.large:
+                assert ch.typed is not None
+                vtype, data = ch.typed
                 att = await self.client.put_attachment(
                     held.run.run_id, data, ATTACHMENT_MEDIA_TYPE, vtype
                 )
                 self._cache.put(att.sha256, data, len(data))
-                refs.append(Ref(vtype, b"", att.sha256, att.size))
-                entries.append(
-                    Entry.state(ch.namespace, ch.key, vtype, sha256=att.sha256, size=att.size)
-                )
-            else:
-                refs.append(Ref(vtype, data))
-                entries.append(Entry.state(ch.namespace, ch.key, vtype, data))
+            entry, ref = entry_for(ch, att)
+            entries.append(entry)
+            refs.append(ref)
         if not entries and not extra:
             return
         await held.run.append_many([*entries, *extra])
