@@ -589,8 +589,24 @@ def write(res: dict[str, Any], out: Path) -> Path:
         images = []
         res.setdefault("errors", []).append(f"plots: {type(exc).__name__}: {exc}")
     path = out / "benchmarks.md"
-    path.write_text(markdown(res, images))
+    text = markdown(res, images)
+    kept = kept_section(path.read_text() if path.exists() else "", ADAPTERS_SECTION)
+    if kept:  # measured by bench/bench_adapters.py on its own; a full run keeps it
+        text = text.rstrip("\n") + "\n\n" + kept
+    path.write_text(text)
     return path
+
+
+ADAPTERS_SECTION = "## Framework adapters (bench/bench_adapters.py)"
+
+
+def kept_section(text: str, heading: str) -> str:
+    """The section of ``text`` under ``heading`` (up to the next ``## ``), or ''."""
+    start = text.find(heading + "\n")
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + len(heading))
+    return text[start : end + 1 if end >= 0 else len(text)].rstrip("\n") + "\n"
 
 
 def _g(res: dict[str, Any], system: str, n: int, key: str) -> float | None:

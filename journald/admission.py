@@ -9,7 +9,9 @@ journal written through the daemon always folds without anomalies:
   them first (run them, or append an ``is_error`` result), which is what keeps a resumed
   history free of orphan tool calls;
 * a rebase cannot replace history under a running turn (``turn_running``);
-* a terminal is always allowed (a crash-suspended run ends with calls open).
+* a terminal is always allowed (a crash-suspended run ends with calls open);
+* a state record (framework state) is always allowed: it is not conversation, so a framework
+  may save its checkpoint or pending writes while its own tool calls are still open.
 
 Pure core: no I/O imports.
 """

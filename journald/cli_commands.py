@@ -518,6 +518,15 @@ def record_summary(rec: JournalRecord, width: int) -> str:
         )
     elif rec.kind == "meta":
         what = f"run {one_line(str(p.get('run_id', '')))}"
+    elif rec.kind == "state":
+        where = one_line(f"{p.get('namespace', '')} {p.get('key', '')}".rstrip())
+        if p.get("deleted"):
+            what = f"{where} deleted"
+        else:
+            b64 = str(p.get("data", ""))
+            size = p.get("size", len(b64) * 3 // 4 - b64[-2:].count("="))
+            held = "attachment" if p.get("sha256") else "inline"
+            what = f"{where} {one_line(str(p.get('type', '')))} {size} B {held}"
     else:
         what = ""
     line = f"{rec.seq:>6} {short_ts(rec.ts)} {rec.kind:<11} {what}"

@@ -7,11 +7,16 @@ present), so a record that crosses the API and comes back is byte-identical:
 * assistant: ``usage`` always carries all four counters;
 * tool_result: ``remote`` always present;
 * rebase: ``checkpoint_id``, ``checkpoint_hash``, ``covered`` only when set;
-* terminal: ``message`` always present; envelope ``trace`` only when set.
+* terminal: ``message`` always present; envelope ``trace`` only when set;
+* state: a deletion is ``namespace``, ``key`` (only when set) and ``deleted``; a value is
+  ``namespace``, ``key``, ``type`` and either ``data`` (base64 of the bytes, even when empty)
+  or ``sha256`` and ``size`` (an attachment).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -145,9 +150,41 @@ def payload_from_pb(rec: pb.Record) -> tuple[str, dict[str, Any]]:
             out["checkpoint_hash"] = r.checkpoint_hash
         if r.HasField("covered"):
             out["covered"] = {"from_seq": r.covered.from_seq, "to_seq": r.covered.to_seq}
+    elif kind == "state":
+        out = state_payload_from_pb(rec.state)
     else:
         out = {"reason": rec.terminal.reason, "message": rec.terminal.message}
     return kind, out
+
+
+def state_payload_from_pb(sp: pb.StatePayload) -> dict[str, Any]:
+    out: dict[str, Any] = {"namespace": sp.namespace}
+    if sp.deleted:
+        if sp.key:
+            out["key"] = sp.key
+        out["deleted"] = True
+        return out
+    out["key"] = sp.key
+    out["type"] = sp.type
+    if sp.sha256:
+        if sp.data:
+            raise InvalidRecord(
+                "field state: a value is either inline (data) or an attachment (sha256), not both",
+                metadata={"field": "state.data"},
+            )
+        out["sha256"] = sp.sha256
+        out["size"] = sp.size
+    else:
+        out["data"] = base64.b64encode(sp.data).decode("ascii")
+    return out
+
+
+def state_bytes(data: str) -> bytes:
+    """The bytes of a stored inline value (its base64 text was checked by the schema)."""
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return b""
 
 
 def payload_to_pb(kind: str, p: Mapping[str, Any], rec: pb.Record) -> None:
@@ -193,6 +230,18 @@ def payload_to_pb(kind: str, p: Mapping[str, Any], rec: pb.Record) -> None:
                 checkpoint_id=p.get("checkpoint_id", ""),
                 checkpoint_hash=p.get("checkpoint_hash", ""),
                 covered=pb.SeqRange(**cov) if cov else None,
+            )
+        )
+    elif kind == "state":
+        rec.state.CopyFrom(
+            pb.StatePayload(
+                namespace=p["namespace"],
+                key=p.get("key", ""),
+                type=p.get("type", ""),
+                data=state_bytes(p.get("data", "")),
+                sha256=p.get("sha256", ""),
+                size=p.get("size", 0),
+                deleted=bool(p.get("deleted")),
             )
         )
     else:
@@ -264,6 +313,18 @@ def state_to_pb(st: RunState, *, messages: bool = True) -> pb.RunState:
         anomalies=[pb.Anomaly(seq=a.seq, kind=a.kind, detail=a.detail) for a in st.anomalies],
         labels=st.labels,
         prompt_json=canonical_json(st.prompt),
+        state=[
+            pb.StateEntry(
+                namespace=ns,
+                key=key,
+                type=v.type,
+                data=state_bytes(v.data) if v.data else b"",
+                sha256=v.sha256,
+                size=v.size,
+                seq=v.seq,
+            )
+            for ns, key, v in st.state_entries()
+        ],
     )
     if st.fingerprint is not None:
         out.fingerprint.CopyFrom(fingerprint_to_pb(st.fingerprint))

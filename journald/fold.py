@@ -12,6 +12,9 @@ Invariants of the result:
   exactly as a live agent builds its next request; otherwise it starts a user message.
   Consecutive assistant messages (a ``pause_turn`` continuation) merge the same way.
 * A rebase replaces the messages with its own; counters stay cumulative.
+* A state record (framework state: LangGraph checkpoints, agent session items) never touches
+  the conversation: the fold keeps the latest value of each (namespace, key) in ``state``, and
+  a deletion drops one key or a whole namespace. A rebase leaves state alone.
 * Everything else (counters, next iteration, resume boundary) is derived, never stored.
 
 Refused as ``store_corrupted`` naming the seq: a first record that is not meta, a second
@@ -100,6 +103,18 @@ class Anomaly:
     detail: str
 
 
+@dataclass(frozen=True, slots=True)
+class StateValue:
+    """The latest value of one (namespace, key): inline ``data`` (base64 text, as stored) or
+    the attachment ``sha256`` and ``size``."""
+
+    seq: int
+    type: str
+    data: str = ""
+    sha256: str = ""
+    size: int = 0
+
+
 @dataclass(slots=True)
 class RunState:
     run_id: str = ""
@@ -122,6 +137,8 @@ class RunState:
     anomalies: list[Anomaly] = field(default_factory=list)
     # tool_use ids answered anywhere in the run, for duplicate detection across turns
     answered_ever: set[str] = field(default_factory=set)
+    # framework state: namespace -> key -> latest value (keys in the order they were written)
+    state: dict[str, dict[str, StateValue]] = field(default_factory=dict)
 
     @property
     def resume_at_input_boundary(self) -> bool:
@@ -155,7 +172,14 @@ class RunState:
             counters=replace(self.counters),
             anomalies=list(self.anomalies),
             answered_ever=set(self.answered_ever),
+            state={ns: dict(values) for ns, values in self.state.items()},
         )
+
+    def state_entries(self) -> list[tuple[str, str, StateValue]]:
+        """Every live (namespace, key, value), oldest write first."""
+        out = [(ns, k, v) for ns, values in self.state.items() for k, v in values.items()]
+        out.sort(key=lambda e: e[2].seq)
+        return out
 
 
 def tool_calls_of(message: Mapping[str, Any]) -> list[ToolCall]:
@@ -384,8 +408,43 @@ def _apply(st: RunState, rec: Record) -> None:
     elif rec.kind == "terminal":
         _need(isinstance(p.get("reason"), str), rec, "lacks a reason")
         st.terminal = dict(p)
+    elif rec.kind == "state":
+        _apply_state(st, rec, p)
     st.terminal_is_last = rec.kind == "terminal"
     st.last_seq, st.last_hash, st.last_ts = rec.seq, rec.hash, rec.ts
+
+
+def _apply_state(st: RunState, rec: Record, p: Mapping[str, Any]) -> None:
+    ns, key = p.get("namespace"), p.get("key", "")
+    _need(isinstance(ns, str) and bool(ns), rec, "lacks a namespace")
+    _need(isinstance(key, str), rec, "has a key that is not a string")
+    assert isinstance(ns, str)
+    assert isinstance(key, str)
+    if p.get("deleted"):
+        if not key:
+            st.state.pop(ns, None)
+        elif ns in st.state:
+            st.state[ns].pop(key, None)
+            if not st.state[ns]:
+                del st.state[ns]
+        return
+    vtype, data, sha = p.get("type"), p.get("data", ""), p.get("sha256", "")
+    size = p.get("size", 0)
+    _need(
+        bool(key)
+        and isinstance(vtype, str)
+        and isinstance(data, str)
+        and isinstance(sha, str)
+        and type(size) is int,
+        rec,
+        "has a malformed value (needs key, type and data or sha256)",
+    )
+    assert isinstance(vtype, str)
+    assert isinstance(data, str)
+    assert isinstance(sha, str)
+    values = st.state.setdefault(ns, {})
+    values.pop(key, None)  # re-inserted: keys stay in the order of their latest write
+    values[key] = StateValue(rec.seq, vtype, data, sha, size)
 
 
 def resume_warnings(st: RunState) -> list[tuple[str, str]]:

@@ -37,7 +37,7 @@ from journald.errors import (
 FORMAT_VERSION = 1
 GENESIS = "0" * 64
 TYPE_PREFIX = "journald.v1.record."
-KINDS = ("meta", "assistant", "tool_result", "user", "rebase", "terminal")
+KINDS = ("meta", "assistant", "tool_result", "user", "rebase", "terminal", "state")
 TYPE_OF = {kind: TYPE_PREFIX + kind for kind in KINDS}
 KIND_OF = {t: k for k, t in TYPE_OF.items()}
 ENVELOPE_KEYS = frozenset({"v", "seq", "type", "ts", "prev", "trace"})

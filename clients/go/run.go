@@ -256,6 +256,31 @@ func (r *Run) AppendTerminal(ctx context.Context, reason, message string) (*pb.A
 	}}})
 }
 
+// AppendState journals one value of framework state under (namespace, key): opaque typed
+// bytes that the fold indexes (latest per key, in RunState.State) and that never join the
+// conversation, so it is accepted even while tool calls are open. For a large value, store
+// the bytes with PutAttachment and journal a StatePayload with Sha256 and Size via AppendRaw.
+func (r *Run) AppendState(ctx context.Context, namespace, key, valueType string, data []byte) (*pb.Ack, error) {
+	if data == nil {
+		data = []byte{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_State{State: &pb.StatePayload{
+		Namespace: namespace, Key: key, Type: valueType, Data: data,
+	}}})
+}
+
+// DeleteState journals the removal of a key of framework state; an empty key removes every
+// key of the namespace.
+func (r *Run) DeleteState(ctx context.Context, namespace, key string) (*pb.Ack, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_State{State: &pb.StatePayload{
+		Namespace: namespace, Key: key, Deleted: true,
+	}}})
+}
+
 // AppendRaw journals a record built by the caller (seq and ts are filled when zero).
 func (r *Run) AppendRaw(ctx context.Context, rec *pb.Record) (*pb.Ack, error) {
 	r.mu.Lock()

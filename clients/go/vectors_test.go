@@ -2,10 +2,14 @@ package journald
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
+
+	pb "github.com/journald/journald/clients/go/journaldv1"
+	"google.golang.org/protobuf/proto"
 )
 
 // The shared vectors in tests/vectors/ pin canonical JSON, fingerprint hashing and record
@@ -154,5 +158,48 @@ func TestRecordVectorsEncodeAndChain(t *testing.T) {
 			t.Fatal(err)
 		}
 		prev = SHA256Hex(b)
+	}
+}
+
+func TestStateRecordVectorsCarryTheValueBytesAsStandardBase64(t *testing.T) {
+	var file struct {
+		Cases []struct {
+			Name   string `json:"name"`
+			Record struct {
+				State *struct {
+					Namespace string  `json:"namespace"`
+					Key       string  `json:"key"`
+					Type      string  `json:"type"`
+					Data      *string `json:"data"`
+				} `json:"state"`
+			} `json:"record"`
+		} `json:"cases"`
+	}
+	loadVectors(t, "records.json", &file)
+	seen := 0
+	for _, c := range file.Cases {
+		st := c.Record.State
+		if st == nil || st.Data == nil {
+			continue
+		}
+		seen++
+		raw, err := base64.StdEncoding.DecodeString(*st.Data)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		wire, err := proto.Marshal(&pb.StatePayload{Namespace: st.Namespace, Key: st.Key, Type: st.Type, Data: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back pb.StatePayload
+		if err := proto.Unmarshal(wire, &back); err != nil {
+			t.Fatal(err)
+		}
+		if got := base64.StdEncoding.EncodeToString(back.GetData()); got != *st.Data {
+			t.Fatalf("%s: base64 %q, want %q", c.Name, got, *st.Data)
+		}
+	}
+	if seen < 2 {
+		t.Fatalf("records.json has %d inline state cases", seen)
 	}
 }

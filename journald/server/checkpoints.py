@@ -67,7 +67,7 @@ from journald.errors import (
     StoreCorrupted,
     TurnRunning,
 )
-from journald.fold import Message, Pending, RunState, fold_into
+from journald.fold import Message, Pending, RunState, StateValue, fold_into
 from journald.paging import (
     FoldMark,
     Page,
@@ -523,12 +523,34 @@ class CheckpointRpcs:
         payload["lineage"] = lineage
         meta = make_record(1, "meta", payload, GENESIS, now)
         self._check(meta)
+        # Framework state travels with a fork of the head (a checkpoint holds only the
+        # conversation, so a fork from one starts without state).
+        carried = src.state_entries() if cp is None else []
         async with self._daemon_lease(new_run, create=meta) as lease:
             await self._copy_attachments(source, new_run, msgs)
+            for digest in sorted({v.sha256 for _, _, v in carried if v.sha256}):
+                await self.attachments.put(new_run, await self.attachments.get(source, digest))
             rec = self._rebase(lease, "fork", governed(msgs), cp, None)
-            await self.commit(lease, [rec])
+            await self.commit(lease, [rec, *self._state_copies(rec, carried)])
             state = lease.state
         return pb.ForkResponse(run_id=new_run, state=state_to_pb(state))
+
+    def _state_copies(
+        self, after: Record, entries: Sequence[tuple[str, str, StateValue]]
+    ) -> list[Record]:
+        """State records re-creating ``entries`` (oldest write first), chained after ``after``."""
+        out: list[Record] = []
+        prev = after
+        for ns, key, v in entries:
+            payload: dict[str, Any] = {"namespace": ns, "key": key, "type": v.type}
+            if v.sha256:
+                payload |= {"sha256": v.sha256, "size": v.size}
+            else:
+                payload["data"] = v.data
+            prev = make_record(prev.seq + 1, "state", payload, prev.hash, after.ts)
+            self._check(prev)
+            out.append(prev)
+        return out
 
     # --- export / import ------------------------------------------------------------------
 

@@ -113,6 +113,7 @@ from journald.errors import (
     SessionNotFound,
     StoreCorrupted,
 )
+from journald.fold import fold
 from journald.paths import default_data_dir
 from journald.records import GENESIS, Record, decode, sha256_hex, validate_id
 from journald.storage.base import (
@@ -175,6 +176,12 @@ class PruneReport:
     dropped_to: int = 0
     dropped_records: int = 0
     kept_records: int = 0
+
+
+def holds_live_state(records: Sequence[Record], cut_seq: int) -> bool:
+    """Whether a state record before ``cut_seq`` is still the latest value of its key: a
+    rebase replaces the conversation, never framework state, so such a prune would lose it."""
+    return any(v.seq < cut_seq for _, _, v in fold(records).state_entries())
 
 
 class FileStore(FileReads):
@@ -494,7 +501,8 @@ class FileStore(FileReads):
     # -- explicit maintenance --------------------------------------------------------------
 
     async def prune(self, run_id: str, *, before: PrePrune | None = None) -> PruneReport:
-        """Rewrite a run to its meta record plus everything from its latest rebase onward.
+        """Rewrite a run to its meta record plus everything from its latest rebase onward
+        (nothing is pruned while a state record before that rebase still holds a live value).
 
         ``before(run_id, records)`` runs after the run is locked and read, before anything
         changes: the checkpoint store hooks its ``pre_prune`` checkpoint here (its failure
@@ -511,6 +519,7 @@ class FileStore(FileReads):
                 or not rebases
                 or rebases[-1].seq <= 2
                 or records[1].seq >= rebases[-1].seq
+                or holds_live_state(records, rebases[-1].seq)
             ):
                 return PruneReport(run_id, False)
             if before is not None:

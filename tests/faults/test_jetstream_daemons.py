@@ -79,7 +79,7 @@ def test_a_stale_writer_on_one_daemon_is_locked_after_another_daemon_took_the_ru
         with pytest.raises(jc.Locked):
             run_a.user("a stale follow-up from host A")
         run_b.terminal("completed")
-        records = client_a.load("fenced")
+        records = list(client_a.load("fenced"))
         assert [r.seq for r in records] == [1, 2, 3, 4, 5]
         assert "stale" not in repr(client_a.fold("fenced").messages)
         assert client_a.verify("fenced").last_seq == 5

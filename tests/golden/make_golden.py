@@ -60,7 +60,7 @@ def state_json(st: RunState) -> dict[str, Any]:
         }
     c = st.counters
     governed, report = governance.governed_messages(st)
-    return {
+    out: dict[str, Any] = {
         "run_id": st.run_id,
         "interactive": st.interactive,
         "messages": st.messages,
@@ -93,6 +93,13 @@ def state_json(st: RunState) -> dict[str, Any]:
             },
         },
     }
+    if st.state:  # only journals with framework state carry the key (older goldens lack it)
+        out["state"] = [
+            {"namespace": ns, "key": key, "type": v.type, "data": v.data, "sha256": v.sha256}
+            | {"size": v.size, "seq": v.seq}
+            for ns, key, v in st.state_entries()
+        ]
+    return out
 
 
 def dumps(value: Any) -> str:
@@ -172,6 +179,39 @@ def error_tool_result() -> list[Record]:
     return b.records
 
 
+def framework_state() -> list[Record]:
+    """A LangGraph-style thread: checkpoints and channel values as state records (one in an
+    attachment), pending writes saved while a tool call is open, a deleted write and a
+    deleted namespace; the conversation beside it is untouched by all of it."""
+    b = JournalBuilder("golden-state", prompt="What is 6 x 7?")
+
+    def put(ns: str, key: str, vtype: str, data: str) -> None:
+        b.add("state", {"namespace": ns, "key": key, "type": vtype, "data": data})
+
+    put("langgraph.blob", "|messages|1", "msgpack", "kZGkaGVsbG8=")
+    b.add(
+        "state",
+        {
+            "namespace": "langgraph.blob",
+            "key": "|context|1",
+            "type": "msgpack",
+            "sha256": "5d" * 32,
+            "size": 70000,
+        },
+    )
+    put("langgraph.checkpoint", "|1efa0001", "json", "eyJpZCI6IjFlZmEwMDAxIn0=")
+    b.add("assistant", assistant_payload([tool_use("t1", "multiply", '{"a":6,"b":7}')], 1))
+    put("langgraph.writes", "|1efa0001|task-1|0", "msgpack", "Kg==")
+    put("langgraph.writes", "|1efa0001|task-1|-1", "json", "ImJvb20i")
+    b.add("state", {"namespace": "langgraph.writes", "key": "|1efa0001|task-1|-1", "deleted": True})
+    b.add("tool_result", result_payload("t1", "42"))
+    put("langgraph.checkpoint", "|1efa0002", "json", "eyJpZCI6IjFlZmEwMDAyIn0=")
+    put("scratch", "tmp", "bytes", "")
+    b.add("state", {"namespace": "scratch", "deleted": True})
+    b.add("assistant", assistant_payload([text("6 x 7 = 42")], 2))
+    return b.records
+
+
 def future_version() -> list[bytes]:
     b = JournalBuilder("golden-future", prompt="hi")
     b.add("assistant", assistant_payload([text("hello")], 1))
@@ -187,6 +227,7 @@ CASES: dict[str, Callable[[], list[Record]]] = {
     "follow_up_merge": follow_up_merge,
     "rebase_compaction": rebase_compaction,
     "error_tool_result": error_tool_result,
+    "framework_state": framework_state,
 }
 ERROR_CASES: dict[str, tuple[Callable[[], list[bytes]], dict[str, Any]]] = {
     "future_version": (

@@ -39,3 +39,38 @@ def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
     assert "## Goals" in report
     assert "raw write+fdatasync" in report  # the limits ran
     assert "journald daemon, unary Append" in report  # the daemon ran
+
+
+def test_bench_adapters_runs_both_frameworks_against_their_sqlite_savers(tmp_path: Path) -> None:
+    out = tmp_path / "adapters.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_adapters.py"),
+            "--steps",
+            "5",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    results = json.loads(out.read_text())
+    assert set(results["langgraph"]) == {"JournaldSaver", "SqliteSaver"}
+    assert set(results["agents"]) == {"JournaldSession", "SQLiteSession"}
+    assert "| JournaldSaver | put |" in proc.stdout
+
+
+def test_a_full_report_keeps_the_adapters_section_measured_on_its_own(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from report import ADAPTERS_SECTION, kept_section
+
+    doc = f"# old\n\n## A\nx\n\n{ADAPTERS_SECTION}\n\n| row |\n\n## B\ny\n"
+    assert kept_section(doc, ADAPTERS_SECTION) == f"{ADAPTERS_SECTION}\n\n| row |\n"
+    assert kept_section("# nothing\n", ADAPTERS_SECTION) == ""

@@ -58,7 +58,7 @@ async def test_an_async_writer_journals_a_turn_and_completes_its_calls_concurren
             ("t1", False),
             ("t2", True),
         ]
-        records = await client.load("aio")
+        records = [r async for r in client.load("aio")]
         assert [r.kind for r in records] == [
             "meta",
             "assistant",

@@ -28,7 +28,7 @@ def test_load_returns_the_exact_stored_bytes_and_their_hashes(daemon: Daemon) ->
                 ]
             )
         assert [a.seq for a in acks] == [2, 3]
-        records = client.load("bytes")
+        records = list(client.load("bytes"))
         assert [r.seq for r in records] == [1, 2, 3]
         for rec in records:
             assert hashlib.sha256(rec.canonical).hexdigest() == rec.hash
@@ -133,7 +133,7 @@ def test_a_record_written_inside_a_span_stores_its_trace_context(daemon: Daemon)
             run.user("traced")
             ctx = span.get_span_context()
         run.user("untraced")
-        records = client.load("traced")
+        records = list(client.load("traced"))
     expected = {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
     assert records[1].trace == expected
     assert records[2].trace is None

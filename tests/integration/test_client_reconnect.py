@@ -76,7 +76,7 @@ def test_every_acknowledged_record_survives_a_daemon_kill_and_writers_finish_cle
                     last_seq, reconnects = int(done[1]), int(done[2])
                     assert reconnects >= 1, w.text()
 
-                    records = client.load(run_id)
+                    records = list(client.load(run_id))
                     seqs = [r.seq for r in records]
                     assert seqs == list(range(1, last_seq + 1)), f"{run_id}: gap or duplicate"
                     by_seq = {r.seq: r for r in records}

@@ -117,7 +117,7 @@ async def test_the_agent_span_parents_the_rpc_span_which_parents_append_fsync_an
             with tracer.start_as_current_span("agent.model_call") as span:
                 run.assistant("hi there", stop_reason="end_turn")
             run.close()
-            return span.get_span_context(), jd.load("traced-run")
+            return span.get_span_context(), list(jd.load("traced-run"))
 
     agent_ctx, records = await with_daemon(tmp_path, agent)
     spans = otel.finished()

@@ -114,6 +114,55 @@ async def test_folds_loaded_records_identically_to_the_built_ones(store: Store) 
     assert state.messages[0]["content"] == [text("summary of the work so far")]
 
 
+def framework_state_records(run_id: str = "thread-1") -> list[Record]:
+    """A LangGraph-style thread: state values (inline bytes of every base64 tail, an
+    attachment reference, a non-ASCII key), a state write while a tool call is open, a
+    deleted key and a deleted namespace."""
+    b = JournalBuilder(run_id, prompt="hi")
+    for n, raw in enumerate(["", "AA==", "AAE=", "AAEC", "/+8="]):
+        b.add("state", {"namespace": "lg.blob", "key": f"|ch|{n}", "type": "msgpack", "data": raw})
+    b.add(
+        "state",
+        {
+            "namespace": "lg.blob",
+            "key": "|big|1",
+            "type": "json",
+            "sha256": "7e" * 32,
+            "size": 1 << 40,
+        },
+    )
+    b.add("assistant", assistant_payload([tool_use("t1")], 1))
+    b.add("state", {"namespace": "lg.writes", "key": "é|task|0", "type": "json", "data": "MQ=="})
+    b.add("tool_result", result_payload("t1"))
+    b.add("state", {"namespace": "lg.blob", "key": "|ch|0", "deleted": True})
+    b.add("state", {"namespace": "scratch", "key": "x", "type": "null", "data": ""})
+    b.add("state", {"namespace": "scratch", "deleted": True})
+    return b.records
+
+
+async def test_stores_framework_state_byte_identical_and_folds_it_after_a_restart(
+    store: Store, backend_name: str, tmp_path: Path
+) -> None:
+    records = framework_state_records()
+    journal = await create_with(store, records[:8])
+    await journal.append(records[8:])
+    assert [r.raw for r in await store.load("thread-1")] == [r.raw for r in records]
+    await journal.close()
+    restarted: Store = await factory(backend_name).reopen_store(store, tmp_path)
+    try:
+        loaded = await restarted.load("thread-1")
+        assert [r.raw for r in loaded] == [r.raw for r in records]
+        state = fold(loaded)
+        assert state == fold(records)
+        assert sorted(state.state) == ["lg.blob", "lg.writes"]
+        assert [k for k in state.state["lg.blob"]] == ["|ch|1", "|ch|2", "|ch|3", "|ch|4", "|big|1"]
+        assert state.state["lg.blob"]["|big|1"].sha256 == "7e" * 32
+        assert state.messages == fold([r for r in records if r.kind != "state"]).messages
+    finally:
+        if restarted is not store:
+            await restarted.close()
+
+
 async def test_appends_a_batch_in_one_call_with_one_result_per_record(store: Store) -> None:
     records = scenario()
     journal = await store.create(records[0])

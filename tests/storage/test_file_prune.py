@@ -187,3 +187,27 @@ async def test_an_interrupted_prune_is_never_seen_half_done_and_settles_on_next_
         assert (tmp_path / "sessions" / RUN / JOURNAL).read_bytes() == b"".join(
             r.raw + b"\n" for r in pruned
         )
+
+
+async def test_a_prune_never_drops_a_live_framework_state_value(tmp_path: Path) -> None:
+    b = JournalBuilder(RUN, prompt="start")
+    b.add("state", {"namespace": "items", "key": "0001", "type": "json", "data": "e30="})
+    b.add("state", {"namespace": "items", "key": "0002", "type": "json", "data": "e30="})
+    b.turn(["t1"])
+    b.add("rebase", {"reason": "edit", "messages": []})
+    b.add("user", user_payload("next"))
+    store = await write(tmp_path, b.records)
+    assert not (await store.prune(RUN)).pruned  # both values were written before the rebase
+    assert [r.raw for r in await store.load(RUN)] == [r.raw for r in b.records]
+    journal = await store.open(RUN)
+    more = JournalBuilder(RUN, prompt="start")
+    more.records = list(b.records)
+    more.add("rebase", {"reason": "edit", "messages": []})
+    for key in ("0001", "0002"):  # rewritten after the latest rebase: the old values are dead
+        more.add("state", {"namespace": "items", "key": key, "type": "json", "data": "e30="})
+    await journal.append(more.records[len(b.records) :])
+    await journal.close()
+    report = await store.prune(RUN)
+    assert report.pruned
+    assert fold(await store.load(RUN)).state == fold(more.records).state
+    await store.close()

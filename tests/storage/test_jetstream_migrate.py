@@ -20,6 +20,9 @@ async def fill(store: FileStore, run_id: str, turns: int) -> JournalBuilder:
     for i in range(turns):
         b.turn([f"{run_id}-{i}a", f"{run_id}-{i}b"])
         b.add("user", user_payload(f"follow-up {i}"))
+        # framework state migrates like any record (inline bytes and a deletion)
+        b.add("state", {"namespace": "lg", "key": f"k{i}", "type": "msgpack", "data": "/+8="})
+        b.add("state", {"namespace": "lg", "key": f"k{i - 1}", "deleted": True})
     journal = await store.create(b.records[0])
     await journal.append(b.records[1:])
     await journal.close()

@@ -7,7 +7,9 @@ Reusable by every suite::
 * ``journals()`` draws a list of chained records (meta first) that the fold accepts: random
   interleavings of assistant turns with 0-4 tool calls, partial and out-of-order answers,
   duplicate and unknown-id results, follow-ups, rebases carrying arbitrary (even
-  malformed-for-pairing) messages, and terminals followed by resumes. Every record is in the
+  malformed-for-pairing) messages, and terminals followed by resumes; with ``state=True`` also
+  framework state values (inline, attachment references, deletions of a key or a namespace)
+  at any point, even while tool calls are open. Every record is in the
   normal form of ``journald.convert`` (so it survives a protobuf round trip) and valid against
   the published schema.
 * ``message_lists()`` draws arbitrary provider-neutral message lists: consecutive same roles,
@@ -264,14 +266,36 @@ ACTIONS = [
     "terminal",
 ]
 
+state_namespaces = st.sampled_from(["langgraph.checkpoint", "agents.items", "é"])
+state_keys = st.sampled_from(["k1", "k2", "ns|ch|00001", "😀"])
+
 
 @st.composite
-def journals(draw: st.DrawFn, max_steps: int = 12) -> list[Record]:
+def state_payloads(draw: st.DrawFn) -> dict[str, Any]:
+    """A framework state record's payload, in the normal form of ``journald.convert``."""
+    ns = draw(state_namespaces)
+    form = draw(st.sampled_from(["inline", "inline", "attachment", "delete_key", "delete_ns"]))
+    if form == "delete_ns":
+        return {"namespace": ns, "deleted": True}
+    key = draw(state_keys)
+    if form == "delete_key":
+        return {"namespace": ns, "key": key, "deleted": True}
+    vtype = draw(st.sampled_from(["msgpack", "json", "null", "bytes"]))
+    if form == "attachment":
+        size = draw(st.integers(0, 2**53 - 1))
+        return {"namespace": ns, "key": key, "type": vtype, "sha256": draw(hex64), "size": size}
+    data = base64.b64encode(draw(st.binary(max_size=12))).decode("ascii")
+    return {"namespace": ns, "key": key, "type": vtype, "data": data}
+
+
+@st.composite
+def journals(draw: st.DrawFn, max_steps: int = 12, state: bool = False) -> list[Record]:
     """A whole journal the fold accepts (see the module doc)."""
     w = _Writer(ts=timestamps())
     w.add(draw, "meta", draw(meta_payloads()))
+    actions = [*ACTIONS, "state", "state"] if state else ACTIONS
     for _ in range(draw(st.integers(0, max_steps))):
-        action = draw(st.sampled_from(ACTIONS))
+        action = draw(st.sampled_from(actions))
         has_assistant = any(r.kind == "assistant" for r in w.records)
         if action == "assistant":
             ids = [w.fresh_id() for _ in range(draw(st.integers(0, 4)))]
@@ -322,6 +346,8 @@ def journals(draw: st.DrawFn, max_steps: int = 12) -> list[Record]:
                 payload["covered"] = {"from_seq": lo, "to_seq": len(w.records)}
             w.add(draw, "rebase", payload)
             w.open_ids = []
+        elif action == "state":
+            w.add(draw, "state", draw(state_payloads()))
         elif action == "terminal":
             # A terminal may be followed by more records: a resume.
             w.add(

@@ -10,6 +10,7 @@ from journald_client import codec
 from journald_client.pb import journal_pb2 as pb
 
 from journald import convert
+from tests.integration.clientbin.common import FP
 
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -109,3 +110,37 @@ def test_folded_state_decodes_into_plain_dataclasses() -> None:
     assert state.warnings[0].code == "open_tool_calls"
     assert state.terminal is None
     assert not state.completed
+
+
+def test_stamp_numbers_assistant_entries_built_without_an_iteration() -> None:
+    from journald_client import Entry
+
+    entries = [
+        Entry.assistant("a", stop_reason="pause_turn"),
+        Entry.user("more"),
+        Entry.assistant("b", stop_reason="end_turn"),
+        Entry.assistant("c", stop_reason="end_turn", iteration=9),
+        Entry.assistant("d", stop_reason="end_turn"),
+    ]
+    recs = codec.stamp(entries, 5, next_iteration=3)
+    assert [r.seq for r in recs] == [5, 6, 7, 8, 9]
+    assert [r.assistant.iteration for r in recs if r.HasField("assistant")] == [3, 4, 9, 10]
+    assert codec.stamp(entries, 5, next_iteration=3) == recs  # a retry sends the same records
+
+
+def test_a_lost_create_is_recognised_only_by_the_meta_it_would_have_written() -> None:
+    params = codec.OpenParams("r", FP, False, False, "t")
+    req = codec.open_request(params, create=True, prompt="hi", labels={"k": "v"})
+    meta = {
+        "run_id": "r",
+        "created": req.created,
+        "fingerprint": FP.as_json(),
+        "prompt": [{"type": "text", "text": "hi"}],
+        "interactive": False,
+        "labels": {"k": "v"},
+    }
+    assert codec.created_by(req, meta)
+    for change in ({"created": "2020-01-01T00:00:00.000000Z"}, {"prompt": []}, {"labels": {}}):
+        assert not codec.created_by(req, {**meta, **change})
+    assert codec.resume_of(req).mode == pb.OPEN_MODE_RESUME
+    assert codec.open_request(params, create=None).mode == pb.OPEN_MODE_CREATE_OR_RESUME

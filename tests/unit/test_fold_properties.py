@@ -29,7 +29,7 @@ from tests.unit.strategies import (
 
 
 @settings(max_examples=scaled(40))
-@given(journals())
+@given(journals(state=True))
 def test_folding_incrementally_equals_folding_at_once(recs: list[Record]) -> None:
     whole = fold(recs)
     for k in range(len(recs) + 1):
@@ -40,7 +40,7 @@ def test_folding_incrementally_equals_folding_at_once(recs: list[Record]) -> Non
 
 
 @settings(max_examples=scaled(40))
-@given(journals())
+@given(journals(state=True))
 def test_folding_record_by_record_equals_folding_at_once_and_leaves_each_state_alone(
     recs: list[Record],
 ) -> None:
@@ -55,7 +55,7 @@ def test_folding_record_by_record_equals_folding_at_once_and_leaves_each_state_a
 
 
 @settings(max_examples=scaled(30))
-@given(journals())
+@given(journals(state=True))
 def test_folding_never_modifies_the_records(recs: list[Record]) -> None:
     before = [copy.deepcopy(dict(r.payload)) for r in recs]
     st_ = fold(recs)
@@ -146,7 +146,7 @@ def test_the_model_ready_check_itself_catches_each_violation() -> None:
 
 
 @settings(max_examples=scaled(40))
-@given(journals())
+@given(journals(state=True))
 def test_every_generated_record_reencodes_byte_identically(recs: list[Record]) -> None:
     for rec in recs:
         again = records.decode(rec.raw)
@@ -157,7 +157,7 @@ def test_every_generated_record_reencodes_byte_identically(recs: list[Record]) -
 
 
 @settings(max_examples=scaled(40))
-@given(journals())
+@given(journals(state=True))
 def test_every_generated_record_survives_protobuf_losslessly(recs: list[Record]) -> None:
     for rec in recs:
         msg = convert.record_to_pb(rec)
@@ -169,7 +169,7 @@ def test_every_generated_record_survives_protobuf_losslessly(recs: list[Record])
 
 
 @settings(max_examples=scaled(30))
-@given(journals())
+@given(journals(state=True))
 def test_every_generated_record_is_valid_against_the_published_schema(
     recs: list[Record],
 ) -> None:

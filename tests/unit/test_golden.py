@@ -24,6 +24,7 @@ REQUIRED = {
     "rebase_compaction",
     "error_tool_result",
     "future_version",
+    "framework_state",
 }
 NAMES = sorted(p.name.removesuffix(".jsonl") for p in GOLDEN.glob("*.jsonl"))
 

@@ -47,6 +47,9 @@ TRICKY = [
     "text",
     "tool_use",
     "attachment",
+    "QQ==",
+    "QQ=",
+    "AAEC\n",
     [],
     {},
     {"type": "text"},
@@ -104,7 +107,7 @@ def _agree(name: str, instance: Any) -> None:
 
 @pytest.mark.slow  # ~20 s: 300 whole journals, each record mutated and validated twice
 @settings(max_examples=scaled(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), journal=journals(max_steps=6))
+@given(data=st.data(), journal=journals(max_steps=6, state=True))
 def test_compiled_predicate_agrees_with_jsonschema_on_valid_and_mutated_records(
     data: st.DataObject, journal: list[Any]
 ) -> None:
@@ -160,7 +163,19 @@ def _one_of_each_kind() -> list[tuple[str, Any]]:
         "trace": {"trace_id": "0" * 32, "span_id": "0" * 16},
         "user": user_payload("hi"),
     }
+    state_value = {"namespace": "lg", "key": "k", "type": "msgpack", "data": "AAEC"}
+    state_attachment = {
+        "namespace": "lg",
+        "key": "k",
+        "type": "json",
+        "sha256": "0" * 64,
+        "size": 3,
+    }
     return [
+        ("state", state_value),
+        ("state", state_attachment),
+        ("state", {"namespace": "lg", "key": "k", "deleted": True}),
+        ("state", {"namespace": "lg", "deleted": True}),
         ("meta", meta),
         ("assistant", assistant_payload([text("x"), tool_use("t1")])),
         ("tool_result", nested),

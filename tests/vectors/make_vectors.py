@@ -244,6 +244,24 @@ def record_cases() -> list[tuple[str, Record]]:
     terminal_err = {"reason": "error", "message": 'model returned 529 "overloaded"'}
     trace = {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7"}
     prev = "ef" * 32
+    # Framework state: the bytes travel as standard base64 with padding. These bytes cover
+    # every base64 tail (no padding, "=", "==") and the two characters beyond [A-Za-z0-9].
+    state_inline = {
+        "namespace": "langgraph.checkpoint",
+        "key": "|01JD\u00e9|\u65e5",
+        "type": "msgpack",
+        "data": base64.b64encode(bytes([0x00, 0xFB, 0xFF, 0x3E, 0x3F])).decode("ascii"),
+    }
+    state_empty = {"namespace": "agents.items", "key": "000001", "type": "null", "data": ""}
+    state_attachment = {
+        "namespace": "langgraph.blob",
+        "key": "|messages|2",
+        "type": "msgpack",
+        "sha256": "9f" * 32,
+        "size": 9007199254740991,
+    }
+    state_delete_key = {"namespace": "langgraph.writes", "key": "cp1|task|0", "deleted": True}
+    state_delete_ns = {"namespace": "agents.items", "deleted": True}
     return [
         ("meta_minimal", make_record(1, "meta", meta_min, GENESIS, TS)),
         (
@@ -259,6 +277,11 @@ def record_cases() -> list[tuple[str, Record]]:
         ("terminal_completed", make_record(8, "terminal", terminal, prev, TS)),
         ("terminal_error_with_trace", make_record(9, "terminal", terminal_err, prev, TS, trace)),
         ("large_seq", make_record(9007199254740991, "terminal", terminal, prev, TS)),
+        ("state_inline_bytes", make_record(10, "state", state_inline, prev, TS)),
+        ("state_empty_value", make_record(11, "state", state_empty, prev, TS)),
+        ("state_in_attachment", make_record(12, "state", state_attachment, prev, TS, trace)),
+        ("state_delete_key", make_record(13, "state", state_delete_key, prev, TS)),
+        ("state_delete_namespace", make_record(14, "state", state_delete_ns, prev, TS)),
     ]
 
 
@@ -323,6 +346,9 @@ def chain_records() -> list[Record]:
                 },
             },
         ),
+        ("terminal", {"reason": "completed", "message": ""}),
+        ("state", {"namespace": "ns", "key": "k", "type": "json", "data": "eyJhIjoxfQ=="}),
+        ("state", {"namespace": "ns", "key": "k", "deleted": True}),
         ("terminal", {"reason": "completed", "message": ""}),
     ]
     out: list[Record] = []

@@ -1216,7 +1216,8 @@ func (x *SeqRange) GetToSeq() uint64 {
 // RebasePayload replaces the folded history (compaction, restore, fork, import).
 type RebasePayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One of "compaction", "restore", "fork", "import".
+	// One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
+	// history, e.g. a framework session removed its last item).
 	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The conversation that replaces the folded history.
 	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
@@ -1350,6 +1351,114 @@ func (x *TerminalPayload) GetMessage() string {
 	return ""
 }
 
+// StatePayload is one value of framework state (a LangGraph checkpoint, channel value or
+// pending write; an OpenAI Agents session item) under a namespace and a key. The fold indexes
+// the latest value of each (namespace, key) in RunState.state; state is never part of the
+// conversation, so it may be appended at any time, even while tool calls are open. The
+// value is opaque typed bytes (`type` names the serializer, as LangGraph's `dumps_typed`
+// does); a large value lives in an attachment of the run (PutAttachment: content-addressed,
+// so bytes repeated under many keys are stored once) and the record carries its SHA-256.
+type StatePayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Groups keys, e.g. "langgraph.checkpoint" (1-256 characters).
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The key within the namespace (1-1024 characters). Empty only on a deletion, which then
+	// removes every key of the namespace.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The serializer's type tag, e.g. "msgpack", "json" (1-128 characters); empty on a deletion.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// The value's bytes, inline (standard base64 with padding in the canonical JSON). Unset when
+	// the value lives in an attachment.
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// SHA-256 hex of the run attachment that holds the value instead of `data`.
+	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The attachment's size in bytes (set with `sha256`).
+	Size uint64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	// This record removes the key (or, with an empty key, the whole namespace).
+	Deleted       bool `protobuf:"varint,7,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatePayload) Reset() {
+	*x = StatePayload{}
+	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatePayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatePayload) ProtoMessage() {}
+
+func (x *StatePayload) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatePayload.ProtoReflect.Descriptor instead.
+func (*StatePayload) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StatePayload) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *StatePayload) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StatePayload) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *StatePayload) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *StatePayload) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *StatePayload) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StatePayload) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 // Record is one journal entry.
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1379,6 +1488,7 @@ type Record struct {
 	//	*Record_User
 	//	*Record_Rebase
 	//	*Record_Terminal
+	//	*Record_State
 	Payload isRecord_Payload `protobuf_oneof:"payload"`
 	// On reads: the record's exact stored canonical bytes. Ignored on Append.
 	Canonical []byte `protobuf:"bytes,20,opt,name=canonical,proto3" json:"canonical,omitempty"`
@@ -1390,7 +1500,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	mi := &file_journald_v1_journal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1512,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	mi := &file_journald_v1_journal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1525,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{12}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Record) GetFormatVersion() uint32 {
@@ -1521,6 +1631,15 @@ func (x *Record) GetTerminal() *TerminalPayload {
 	return nil
 }
 
+func (x *Record) GetState() *StatePayload {
+	if x != nil {
+		if x, ok := x.Payload.(*Record_State); ok {
+			return x.State
+		}
+	}
+	return nil
+}
+
 func (x *Record) GetCanonical() []byte {
 	if x != nil {
 		return x.Canonical
@@ -1569,6 +1688,11 @@ type Record_Terminal struct {
 	Terminal *TerminalPayload `protobuf:"bytes,15,opt,name=terminal,proto3,oneof"`
 }
 
+type Record_State struct {
+	// A value of framework state (not conversation).
+	State *StatePayload `protobuf:"bytes,16,opt,name=state,proto3,oneof"`
+}
+
 func (*Record_Meta) isRecord_Payload() {}
 
 func (*Record_Assistant) isRecord_Payload() {}
@@ -1580,6 +1704,8 @@ func (*Record_User) isRecord_Payload() {}
 func (*Record_Rebase) isRecord_Payload() {}
 
 func (*Record_Terminal) isRecord_Payload() {}
+
+func (*Record_State) isRecord_Payload() {}
 
 // ToolCall is one tool_use block.
 type ToolCall struct {
@@ -1596,7 +1722,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_journald_v1_journal_proto_msgTypes[13]
+	mi := &file_journald_v1_journal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1734,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[13]
+	mi := &file_journald_v1_journal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1747,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{13}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1662,7 +1788,7 @@ type PendingResult struct {
 
 func (x *PendingResult) Reset() {
 	*x = PendingResult{}
-	mi := &file_journald_v1_journal_proto_msgTypes[14]
+	mi := &file_journald_v1_journal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1800,7 @@ func (x *PendingResult) String() string {
 func (*PendingResult) ProtoMessage() {}
 
 func (x *PendingResult) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[14]
+	mi := &file_journald_v1_journal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1813,7 @@ func (x *PendingResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingResult.ProtoReflect.Descriptor instead.
 func (*PendingResult) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{14}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PendingResult) GetToolUseId() string {
@@ -1741,7 +1867,7 @@ type PendingTurn struct {
 
 func (x *PendingTurn) Reset() {
 	*x = PendingTurn{}
-	mi := &file_journald_v1_journal_proto_msgTypes[15]
+	mi := &file_journald_v1_journal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1879,7 @@ func (x *PendingTurn) String() string {
 func (*PendingTurn) ProtoMessage() {}
 
 func (x *PendingTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[15]
+	mi := &file_journald_v1_journal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1892,7 @@ func (x *PendingTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingTurn.ProtoReflect.Descriptor instead.
 func (*PendingTurn) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{15}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PendingTurn) GetMessage() *Message {
@@ -1841,7 +1967,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_journald_v1_journal_proto_msgTypes[16]
+	mi := &file_journald_v1_journal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1979,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[16]
+	mi := &file_journald_v1_journal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1992,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{16}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Counters) GetLlmCalls() uint64 {
@@ -1933,7 +2059,7 @@ type Anomaly struct {
 
 func (x *Anomaly) Reset() {
 	*x = Anomaly{}
-	mi := &file_journald_v1_journal_proto_msgTypes[17]
+	mi := &file_journald_v1_journal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2071,7 @@ func (x *Anomaly) String() string {
 func (*Anomaly) ProtoMessage() {}
 
 func (x *Anomaly) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[17]
+	mi := &file_journald_v1_journal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2084,7 @@ func (x *Anomaly) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Anomaly.ProtoReflect.Descriptor instead.
 func (*Anomaly) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{17}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Anomaly) GetSeq() uint64 {
@@ -1980,6 +2106,106 @@ func (x *Anomaly) GetDetail() string {
 		return x.Detail
 	}
 	return ""
+}
+
+// StateEntry is the latest value of one (namespace, key) of framework state.
+type StateEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The serializer's type tag.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// The inline bytes (unset when `sha256` names an attachment).
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// SHA-256 hex of the attachment holding the value, if it is not inline.
+	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The attachment's size in bytes.
+	Size uint64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	// The seq of the state record that wrote this value.
+	Seq           uint64 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateEntry) Reset() {
+	*x = StateEntry{}
+	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateEntry) ProtoMessage() {}
+
+func (x *StateEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
+func (*StateEntry) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StateEntry) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *StateEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StateEntry) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *StateEntry) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *StateEntry) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *StateEntry) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StateEntry) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 // RunState is the pure fold of a run's records.
@@ -2019,14 +2245,17 @@ type RunState struct {
 	// Labels from meta.
 	Labels map[string]string `protobuf:"bytes,16,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The initial prompt blocks as a canonical JSON array.
-	PromptJson    []byte `protobuf:"bytes,17,opt,name=prompt_json,json=promptJson,proto3" json:"prompt_json,omitempty"`
+	PromptJson []byte `protobuf:"bytes,17,opt,name=prompt_json,json=promptJson,proto3" json:"prompt_json,omitempty"`
+	// Framework state: the latest value of every live (namespace, key), in the order of the
+	// seqs that wrote them (oldest first).
+	State         []*StateEntry `protobuf:"bytes,18,rep,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_journald_v1_journal_proto_msgTypes[18]
+	mi := &file_journald_v1_journal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2267,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[18]
+	mi := &file_journald_v1_journal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2280,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{18}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunState) GetRunId() string {
@@ -2173,6 +2402,13 @@ func (x *RunState) GetPromptJson() []byte {
 	return nil
 }
 
+func (x *RunState) GetState() []*StateEntry {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 // GovernanceReport says what pairing governance changed to make a sendable history.
 type GovernanceReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2188,7 +2424,7 @@ type GovernanceReport struct {
 
 func (x *GovernanceReport) Reset() {
 	*x = GovernanceReport{}
-	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	mi := &file_journald_v1_journal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2436,7 @@ func (x *GovernanceReport) String() string {
 func (*GovernanceReport) ProtoMessage() {}
 
 func (x *GovernanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	mi := &file_journald_v1_journal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2449,7 @@ func (x *GovernanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GovernanceReport.ProtoReflect.Descriptor instead.
 func (*GovernanceReport) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{19}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GovernanceReport) GetSynthesizedResults() uint32 {
@@ -2254,7 +2490,7 @@ type ClientInfo struct {
 
 func (x *ClientInfo) Reset() {
 	*x = ClientInfo{}
-	mi := &file_journald_v1_journal_proto_msgTypes[20]
+	mi := &file_journald_v1_journal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2502,7 @@ func (x *ClientInfo) String() string {
 func (*ClientInfo) ProtoMessage() {}
 
 func (x *ClientInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[20]
+	mi := &file_journald_v1_journal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2515,7 @@ func (x *ClientInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
 func (*ClientInfo) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{20}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClientInfo) GetName() string {
@@ -2339,7 +2575,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[21]
+	mi := &file_journald_v1_journal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2587,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[21]
+	mi := &file_journald_v1_journal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2600,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{21}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OpenRequest) GetRunId() string {
@@ -2462,7 +2698,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_journald_v1_journal_proto_msgTypes[22]
+	mi := &file_journald_v1_journal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2710,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[22]
+	mi := &file_journald_v1_journal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2723,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{22}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Lease) GetLeaseId() string {
@@ -2559,7 +2795,7 @@ type Warning struct {
 
 func (x *Warning) Reset() {
 	*x = Warning{}
-	mi := &file_journald_v1_journal_proto_msgTypes[23]
+	mi := &file_journald_v1_journal_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2807,7 @@ func (x *Warning) String() string {
 func (*Warning) ProtoMessage() {}
 
 func (x *Warning) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[23]
+	mi := &file_journald_v1_journal_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2820,7 @@ func (x *Warning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Warning.ProtoReflect.Descriptor instead.
 func (*Warning) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{23}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Warning) GetCode() string {
@@ -2614,7 +2850,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	mi := &file_journald_v1_journal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2862,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	mi := &file_journald_v1_journal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2875,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{24}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseRequest) GetRunId() string {
@@ -2667,7 +2903,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	mi := &file_journald_v1_journal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2915,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	mi := &file_journald_v1_journal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2928,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{25}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -2716,7 +2952,7 @@ type LeaseEnded struct {
 
 func (x *LeaseEnded) Reset() {
 	*x = LeaseEnded{}
-	mi := &file_journald_v1_journal_proto_msgTypes[26]
+	mi := &file_journald_v1_journal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2964,7 @@ func (x *LeaseEnded) String() string {
 func (*LeaseEnded) ProtoMessage() {}
 
 func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[26]
+	mi := &file_journald_v1_journal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2977,7 @@ func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEnded.ProtoReflect.Descriptor instead.
 func (*LeaseEnded) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{26}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseEnded) GetReason() string {
@@ -2774,7 +3010,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[27]
+	mi := &file_journald_v1_journal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +3022,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[27]
+	mi := &file_journald_v1_journal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +3035,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{27}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OpenResponse) GetEvent() isOpenResponse_Event {
@@ -2862,7 +3098,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_journald_v1_journal_proto_msgTypes[28]
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3110,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[28]
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3123,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{28}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2933,7 +3169,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[29]
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3181,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[29]
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3194,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{29}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AppendRequest) GetRunId() string {
@@ -2993,7 +3229,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3005,7 +3241,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3018,7 +3254,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AppendResponse) GetAcks() []*Ack {
@@ -3039,7 +3275,7 @@ type AppendStreamRequest struct {
 
 func (x *AppendStreamRequest) Reset() {
 	*x = AppendStreamRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3287,7 @@ func (x *AppendStreamRequest) String() string {
 func (*AppendStreamRequest) ProtoMessage() {}
 
 func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3300,7 @@ func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
 func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AppendStreamRequest) GetAppend() *AppendRequest {
@@ -3085,7 +3321,7 @@ type AppendStreamResponse struct {
 
 func (x *AppendStreamResponse) Reset() {
 	*x = AppendStreamResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3333,7 @@ func (x *AppendStreamResponse) String() string {
 func (*AppendStreamResponse) ProtoMessage() {}
 
 func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3346,7 @@ func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
 func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AppendStreamResponse) GetResponse() *AppendResponse {
@@ -3133,7 +3369,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3381,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3394,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LoadRequest) GetRunId() string {
@@ -3186,7 +3422,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3434,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3447,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LoadResponse) GetRecord() *Record {
@@ -3237,7 +3473,7 @@ type FoldRequest struct {
 
 func (x *FoldRequest) Reset() {
 	*x = FoldRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3485,7 @@ func (x *FoldRequest) String() string {
 func (*FoldRequest) ProtoMessage() {}
 
 func (x *FoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3498,7 @@ func (x *FoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldRequest.ProtoReflect.Descriptor instead.
 func (*FoldRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FoldRequest) GetRunId() string {
@@ -3301,7 +3537,7 @@ type FoldResponse struct {
 
 func (x *FoldResponse) Reset() {
 	*x = FoldResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3549,7 @@ func (x *FoldResponse) String() string {
 func (*FoldResponse) ProtoMessage() {}
 
 func (x *FoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3562,7 @@ func (x *FoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldResponse.ProtoReflect.Descriptor instead.
 func (*FoldResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FoldResponse) GetState() *RunState {
@@ -3388,7 +3624,7 @@ type RunInfo struct {
 
 func (x *RunInfo) Reset() {
 	*x = RunInfo{}
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3636,7 @@ func (x *RunInfo) String() string {
 func (*RunInfo) ProtoMessage() {}
 
 func (x *RunInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3649,7 @@ func (x *RunInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunInfo.ProtoReflect.Descriptor instead.
 func (*RunInfo) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RunInfo) GetRunId() string {
@@ -3518,7 +3754,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3766,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3779,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListRequest) GetLimit() uint32 {
@@ -3564,7 +3800,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3812,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3825,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListResponse) GetRuns() []*RunInfo {
@@ -3610,7 +3846,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3858,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3871,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteRequest) GetRunId() string {
@@ -3656,7 +3892,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3904,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3917,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -3704,7 +3940,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +3952,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +3965,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -3759,7 +3995,7 @@ type CheckpointEvent struct {
 
 func (x *CheckpointEvent) Reset() {
 	*x = CheckpointEvent{}
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +4007,7 @@ func (x *CheckpointEvent) String() string {
 func (*CheckpointEvent) ProtoMessage() {}
 
 func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +4020,7 @@ func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointEvent.ProtoReflect.Descriptor instead.
 func (*CheckpointEvent) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CheckpointEvent) GetKind() string {
@@ -3817,7 +4053,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +4065,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +4078,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -3903,7 +4139,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3915,7 +4151,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3928,7 +4164,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HistoryRequest) GetRunId() string {
@@ -3974,7 +4210,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4222,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4235,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HistoryResponse) GetMessages() []*Message {
@@ -4055,7 +4291,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4303,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4316,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *VerifyRequest) GetRunId() string {
@@ -4107,7 +4343,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4355,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4368,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *VerifyResponse) GetRecords() uint64 {
@@ -4192,7 +4428,7 @@ type CheckpointMeta struct {
 
 func (x *CheckpointMeta) Reset() {
 	*x = CheckpointMeta{}
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4440,7 @@ func (x *CheckpointMeta) String() string {
 func (*CheckpointMeta) ProtoMessage() {}
 
 func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4453,7 @@ func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointMeta.ProtoReflect.Descriptor instead.
 func (*CheckpointMeta) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CheckpointMeta) GetCheckpointId() string {
@@ -4303,7 +4539,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4551,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4564,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CheckpointRequest) GetRunId() string {
@@ -4356,7 +4592,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4368,7 +4604,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4381,7 +4617,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -4402,7 +4638,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +4650,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +4663,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListCheckpointsRequest) GetRunId() string {
@@ -4448,7 +4684,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4696,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4709,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointMeta {
@@ -4500,7 +4736,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4512,7 +4748,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4525,7 +4761,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RestoreRequest) GetRunId() string {
@@ -4575,7 +4811,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4587,7 +4823,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4600,7 +4836,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RestoreResponse) GetFromMessages() uint64 {
@@ -4651,7 +4887,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4663,7 +4899,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4676,7 +4912,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeleteCheckpointRequest) GetRunId() string {
@@ -4704,7 +4940,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4716,7 +4952,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4729,7 +4965,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteCheckpointResponse) GetDeleted() bool {
@@ -4760,7 +4996,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +5008,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +5021,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CompactRequest) GetRunId() string {
@@ -4849,7 +5085,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4861,7 +5097,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4874,7 +5110,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CompactResponse) GetStatus() CompactStatus {
@@ -4929,7 +5165,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4941,7 +5177,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4954,7 +5190,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ForkRequest) GetRunId() string {
@@ -4998,7 +5234,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5010,7 +5246,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5023,7 +5259,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ForkResponse) GetRunId() string {
@@ -5053,7 +5289,7 @@ type ExportCheckpointRequest struct {
 
 func (x *ExportCheckpointRequest) Reset() {
 	*x = ExportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5065,7 +5301,7 @@ func (x *ExportCheckpointRequest) String() string {
 func (*ExportCheckpointRequest) ProtoMessage() {}
 
 func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5078,7 +5314,7 @@ func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ExportCheckpointRequest) GetRunId() string {
@@ -5106,7 +5342,7 @@ type ExportCheckpointResponse struct {
 
 func (x *ExportCheckpointResponse) Reset() {
 	*x = ExportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5118,7 +5354,7 @@ func (x *ExportCheckpointResponse) String() string {
 func (*ExportCheckpointResponse) ProtoMessage() {}
 
 func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5131,7 +5367,7 @@ func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ExportCheckpointResponse) GetData() []byte {
@@ -5154,7 +5390,7 @@ type ImportCheckpointRequest struct {
 
 func (x *ImportCheckpointRequest) Reset() {
 	*x = ImportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5166,7 +5402,7 @@ func (x *ImportCheckpointRequest) String() string {
 func (*ImportCheckpointRequest) ProtoMessage() {}
 
 func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5179,7 +5415,7 @@ func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ImportCheckpointRequest) GetRunId() string {
@@ -5207,7 +5443,7 @@ type ImportCheckpointResponse struct {
 
 func (x *ImportCheckpointResponse) Reset() {
 	*x = ImportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5219,7 +5455,7 @@ func (x *ImportCheckpointResponse) String() string {
 func (*ImportCheckpointResponse) ProtoMessage() {}
 
 func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5232,7 +5468,7 @@ func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -5259,7 +5495,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5271,7 +5507,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5284,7 +5520,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -5333,7 +5569,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5345,7 +5581,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5358,7 +5594,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -5402,7 +5638,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5414,7 +5650,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5427,7 +5663,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -5459,7 +5695,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5471,7 +5707,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5484,7 +5720,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -5526,7 +5762,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5538,7 +5774,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5551,7 +5787,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -5647,7 +5883,15 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\acovered\x18\x05 \x01(\v2\x15.journald.v1.SeqRangeR\acovered\"C\n" +
 	"\x0fTerminalPayload\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xbb\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xac\x01\n" +
+	"\fStatePayload\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x18\n" +
+	"\adeleted\x18\a \x01(\bR\adeleted\"\xee\x04\n" +
 	"\x06Record\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x12\n" +
@@ -5662,7 +5906,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"toolResult\x12.\n" +
 	"\x04user\x18\r \x01(\v2\x18.journald.v1.UserPayloadH\x00R\x04user\x124\n" +
 	"\x06rebase\x18\x0e \x01(\v2\x1a.journald.v1.RebasePayloadH\x00R\x06rebase\x12:\n" +
-	"\bterminal\x18\x0f \x01(\v2\x1c.journald.v1.TerminalPayloadH\x00R\bterminal\x12\x1c\n" +
+	"\bterminal\x18\x0f \x01(\v2\x1c.journald.v1.TerminalPayloadH\x00R\bterminal\x121\n" +
+	"\x05state\x18\x10 \x01(\v2\x19.journald.v1.StatePayloadH\x00R\x05state\x12\x1c\n" +
 	"\tcanonical\x18\x14 \x01(\fR\tcanonical\x12\x12\n" +
 	"\x04hash\x18\x15 \x01(\tR\x04hashB\t\n" +
 	"\apayload\"M\n" +
@@ -5699,7 +5944,16 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\aAnomaly\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xb9\x06\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xa2\x01\n" +
+	"\n" +
+	"StateEntry\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x10\n" +
+	"\x03seq\x18\a \x01(\x04R\x03seq\"\xe8\x06\n" +
 	"\bRunState\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12:\n" +
 	"\vfingerprint\x18\x02 \x01(\v2\x18.journald.v1.FingerprintR\vfingerprint\x12 \n" +
@@ -5719,7 +5973,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\alineage\x18\x0f \x01(\v2\x14.journald.v1.LineageR\alineage\x129\n" +
 	"\x06labels\x18\x10 \x03(\v2!.journald.v1.RunState.LabelsEntryR\x06labels\x12\x1f\n" +
 	"\vprompt_json\x18\x11 \x01(\fR\n" +
-	"promptJson\x1a9\n" +
+	"promptJson\x12-\n" +
+	"\x05state\x18\x12 \x03(\v2\x17.journald.v1.StateEntryR\x05state\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
@@ -6070,7 +6325,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -6090,75 +6345,77 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*SeqRange)(nil),                 // 15: journald.v1.SeqRange
 	(*RebasePayload)(nil),            // 16: journald.v1.RebasePayload
 	(*TerminalPayload)(nil),          // 17: journald.v1.TerminalPayload
-	(*Record)(nil),                   // 18: journald.v1.Record
-	(*ToolCall)(nil),                 // 19: journald.v1.ToolCall
-	(*PendingResult)(nil),            // 20: journald.v1.PendingResult
-	(*PendingTurn)(nil),              // 21: journald.v1.PendingTurn
-	(*Counters)(nil),                 // 22: journald.v1.Counters
-	(*Anomaly)(nil),                  // 23: journald.v1.Anomaly
-	(*RunState)(nil),                 // 24: journald.v1.RunState
-	(*GovernanceReport)(nil),         // 25: journald.v1.GovernanceReport
-	(*ClientInfo)(nil),               // 26: journald.v1.ClientInfo
-	(*OpenRequest)(nil),              // 27: journald.v1.OpenRequest
-	(*Lease)(nil),                    // 28: journald.v1.Lease
-	(*Warning)(nil),                  // 29: journald.v1.Warning
-	(*ReleaseRequest)(nil),           // 30: journald.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 31: journald.v1.ReleaseResponse
-	(*LeaseEnded)(nil),               // 32: journald.v1.LeaseEnded
-	(*OpenResponse)(nil),             // 33: journald.v1.OpenResponse
-	(*Ack)(nil),                      // 34: journald.v1.Ack
-	(*AppendRequest)(nil),            // 35: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 36: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 37: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 38: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 39: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 40: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 41: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 42: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 43: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 44: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 45: journald.v1.ListResponse
-	(*DeleteRequest)(nil),            // 46: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 47: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 48: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 49: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 50: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 51: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 52: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 53: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 54: journald.v1.VerifyResponse
-	(*CheckpointMeta)(nil),           // 55: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 56: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 57: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 58: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 59: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 60: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 61: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 62: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 63: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 64: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 65: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 66: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 67: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 68: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 69: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 70: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 71: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 72: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 73: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 74: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 75: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 76: journald.v1.ErrorDetail
-	nil,                              // 77: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 78: journald.v1.RunState.LabelsEntry
-	nil,                              // 79: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 80: journald.v1.RunInfo.LabelsEntry
-	nil,                              // 81: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 82: journald.v1.ErrorDetail.MetadataEntry
+	(*StatePayload)(nil),             // 18: journald.v1.StatePayload
+	(*Record)(nil),                   // 19: journald.v1.Record
+	(*ToolCall)(nil),                 // 20: journald.v1.ToolCall
+	(*PendingResult)(nil),            // 21: journald.v1.PendingResult
+	(*PendingTurn)(nil),              // 22: journald.v1.PendingTurn
+	(*Counters)(nil),                 // 23: journald.v1.Counters
+	(*Anomaly)(nil),                  // 24: journald.v1.Anomaly
+	(*StateEntry)(nil),               // 25: journald.v1.StateEntry
+	(*RunState)(nil),                 // 26: journald.v1.RunState
+	(*GovernanceReport)(nil),         // 27: journald.v1.GovernanceReport
+	(*ClientInfo)(nil),               // 28: journald.v1.ClientInfo
+	(*OpenRequest)(nil),              // 29: journald.v1.OpenRequest
+	(*Lease)(nil),                    // 30: journald.v1.Lease
+	(*Warning)(nil),                  // 31: journald.v1.Warning
+	(*ReleaseRequest)(nil),           // 32: journald.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 33: journald.v1.ReleaseResponse
+	(*LeaseEnded)(nil),               // 34: journald.v1.LeaseEnded
+	(*OpenResponse)(nil),             // 35: journald.v1.OpenResponse
+	(*Ack)(nil),                      // 36: journald.v1.Ack
+	(*AppendRequest)(nil),            // 37: journald.v1.AppendRequest
+	(*AppendResponse)(nil),           // 38: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),      // 39: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),     // 40: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),              // 41: journald.v1.LoadRequest
+	(*LoadResponse)(nil),             // 42: journald.v1.LoadResponse
+	(*FoldRequest)(nil),              // 43: journald.v1.FoldRequest
+	(*FoldResponse)(nil),             // 44: journald.v1.FoldResponse
+	(*RunInfo)(nil),                  // 45: journald.v1.RunInfo
+	(*ListRequest)(nil),              // 46: journald.v1.ListRequest
+	(*ListResponse)(nil),             // 47: journald.v1.ListResponse
+	(*DeleteRequest)(nil),            // 48: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 49: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 50: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 51: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 52: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 53: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 54: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 55: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 56: journald.v1.VerifyResponse
+	(*CheckpointMeta)(nil),           // 57: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 58: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 59: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 60: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 61: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 62: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 63: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 64: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 65: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 66: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 67: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 68: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 69: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 70: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 71: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 72: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 73: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 74: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 75: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 76: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 77: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 78: journald.v1.ErrorDetail
+	nil,                              // 79: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 80: journald.v1.RunState.LabelsEntry
+	nil,                              // 81: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 82: journald.v1.RunInfo.LabelsEntry
+	nil,                              // 83: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 84: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	7,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	77, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	79, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	9,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	6,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	11, // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
@@ -6171,103 +6428,105 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	14, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
 	16, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
 	17, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	6,  // 14: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	20, // 15: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	19, // 16: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	7,  // 17: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	6,  // 18: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	21, // 19: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	22, // 20: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	17, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	23, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	9,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	78, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
-	0,  // 25: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	7,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	79, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	26, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	8,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	24, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	29, // 31: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	28, // 32: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	32, // 33: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
-	1,  // 34: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	18, // 35: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	34, // 36: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	35, // 37: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	36, // 38: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	18, // 39: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	24, // 40: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	6,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	25, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	26, // 43: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	80, // 44: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
-	43, // 45: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	55, // 46: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	18, // 47: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	49, // 48: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	6,  // 49: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	21, // 50: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	2,  // 51: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	55, // 52: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	55, // 53: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	34, // 54: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	29, // 55: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	6,  // 56: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	3,  // 57: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	15, // 58: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	34, // 59: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	81, // 60: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	24, // 61: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	55, // 62: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	82, // 63: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	27, // 64: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	30, // 65: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	35, // 66: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	37, // 67: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	39, // 68: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	41, // 69: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	44, // 70: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	46, // 71: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	48, // 72: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	51, // 73: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	56, // 74: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	58, // 75: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	60, // 76: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	62, // 77: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	64, // 78: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	66, // 79: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	68, // 80: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	70, // 81: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	53, // 82: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	72, // 83: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	74, // 84: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	33, // 85: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	31, // 86: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	36, // 87: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	38, // 88: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	40, // 89: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	42, // 90: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	45, // 91: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	47, // 92: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	50, // 93: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	52, // 94: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	57, // 95: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	59, // 96: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	61, // 97: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	63, // 98: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	65, // 99: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	67, // 100: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	69, // 101: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	71, // 102: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	54, // 103: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	73, // 104: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	75, // 105: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	85, // [85:106] is the sub-list for method output_type
-	64, // [64:85] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	18, // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
+	6,  // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	21, // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	20, // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	7,  // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	6,  // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	22, // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	23, // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	17, // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	24, // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	9,  // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	80, // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	25, // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
+	0,  // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
+	7,  // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	81, // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	28, // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	8,  // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	26, // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	31, // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	30, // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	34, // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	1,  // 36: journald.v1.Ack.durability:type_name -> journald.v1.Durability
+	19, // 37: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	36, // 38: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	37, // 39: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	38, // 40: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	19, // 41: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	26, // 42: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	6,  // 43: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	27, // 44: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	28, // 45: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
+	82, // 46: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	45, // 47: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	57, // 48: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	19, // 49: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	51, // 50: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	6,  // 51: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	22, // 52: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
+	2,  // 53: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	57, // 54: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	57, // 55: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	36, // 56: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	31, // 57: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	6,  // 58: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	3,  // 59: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	15, // 60: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	36, // 61: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	83, // 62: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	26, // 63: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	57, // 64: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	84, // 65: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	29, // 66: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	32, // 67: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	37, // 68: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	39, // 69: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	41, // 70: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	43, // 71: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	46, // 72: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	48, // 73: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	50, // 74: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	53, // 75: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	58, // 76: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	60, // 77: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	62, // 78: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	64, // 79: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	66, // 80: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	68, // 81: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	70, // 82: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	72, // 83: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	55, // 84: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	74, // 85: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	76, // 86: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	35, // 87: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	33, // 88: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	38, // 89: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	40, // 90: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	42, // 91: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	44, // 92: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	47, // 93: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	49, // 94: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	52, // 95: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	54, // 96: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	59, // 97: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	61, // 98: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	63, // 99: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	65, // 100: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	67, // 101: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	69, // 102: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	71, // 103: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	73, // 104: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	56, // 105: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	75, // 106: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	77, // 107: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	87, // [87:108] is the sub-list for method output_type
+	66, // [66:87] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -6275,20 +6534,21 @@ func file_journald_v1_journal_proto_init() {
 	if File_journald_v1_journal_proto != nil {
 		return
 	}
-	file_journald_v1_journal_proto_msgTypes[12].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[13].OneofWrappers = []any{
 		(*Record_Meta)(nil),
 		(*Record_Assistant)(nil),
 		(*Record_ToolResult)(nil),
 		(*Record_User)(nil),
 		(*Record_Rebase)(nil),
 		(*Record_Terminal)(nil),
+		(*Record_State)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[27].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[29].OneofWrappers = []any{
 		(*OpenResponse_Lease)(nil),
 		(*OpenResponse_Ended)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[37].OneofWrappers = []any{}
-	file_journald_v1_journal_proto_msgTypes[44].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[39].OneofWrappers = []any{}
+	file_journald_v1_journal_proto_msgTypes[46].OneofWrappers = []any{
 		(*WatchResponse_Record)(nil),
 		(*WatchResponse_Checkpoint)(nil),
 	}
@@ -6298,7 +6558,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   77,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -108,7 +108,8 @@ type JournalServiceClient interface {
 	DeleteCheckpoint(ctx context.Context, in *DeleteCheckpointRequest, opts ...grpc.CallOption) (*DeleteCheckpointResponse, error)
 	// Compact folds the conversation prefix into a caller-supplied summary (a rebase).
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
-	// Fork starts a new run from a checkpoint (or the head); the source is untouched.
+	// Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+	// the head also carries the run's framework state (RunState.state) and its attachments.
 	Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error)
 	// ExportCheckpoint returns self-contained bytes (format `journald-checkpoint/1`).
 	ExportCheckpoint(ctx context.Context, in *ExportCheckpointRequest, opts ...grpc.CallOption) (*ExportCheckpointResponse, error)
@@ -413,7 +414,8 @@ type JournalServiceServer interface {
 	DeleteCheckpoint(context.Context, *DeleteCheckpointRequest) (*DeleteCheckpointResponse, error)
 	// Compact folds the conversation prefix into a caller-supplied summary (a rebase).
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
-	// Fork starts a new run from a checkpoint (or the head); the source is untouched.
+	// Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+	// the head also carries the run's framework state (RunState.state) and its attachments.
 	Fork(context.Context, *ForkRequest) (*ForkResponse, error)
 	// ExportCheckpoint returns self-contained bytes (format `journald-checkpoint/1`).
 	ExportCheckpoint(context.Context, *ExportCheckpointRequest) (*ExportCheckpointResponse, error)

@@ -128,11 +128,14 @@ class AsyncClient:
         self,
         params: OpenParams,
         *,
-        create: bool,
+        create: bool | None,
         prompt: str | Sequence[Mapping[str, Any]] = (),
         labels: Mapping[str, str] | None = None,
     ) -> _AsyncLease:
         req = codec.open_request(params, create=create, prompt=prompt, labels=labels)
+        return await self._open_req(params, req)
+
+    async def _open_req(self, params: OpenParams, req: pb.OpenRequest) -> _AsyncLease:
         call: Any = self._stub.Open(req, metadata=codec.metadata())
         try:
             first = await call.read()
@@ -150,6 +153,45 @@ class AsyncClient:
             )
         return _AsyncLease(call, first.lease)
 
+    async def _open_retrying(
+        self, params: OpenParams, req: pb.OpenRequest
+    ) -> tuple[_AsyncLease, bool]:
+        """``Client._open_retrying`` for asyncio: the same Open, retried while the daemon
+        restarts; a create whose reply was lost resumes its own run."""
+        deadline: float | None = None
+        delays = codec.backoff()
+        attempted = adopted = False
+        while True:
+            try:
+                lease = await self._open_req(params, req)
+                return lease, lease.lease.created or adopted
+            except errors.SessionExists:
+                if not attempted or not await self._created_by(req):
+                    raise
+                req = codec.resume_of(req)
+                adopted = True
+                continue
+            except errors.JournaldError as err:
+                if not codec.reopen_retryable(err):
+                    raise
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.reconnect_timeout
+                if now >= deadline:
+                    raise
+                if not await self._ready(min(deadline - now, 1.0)):
+                    continue
+                await asyncio.sleep(min(next(delays), max(0.0, deadline - time.monotonic())))
+            finally:
+                attempted = True
+
+    async def _created_by(self, req: pb.OpenRequest) -> bool:
+        try:
+            async for meta in self.load(req.run_id):
+                return codec.created_by(req, meta.payload)
+        except errors.JournaldError:
+            return False
+        return False
+
     async def start(
         self,
         run_id: str,
@@ -160,10 +202,29 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         name: str | None = None,
     ) -> AsyncRun:
-        """Create a run (``session_exists`` if it exists) and hold its writer lease."""
+        """Create a run (``session_exists`` if it exists) and hold its writer lease; waits
+        for a restarting daemon and resumes a create whose reply was lost."""
         params = OpenParams(run_id, fingerprint, interactive, False, name or self.name)
-        lease = await self._open(params, create=True, prompt=prompt, labels=labels)
-        return self._track(AsyncRun(self, params, lease))
+        req = codec.open_request(params, create=True, prompt=prompt, labels=labels)
+        lease, created = await self._open_retrying(params, req)
+        return self._track(AsyncRun(self, params, lease, created=created))
+
+    async def open(
+        self,
+        run_id: str,
+        fingerprint: Fingerprint,
+        prompt: str | Sequence[Mapping[str, Any]] = (),
+        *,
+        interactive: bool = False,
+        labels: Mapping[str, str] | None = None,
+        force: bool = False,
+        name: str | None = None,
+    ) -> AsyncRun:
+        """Resume the run, or create it when it does not exist (see ``Client.open``)."""
+        params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
+        req = codec.open_request(params, create=None, prompt=prompt, labels=labels)
+        lease, created = await self._open_retrying(params, req)
+        return self._track(AsyncRun(self, params, lease, created=created))
 
     async def resume(
         self,
@@ -174,9 +235,10 @@ class AsyncClient:
         force: bool = False,
         name: str | None = None,
     ) -> AsyncRun:
-        """Re-open an existing run through the resume gates and hold its writer lease."""
+        """Re-open an existing run through the resume gates and hold its writer lease (a
+        restarting daemon is waited for, up to ``reconnect_timeout``)."""
         params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
-        lease = await self._open(params, create=False)
+        lease, _ = await self._open_retrying(params, codec.open_request(params, create=False))
         return self._track(AsyncRun(self, params, lease))
 
     def _track(self, run: AsyncRun) -> AsyncRun:
@@ -191,14 +253,18 @@ class AsyncClient:
         resp = await self._unary("Fold", pb.FoldRequest(run_id=run_id, governed=True))
         return codec.governed_from_pb(resp)
 
-    async def load(self, run_id: str, from_seq: int = 1) -> list[JournalRecord]:
-        call = self._stub.Load(
+    async def load(self, run_id: str, from_seq: int = 1) -> AsyncIterator[JournalRecord]:
+        """The run's stored records from ``from_seq``, streamed (``async for``)."""
+        call: Any = self._stub.Load(
             pb.LoadRequest(run_id=run_id, from_seq=from_seq), metadata=codec.metadata()
         )
         try:
-            return [codec.record_from_pb(m.record) async for m in call]
+            async for m in call:
+                yield codec.record_from_pb(m.record)
         except grpc.RpcError as exc:
             raise self._error(exc) from None
+        finally:
+            call.cancel()
 
     async def list(self, limit: int = 0) -> list[RunInfo]:
         resp = await self._unary("List", pb.ListRequest(limit=limit))
@@ -365,11 +431,20 @@ class AsyncRun(codec.RunView):
 
     _lease: _AsyncLease
 
-    def __init__(self, client: AsyncClient, params: OpenParams, lease: _AsyncLease) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        params: OpenParams,
+        lease: _AsyncLease,
+        *,
+        created: bool | None = None,
+    ) -> None:
         self._client = client
         self._params = params
         self._lock = asyncio.Lock()
         self._init_view(params, lease)
+        if created is not None:
+            self.created = created
 
     @property
     def lease_ended(self) -> str | None:
@@ -383,8 +458,7 @@ class AsyncRun(codec.RunView):
         usage: Mapping[str, int] | None = None,
         iteration: int | None = None,
     ) -> Ack:
-        it = self.next_iteration if iteration is None else iteration
-        entry = Entry.assistant(content, stop_reason=stop_reason, iteration=it, usage=usage)
+        entry = Entry.assistant(content, stop_reason=stop_reason, iteration=iteration, usage=usage)
         return (await self.append_many([entry]))[0]
 
     async def tool_result(
@@ -410,12 +484,10 @@ class AsyncRun(codec.RunView):
         async with self._lock:
             if self.closed:
                 raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
-            records = codec.stamp(entries, self.last_seq + 1)
+            records = codec.stamp(entries, self.last_seq + 1, self.next_iteration)
             acks = await self._send(records)
             self.last_seq = acks[-1].seq
-            for rec in records:
-                if rec.HasField("assistant"):
-                    self.next_iteration = rec.assistant.iteration + 1
+            self._appended(records)
             return acks
 
     async def _send(self, records: list[pb.Record]) -> list[Ack]:
@@ -470,7 +542,7 @@ class AsyncRun(codec.RunView):
                 continue
             self._lease = lease
             self.reconnects += 1
-            self.state = codec.state_from_pb(lease.lease.state, lease.lease.warnings)
+            self._state_changed(codec.state_from_pb(lease.lease.state, lease.lease.warnings))
             if self.closed:
                 await lease.cancel()
                 raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
@@ -513,11 +585,9 @@ class AsyncRun(codec.RunView):
         remote: bool = False,
         on_result: Callable[[ToolCall, Ack], None] | None = None,
     ) -> list[Ack]:
-        """Run the still-unanswered calls concurrently, journaling each result as it
-        completes (in completion order); a raising tool becomes an ``is_error`` result."""
-        state = await self.fold()
-        if state.pending is None:
-            return []
+        """Run the still-unanswered calls (``open_calls``, known from the lease and this
+        writer's appends: no round trip) concurrently, journaling each result as it completes
+        (in completion order); a raising tool becomes an ``is_error`` result."""
 
         async def one(call: ToolCall) -> Ack:
             try:
@@ -532,7 +602,7 @@ class AsyncRun(codec.RunView):
                 on_result(call, ack)
             return ack
 
-        acks = await asyncio.gather(*(one(c) for c in state.pending.unanswered))
+        acks = await asyncio.gather(*(one(c) for c in self.open_calls))
         return sorted(acks, key=lambda a: a.seq)
 
     async def checkpoint(self, label: str = "") -> CheckpointMeta:
@@ -583,8 +653,8 @@ class AsyncRun(codec.RunView):
 
     async def _rebased(self, ack: Ack) -> None:
         self.last_seq = max(self.last_seq, ack.seq)
-        self.state = dataclasses.replace(
-            await self._client.fold(self.run_id), warnings=self.state.warnings
+        self._state_changed(
+            dataclasses.replace(await self._client.fold(self.run_id), warnings=self.state.warnings)
         )
         self.next_iteration = max(self.next_iteration, self.state.next_iteration)
 

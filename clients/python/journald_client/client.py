@@ -159,11 +159,14 @@ class Client:
         self,
         params: OpenParams,
         *,
-        create: bool,
+        create: bool | None,
         prompt: str | Sequence[Mapping[str, Any]] = (),
         labels: Mapping[str, str] | None = None,
     ) -> _Lease:
         req = codec.open_request(params, create=create, prompt=prompt, labels=labels)
+        return self._open_req(params, req)
+
+    def _open_req(self, params: OpenParams, req: pb.OpenRequest) -> _Lease:
         call: Any = self._stub.Open(req, metadata=codec.metadata())
         try:
             first = next(call)
@@ -181,6 +184,44 @@ class Client:
             )
         return _Lease(call, first.lease)
 
+    def _open_retrying(self, params: OpenParams, req: pb.OpenRequest) -> tuple[_Lease, bool]:
+        """Open, retrying with backoff for ``reconnect_timeout`` while the daemon restarts
+        (as appends do). The request is built once, so every attempt is the same Open: a
+        create whose reply was lost finds its own run on the next attempt and resumes it.
+        Returns the lease and whether this call created the run."""
+        deadline: float | None = None
+        delays = codec.backoff()
+        attempted = adopted = False
+        while True:
+            try:
+                lease = self._open_req(params, req)
+                return lease, lease.lease.created or adopted
+            except errors.SessionExists:
+                if not attempted or not self._created_by(req):
+                    raise
+                req = codec.resume_of(req)  # our own create went through; only its reply was lost
+                adopted = True
+                continue
+            except errors.JournaldError as err:
+                if not codec.reopen_retryable(err):
+                    raise
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.reconnect_timeout
+                if now >= deadline:
+                    raise
+                if not self._ready(min(deadline - now, 1.0)):
+                    continue
+                time.sleep(min(next(delays), max(0.0, deadline - time.monotonic())))
+            finally:
+                attempted = True
+
+    def _created_by(self, req: pb.OpenRequest) -> bool:
+        try:
+            meta = next(iter(self.load(req.run_id)), None)
+        except errors.JournaldError:
+            return False
+        return meta is not None and codec.created_by(req, meta.payload)
+
     # --- writers -----------------------------------------------------------------------
 
     def start(
@@ -193,10 +234,32 @@ class Client:
         labels: Mapping[str, str] | None = None,
         name: str | None = None,
     ) -> Run:
-        """Create a run (``session_exists`` if it exists) and hold its writer lease."""
+        """Create a run (``session_exists`` if it exists) and hold its writer lease. A daemon
+        that is restarting is waited for (``reconnect_timeout``); a create whose reply was
+        lost is recognised on the retry and resumed, not refused."""
         params = OpenParams(run_id, fingerprint, interactive, False, name or self.name)
-        lease = self._open(params, create=True, prompt=prompt, labels=labels)
-        return self._track(Run(self, params, lease))
+        req = codec.open_request(params, create=True, prompt=prompt, labels=labels)
+        lease, created = self._open_retrying(params, req)
+        return self._track(Run(self, params, lease, created=created))
+
+    def open(
+        self,
+        run_id: str,
+        fingerprint: Fingerprint,
+        prompt: str | Sequence[Mapping[str, Any]] = (),
+        *,
+        interactive: bool = False,
+        labels: Mapping[str, str] | None = None,
+        force: bool = False,
+        name: str | None = None,
+    ) -> Run:
+        """Resume the run through the resume gates, or create it (with ``prompt`` and
+        ``labels``) when it does not exist; ``Run.created`` says which. The way to open a
+        run idempotently: a retry after a lost reply resumes what the first attempt made."""
+        params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
+        req = codec.open_request(params, create=None, prompt=prompt, labels=labels)
+        lease, created = self._open_retrying(params, req)
+        return self._track(Run(self, params, lease, created=created))
 
     def resume(
         self,
@@ -207,9 +270,10 @@ class Client:
         force: bool = False,
         name: str | None = None,
     ) -> Run:
-        """Re-open an existing run through the resume gates and hold its writer lease."""
+        """Re-open an existing run through the resume gates and hold its writer lease (a
+        daemon that is restarting is waited for, up to ``reconnect_timeout``)."""
         params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
-        lease = self._open(params, create=False)
+        lease, _ = self._open_retrying(params, codec.open_request(params, create=False))
         return self._track(Run(self, params, lease))
 
     def _track(self, run: Run) -> Run:
@@ -229,15 +293,20 @@ class Client:
         resp = self._unary("Fold", pb.FoldRequest(run_id=run_id, governed=True))
         return codec.governed_from_pb(resp)
 
-    def load(self, run_id: str, from_seq: int = 1) -> list[JournalRecord]:
-        """The run's stored records from ``from_seq`` (exact canonical bytes included)."""
-        call = self._stub.Load(
+    def load(self, run_id: str, from_seq: int = 1) -> Iterator[JournalRecord]:
+        """The run's stored records from ``from_seq`` (exact canonical bytes included),
+        streamed as the daemon reads them: a long run is never held in memory whole. Errors
+        (``session_not_found``) surface on the first ``next``; stop early with ``close()``."""
+        call: Any = self._stub.Load(
             pb.LoadRequest(run_id=run_id, from_seq=from_seq), metadata=codec.metadata()
         )
         try:
-            return [codec.record_from_pb(m.record) for m in call]
+            for m in call:
+                yield codec.record_from_pb(m.record)
         except grpc.RpcError as exc:
             raise self._error(exc) from None
+        finally:
+            call.cancel()
 
     def list(self, limit: int = 0) -> list[RunInfo]:
         """The runs the daemon holds, newest first."""
@@ -430,11 +499,15 @@ class Run(codec.RunView):
 
     _lease: _Lease
 
-    def __init__(self, client: Client, params: OpenParams, lease: _Lease) -> None:
+    def __init__(
+        self, client: Client, params: OpenParams, lease: _Lease, *, created: bool | None = None
+    ) -> None:
         self._client = client
         self._params = params
         self._lock = threading.RLock()
         self._init_view(params, lease)
+        if created is not None:
+            self.created = created
 
     # --- appends -----------------------------------------------------------------------
 
@@ -446,9 +519,9 @@ class Run(codec.RunView):
         usage: Mapping[str, int] | None = None,
         iteration: int | None = None,
     ) -> Ack:
-        """Journal a model call (before any of its tools run)."""
-        it = self.next_iteration if iteration is None else iteration
-        entry = Entry.assistant(content, stop_reason=stop_reason, iteration=it, usage=usage)
+        """Journal a model call (before any of its tools run); numbered ``next_iteration``
+        unless ``iteration`` is given."""
+        entry = Entry.assistant(content, stop_reason=stop_reason, iteration=iteration, usage=usage)
         return self.append_many([entry])[0]
 
     def tool_result(
@@ -478,12 +551,10 @@ class Run(codec.RunView):
         with self._lock:
             if self.closed:
                 raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
-            records = codec.stamp(entries, self.last_seq + 1)
+            records = codec.stamp(entries, self.last_seq + 1, self.next_iteration)
             acks = self._send(records)
             self.last_seq = acks[-1].seq
-            for rec in records:
-                if rec.HasField("assistant"):
-                    self.next_iteration = rec.assistant.iteration + 1
+            self._appended(records)
             return acks
 
     def _send(self, records: list[pb.Record]) -> list[Ack]:
@@ -540,7 +611,7 @@ class Run(codec.RunView):
                 continue
             self._lease = lease
             self.reconnects += 1
-            self.state = codec.state_from_pb(lease.lease.state, lease.lease.warnings)
+            self._state_changed(codec.state_from_pb(lease.lease.state, lease.lease.warnings))
             if self.closed:  # closed while we were re-opening: do not keep the new lease
                 lease.cancel()
                 raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
@@ -587,14 +658,12 @@ class Run(codec.RunView):
         remote: bool = False,
         on_result: Callable[[ToolCall, Ack], None] | None = None,
     ) -> list[Ack]:
-        """Run only the still-unanswered calls of the pending turn, journaling each result
-        as it completes; a tool that raises becomes an ``is_error`` result. ``on_result`` is
-        called after each result is durable."""
-        state = self.fold()
-        if state.pending is None:
-            return []
+        """Run only the still-unanswered calls of the pending turn (``open_calls``: the ones
+        the lease reported, less those answered since; no extra round trip), journaling each
+        result as it completes; a tool that raises becomes an ``is_error`` result.
+        ``on_result`` is called after each result is durable."""
         acks = []
-        for call in state.pending.unanswered:
+        for call in self.open_calls:
             try:
                 outcome: Any = run_tool(call)
             except Exception as exc:
@@ -656,8 +725,8 @@ class Run(codec.RunView):
     def _rebased(self, ack: Ack) -> None:
         """After a rebase appended under our lease at ``ack.seq`` (caller holds the lock)."""
         self.last_seq = max(self.last_seq, ack.seq)
-        self.state = dataclasses.replace(
-            self._client.fold(self.run_id), warnings=self.state.warnings
+        self._state_changed(
+            dataclasses.replace(self._client.fold(self.run_id), warnings=self.state.warnings)
         )
         self.next_iteration = max(self.next_iteration, self.state.next_iteration)
 

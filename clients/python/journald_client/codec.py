@@ -6,8 +6,10 @@ messages built here and hand the answers back here to be decoded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ from journald_client.state import (
     RestoreResult,
     RunInfo,
     RunState,
+    StateEntry,
     Terminal,
     ToolCall,
     ToolOutput,
@@ -56,6 +59,17 @@ _DURABILITY = {
 def now_ts() -> str:
     """RFC 3339 UTC with microseconds and ``Z``, e.g. ``2026-11-30T12:00:00.000000Z``."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_SAFE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
+
+
+def run_id_for(name: str, prefix: str) -> str:
+    """A run id for a framework's own id (a thread, a session): the id itself when it is a
+    safe run id (the usual uuid or slug), otherwise ``prefix`` and a digest of it."""
+    if _SAFE_ID.match(name) and len(name.encode()) <= 128:
+        return name
+    return prefix + hashlib.sha256(name.encode()).hexdigest()[:40]
 
 
 # --- content ---------------------------------------------------------------------------
@@ -100,6 +114,9 @@ class Entry:
     entry is built, so every retry of it sends the same bytes."""
 
     record: pb.Record
+    auto_iteration: bool = False
+    """An assistant entry built without an iteration: the writer that appends it numbers it
+    (its ``next_iteration``), as ``Run.assistant`` does."""
 
     @property
     def kind(self) -> str:
@@ -119,15 +136,17 @@ class Entry:
         content: str | Sequence[Mapping[str, Any]],
         *,
         stop_reason: str,
-        iteration: int,
+        iteration: int | None = None,
         usage: Mapping[str, int] | None = None,
     ) -> Entry:
+        """A model call. Without ``iteration`` the appending writer numbers it (its next
+        iteration, one more for each later assistant entry of the same batch)."""
         u = dict(usage or {})
         rec = cls._new()
         rec.assistant.CopyFrom(
             pb.AssistantPayload(
                 message=pb.Message(role="assistant", content_json=blocks_json(content)),
-                iteration=iteration,
+                iteration=iteration or 0,
                 stop_reason=stop_reason,
                 usage=pb.Usage(
                     input_tokens=int(u.get("input_tokens", 0)),
@@ -137,7 +156,7 @@ class Entry:
                 ),
             )
         )
-        return cls(rec)
+        return cls(rec, auto_iteration=iteration is None)
 
     @classmethod
     def tool_result(
@@ -166,6 +185,51 @@ class Entry:
         return cls(rec)
 
     @classmethod
+    def state(
+        cls,
+        namespace: str,
+        key: str,
+        value_type: str = "",
+        data: bytes = b"",
+        *,
+        sha256: str = "",
+        size: int = 0,
+        deleted: bool = False,
+    ) -> Entry:
+        """A value of framework state (inline ``data``, or an attachment's ``sha256`` and
+        ``size``), or with ``deleted`` the removal of the key (of the whole namespace when
+        ``key`` is empty). Never part of the conversation."""
+        rec = cls._new()
+        rec.state.CopyFrom(
+            pb.StatePayload(
+                namespace=namespace,
+                key=key,
+                type="" if deleted else value_type,
+                data=b"" if deleted else data,
+                sha256="" if deleted else sha256,
+                size=0 if deleted else size,
+                deleted=deleted,
+            )
+        )
+        return cls(rec)
+
+    @classmethod
+    def rebase(cls, messages: Sequence[Mapping[str, Any]], reason: str = "edit") -> Entry:
+        """Replace the conversation by ``messages`` (``{role, content}`` dicts): ``edit`` when
+        the writer rewrote its own history (a framework removed or replaced messages)."""
+        rec = cls._new()
+        rec.rebase.CopyFrom(
+            pb.RebasePayload(
+                reason=reason,
+                messages=[
+                    pb.Message(role=str(m["role"]), content_json=blocks_json(m["content"]))
+                    for m in messages
+                ],
+            )
+        )
+        return cls(rec)
+
+    @classmethod
     def terminal(cls, reason: str, message: str = "") -> Entry:
         if reason not in TERMINAL_REASONS:
             raise errors.InvalidRecord(
@@ -190,13 +254,18 @@ def tool_entry(call: ToolCall, outcome: object, *, remote: bool = False) -> Entr
     return Entry.tool_result(call.id, canonical_json(outcome).decode(), remote=remote)
 
 
-def stamp(entries: Sequence[Entry], first_seq: int) -> list[pb.Record]:
-    """The records of a batch at consecutive seqs from ``first_seq``."""
+def stamp(entries: Sequence[Entry], first_seq: int, next_iteration: int = 1) -> list[pb.Record]:
+    """The records of a batch at consecutive seqs from ``first_seq``; assistant entries built
+    without an iteration are numbered from ``next_iteration`` on."""
     out = []
     for i, e in enumerate(entries):
         rec = pb.Record()
         rec.CopyFrom(e.record)
         rec.seq = first_seq + i
+        if rec.HasField("assistant"):
+            if e.auto_iteration:
+                rec.assistant.iteration = next_iteration
+            next_iteration = rec.assistant.iteration + 1
         out.append(rec)
     return out
 
@@ -236,6 +305,10 @@ class OpenParams:
     name: str
 
 
+def open_calls_of(state: RunState) -> list[ToolCall]:
+    return list(state.pending.unanswered) if state.pending is not None else []
+
+
 class LeaseHandle(Protocol):
     """What both transports keep of an Open stream: its first message."""
 
@@ -258,8 +331,36 @@ class RunView:
         ``compact``/``restore`` (``fold()`` for the current one)."""
         self.last_seq: int = first.last_seq
         self.next_iteration: int = max(1, self.state.next_iteration)
+        self._open_calls: list[ToolCall] = open_calls_of(self.state)
         self.reconnects = 0
         self.closed = False
+
+    @property
+    def open_calls(self) -> list[ToolCall]:
+        """The calls of the pending turn not answered yet, as this writer knows them: from
+        the lease, then from its own appends (no round trip to the daemon)."""
+        return list(self._open_calls)
+
+    def _appended(self, records: Sequence[pb.Record]) -> None:
+        """Follow this writer's own durable appends: the next iteration and the open calls."""
+        for rec in records:
+            kind = rec.WhichOneof("payload")
+            if kind == "assistant":
+                self.next_iteration = rec.assistant.iteration + 1
+                content = _json_list(rec.assistant.message.content_json)
+                self._open_calls = [
+                    ToolCall(str(b.get("id", "")), str(b.get("name", "")), str(b.get("input", "")))
+                    for b in content
+                    if isinstance(b, dict) and b.get("type") == "tool_use"
+                ]
+            elif kind == "tool_result":
+                done = rec.tool_result.tool_use_id
+                self._open_calls = [c for c in self._open_calls if c.id != done]
+
+    def _state_changed(self, state: RunState) -> None:
+        """A new folded state came from the daemon (re-open, rebase)."""
+        self.state = state
+        self._open_calls = open_calls_of(state)
 
     @property
     def lease_id(self) -> str:
@@ -278,19 +379,24 @@ class RunView:
 def open_request(
     params: OpenParams,
     *,
-    create: bool,
+    create: bool | None,
     prompt: str | Sequence[Mapping[str, Any]] = (),
     labels: Mapping[str, str] | None = None,
 ) -> pb.OpenRequest:
+    """``create``: True creates only, False resumes only, None creates or resumes."""
+    if create is None:
+        mode = pb.OPEN_MODE_CREATE_OR_RESUME
+    else:
+        mode = pb.OPEN_MODE_CREATE if create else pb.OPEN_MODE_RESUME
     req = pb.OpenRequest(
         run_id=params.run_id,
-        mode=pb.OPEN_MODE_CREATE if create else pb.OPEN_MODE_RESUME,
+        mode=mode,
         fingerprint=params.fingerprint.to_pb(),
         interactive=params.interactive,
         force=params.force,
         client=client_info(params.name),
     )
-    if create:
+    if create is not False:
         req.prompt_json = blocks_json(prompt)
         req.labels.update(dict(labels or {}))
         req.created = now_ts()
@@ -298,6 +404,28 @@ def open_request(
     if cur is not None:
         req.trace.CopyFrom(pb.TraceContext(trace_id=cur[0], span_id=cur[1]))
     return req
+
+
+def resume_of(req: pb.OpenRequest) -> pb.OpenRequest:
+    """The same Open in resume mode (what a create whose reply was lost turns into)."""
+    out = pb.OpenRequest()
+    out.CopyFrom(req)
+    out.mode = pb.OPEN_MODE_RESUME
+    return out
+
+
+def created_by(req: pb.OpenRequest, meta: Mapping[str, Any]) -> bool:
+    """Whether a run's meta payload is the one ``req`` would have written: the sign that an
+    earlier attempt of the same create reached the daemon and only its reply was lost (the
+    creation timestamp is fixed per request, so another writer's run does not match)."""
+    return (
+        bool(req.created)
+        and meta.get("created") == req.created
+        and meta.get("prompt") == _json_list(req.prompt_json)
+        and meta.get("fingerprint") == Fingerprint.from_pb(req.fingerprint).as_json()
+        and bool(meta.get("interactive")) == req.interactive
+        and dict(meta.get("labels") or {}) == dict(req.labels)
+    )
 
 
 def metadata() -> tuple[tuple[str, str | bytes], ...]:
@@ -366,6 +494,10 @@ def state_from_pb(st: pb.RunState, warnings: Sequence[pb.Warning] = ()) -> RunSt
         prompt=_json_list(st.prompt_json),
         lineage=lineage,
         warnings=[LeaseWarning(w.code, w.message) for w in warnings],
+        state=[
+            StateEntry(e.namespace, e.key, e.type, bytes(e.data), e.sha256, e.size, e.seq)
+            for e in st.state
+        ],
     )
 
 

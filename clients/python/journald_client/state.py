@@ -93,6 +93,24 @@ class Terminal:
 
 
 @dataclass(frozen=True, slots=True)
+class StateEntry:
+    """The latest value of one (namespace, key) of framework state: inline ``data``, or the
+    SHA-256 of the run attachment that holds it (``Client.get_attachment``)."""
+
+    namespace: str
+    key: str
+    type: str
+    data: bytes
+    sha256: str
+    size: int
+    seq: int
+
+    @property
+    def inline(self) -> bool:
+        return not self.sha256
+
+
+@dataclass(frozen=True, slots=True)
 class RunState:
     """The daemon's fold of a run (docs/design.md#fold)."""
 
@@ -114,6 +132,9 @@ class RunState:
     prompt: list[Block] = field(default_factory=list)
     lineage: dict[str, Any] | None = None
     warnings: list[LeaseWarning] = field(default_factory=list)
+    state: list[StateEntry] = field(default_factory=list)
+    """Framework state (LangGraph checkpoints, session items): every live entry, oldest
+    write first."""
 
     @property
     def completed(self) -> bool:
@@ -172,6 +193,10 @@ class LeaseHolder:
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
+    """A listing row. ``status``: ``open`` (not ended, no writer), ``held`` (a writer holds
+    the lease) or the reason of the terminal record that ends the run (``completed``,
+    ``suspended``, ``error``, ``budget``, ``max_iterations``)."""
+
     run_id: str
     created: str
     updated: str

@@ -530,6 +530,38 @@ export class Run {
     return this.serial(() => this.appendNow({ terminal: { reason, message } }, opts));
   }
 
+  /**
+   * Journal one value of framework state under (namespace, key): opaque typed bytes that
+   * the fold indexes (latest per key, in RunState.state) and that never join the
+   * conversation, so it is accepted even while tool calls are open. A large value goes to
+   * putAttachment first and is journaled with `sha256` and `size` through appendRaw.
+   */
+  appendState(
+    namespace: string,
+    key: string,
+    type: string,
+    data: Uint8Array,
+    opts?: CallOpts,
+  ): Promise<Ack> {
+    const bytes = Buffer.from(data);
+    const state = { namespace, key, type, data: bytes, sha256: "", size: 0, deleted: false };
+    return this.serial(() => this.appendNow({ state }, opts));
+  }
+
+  /** Journal the removal of a key of framework state (an empty key: the whole namespace). */
+  deleteState(namespace: string, key = "", opts?: CallOpts): Promise<Ack> {
+    const state = {
+      namespace,
+      key,
+      type: "",
+      data: Buffer.alloc(0),
+      sha256: "",
+      size: 0,
+      deleted: true,
+    };
+    return this.serial(() => this.appendNow({ state }, opts));
+  }
+
   /** Journal a record built by the caller (seq and ts are filled when unset). */
   appendRaw(rec: Partial<JournalRecord>, opts?: CallOpts): Promise<Ack> {
     return this.serial(() => this.appendNow(rec, opts));

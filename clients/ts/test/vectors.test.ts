@@ -5,6 +5,7 @@ import * as assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { canonicalText, canonicalizeText, GENESIS, hashSystemPrompt, hashTools, parseJson, sha256Hex } from "../src";
+import * as pb from "../src/gen/journald/v1/journal";
 
 const dir = process.env.JOURNALD_VECTORS || path.resolve(__dirname, "..", "..", "..", "..", "tests", "vectors");
 
@@ -48,5 +49,17 @@ test("record vectors encode byte for byte and chain by prev", () => {
   for (const rec of (file.chain as Case[]) ?? []) {
     assert.equal(rec.prev, prev);
     prev = sha256Hex(Buffer.from(canonicalText(rec), "utf8"));
+  }
+});
+
+test("state record vectors carry the value bytes as standard base64 through the wire type", () => {
+  const cases = (load("records.json").cases as Case[]).filter((c) => (c.record as Case).state);
+  assert.ok(cases.length >= 3);
+  for (const c of cases) {
+    const st = (c.record as Case).state as Case;
+    if (typeof st.data !== "string") continue;
+    const sent = pb.StatePayload.fromPartial({ namespace: st.namespace as string, key: st.key as string, type: st.type as string, data: Buffer.from(st.data, "base64") });
+    const back = pb.StatePayload.decode(pb.StatePayload.encode(sent).finish());
+    assert.equal(Buffer.from(back.data).toString("base64"), st.data, `case ${String(c.name)}`);
   }
 });

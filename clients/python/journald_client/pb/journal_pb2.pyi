@@ -728,7 +728,9 @@ class RebasePayload(_message.Message):
     CHECKPOINT_HASH_FIELD_NUMBER: _builtins.int
     COVERED_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
-    """One of "compaction", "restore", "fork", "import"."""
+    """One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
+    history, e.g. a framework session removed its last item).
+    """
     checkpoint_id: _builtins.str
     """The checkpoint it came from, if any."""
     checkpoint_hash: _builtins.str
@@ -785,6 +787,63 @@ class TerminalPayload(_message.Message):
 Global___TerminalPayload: _TypeAlias = TerminalPayload  # noqa: Y015
 
 @_typing.final
+class StatePayload(_message.Message):
+    """StatePayload is one value of framework state (a LangGraph checkpoint, channel value or
+    pending write; an OpenAI Agents session item) under a namespace and a key. The fold indexes
+    the latest value of each (namespace, key) in RunState.state; state is never part of the
+    conversation, so it may be appended at any time, even while tool calls are open. The
+    value is opaque typed bytes (`type` names the serializer, as LangGraph's `dumps_typed`
+    does); a large value lives in an attachment of the run (PutAttachment: content-addressed,
+    so bytes repeated under many keys are stored once) and the record carries its SHA-256.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Groups keys, e.g. "langgraph.checkpoint" (1-256 characters)."""
+    key: _builtins.str
+    """The key within the namespace (1-1024 characters). Empty only on a deletion, which then
+    removes every key of the namespace.
+    """
+    type: _builtins.str
+    """The serializer's type tag, e.g. "msgpack", "json" (1-128 characters); empty on a deletion."""
+    data: _builtins.bytes
+    """The value's bytes, inline (standard base64 with padding in the canonical JSON). Unset when
+    the value lives in an attachment.
+    """
+    sha256: _builtins.str
+    """SHA-256 hex of the run attachment that holds the value instead of `data`."""
+    size: _builtins.int
+    """The attachment's size in bytes (set with `sha256`)."""
+    deleted: _builtins.bool
+    """This record removes the key (or, with an empty key, the whole namespace)."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        key: _builtins.str = ...,
+        type: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+        sha256: _builtins.str = ...,
+        size: _builtins.int = ...,
+        deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "deleted", b"deleted", "key", b"key", "namespace", b"namespace", "sha256", b"sha256", "size", b"size", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StatePayload: _TypeAlias = StatePayload  # noqa: Y015
+
+@_typing.final
 class Record(_message.Message):
     """Record is one journal entry."""
 
@@ -802,6 +861,7 @@ class Record(_message.Message):
     USER_FIELD_NUMBER: _builtins.int
     REBASE_FIELD_NUMBER: _builtins.int
     TERMINAL_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     CANONICAL_FIELD_NUMBER: _builtins.int
     HASH_FIELD_NUMBER: _builtins.int
     format_version: _builtins.int
@@ -852,6 +912,10 @@ class Record(_message.Message):
     def terminal(self) -> Global___TerminalPayload:
         """The end of the run."""
 
+    @_builtins.property
+    def state(self) -> Global___StatePayload:
+        """A value of framework state (not conversation)."""
+
     def __init__(
         self,
         *,
@@ -867,14 +931,15 @@ class Record(_message.Message):
         user: Global___UserPayload | None = ...,
         rebase: Global___RebasePayload | None = ...,
         terminal: Global___TerminalPayload | None = ...,
+        state: Global___StatePayload | None = ...,
         canonical: _builtins.bytes = ...,
         hash: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["assistant", b"assistant", "meta", b"meta", "payload", b"payload", "rebase", b"rebase", "terminal", b"terminal", "tool_result", b"tool_result", "trace", b"trace", "user", b"user"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assistant", b"assistant", "meta", b"meta", "payload", b"payload", "rebase", b"rebase", "state", b"state", "terminal", b"terminal", "tool_result", b"tool_result", "trace", b"trace", "user", b"user"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assistant", b"assistant", "canonical", b"canonical", "format_version", b"format_version", "hash", b"hash", "meta", b"meta", "payload", b"payload", "prev", b"prev", "rebase", b"rebase", "seq", b"seq", "terminal", b"terminal", "tool_result", b"tool_result", "trace", b"trace", "ts", b"ts", "type", b"type", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assistant", b"assistant", "canonical", b"canonical", "format_version", b"format_version", "hash", b"hash", "meta", b"meta", "payload", b"payload", "prev", b"prev", "rebase", b"rebase", "seq", b"seq", "state", b"state", "terminal", b"terminal", "tool_result", b"tool_result", "trace", b"trace", "ts", b"ts", "type", b"type", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["meta", "assistant", "tool_result", "user", "rebase", "terminal"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["meta", "assistant", "tool_result", "user", "rebase", "terminal", "state"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -1080,6 +1145,52 @@ class Anomaly(_message.Message):
 Global___Anomaly: _TypeAlias = Anomaly  # noqa: Y015
 
 @_typing.final
+class StateEntry(_message.Message):
+    """StateEntry is the latest value of one (namespace, key) of framework state."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """The namespace."""
+    key: _builtins.str
+    """The key."""
+    type: _builtins.str
+    """The serializer's type tag."""
+    data: _builtins.bytes
+    """The inline bytes (unset when `sha256` names an attachment)."""
+    sha256: _builtins.str
+    """SHA-256 hex of the attachment holding the value, if it is not inline."""
+    size: _builtins.int
+    """The attachment's size in bytes."""
+    seq: _builtins.int
+    """The seq of the state record that wrote this value."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        key: _builtins.str = ...,
+        type: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+        sha256: _builtins.str = ...,
+        size: _builtins.int = ...,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "key", b"key", "namespace", b"namespace", "seq", b"seq", "sha256", b"sha256", "size", b"size", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateEntry: _TypeAlias = StateEntry  # noqa: Y015
+
+@_typing.final
 class RunState(_message.Message):
     """RunState is the pure fold of a run's records."""
 
@@ -1122,6 +1233,7 @@ class RunState(_message.Message):
     LINEAGE_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     PROMPT_JSON_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     interactive: _builtins.bool
@@ -1174,6 +1286,12 @@ class RunState(_message.Message):
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels from meta."""
 
+    @_builtins.property
+    def state(self) -> _containers.RepeatedCompositeFieldContainer[Global___StateEntry]:
+        """Framework state: the latest value of every live (namespace, key), in the order of the
+        seqs that wrote them (oldest first).
+        """
+
     def __init__(
         self,
         *,
@@ -1194,10 +1312,11 @@ class RunState(_message.Message):
         lineage: Global___Lineage | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         prompt_json: _builtins.bytes = ...,
+        state: _abc.Iterable[Global___StateEntry] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fingerprint", b"fingerprint", "lineage", b"lineage", "pending", b"pending", "terminal", b"terminal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["anomalies", b"anomalies", "counters", b"counters", "fingerprint", b"fingerprint", "interactive", b"interactive", "labels", b"labels", "last_hash", b"last_hash", "last_seq", b"last_seq", "last_stop_reason", b"last_stop_reason", "lineage", b"lineage", "messages", b"messages", "next_iteration", b"next_iteration", "pending", b"pending", "prompt_json", b"prompt_json", "resume_at_input_boundary", b"resume_at_input_boundary", "run_id", b"run_id", "terminal", b"terminal", "terminal_is_last", b"terminal_is_last"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anomalies", b"anomalies", "counters", b"counters", "fingerprint", b"fingerprint", "interactive", b"interactive", "labels", b"labels", "last_hash", b"last_hash", "last_seq", b"last_seq", "last_stop_reason", b"last_stop_reason", "lineage", b"lineage", "messages", b"messages", "next_iteration", b"next_iteration", "pending", b"pending", "prompt_json", b"prompt_json", "resume_at_input_boundary", b"resume_at_input_boundary", "run_id", b"run_id", "state", b"state", "terminal", b"terminal", "terminal_is_last", b"terminal_is_last"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -258,7 +258,8 @@ class JournalServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Fork(self, request, context):
-        """Fork starts a new run from a checkpoint (or the head); the source is untouched.
+        """Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+        the head also carries the run's framework state (RunState.state) and its attachments.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -97,7 +97,9 @@ class JournalServiceStub:
     Compact: _grpc.UnaryUnaryMultiCallable[_journal_pb2.CompactRequest, _journal_pb2.CompactResponse]
     """Compact folds the conversation prefix into a caller-supplied summary (a rebase)."""
     Fork: _grpc.UnaryUnaryMultiCallable[_journal_pb2.ForkRequest, _journal_pb2.ForkResponse]
-    """Fork starts a new run from a checkpoint (or the head); the source is untouched."""
+    """Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+    the head also carries the run's framework state (RunState.state) and its attachments.
+    """
     ExportCheckpoint: _grpc.UnaryUnaryMultiCallable[_journal_pb2.ExportCheckpointRequest, _journal_pb2.ExportCheckpointResponse]
     """ExportCheckpoint returns self-contained bytes (format `journald-checkpoint/1`)."""
     ImportCheckpoint: _grpc.UnaryUnaryMultiCallable[_journal_pb2.ImportCheckpointRequest, _journal_pb2.ImportCheckpointResponse]
@@ -157,7 +159,9 @@ class JournalServiceAsyncStub(JournalServiceStub):
     Compact: _aio.UnaryUnaryMultiCallable[_journal_pb2.CompactRequest, _journal_pb2.CompactResponse]  # type: ignore[assignment]
     """Compact folds the conversation prefix into a caller-supplied summary (a rebase)."""
     Fork: _aio.UnaryUnaryMultiCallable[_journal_pb2.ForkRequest, _journal_pb2.ForkResponse]  # type: ignore[assignment]
-    """Fork starts a new run from a checkpoint (or the head); the source is untouched."""
+    """Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+    the head also carries the run's framework state (RunState.state) and its attachments.
+    """
     ExportCheckpoint: _aio.UnaryUnaryMultiCallable[_journal_pb2.ExportCheckpointRequest, _journal_pb2.ExportCheckpointResponse]  # type: ignore[assignment]
     """ExportCheckpoint returns self-contained bytes (format `journald-checkpoint/1`)."""
     ImportCheckpoint: _aio.UnaryUnaryMultiCallable[_journal_pb2.ImportCheckpointRequest, _journal_pb2.ImportCheckpointResponse]  # type: ignore[assignment]
@@ -310,7 +314,9 @@ class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _journal_pb2.ForkRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_journal_pb2.ForkResponse, _abc.Awaitable[_journal_pb2.ForkResponse]]:
-        """Fork starts a new run from a checkpoint (or the head); the source is untouched."""
+        """Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+        the head also carries the run's framework state (RunState.state) and its attachments.
+        """
 
     @_abc_1.abstractmethod
     def ExportCheckpoint(

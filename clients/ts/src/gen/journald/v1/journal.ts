@@ -710,7 +710,10 @@ export interface SeqRange {
 
 /** RebasePayload replaces the folded history (compaction, restore, fork, import). */
 export interface RebasePayload {
-  /** One of "compaction", "restore", "fork", "import". */
+  /**
+   * One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
+   * history, e.g. a framework session removed its last item).
+   */
   reason: string;
   /** The conversation that replaces the folded history. */
   messages: Message[];
@@ -728,6 +731,38 @@ export interface TerminalPayload {
   reason: string;
   /** Free text, e.g. the error. */
   message: string;
+}
+
+/**
+ * StatePayload is one value of framework state (a LangGraph checkpoint, channel value or
+ * pending write; an OpenAI Agents session item) under a namespace and a key. The fold indexes
+ * the latest value of each (namespace, key) in RunState.state; state is never part of the
+ * conversation, so it may be appended at any time, even while tool calls are open. The
+ * value is opaque typed bytes (`type` names the serializer, as LangGraph's `dumps_typed`
+ * does); a large value lives in an attachment of the run (PutAttachment: content-addressed,
+ * so bytes repeated under many keys are stored once) and the record carries its SHA-256.
+ */
+export interface StatePayload {
+  /** Groups keys, e.g. "langgraph.checkpoint" (1-256 characters). */
+  namespace: string;
+  /**
+   * The key within the namespace (1-1024 characters). Empty only on a deletion, which then
+   * removes every key of the namespace.
+   */
+  key: string;
+  /** The serializer's type tag, e.g. "msgpack", "json" (1-128 characters); empty on a deletion. */
+  type: string;
+  /**
+   * The value's bytes, inline (standard base64 with padding in the canonical JSON). Unset when
+   * the value lives in an attachment.
+   */
+  data: Buffer;
+  /** SHA-256 hex of the run attachment that holds the value instead of `data`. */
+  sha256: string;
+  /** The attachment's size in bytes (set with `sha256`). */
+  size: number;
+  /** This record removes the key (or, with an empty key, the whole namespace). */
+  deleted: boolean;
 }
 
 /** Record is one journal entry. */
@@ -777,6 +812,10 @@ export interface Record {
   /** The end of the run. */
   terminal?:
     | TerminalPayload
+    | undefined;
+  /** A value of framework state (not conversation). */
+  state?:
+    | StatePayload
     | undefined;
   /** On reads: the record's exact stored canonical bytes. Ignored on Append. */
   canonical: Buffer;
@@ -854,6 +893,24 @@ export interface Anomaly {
   detail: string;
 }
 
+/** StateEntry is the latest value of one (namespace, key) of framework state. */
+export interface StateEntry {
+  /** The namespace. */
+  namespace: string;
+  /** The key. */
+  key: string;
+  /** The serializer's type tag. */
+  type: string;
+  /** The inline bytes (unset when `sha256` names an attachment). */
+  data: Buffer;
+  /** SHA-256 hex of the attachment holding the value, if it is not inline. */
+  sha256: string;
+  /** The attachment's size in bytes. */
+  size: number;
+  /** The seq of the state record that wrote this value. */
+  seq: number;
+}
+
 /** RunState is the pure fold of a run's records. */
 export interface RunState {
   /** The run id. */
@@ -903,6 +960,11 @@ export interface RunState {
   labels: { [key: string]: string };
   /** The initial prompt blocks as a canonical JSON array. */
   promptJson: Buffer;
+  /**
+   * Framework state: the latest value of every live (namespace, key), in the order of the
+   * seqs that wrote them (oldest first).
+   */
+  state: StateEntry[];
 }
 
 export interface RunState_LabelsEntry {
@@ -3055,6 +3117,171 @@ export const TerminalPayload: MessageFns<TerminalPayload> = {
   },
 };
 
+function createBaseStatePayload(): StatePayload {
+  return { namespace: "", key: "", type: "", data: Buffer.alloc(0), sha256: "", size: 0, deleted: false };
+}
+
+export const StatePayload: MessageFns<StatePayload> = {
+  encode(message: StatePayload, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.namespace !== "") {
+      writer.uint32(10).string(message.namespace);
+    }
+    if (message.key !== "") {
+      writer.uint32(18).string(message.key);
+    }
+    if (message.type !== "") {
+      writer.uint32(26).string(message.type);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(34).bytes(message.data);
+    }
+    if (message.sha256 !== "") {
+      writer.uint32(42).string(message.sha256);
+    }
+    if (message.size !== 0) {
+      writer.uint32(48).uint64(message.size);
+    }
+    if (message.deleted !== false) {
+      writer.uint32(56).bool(message.deleted);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StatePayload {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStatePayload();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.namespace = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.size = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.deleted = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StatePayload {
+    return {
+      namespace: isSet(object.namespace) ? globalThis.String(object.namespace) : "",
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+      size: isSet(object.size) ? globalThis.Number(object.size) : 0,
+      deleted: isSet(object.deleted) ? globalThis.Boolean(object.deleted) : false,
+    };
+  },
+
+  toJSON(message: StatePayload): unknown {
+    const obj: any = {};
+    if (message.namespace !== "") {
+      obj.namespace = message.namespace;
+    }
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    if (message.size !== 0) {
+      obj.size = Math.round(message.size);
+    }
+    if (message.deleted !== false) {
+      obj.deleted = message.deleted;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<StatePayload>, I>>(base?: I): StatePayload {
+    return StatePayload.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<StatePayload>, I>>(object: I): StatePayload {
+    const message = createBaseStatePayload();
+    message.namespace = object.namespace ?? "";
+    message.key = object.key ?? "";
+    message.type = object.type ?? "";
+    message.data = object.data ?? Buffer.alloc(0);
+    message.sha256 = object.sha256 ?? "";
+    message.size = object.size ?? 0;
+    message.deleted = object.deleted ?? false;
+    return message;
+  },
+};
+
 function createBaseRecord(): Record {
   return {
     formatVersion: 0,
@@ -3069,6 +3296,7 @@ function createBaseRecord(): Record {
     user: undefined,
     rebase: undefined,
     terminal: undefined,
+    state: undefined,
     canonical: Buffer.alloc(0),
     hash: "",
   };
@@ -3111,6 +3339,9 @@ export const Record: MessageFns<Record> = {
     }
     if (message.terminal !== undefined) {
       TerminalPayload.encode(message.terminal, writer.uint32(122).fork()).join();
+    }
+    if (message.state !== undefined) {
+      StatePayload.encode(message.state, writer.uint32(130).fork()).join();
     }
     if (message.canonical.length !== 0) {
       writer.uint32(162).bytes(message.canonical);
@@ -3230,6 +3461,14 @@ export const Record: MessageFns<Record> = {
             message.terminal = TerminalPayload.decode(reader, reader.uint32());
             continue;
           }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.state = StatePayload.decode(reader, reader.uint32());
+            continue;
+          }
           case 20: {
             if (tag !== 162) {
               break;
@@ -3280,6 +3519,7 @@ export const Record: MessageFns<Record> = {
       user: isSet(object.user) ? UserPayload.fromJSON(object.user) : undefined,
       rebase: isSet(object.rebase) ? RebasePayload.fromJSON(object.rebase) : undefined,
       terminal: isSet(object.terminal) ? TerminalPayload.fromJSON(object.terminal) : undefined,
+      state: isSet(object.state) ? StatePayload.fromJSON(object.state) : undefined,
       canonical: isSet(object.canonical) ? Buffer.from(bytesFromBase64(object.canonical)) : Buffer.alloc(0),
       hash: isSet(object.hash) ? globalThis.String(object.hash) : "",
     };
@@ -3323,6 +3563,9 @@ export const Record: MessageFns<Record> = {
     if (message.terminal !== undefined) {
       obj.terminal = TerminalPayload.toJSON(message.terminal);
     }
+    if (message.state !== undefined) {
+      obj.state = StatePayload.toJSON(message.state);
+    }
     if (message.canonical.length !== 0) {
       obj.canonical = base64FromBytes(message.canonical);
     }
@@ -3362,6 +3605,9 @@ export const Record: MessageFns<Record> = {
       : undefined;
     message.terminal = (object.terminal !== undefined && object.terminal !== null)
       ? TerminalPayload.fromPartial(object.terminal)
+      : undefined;
+    message.state = (object.state !== undefined && object.state !== null)
+      ? StatePayload.fromPartial(object.state)
       : undefined;
     message.canonical = object.canonical ?? Buffer.alloc(0);
     message.hash = object.hash ?? "";
@@ -4084,6 +4330,171 @@ export const Anomaly: MessageFns<Anomaly> = {
   },
 };
 
+function createBaseStateEntry(): StateEntry {
+  return { namespace: "", key: "", type: "", data: Buffer.alloc(0), sha256: "", size: 0, seq: 0 };
+}
+
+export const StateEntry: MessageFns<StateEntry> = {
+  encode(message: StateEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.namespace !== "") {
+      writer.uint32(10).string(message.namespace);
+    }
+    if (message.key !== "") {
+      writer.uint32(18).string(message.key);
+    }
+    if (message.type !== "") {
+      writer.uint32(26).string(message.type);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(34).bytes(message.data);
+    }
+    if (message.sha256 !== "") {
+      writer.uint32(42).string(message.sha256);
+    }
+    if (message.size !== 0) {
+      writer.uint32(48).uint64(message.size);
+    }
+    if (message.seq !== 0) {
+      writer.uint32(56).uint64(message.seq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StateEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStateEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.namespace = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.size = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StateEntry {
+    return {
+      namespace: isSet(object.namespace) ? globalThis.String(object.namespace) : "",
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+      size: isSet(object.size) ? globalThis.Number(object.size) : 0,
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+    };
+  },
+
+  toJSON(message: StateEntry): unknown {
+    const obj: any = {};
+    if (message.namespace !== "") {
+      obj.namespace = message.namespace;
+    }
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    if (message.size !== 0) {
+      obj.size = Math.round(message.size);
+    }
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<StateEntry>, I>>(base?: I): StateEntry {
+    return StateEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<StateEntry>, I>>(object: I): StateEntry {
+    const message = createBaseStateEntry();
+    message.namespace = object.namespace ?? "";
+    message.key = object.key ?? "";
+    message.type = object.type ?? "";
+    message.data = object.data ?? Buffer.alloc(0);
+    message.sha256 = object.sha256 ?? "";
+    message.size = object.size ?? 0;
+    message.seq = object.seq ?? 0;
+    return message;
+  },
+};
+
 function createBaseRunState(): RunState {
   return {
     runId: "",
@@ -4103,6 +4514,7 @@ function createBaseRunState(): RunState {
     lineage: undefined,
     labels: {},
     promptJson: Buffer.alloc(0),
+    state: [],
   };
 }
 
@@ -4158,6 +4570,9 @@ export const RunState: MessageFns<RunState> = {
     });
     if (message.promptJson.length !== 0) {
       writer.uint32(138).bytes(message.promptJson);
+    }
+    for (const v of message.state) {
+      StateEntry.encode(v!, writer.uint32(146).fork()).join();
     }
     return writer;
   },
@@ -4314,6 +4729,14 @@ export const RunState: MessageFns<RunState> = {
             message.promptJson = Buffer.from(reader.bytes());
             continue;
           }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.state.push(StateEntry.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4392,6 +4815,9 @@ export const RunState: MessageFns<RunState> = {
         : isSet(object.prompt_json)
         ? Buffer.from(bytesFromBase64(object.prompt_json))
         : Buffer.alloc(0),
+      state: globalThis.Array.isArray(object?.state)
+        ? object.state.map((e: any) => StateEntry.fromJSON(e))
+        : [],
     };
   },
 
@@ -4454,6 +4880,9 @@ export const RunState: MessageFns<RunState> = {
     if (message.promptJson.length !== 0) {
       obj.promptJson = base64FromBytes(message.promptJson);
     }
+    if (message.state?.length) {
+      obj.state = message.state.map((e) => StateEntry.toJSON(e));
+    }
     return obj;
   },
 
@@ -4497,6 +4926,7 @@ export const RunState: MessageFns<RunState> = {
       {},
     );
     message.promptJson = object.promptJson ?? Buffer.alloc(0);
+    message.state = object.state?.map((e) => StateEntry.fromPartial(e)) || [];
     return message;
   },
 };
@@ -10813,7 +11243,10 @@ export const JournalServiceService = {
     responseSerialize: (value: CompactResponse): Buffer => Buffer.from(CompactResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): CompactResponse => CompactResponse.decode(value),
   },
-  /** Fork starts a new run from a checkpoint (or the head); the source is untouched. */
+  /**
+   * Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+   * the head also carries the run's framework state (RunState.state) and its attachments.
+   */
   fork: {
     path: "/journald.v1.JournalService/Fork" as const,
     requestStream: false as const,
@@ -10929,7 +11362,10 @@ export interface JournalServiceServer extends UntypedServiceImplementation {
   deleteCheckpoint: handleUnaryCall<DeleteCheckpointRequest, DeleteCheckpointResponse>;
   /** Compact folds the conversation prefix into a caller-supplied summary (a rebase). */
   compact: handleUnaryCall<CompactRequest, CompactResponse>;
-  /** Fork starts a new run from a checkpoint (or the head); the source is untouched. */
+  /**
+   * Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+   * the head also carries the run's framework state (RunState.state) and its attachments.
+   */
   fork: handleUnaryCall<ForkRequest, ForkResponse>;
   /** ExportCheckpoint returns self-contained bytes (format `journald-checkpoint/1`). */
   exportCheckpoint: handleUnaryCall<ExportCheckpointRequest, ExportCheckpointResponse>;
@@ -11151,7 +11587,10 @@ export interface JournalServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CompactResponse) => void,
   ): ClientUnaryCall;
-  /** Fork starts a new run from a checkpoint (or the head); the source is untouched. */
+  /**
+   * Fork starts a new run from a checkpoint (or the head); the source is untouched. A fork of
+   * the head also carries the run's framework state (RunState.state) and its attachments.
+   */
   fork(request: ForkRequest, callback: (error: ServiceError | null, response: ForkResponse) => void): ClientUnaryCall;
   fork(
     request: ForkRequest,

@@ -1,0 +1,171 @@
+"""The framework adapters beside the savers they replace, on one thread / session each:
+
+* LangGraph: ``JournaldSaver`` vs ``SqliteSaver`` — ``put`` (a step that changes one channel
+  of two and grows a message list), ``get_tuple`` of the latest checkpoint (by the writer, and
+  for journald also by a second saver that does not hold the thread: one Fold), ``list`` of
+  the whole thread;
+* OpenAI Agents: ``JournaldSession`` vs ``SQLiteSession`` — ``add_items`` (one ~300-byte
+  item per call) and ``get_items`` (all items, and the last 10).
+
+    .venv/bin/python bench/bench_adapters.py [--steps 300] [--json out.json]
+
+Both sides write to files in one temporary directory; the daemon runs the file backend
+(fdatasync per append), SQLite its defaults (WAL for the Agents session, rollback journal for
+SqliteSaver). Sequential calls from one thread: this is the cost of one step of one agent,
+not a throughput under load (bench/run_all.py measures that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import pct  # noqa: E402
+
+
+def timed(fn: Callable[[], Any], n: int) -> dict[str, float]:
+    lat = []
+    start = time.perf_counter()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        lat.append(time.perf_counter() - t0)
+    wall = time.perf_counter() - start
+    return {"per_s": n / wall, "p50_ms": pct(lat, 50) * 1e3, "p99_ms": pct(lat, 99) * 1e3}
+
+
+def langgraph_steps(saver: Any, thread: str, steps: int) -> dict[str, dict[str, float]]:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    context = "c" * 2048
+    messages: list[str] = []
+    parent: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    step = {"n": 0}
+
+    def put() -> None:
+        n = step["n"]
+        messages.append(f"message {n} " + "m" * 200)
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"messages": list(messages), "context": context}
+        cp["channel_versions"] = {"messages": n + 1, "context": 1}
+        new = {"messages": n + 1} if n else {"messages": 1, "context": 1}
+        stored = saver.put(parent, cp, {"source": "loop", "step": n}, new)
+        parent["configurable"] = dict(stored["configurable"])
+        step["n"] += 1
+
+    latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    out = {"put": timed(put, steps)}
+    out["get_tuple"] = timed(lambda: saver.get_tuple(latest), min(steps, 200))
+    out["list"] = timed(lambda: list(saver.list(latest)), 20)
+    return out
+
+
+def bench_langgraph(tmp: Path, socket: str, steps: int) -> dict[str, Any]:
+    from journald_client.langgraph import JournaldSaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    out: dict[str, Any] = {}
+    with JournaldSaver(socket=socket) as saver:
+        out["JournaldSaver"] = langgraph_steps(saver, "bench-thread", steps)
+        with JournaldSaver(socket=socket) as reader:  # does not hold the thread: one Fold
+            latest = {"configurable": {"thread_id": "bench-thread", "checkpoint_ns": ""}}
+            out["JournaldSaver"]["get_tuple (other process)"] = timed(
+                lambda: reader.get_tuple(latest), 50
+            )
+    conn = sqlite3.connect(str(tmp / "langgraph.db"), check_same_thread=False)
+    try:
+        out["SqliteSaver"] = langgraph_steps(SqliteSaver(conn), "bench-thread", steps)
+    finally:
+        conn.close()
+    return out
+
+
+def bench_agents(tmp: Path, socket: str, steps: int) -> dict[str, Any]:
+    from agents.memory import SQLiteSession
+    from journald_client.openai_agents import JournaldSession
+
+    async def one(session: Any) -> dict[str, dict[str, float]]:
+        n = {"i": 0}
+
+        async def add() -> None:
+            i = n["i"]
+            n["i"] += 1
+            await session.add_items([{"role": "user", "content": f"item {i} " + "x" * 300}])
+
+        async def run(fn: Callable[[], Any], count: int) -> dict[str, float]:
+            lat = []
+            start = time.perf_counter()
+            for _ in range(count):
+                t0 = time.perf_counter()
+                await fn()
+                lat.append(time.perf_counter() - t0)
+            wall = time.perf_counter() - start
+            return {
+                "per_s": count / wall,
+                "p50_ms": pct(lat, 50) * 1e3,
+                "p99_ms": pct(lat, 99) * 1e3,
+            }
+
+        return {
+            "add_items": await run(add, steps),
+            "get_items (all)": await run(lambda: session.get_items(), 50),
+            "get_items (last 10)": await run(lambda: session.get_items(limit=10), 50),
+        }
+
+    async def both() -> dict[str, Any]:
+        journald = JournaldSession("bench-session", socket=socket)
+        try:
+            res = {"JournaldSession": await one(journald)}
+        finally:
+            await journald.close()
+        res["SQLiteSession"] = await one(SQLiteSession("bench-session", str(tmp / "agents.db")))
+        return res
+
+    return asyncio.run(both())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    from agents import set_tracing_disabled
+
+    from tests.daemon import Daemon
+
+    set_tracing_disabled(True)
+    with tempfile.TemporaryDirectory(prefix="bench-adapters-") as d:
+        tmp = Path(d)
+        daemon = Daemon(tmp, "file").start()
+        try:
+            results = {
+                "langgraph": bench_langgraph(tmp, str(daemon.socket), args.steps),
+                "agents": bench_agents(tmp, str(daemon.socket), args.steps),
+            }
+        finally:
+            daemon.stop()
+    print(f"| adapter | operation | calls/s | p50 ms | p99 ms |  (steps={args.steps})")
+    print("|---|---|---:|---:|---:|")
+    for group in results.values():
+        for system, ops in group.items():
+            for op, r in ops.items():
+                rate, p50, p99 = r["per_s"], r["p50_ms"], r["p99_ms"]
+                print(f"| {system} | {op} | {rate:,.0f} | {p50:.2f} | {p99:.2f} |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

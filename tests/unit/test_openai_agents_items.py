@@ -1,0 +1,112 @@
+"""What JournaldSession hands the model and mirrors into the conversation (pure parts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from journald_client.codec import stamp
+from journald_client.openai_agents import ABANDONED, conversation, mirror_entries, sendable
+
+from journald import convert
+from journald.admission import admit
+from journald.fold import fold
+from journald.records import Record
+from tests.builders import JournalBuilder
+from tests.unit.invariants import model_ready_problems
+
+USER = {"role": "user", "content": "hello"}
+CALL_A = {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}", "id": "fc_a"}
+CALL_B = {"type": "function_call", "call_id": "b", "name": "g", "arguments": '{"x":1.5}'}
+OUT_A = {"type": "function_call_output", "call_id": "a", "output": "1"}
+OUT_B = {"type": "function_call_output", "call_id": "b", "output": "2"}
+SAID = {
+    "type": "message",
+    "role": "assistant",
+    "id": "m1",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}],
+}
+
+
+def _pairs_ok(items: list[dict[str, Any]]) -> bool:
+    calls: set[str] = set()
+    outputs = set()
+    for i in items:
+        if i.get("type") == "function_call":
+            calls.add(i["call_id"])
+        if i.get("type") == "function_call_output":
+            if i["call_id"] not in calls:
+                return False
+            outputs.add(i["call_id"])
+    return calls == outputs
+
+
+def test_a_well_formed_history_is_returned_exactly() -> None:
+    items = [USER, CALL_A, CALL_B, OUT_A, OUT_B, SAID]
+    assert sendable(items, None) == items
+    assert sendable(items, -1) == items
+    assert sendable(items, 99) == items
+    assert sendable(items, 0) == []
+
+
+def test_a_limit_never_cuts_an_output_from_its_call() -> None:
+    items = [USER, CALL_A, OUT_A, SAID]
+    assert sendable(items, 2) == [SAID]  # OUT_A without CALL_A would be refused
+    assert sendable(items, 3) == [CALL_A, OUT_A, SAID]
+    for n in range(6):
+        assert _pairs_ok(sendable(items, n))
+
+
+def test_a_call_that_never_returned_gets_an_error_output_right_after_its_group() -> None:
+    items = [USER, CALL_A, CALL_B, OUT_B, {"role": "user", "content": "again"}]
+    got = sendable(items, None)
+    synthetic = {"type": "function_call_output", "call_id": "a", "output": ABANDONED}
+    assert got == [USER, CALL_A, CALL_B, synthetic, OUT_B, {"role": "user", "content": "again"}]
+    assert _pairs_ok(got)
+    assert _pairs_ok(sendable([USER, CALL_A], None))
+
+
+class Run:
+    def __init__(self) -> None:
+        self.records: list[Record] = JournalBuilder("s", prompt="").records
+        self.records = [self.records[0]]
+        self.open: list[str] = []
+
+    def add(self, items: list[dict[str, Any]]) -> list[str]:
+        st = fold(self.records)
+        recs = stamp(mirror_entries(items, self.open), st.last_seq + 1, st.next_iteration)
+        prev, built = self.records[-1].hash, []
+        for r in recs:
+            built.append(convert.record_from_pb(r, prev=prev))
+            prev = built[-1].hash
+        admit(st, built)
+        self.records += built
+        return [r.kind for r in built]
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_items_mirror_into_records_the_journal_admits(split: bool) -> None:
+    run = Run()
+    batches = (
+        [[USER], [CALL_A, CALL_B, OUT_A, OUT_B], [SAID]]
+        if split
+        else [[USER, CALL_A, CALL_B, OUT_A, OUT_B, SAID]]
+    )
+    kinds = [k for b in batches for k in run.add(b)]
+    assert kinds == ["user", "assistant", "tool_result", "tool_result", "assistant"]
+    st = fold(run.records)
+    assert model_ready_problems(st.messages) == []
+    assert [b["id"] for b in st.messages[1]["content"]] == ["a", "b"]
+    assert st.messages[1]["content"][1]["input"] == '{"x":1.5}'  # raw text, no float in records
+    assert st.messages == conversation([USER, CALL_A, CALL_B, OUT_A, OUT_B, SAID])
+
+
+def test_a_new_message_closes_a_call_left_open_by_a_crash() -> None:
+    run = Run()
+    run.add([USER, CALL_A])
+    assert run.add([{"role": "user", "content": "still there?"}]) == ["tool_result", "user"]
+    st = fold(run.records)
+    assert st.pending is None
+    assert st.messages[2]["content"][0]["is_error"] is True
+    assert run.add([OUT_A]) == []  # a late output of a closed call stays out of the conversation
