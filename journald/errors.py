@@ -29,6 +29,7 @@ maps it back to its own typed error from the code.
     │   ├── ProviderChanged          provider_changed
     │   └── FingerprintDrift         fingerprint_drift (carries the per-field diff)
     ├── TurnRunning              FAILED_PRECONDITION   turn_running
+    ├── ResponseTooLarge         FAILED_PRECONDITION   response_too_large
     ├── StoreCorrupted           DATA_LOSS             store_corrupted
     ├── BackendUnavailable       UNAVAILABLE           backend_unavailable
     └── StorageFull              RESOURCE_EXHAUSTED    storage_full
@@ -156,6 +157,14 @@ class FingerprintDrift(GateError):
 
 class TurnRunning(JournaldError):
     code = "turn_running"
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class ResponseTooLarge(JournaldError):
+    """An answer would exceed the daemon's max message size: ask for less (a message window,
+    a smaller History page) instead."""
+
+    code = "response_too_large"
     grpc_status = "FAILED_PRECONDITION"
 
 

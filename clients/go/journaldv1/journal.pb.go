@@ -148,6 +148,61 @@ func (Durability) EnumDescriptor() ([]byte, []int) {
 	return file_journald_v1_journal_proto_rawDescGZIP(), []int{1}
 }
 
+// HistoryView says which message list History pages.
+type HistoryView int32
+
+const (
+	// The governed conversation of the folded messages (what checkpoints hold).
+	HistoryView_HISTORY_VIEW_UNSPECIFIED HistoryView = 0
+	// RunState.messages exactly as Open and Fold return them: how a client fetches the
+	// messages before the window of an Open or Fold (`messages_offset`).
+	HistoryView_HISTORY_VIEW_STATE HistoryView = 1
+	// FoldResponse.governed_messages (the governed view, pending turn included): how a client
+	// fetches the messages before `governed_offset`.
+	HistoryView_HISTORY_VIEW_GOVERNED HistoryView = 2
+)
+
+// Enum value maps for HistoryView.
+var (
+	HistoryView_name = map[int32]string{
+		0: "HISTORY_VIEW_UNSPECIFIED",
+		1: "HISTORY_VIEW_STATE",
+		2: "HISTORY_VIEW_GOVERNED",
+	}
+	HistoryView_value = map[string]int32{
+		"HISTORY_VIEW_UNSPECIFIED": 0,
+		"HISTORY_VIEW_STATE":       1,
+		"HISTORY_VIEW_GOVERNED":    2,
+	}
+)
+
+func (x HistoryView) Enum() *HistoryView {
+	p := new(HistoryView)
+	*p = x
+	return p
+}
+
+func (x HistoryView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HistoryView) Descriptor() protoreflect.EnumDescriptor {
+	return file_journald_v1_journal_proto_enumTypes[2].Descriptor()
+}
+
+func (HistoryView) Type() protoreflect.EnumType {
+	return &file_journald_v1_journal_proto_enumTypes[2]
+}
+
+func (x HistoryView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HistoryView.Descriptor instead.
+func (HistoryView) EnumDescriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{2}
+}
+
 // CheckpointTrigger says why a checkpoint was taken.
 type CheckpointTrigger int32
 
@@ -197,11 +252,11 @@ func (x CheckpointTrigger) String() string {
 }
 
 func (CheckpointTrigger) Descriptor() protoreflect.EnumDescriptor {
-	return file_journald_v1_journal_proto_enumTypes[2].Descriptor()
+	return file_journald_v1_journal_proto_enumTypes[3].Descriptor()
 }
 
 func (CheckpointTrigger) Type() protoreflect.EnumType {
-	return &file_journald_v1_journal_proto_enumTypes[2]
+	return &file_journald_v1_journal_proto_enumTypes[3]
 }
 
 func (x CheckpointTrigger) Number() protoreflect.EnumNumber {
@@ -210,7 +265,7 @@ func (x CheckpointTrigger) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointTrigger.Descriptor instead.
 func (CheckpointTrigger) EnumDescriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{2}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{3}
 }
 
 // CompactStatus is the outcome of a compaction.
@@ -254,11 +309,11 @@ func (x CompactStatus) String() string {
 }
 
 func (CompactStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_journald_v1_journal_proto_enumTypes[3].Descriptor()
+	return file_journald_v1_journal_proto_enumTypes[4].Descriptor()
 }
 
 func (CompactStatus) Type() protoreflect.EnumType {
-	return &file_journald_v1_journal_proto_enumTypes[3]
+	return &file_journald_v1_journal_proto_enumTypes[4]
 }
 
 func (x CompactStatus) Number() protoreflect.EnumNumber {
@@ -267,7 +322,7 @@ func (x CompactStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompactStatus.Descriptor instead.
 func (CompactStatus) EnumDescriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{3}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{4}
 }
 
 // Message is one provider-neutral conversation message.
@@ -1773,7 +1828,13 @@ type RunState struct {
 	// Labels from meta.
 	Labels map[string]string `protobuf:"bytes,16,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The initial prompt blocks as a canonical JSON array.
-	PromptJson    []byte `protobuf:"bytes,17,opt,name=prompt_json,json=promptJson,proto3" json:"prompt_json,omitempty"`
+	PromptJson []byte `protobuf:"bytes,17,opt,name=prompt_json,json=promptJson,proto3" json:"prompt_json,omitempty"`
+	// The index of messages[0] in the whole message list: 0 when `messages` holds every
+	// message; more when an Open or Fold asked for a window (`message_window`), in which case
+	// the messages before it are paged through History (view HISTORY_VIEW_STATE).
+	MessagesOffset uint64 `protobuf:"varint,18,opt,name=messages_offset,json=messagesOffset,proto3" json:"messages_offset,omitempty"`
+	// How many messages the whole list holds (`messages` is its tail from `messages_offset`).
+	MessagesTotal uint64 `protobuf:"varint,19,opt,name=messages_total,json=messagesTotal,proto3" json:"messages_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1925,6 +1986,20 @@ func (x *RunState) GetPromptJson() []byte {
 		return x.PromptJson
 	}
 	return nil
+}
+
+func (x *RunState) GetMessagesOffset() uint64 {
+	if x != nil {
+		return x.MessagesOffset
+	}
+	return 0
+}
+
+func (x *RunState) GetMessagesTotal() uint64 {
+	if x != nil {
+		return x.MessagesTotal
+	}
+	return 0
 }
 
 // GovernanceReport says what pairing governance changed to make a sendable history.
@@ -2086,7 +2161,13 @@ type OpenRequest struct {
 	// Creation timestamp (RFC 3339 UTC) for the meta record; stamped when empty.
 	Created string `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
 	// Trace context for the meta record.
-	Trace         *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	Trace *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	// At most this many trailing messages in the lease's state (0 = every message, which
+	// fails with `response_too_large` when the state exceeds the daemon's max message size).
+	// The start is aligned back to a clean tool-call boundary, as History pages are, and moved
+	// later if the window would not fit in the daemon's max message size; the state's
+	// `messages_offset` says where it starts. Pending turn and counters are always complete.
+	MessageWindow uint32 `protobuf:"varint,11,opt,name=message_window,json=messageWindow,proto3" json:"message_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2189,6 +2270,13 @@ func (x *OpenRequest) GetTrace() *TraceContext {
 		return x.Trace
 	}
 	return nil
+}
+
+func (x *OpenRequest) GetMessageWindow() uint32 {
+	if x != nil {
+		return x.MessageWindow
+	}
+	return 0
 }
 
 // Lease is the first message of an Open stream.
@@ -2981,7 +3069,11 @@ type FoldRequest struct {
 	// The run id.
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// Also return the governed (sendable) message view.
-	Governed      bool `protobuf:"varint,2,opt,name=governed,proto3" json:"governed,omitempty"`
+	Governed bool `protobuf:"varint,2,opt,name=governed,proto3" json:"governed,omitempty"`
+	// At most this many trailing messages in `state.messages` and in `governed_messages`
+	// (0 = every message), as OpenRequest.message_window; earlier ones are paged through
+	// History (views HISTORY_VIEW_STATE and HISTORY_VIEW_GOVERNED).
+	MessageWindow uint32 `protobuf:"varint,3,opt,name=message_window,json=messageWindow,proto3" json:"message_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3030,6 +3122,13 @@ func (x *FoldRequest) GetGoverned() bool {
 	return false
 }
 
+func (x *FoldRequest) GetMessageWindow() uint32 {
+	if x != nil {
+		return x.MessageWindow
+	}
+	return 0
+}
+
 // FoldResponse is the folded state.
 type FoldResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3038,7 +3137,11 @@ type FoldResponse struct {
 	// The governed view, when asked.
 	GovernedMessages []*Message `protobuf:"bytes,2,rep,name=governed_messages,json=governedMessages,proto3" json:"governed_messages,omitempty"`
 	// What governance changed, when asked.
-	Governance    *GovernanceReport `protobuf:"bytes,3,opt,name=governance,proto3" json:"governance,omitempty"`
+	Governance *GovernanceReport `protobuf:"bytes,3,opt,name=governance,proto3" json:"governance,omitempty"`
+	// The index of governed_messages[0] in the whole governed view (0 = it holds all).
+	GovernedOffset uint64 `protobuf:"varint,4,opt,name=governed_offset,json=governedOffset,proto3" json:"governed_offset,omitempty"`
+	// How many messages the whole governed view holds.
+	GovernedTotal uint64 `protobuf:"varint,5,opt,name=governed_total,json=governedTotal,proto3" json:"governed_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3092,6 +3195,20 @@ func (x *FoldResponse) GetGovernance() *GovernanceReport {
 		return x.Governance
 	}
 	return nil
+}
+
+func (x *FoldResponse) GetGovernedOffset() uint64 {
+	if x != nil {
+		return x.GovernedOffset
+	}
+	return 0
+}
+
+func (x *FoldResponse) GetGovernedTotal() uint64 {
+	if x != nil {
+		return x.GovernedTotal
+	}
+	return 0
 }
 
 // RunInfo is a listing row; it never holds message text beyond the prompt preview.
@@ -3600,8 +3717,11 @@ type HistoryRequest struct {
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// First message index wanted; aligned back to a clean tool-call boundary.
 	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	// At least this many messages (the end aligns forward); 0 returns only the total.
-	Limit         uint64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// At least this many messages (the end aligns forward); 0 returns only the total. A page
+	// over the daemon's max message size fails with `response_too_large`: ask for fewer.
+	Limit uint64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Which message list to page (default: the governed conversation).
+	View          HistoryView `protobuf:"varint,4,opt,name=view,proto3,enum=journald.v1.HistoryView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3655,6 +3775,13 @@ func (x *HistoryRequest) GetLimit() uint64 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *HistoryRequest) GetView() HistoryView {
+	if x != nil {
+		return x.View
+	}
+	return HistoryView_HISTORY_VIEW_UNSPECIFIED
 }
 
 // HistoryResponse is one self-paired page.
@@ -5384,7 +5511,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\aAnomaly\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xb9\x06\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x89\a\n" +
 	"\bRunState\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12:\n" +
 	"\vfingerprint\x18\x02 \x01(\v2\x18.journald.v1.FingerprintR\vfingerprint\x12 \n" +
@@ -5404,7 +5531,9 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\alineage\x18\x0f \x01(\v2\x14.journald.v1.LineageR\alineage\x129\n" +
 	"\x06labels\x18\x10 \x03(\v2!.journald.v1.RunState.LabelsEntryR\x06labels\x12\x1f\n" +
 	"\vprompt_json\x18\x11 \x01(\fR\n" +
-	"promptJson\x1a9\n" +
+	"promptJson\x12'\n" +
+	"\x0fmessages_offset\x18\x12 \x01(\x04R\x0emessagesOffset\x12%\n" +
+	"\x0emessages_total\x18\x13 \x01(\x04R\rmessagesTotal\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
@@ -5417,7 +5546,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\rR\x03pid\x12\x12\n" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x12\x10\n" +
-	"\x03cwd\x18\x04 \x01(\tR\x03cwd\"\xd9\x03\n" +
+	"\x03cwd\x18\x04 \x01(\tR\x03cwd\"\x80\x04\n" +
 	"\vOpenRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12)\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x15.journald.v1.OpenModeR\x04mode\x12:\n" +
@@ -5430,7 +5559,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06client\x18\b \x01(\v2\x17.journald.v1.ClientInfoR\x06client\x12\x18\n" +
 	"\acreated\x18\t \x01(\tR\acreated\x12/\n" +
 	"\x05trace\x18\n" +
-	" \x01(\v2\x19.journald.v1.TraceContextR\x05trace\x1a9\n" +
+	" \x01(\v2\x19.journald.v1.TraceContextR\x05trace\x12%\n" +
+	"\x0emessage_window\x18\v \x01(\rR\rmessageWindow\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x02\n" +
@@ -5480,16 +5610,19 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\";\n" +
 	"\fLoadResponse\x12+\n" +
-	"\x06record\x18\x01 \x01(\v2\x13.journald.v1.RecordR\x06record\"@\n" +
+	"\x06record\x18\x01 \x01(\v2\x13.journald.v1.RecordR\x06record\"g\n" +
 	"\vFoldRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
-	"\bgoverned\x18\x02 \x01(\bR\bgoverned\"\xbd\x01\n" +
+	"\bgoverned\x18\x02 \x01(\bR\bgoverned\x12%\n" +
+	"\x0emessage_window\x18\x03 \x01(\rR\rmessageWindow\"\x8d\x02\n" +
 	"\fFoldResponse\x12+\n" +
 	"\x05state\x18\x01 \x01(\v2\x15.journald.v1.RunStateR\x05state\x12A\n" +
 	"\x11governed_messages\x18\x02 \x03(\v2\x14.journald.v1.MessageR\x10governedMessages\x12=\n" +
 	"\n" +
 	"governance\x18\x03 \x01(\v2\x1d.journald.v1.GovernanceReportR\n" +
-	"governance\"\xfd\x01\n" +
+	"governance\x12'\n" +
+	"\x0fgoverned_offset\x18\x04 \x01(\x04R\x0egovernedOffset\x12%\n" +
+	"\x0egoverned_total\x18\x05 \x01(\x04R\rgovernedTotal\"\xfd\x01\n" +
 	"\aRunInfo\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\tR\acreated\x12\x18\n" +
@@ -5521,11 +5654,12 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x02 \x01(\v2\x1c.journald.v1.CheckpointEventH\x00R\n" +
 	"checkpointB\a\n" +
-	"\x05event\"U\n" +
+	"\x05event\"\x83\x01\n" +
 	"\x0eHistoryRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x04R\x05limit\"\x92\x01\n" +
+	"\x05limit\x18\x03 \x01(\x04R\x05limit\x12,\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x18.journald.v1.HistoryViewR\x04view\"\x92\x01\n" +
 	"\x0fHistoryResponse\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.journald.v1.MessageR\bmessages\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x16\n" +
@@ -5653,7 +5787,11 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x16DURABILITY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DURABILITY_MEMORY\x10\x01\x12\x1a\n" +
 	"\x16DURABILITY_FSYNC_LOCAL\x10\x02\x12\x1c\n" +
-	"\x18DURABILITY_JETSTREAM_ACK\x10\x03*\xe2\x01\n" +
+	"\x18DURABILITY_JETSTREAM_ACK\x10\x03*^\n" +
+	"\vHistoryView\x12\x1c\n" +
+	"\x18HISTORY_VIEW_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12HISTORY_VIEW_STATE\x10\x01\x12\x19\n" +
+	"\x15HISTORY_VIEW_GOVERNED\x10\x02*\xe2\x01\n" +
 	"\x11CheckpointTrigger\x12\"\n" +
 	"\x1eCHECKPOINT_TRIGGER_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CHECKPOINT_TRIGGER_MANUAL\x10\x01\x12%\n" +
@@ -5702,199 +5840,201 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 	return file_journald_v1_journal_proto_rawDescData
 }
 
-var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
-	(CheckpointTrigger)(0),           // 2: journald.v1.CheckpointTrigger
-	(CompactStatus)(0),               // 3: journald.v1.CompactStatus
-	(*Message)(nil),                  // 4: journald.v1.Message
-	(*Fingerprint)(nil),              // 5: journald.v1.Fingerprint
-	(*TraceContext)(nil),             // 6: journald.v1.TraceContext
-	(*Lineage)(nil),                  // 7: journald.v1.Lineage
-	(*MetaPayload)(nil),              // 8: journald.v1.MetaPayload
-	(*Usage)(nil),                    // 9: journald.v1.Usage
-	(*AssistantPayload)(nil),         // 10: journald.v1.AssistantPayload
-	(*ToolResultPayload)(nil),        // 11: journald.v1.ToolResultPayload
-	(*UserPayload)(nil),              // 12: journald.v1.UserPayload
-	(*SeqRange)(nil),                 // 13: journald.v1.SeqRange
-	(*RebasePayload)(nil),            // 14: journald.v1.RebasePayload
-	(*TerminalPayload)(nil),          // 15: journald.v1.TerminalPayload
-	(*Record)(nil),                   // 16: journald.v1.Record
-	(*ToolCall)(nil),                 // 17: journald.v1.ToolCall
-	(*PendingResult)(nil),            // 18: journald.v1.PendingResult
-	(*PendingTurn)(nil),              // 19: journald.v1.PendingTurn
-	(*Counters)(nil),                 // 20: journald.v1.Counters
-	(*Anomaly)(nil),                  // 21: journald.v1.Anomaly
-	(*RunState)(nil),                 // 22: journald.v1.RunState
-	(*GovernanceReport)(nil),         // 23: journald.v1.GovernanceReport
-	(*ClientInfo)(nil),               // 24: journald.v1.ClientInfo
-	(*OpenRequest)(nil),              // 25: journald.v1.OpenRequest
-	(*Lease)(nil),                    // 26: journald.v1.Lease
-	(*Warning)(nil),                  // 27: journald.v1.Warning
-	(*ReleaseRequest)(nil),           // 28: journald.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 29: journald.v1.ReleaseResponse
-	(*LeaseEnded)(nil),               // 30: journald.v1.LeaseEnded
-	(*OpenResponse)(nil),             // 31: journald.v1.OpenResponse
-	(*Ack)(nil),                      // 32: journald.v1.Ack
-	(*AppendRequest)(nil),            // 33: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 34: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 35: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 36: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 37: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 38: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 39: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 40: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 41: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 42: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 43: journald.v1.ListResponse
-	(*DeleteRequest)(nil),            // 44: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 45: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 46: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 47: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 48: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 49: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 50: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 51: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 52: journald.v1.VerifyResponse
-	(*CheckpointMeta)(nil),           // 53: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 54: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 55: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 56: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 57: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 58: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 59: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 60: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 61: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 62: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 63: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 64: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 65: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 66: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 67: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 68: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 69: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 70: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 71: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 72: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 73: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 74: journald.v1.ErrorDetail
-	nil,                              // 75: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 76: journald.v1.RunState.LabelsEntry
-	nil,                              // 77: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 78: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 79: journald.v1.ErrorDetail.MetadataEntry
+	(HistoryView)(0),                 // 2: journald.v1.HistoryView
+	(CheckpointTrigger)(0),           // 3: journald.v1.CheckpointTrigger
+	(CompactStatus)(0),               // 4: journald.v1.CompactStatus
+	(*Message)(nil),                  // 5: journald.v1.Message
+	(*Fingerprint)(nil),              // 6: journald.v1.Fingerprint
+	(*TraceContext)(nil),             // 7: journald.v1.TraceContext
+	(*Lineage)(nil),                  // 8: journald.v1.Lineage
+	(*MetaPayload)(nil),              // 9: journald.v1.MetaPayload
+	(*Usage)(nil),                    // 10: journald.v1.Usage
+	(*AssistantPayload)(nil),         // 11: journald.v1.AssistantPayload
+	(*ToolResultPayload)(nil),        // 12: journald.v1.ToolResultPayload
+	(*UserPayload)(nil),              // 13: journald.v1.UserPayload
+	(*SeqRange)(nil),                 // 14: journald.v1.SeqRange
+	(*RebasePayload)(nil),            // 15: journald.v1.RebasePayload
+	(*TerminalPayload)(nil),          // 16: journald.v1.TerminalPayload
+	(*Record)(nil),                   // 17: journald.v1.Record
+	(*ToolCall)(nil),                 // 18: journald.v1.ToolCall
+	(*PendingResult)(nil),            // 19: journald.v1.PendingResult
+	(*PendingTurn)(nil),              // 20: journald.v1.PendingTurn
+	(*Counters)(nil),                 // 21: journald.v1.Counters
+	(*Anomaly)(nil),                  // 22: journald.v1.Anomaly
+	(*RunState)(nil),                 // 23: journald.v1.RunState
+	(*GovernanceReport)(nil),         // 24: journald.v1.GovernanceReport
+	(*ClientInfo)(nil),               // 25: journald.v1.ClientInfo
+	(*OpenRequest)(nil),              // 26: journald.v1.OpenRequest
+	(*Lease)(nil),                    // 27: journald.v1.Lease
+	(*Warning)(nil),                  // 28: journald.v1.Warning
+	(*ReleaseRequest)(nil),           // 29: journald.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 30: journald.v1.ReleaseResponse
+	(*LeaseEnded)(nil),               // 31: journald.v1.LeaseEnded
+	(*OpenResponse)(nil),             // 32: journald.v1.OpenResponse
+	(*Ack)(nil),                      // 33: journald.v1.Ack
+	(*AppendRequest)(nil),            // 34: journald.v1.AppendRequest
+	(*AppendResponse)(nil),           // 35: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),      // 36: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),     // 37: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),              // 38: journald.v1.LoadRequest
+	(*LoadResponse)(nil),             // 39: journald.v1.LoadResponse
+	(*FoldRequest)(nil),              // 40: journald.v1.FoldRequest
+	(*FoldResponse)(nil),             // 41: journald.v1.FoldResponse
+	(*RunInfo)(nil),                  // 42: journald.v1.RunInfo
+	(*ListRequest)(nil),              // 43: journald.v1.ListRequest
+	(*ListResponse)(nil),             // 44: journald.v1.ListResponse
+	(*DeleteRequest)(nil),            // 45: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 46: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 47: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 48: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 49: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 50: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 51: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 52: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 53: journald.v1.VerifyResponse
+	(*CheckpointMeta)(nil),           // 54: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 55: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 56: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 57: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 58: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 59: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 60: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 61: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 62: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 63: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 64: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 65: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 66: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 67: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 68: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 69: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 70: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 71: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 72: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 73: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 74: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 75: journald.v1.ErrorDetail
+	nil,                              // 76: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 77: journald.v1.RunState.LabelsEntry
+	nil,                              // 78: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 79: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 80: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
-	5,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	75, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
-	7,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
-	4,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
-	9,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
-	4,  // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
-	13, // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
-	6,  // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
-	8,  // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
-	10, // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
-	11, // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
-	12, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
-	14, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
-	15, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	4,  // 14: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	18, // 15: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	17, // 16: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	5,  // 17: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	4,  // 18: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	19, // 19: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	20, // 20: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	15, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	21, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	7,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	76, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	6,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
+	76, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	8,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
+	5,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
+	10, // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
+	5,  // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
+	14, // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
+	7,  // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
+	9,  // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
+	11, // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
+	12, // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
+	13, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
+	15, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
+	16, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
+	5,  // 14: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	19, // 15: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	18, // 16: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	6,  // 17: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	5,  // 18: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	20, // 19: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	21, // 20: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	16, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	22, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	8,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	77, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
 	0,  // 25: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	5,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	77, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	24, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	6,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	22, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	27, // 31: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	26, // 32: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	30, // 33: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	6,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	78, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	25, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	7,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	23, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	28, // 31: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	27, // 32: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	31, // 33: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
 	1,  // 34: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	16, // 35: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	32, // 36: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	33, // 37: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	34, // 38: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	16, // 39: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	22, // 40: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	4,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	23, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	41, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	53, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	16, // 45: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	47, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	4,  // 47: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	2,  // 48: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	53, // 49: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	53, // 50: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	32, // 51: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	27, // 52: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	4,  // 53: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	3,  // 54: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	13, // 55: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	32, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	78, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	22, // 58: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	53, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	79, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	25, // 61: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	28, // 62: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	33, // 63: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	35, // 64: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	37, // 65: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	39, // 66: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	42, // 67: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	44, // 68: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	46, // 69: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	49, // 70: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	54, // 71: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	56, // 72: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	58, // 73: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	60, // 74: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	62, // 75: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	64, // 76: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	66, // 77: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	68, // 78: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	51, // 79: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	70, // 80: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	72, // 81: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	31, // 82: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	29, // 83: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	34, // 84: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	36, // 85: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	38, // 86: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	40, // 87: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	43, // 88: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	45, // 89: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	48, // 90: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	50, // 91: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	55, // 92: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	57, // 93: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	59, // 94: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	61, // 95: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	63, // 96: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	65, // 97: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	67, // 98: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	69, // 99: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	52, // 100: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	71, // 101: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	73, // 102: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	82, // [82:103] is the sub-list for method output_type
-	61, // [61:82] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	17, // 35: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	33, // 36: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	34, // 37: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	35, // 38: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	17, // 39: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	23, // 40: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	5,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	24, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	42, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	54, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	17, // 45: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	48, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	2,  // 47: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
+	5,  // 48: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	3,  // 49: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	54, // 50: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	54, // 51: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	33, // 52: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	28, // 53: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	5,  // 54: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	4,  // 55: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	14, // 56: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	33, // 57: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	79, // 58: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	23, // 59: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	54, // 60: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	80, // 61: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	26, // 62: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	29, // 63: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	34, // 64: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	36, // 65: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	38, // 66: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	40, // 67: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	43, // 68: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	45, // 69: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	47, // 70: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	50, // 71: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	55, // 72: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	57, // 73: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	59, // 74: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	61, // 75: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	63, // 76: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	65, // 77: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	67, // 78: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	69, // 79: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	52, // 80: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	71, // 81: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	73, // 82: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	32, // 83: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	30, // 84: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	35, // 85: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	37, // 86: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	39, // 87: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	41, // 88: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	44, // 89: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	46, // 90: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	49, // 91: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	51, // 92: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	56, // 93: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	58, // 94: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	60, // 95: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	62, // 96: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	64, // 97: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	66, // 98: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	68, // 99: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	70, // 100: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	53, // 101: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	72, // 102: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	74, // 103: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	83, // [83:104] is the sub-list for method output_type
+	62, // [62:83] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -5923,7 +6063,7 @@ func file_journald_v1_journal_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -15,6 +15,7 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── LeaseError: Locked (holder_*), LeaseLost
     ├── GateError: Completed, InteractivityMismatch, ProviderChanged, FingerprintDrift (.diff)
     ├── TurnRunning
+    ├── ResponseTooLarge
     ├── StoreCorrupted
     ├── BackendUnavailable: DaemonUnavailable
     └── StorageFull
@@ -170,6 +171,12 @@ class FingerprintDrift(GateError):
 
 class TurnRunning(JournaldError):
     code = "turn_running"
+
+
+class ResponseTooLarge(JournaldError):
+    """The answer would exceed the daemon's max message size (ask for less)."""
+
+    code = "response_too_large"
 
 
 class StoreCorrupted(JournaldError):

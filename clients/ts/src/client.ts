@@ -247,7 +247,7 @@ export class Client {
 
   /** A run's folded state (and the governed view when governed). */
   fold(runId: string, governed = false, opts?: CallOpts): Promise<FoldResponse> {
-    return this.unary(this.rpc.fold, { runId, governed }, opts);
+    return this.unary(this.rpc.fold, { runId, governed, messageWindow: 0 }, opts);
   }
 
   /** Check a run's hash chain and record schemas end to end. */
@@ -280,6 +280,7 @@ export class Client {
         client: undefined,
         created: this.now(),
         trace: recordTrace(o),
+        messageWindow: 0,
       },
       o,
     );
@@ -299,6 +300,7 @@ export class Client {
         client: undefined,
         created: "",
         trace: undefined,
+        messageWindow: 0,
       },
       o,
     );

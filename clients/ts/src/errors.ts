@@ -63,6 +63,8 @@ export class TurnRunningError extends JournaldError {}
 export class StoreCorruptedError extends JournaldError {}
 export class BackendUnavailableError extends JournaldError {}
 export class StorageFullError extends JournaldError {}
+/** The answer would exceed the daemon's max message size: ask for less. */
+export class ResponseTooLargeError extends JournaldError {}
 /** A failure without a journald code (transport errors, daemon down, ...). */
 export class TransportError extends JournaldError {}
 
@@ -95,6 +97,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   store_corrupted: StoreCorruptedError,
   backend_unavailable: BackendUnavailableError,
   storage_full: StorageFullError,
+  response_too_large: ResponseTooLargeError,
 };
 
 /** Rebuild a typed error from its wire form (unknown codes become JournaldError). */

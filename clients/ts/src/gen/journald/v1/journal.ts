@@ -142,6 +142,55 @@ export function durabilityToJSON(object: Durability): string {
   }
 }
 
+/** HistoryView says which message list History pages. */
+export enum HistoryView {
+  /** HISTORY_VIEW_UNSPECIFIED - The governed conversation of the folded messages (what checkpoints hold). */
+  HISTORY_VIEW_UNSPECIFIED = 0,
+  /**
+   * HISTORY_VIEW_STATE - RunState.messages exactly as Open and Fold return them: how a client fetches the
+   * messages before the window of an Open or Fold (`messages_offset`).
+   */
+  HISTORY_VIEW_STATE = 1,
+  /**
+   * HISTORY_VIEW_GOVERNED - FoldResponse.governed_messages (the governed view, pending turn included): how a client
+   * fetches the messages before `governed_offset`.
+   */
+  HISTORY_VIEW_GOVERNED = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function historyViewFromJSON(object: any): HistoryView {
+  switch (object) {
+    case 0:
+    case "HISTORY_VIEW_UNSPECIFIED":
+      return HistoryView.HISTORY_VIEW_UNSPECIFIED;
+    case 1:
+    case "HISTORY_VIEW_STATE":
+      return HistoryView.HISTORY_VIEW_STATE;
+    case 2:
+    case "HISTORY_VIEW_GOVERNED":
+      return HistoryView.HISTORY_VIEW_GOVERNED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return HistoryView.UNRECOGNIZED;
+  }
+}
+
+export function historyViewToJSON(object: HistoryView): string {
+  switch (object) {
+    case HistoryView.HISTORY_VIEW_UNSPECIFIED:
+      return "HISTORY_VIEW_UNSPECIFIED";
+    case HistoryView.HISTORY_VIEW_STATE:
+      return "HISTORY_VIEW_STATE";
+    case HistoryView.HISTORY_VIEW_GOVERNED:
+      return "HISTORY_VIEW_GOVERNED";
+    case HistoryView.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** CheckpointTrigger says why a checkpoint was taken. */
 export enum CheckpointTrigger {
   /** CHECKPOINT_TRIGGER_UNSPECIFIED - Not stated. */
@@ -579,6 +628,14 @@ export interface RunState {
   labels: { [key: string]: string };
   /** The initial prompt blocks as a canonical JSON array. */
   promptJson: Buffer;
+  /**
+   * The index of messages[0] in the whole message list: 0 when `messages` holds every
+   * message; more when an Open or Fold asked for a window (`message_window`), in which case
+   * the messages before it are paged through History (view HISTORY_VIEW_STATE).
+   */
+  messagesOffset: number;
+  /** How many messages the whole list holds (`messages` is its tail from `messages_offset`). */
+  messagesTotal: number;
 }
 
 export interface RunState_LabelsEntry {
@@ -633,7 +690,17 @@ export interface OpenRequest {
   /** Creation timestamp (RFC 3339 UTC) for the meta record; stamped when empty. */
   created: string;
   /** Trace context for the meta record. */
-  trace: TraceContext | undefined;
+  trace:
+    | TraceContext
+    | undefined;
+  /**
+   * At most this many trailing messages in the lease's state (0 = every message, which
+   * fails with `response_too_large` when the state exceeds the daemon's max message size).
+   * The start is aligned back to a clean tool-call boundary, as History pages are, and moved
+   * later if the window would not fit in the daemon's max message size; the state's
+   * `messages_offset` says where it starts. Pending turn and counters are always complete.
+   */
+  messageWindow: number;
 }
 
 export interface OpenRequest_LabelsEntry {
@@ -766,6 +833,12 @@ export interface FoldRequest {
   runId: string;
   /** Also return the governed (sendable) message view. */
   governed: boolean;
+  /**
+   * At most this many trailing messages in `state.messages` and in `governed_messages`
+   * (0 = every message), as OpenRequest.message_window; earlier ones are paged through
+   * History (views HISTORY_VIEW_STATE and HISTORY_VIEW_GOVERNED).
+   */
+  messageWindow: number;
 }
 
 /** FoldResponse is the folded state. */
@@ -777,7 +850,13 @@ export interface FoldResponse {
   /** The governed view, when asked. */
   governedMessages: Message[];
   /** What governance changed, when asked. */
-  governance: GovernanceReport | undefined;
+  governance:
+    | GovernanceReport
+    | undefined;
+  /** The index of governed_messages[0] in the whole governed view (0 = it holds all). */
+  governedOffset: number;
+  /** How many messages the whole governed view holds. */
+  governedTotal: number;
 }
 
 /** RunInfo is a listing row; it never holds message text beyond the prompt preview. */
@@ -858,8 +937,13 @@ export interface HistoryRequest {
   runId: string;
   /** First message index wanted; aligned back to a clean tool-call boundary. */
   offset: number;
-  /** At least this many messages (the end aligns forward); 0 returns only the total. */
+  /**
+   * At least this many messages (the end aligns forward); 0 returns only the total. A page
+   * over the daemon's max message size fails with `response_too_large`: ask for fewer.
+   */
   limit: number;
+  /** Which message list to page (default: the governed conversation). */
+  view: HistoryView;
 }
 
 /** HistoryResponse is one self-paired page. */
@@ -3742,6 +3826,8 @@ function createBaseRunState(): RunState {
     lineage: undefined,
     labels: {},
     promptJson: Buffer.alloc(0),
+    messagesOffset: 0,
+    messagesTotal: 0,
   };
 }
 
@@ -3797,6 +3883,12 @@ export const RunState: MessageFns<RunState> = {
     });
     if (message.promptJson.length !== 0) {
       writer.uint32(138).bytes(message.promptJson);
+    }
+    if (message.messagesOffset !== 0) {
+      writer.uint32(144).uint64(message.messagesOffset);
+    }
+    if (message.messagesTotal !== 0) {
+      writer.uint32(152).uint64(message.messagesTotal);
     }
     return writer;
   },
@@ -3953,6 +4045,22 @@ export const RunState: MessageFns<RunState> = {
             message.promptJson = Buffer.from(reader.bytes());
             continue;
           }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.messagesOffset = longToNumber(reader.uint64());
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.messagesTotal = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4031,6 +4139,16 @@ export const RunState: MessageFns<RunState> = {
         : isSet(object.prompt_json)
         ? Buffer.from(bytesFromBase64(object.prompt_json))
         : Buffer.alloc(0),
+      messagesOffset: isSet(object.messagesOffset)
+        ? globalThis.Number(object.messagesOffset)
+        : isSet(object.messages_offset)
+        ? globalThis.Number(object.messages_offset)
+        : 0,
+      messagesTotal: isSet(object.messagesTotal)
+        ? globalThis.Number(object.messagesTotal)
+        : isSet(object.messages_total)
+        ? globalThis.Number(object.messages_total)
+        : 0,
     };
   },
 
@@ -4093,6 +4211,12 @@ export const RunState: MessageFns<RunState> = {
     if (message.promptJson.length !== 0) {
       obj.promptJson = base64FromBytes(message.promptJson);
     }
+    if (message.messagesOffset !== 0) {
+      obj.messagesOffset = Math.round(message.messagesOffset);
+    }
+    if (message.messagesTotal !== 0) {
+      obj.messagesTotal = Math.round(message.messagesTotal);
+    }
     return obj;
   },
 
@@ -4136,6 +4260,8 @@ export const RunState: MessageFns<RunState> = {
       {},
     );
     message.promptJson = object.promptJson ?? Buffer.alloc(0);
+    message.messagesOffset = object.messagesOffset ?? 0;
+    message.messagesTotal = object.messagesTotal ?? 0;
     return message;
   },
 };
@@ -4467,6 +4593,7 @@ function createBaseOpenRequest(): OpenRequest {
     client: undefined,
     created: "",
     trace: undefined,
+    messageWindow: 0,
   };
 }
 
@@ -4501,6 +4628,9 @@ export const OpenRequest: MessageFns<OpenRequest> = {
     }
     if (message.trace !== undefined) {
       TraceContext.encode(message.trace, writer.uint32(82).fork()).join();
+    }
+    if (message.messageWindow !== 0) {
+      writer.uint32(88).uint32(message.messageWindow);
     }
     return writer;
   },
@@ -4601,6 +4731,14 @@ export const OpenRequest: MessageFns<OpenRequest> = {
             message.trace = TraceContext.decode(reader, reader.uint32());
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.messageWindow = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4646,6 +4784,11 @@ export const OpenRequest: MessageFns<OpenRequest> = {
       client: isSet(object.client) ? ClientInfo.fromJSON(object.client) : undefined,
       created: isSet(object.created) ? globalThis.String(object.created) : "",
       trace: isSet(object.trace) ? TraceContext.fromJSON(object.trace) : undefined,
+      messageWindow: isSet(object.messageWindow)
+        ? globalThis.Number(object.messageWindow)
+        : isSet(object.message_window)
+        ? globalThis.Number(object.message_window)
+        : 0,
     };
   },
 
@@ -4687,6 +4830,9 @@ export const OpenRequest: MessageFns<OpenRequest> = {
     if (message.trace !== undefined) {
       obj.trace = TraceContext.toJSON(message.trace);
     }
+    if (message.messageWindow !== 0) {
+      obj.messageWindow = Math.round(message.messageWindow);
+    }
     return obj;
   },
 
@@ -4719,6 +4865,7 @@ export const OpenRequest: MessageFns<OpenRequest> = {
     message.trace = (object.trace !== undefined && object.trace !== null)
       ? TraceContext.fromPartial(object.trace)
       : undefined;
+    message.messageWindow = object.messageWindow ?? 0;
     return message;
   },
 };
@@ -6033,7 +6180,7 @@ export const LoadResponse: MessageFns<LoadResponse> = {
 };
 
 function createBaseFoldRequest(): FoldRequest {
-  return { runId: "", governed: false };
+  return { runId: "", governed: false, messageWindow: 0 };
 }
 
 export const FoldRequest: MessageFns<FoldRequest> = {
@@ -6043,6 +6190,9 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     }
     if (message.governed !== false) {
       writer.uint32(16).bool(message.governed);
+    }
+    if (message.messageWindow !== 0) {
+      writer.uint32(24).uint32(message.messageWindow);
     }
     return writer;
   },
@@ -6076,6 +6226,14 @@ export const FoldRequest: MessageFns<FoldRequest> = {
             message.governed = reader.bool();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.messageWindow = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6096,6 +6254,11 @@ export const FoldRequest: MessageFns<FoldRequest> = {
         ? globalThis.String(object.run_id)
         : "",
       governed: isSet(object.governed) ? globalThis.Boolean(object.governed) : false,
+      messageWindow: isSet(object.messageWindow)
+        ? globalThis.Number(object.messageWindow)
+        : isSet(object.message_window)
+        ? globalThis.Number(object.message_window)
+        : 0,
     };
   },
 
@@ -6107,6 +6270,9 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     if (message.governed !== false) {
       obj.governed = message.governed;
     }
+    if (message.messageWindow !== 0) {
+      obj.messageWindow = Math.round(message.messageWindow);
+    }
     return obj;
   },
 
@@ -6117,12 +6283,13 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     const message = createBaseFoldRequest();
     message.runId = object.runId ?? "";
     message.governed = object.governed ?? false;
+    message.messageWindow = object.messageWindow ?? 0;
     return message;
   },
 };
 
 function createBaseFoldResponse(): FoldResponse {
-  return { state: undefined, governedMessages: [], governance: undefined };
+  return { state: undefined, governedMessages: [], governance: undefined, governedOffset: 0, governedTotal: 0 };
 }
 
 export const FoldResponse: MessageFns<FoldResponse> = {
@@ -6135,6 +6302,12 @@ export const FoldResponse: MessageFns<FoldResponse> = {
     }
     if (message.governance !== undefined) {
       GovernanceReport.encode(message.governance, writer.uint32(26).fork()).join();
+    }
+    if (message.governedOffset !== 0) {
+      writer.uint32(32).uint64(message.governedOffset);
+    }
+    if (message.governedTotal !== 0) {
+      writer.uint32(40).uint64(message.governedTotal);
     }
     return writer;
   },
@@ -6176,6 +6349,22 @@ export const FoldResponse: MessageFns<FoldResponse> = {
             message.governance = GovernanceReport.decode(reader, reader.uint32());
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.governedOffset = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.governedTotal = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6197,6 +6386,16 @@ export const FoldResponse: MessageFns<FoldResponse> = {
         ? object.governed_messages.map((e: any) => Message.fromJSON(e))
         : [],
       governance: isSet(object.governance) ? GovernanceReport.fromJSON(object.governance) : undefined,
+      governedOffset: isSet(object.governedOffset)
+        ? globalThis.Number(object.governedOffset)
+        : isSet(object.governed_offset)
+        ? globalThis.Number(object.governed_offset)
+        : 0,
+      governedTotal: isSet(object.governedTotal)
+        ? globalThis.Number(object.governedTotal)
+        : isSet(object.governed_total)
+        ? globalThis.Number(object.governed_total)
+        : 0,
     };
   },
 
@@ -6210,6 +6409,12 @@ export const FoldResponse: MessageFns<FoldResponse> = {
     }
     if (message.governance !== undefined) {
       obj.governance = GovernanceReport.toJSON(message.governance);
+    }
+    if (message.governedOffset !== 0) {
+      obj.governedOffset = Math.round(message.governedOffset);
+    }
+    if (message.governedTotal !== 0) {
+      obj.governedTotal = Math.round(message.governedTotal);
     }
     return obj;
   },
@@ -6226,6 +6431,8 @@ export const FoldResponse: MessageFns<FoldResponse> = {
     message.governance = (object.governance !== undefined && object.governance !== null)
       ? GovernanceReport.fromPartial(object.governance)
       : undefined;
+    message.governedOffset = object.governedOffset ?? 0;
+    message.governedTotal = object.governedTotal ?? 0;
     return message;
   },
 };
@@ -6997,7 +7204,7 @@ export const WatchResponse: MessageFns<WatchResponse> = {
 };
 
 function createBaseHistoryRequest(): HistoryRequest {
-  return { runId: "", offset: 0, limit: 0 };
+  return { runId: "", offset: 0, limit: 0, view: 0 };
 }
 
 export const HistoryRequest: MessageFns<HistoryRequest> = {
@@ -7010,6 +7217,9 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     }
     if (message.limit !== 0) {
       writer.uint32(24).uint64(message.limit);
+    }
+    if (message.view !== 0) {
+      writer.uint32(32).int32(message.view);
     }
     return writer;
   },
@@ -7051,6 +7261,14 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
             message.limit = longToNumber(reader.uint64());
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.view = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7072,6 +7290,7 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
         : "",
       offset: isSet(object.offset) ? globalThis.Number(object.offset) : 0,
       limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      view: isSet(object.view) ? historyViewFromJSON(object.view) : 0,
     };
   },
 
@@ -7086,6 +7305,9 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     if (message.limit !== 0) {
       obj.limit = Math.round(message.limit);
     }
+    if (message.view !== 0) {
+      obj.view = historyViewToJSON(message.view);
+    }
     return obj;
   },
 
@@ -7097,6 +7319,7 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     message.runId = object.runId ?? "";
     message.offset = object.offset ?? 0;
     message.limit = object.limit ?? 0;
+    message.view = object.view ?? 0;
     return message;
   },
 };
