@@ -237,12 +237,15 @@ def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = 
     )
 
 
-def state_to_pb(st: RunState) -> pb.RunState:
+def state_to_pb(st: RunState, with_messages: bool = True) -> pb.RunState:
+    """The state; without its messages (only their count) when ``with_messages`` is False,
+    for a caller that adds a window of them (``journald.server.window``)."""
     c = st.counters
     out = pb.RunState(
         run_id=st.run_id,
         interactive=st.interactive,
-        messages=[message_to_pb(m) for m in st.messages],
+        messages=[message_to_pb(m) for m in st.messages] if with_messages else [],
+        messages_total=len(st.messages),
         counters=pb.Counters(
             llm_calls=c.llm_calls,
             tool_calls=c.tool_calls,

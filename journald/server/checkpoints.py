@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from journald_client.pb import journal_pb2 as pb
 
+from journald import governance
 from journald.checkpoints import (
     AttachmentStore,
     Checkpoint,
@@ -76,6 +77,7 @@ from journald.records import (
 )
 from journald.server.edge import unary
 from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
+from journald.server.window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.storage.base import AppendResult, Store
 from journald.validation import validate_payload
 
@@ -570,32 +572,63 @@ class CheckpointRpcs:
 
     # --- history --------------------------------------------------------------------------
 
-    async def _conversation(self, run_id: str) -> list[Message]:
-        """The governed conversation: from the lease's cached state when held, else from a
-        small cache of dormant runs keyed by what ``Store.info`` reports (any append, prune
-        or re-creation changes the key), else by folding the stored records."""
+    async def _conversation(
+        self, run_id: str, view: int = pb.HISTORY_VIEW_UNSPECIFIED
+    ) -> list[Message]:
+        """The message list History pages (``view``): from the lease's cached state when
+        held, else from a small cache of dormant runs keyed by what ``Store.info`` reports
+        (any append, prune or re-creation changes the key), else by folding the stored
+        records."""
         lease = self.leases.held(run_id)
         if lease is not None:
-            return governed(lease.state.messages)
+            st = lease.state
+            return self._view_of(run_id, view, (lease.lease_id, st.last_seq, st.last_hash), st)
+        key, st = await self._dormant_state(run_id, index=True)
+        return self._view_of(run_id, view, key, st)
+
+    def _view_of(self, run_id: str, view: int, key: Any, st: RunState) -> list[Message]:
+        if view == pb.HISTORY_VIEW_STATE:
+            return st.messages
+        # a client pages a governed view in many calls: derive it once per state
+        cache: OrderedDict[tuple[str, int], tuple[Any, list[Message]]] = self.__dict__.setdefault(
+            "_view_cache", OrderedDict()
+        )
+        hit = cache.get((run_id, view))
+        if hit is not None and hit[0] == key:
+            cache.move_to_end((run_id, view))
+            return hit[1]
+        if view == pb.HISTORY_VIEW_GOVERNED:
+            msgs = governance.governed_messages(st)[0]
+        else:
+            msgs = governed(st.messages)
+        cache[(run_id, view)] = (key, msgs)
+        while len(cache) > HISTORY_CACHE_RUNS:
+            cache.popitem(last=False)
+        return msgs
+
+    async def _dormant_state(self, run_id: str, index: bool) -> tuple[Any, RunState]:
+        """The folded state of a run no lease holds, and its cache key (None when the store
+        cannot say; then it is folded every time). ``index``: save fold marks on a miss."""
         try:
             info = await self.store.info(run_id)
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely
-            return governed((await fold_stored(self.store, run_id)).messages)
+            return None, await fold_stored(self.store, run_id)
         key = (info.created, info.updated, info.last_seq, info.record_count, info.bytes)
-        cache: OrderedDict[str, tuple[Any, list[Message]]] = self.__dict__.setdefault(
+        cache: OrderedDict[str, tuple[Any, RunState]] = self.__dict__.setdefault(
             "_history_cache", OrderedDict()
         )
         hit = cache.get(run_id)
         if hit is not None and hit[0] == key:
             cache.move_to_end(run_id)
-            return hit[1]
+            return hit
         marks: list[dict[str, Any]] = []
-        msgs = governed((await fold_stored(self.store, run_id, marks)).messages)
-        await self._save_marks(run_id, marks)  # index the run for later tail pages
-        cache[run_id] = (key, msgs)
+        st = await fold_stored(self.store, run_id, marks if index else None)
+        if index:
+            await self._save_marks(run_id, marks)  # index the run for later tail pages
+        cache[run_id] = (key, st)
         while len(cache) > HISTORY_CACHE_RUNS:
             cache.popitem(last=False)
-        return msgs
+        return key, st
 
     def _pending_marks(self) -> dict[str, list[dict[str, Any]]]:
         marks: dict[str, list[dict[str, Any]]] = self.__dict__.setdefault("_fold_marks", {})
@@ -663,14 +696,20 @@ class CheckpointRpcs:
     @unary
     async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
         run_id = validate_id(request.run_id)
+        view = request.view
         p = None
-        if self.leases.held(run_id) is None:
+        # fold marks count the fold's own messages, never the governed view with its pending
+        if view != pb.HISTORY_VIEW_GOVERNED and self.leases.held(run_id) is None:
             p = await self._tail_page(run_id, request.offset, request.limit)
         if p is None:
-            p = page(await self._conversation(run_id), request.offset, request.limit)
-        return pb.HistoryResponse(
+            p = page(await self._conversation(run_id, view), request.offset, request.limit)
+        out = pb.HistoryResponse(
             messages=messages_to_pb(p.messages),
             total=p.total,
             offset=p.offset,
             next_offset=p.next_offset,
         )
+        check_fits(
+            out, self.limits.max_message_bytes, "the History page", ASK_FOR_SMALLER_PAGE, run_id
+        )
+        return out
