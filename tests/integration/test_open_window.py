@@ -20,54 +20,15 @@ from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
 from journald.paging import answers_previous, tail_start
-from tests.builders import TS
 from tests.daemon import Daemon
-from tests.integration.rpc import Lease, blocks, error_of, stub, text, tool_use, until_unlocked
+from tests.integration.rpc import error_of, stub, until_unlocked, write_long_run
 
 Msg = dict[str, Any]
 ROUNDS = 1500  # ~3,000 messages
-BATCH = 500
 
 
 def decoded(msgs: Any) -> list[Msg]:
     return [{"role": m.role, "content": json.loads(m.content_json)} for m in msgs]
-
-
-def write_long_run(s: pbg.JournalServiceStub, run_id: str, rounds: int, pad: int = 0) -> int:
-    """A run of about ``2 * rounds`` messages ending in an open turn; returns its last seq."""
-    lease = Lease(s, run_id)
-    filler = "x" * pad
-    records: list[pb.Record] = []
-
-    def add(**payload: Any) -> None:
-        records.append(pb.Record(seq=lease.seq + len(records) + 1, ts=TS, **payload))
-
-    for i in range(rounds):
-        if i % 7 == 3:  # a plain answer and a follow-up: boundaries without tool results
-            add(assistant=assistant([text(f"answer {i} {filler}")], "end_turn"))
-            add(user=pb.UserPayload(content_json=blocks(text(f"and then {i}?"))))
-        else:
-            add(assistant=assistant([text(f"step {i}"), tool_use(f"t{i}")], "tool_use"))
-            add(
-                tool_result=pb.ToolResultPayload(
-                    tool_use_id=f"t{i}", content_json=blocks(text(f"out {i} {filler}"))
-                )
-            )
-        if len(records) >= BATCH:
-            lease.append(*records)
-            records.clear()
-    add(assistant=assistant([text("one more"), tool_use("open")], "tool_use"))
-    lease.append(*records)
-    lease.close()
-    return lease.seq
-
-
-def assistant(content: list[dict[str, Any]], stop: str) -> pb.AssistantPayload:
-    return pb.AssistantPayload(
-        message=pb.Message(role="assistant", content_json=blocks(*content)),
-        iteration=1,
-        stop_reason=stop,
-    )
 
 
 def open_first(s: pbg.JournalServiceStub, run_id: str, window: int) -> tuple[Any, pb.Lease]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import os
 import sys
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from journald_client import codec, errors
+from journald_client import codec, errors, window
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import grpc_target
@@ -117,10 +116,14 @@ class Client:
         name: str | None = None,
         reconnect_timeout: float = 30.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        message_window: int = window.MESSAGE_WINDOW,
     ) -> None:
         self.target = grpc_target(socket)
         self.name = name or default_name()
         self.reconnect_timeout = reconnect_timeout
+        self.message_window = max(0, message_window)
+        """Messages an Open or Fold asks for (the newest; 0 = all in one answer); the
+        earlier ones are paged through History when ``messages`` is first read."""
         self._channel = grpc.insecure_channel(
             self.target, options=channel_options(max_message_bytes)
         )
@@ -164,6 +167,7 @@ class Client:
         labels: Mapping[str, str] | None = None,
     ) -> _Lease:
         req = codec.open_request(params, create=create, prompt=prompt, labels=labels)
+        req.message_window = self.message_window
         call: Any = self._stub.Open(req, metadata=codec.metadata())
         try:
             first = next(call)
@@ -219,14 +223,42 @@ class Client:
     # --- reads -------------------------------------------------------------------------
 
     def fold(self, run_id: str) -> RunState:
-        """The run's folded state."""
-        resp = self._unary("Fold", pb.FoldRequest(run_id=run_id))
-        return codec.state_from_pb(resp.state)
+        """The run's folded state (``messages`` beyond the window are paged in when first
+        read)."""
+        req = pb.FoldRequest(run_id=run_id, message_window=self.message_window)
+        return self._state(run_id, self._unary("Fold", req).state)
 
     def governed_messages(self, run_id: str) -> GovernedView:
         """The pairing-governed (sendable) message view and what governance changed."""
-        resp = self._unary("Fold", pb.FoldRequest(run_id=run_id, governed=True))
-        return codec.governed_from_pb(resp)
+        req = pb.FoldRequest(run_id=run_id, governed=True, message_window=self.message_window)
+        resp = self._unary("Fold", req)
+        view = codec.governed_from_pb(resp)
+        state = self._state(run_id, resp.state)
+        plan = window.earlier_for(
+            run_id, pb.HISTORY_VIEW_GOVERNED, resp.governed_messages, resp.governed_offset
+        )
+        if plan is None:
+            return window.replace(view, state=state)
+        return window.lazily(view, self._fetcher(plan), state=state)
+
+    def _state(self, run_id: str, st: pb.RunState, warnings: Sequence[pb.Warning] = ()) -> RunState:
+        """Decode a state; messages before its window are fetched when first read."""
+        state = codec.state_from_pb(st, warnings)
+        plan = window.earlier_for(run_id, pb.HISTORY_VIEW_STATE, st.messages, st.messages_offset)
+        return state if plan is None else window.lazily(state, self._fetcher(plan))
+
+    def _fetcher(self, plan: window.Earlier) -> Callable[[], builtins.list[Message]]:
+        def fetch() -> builtins.list[Message]:
+            while (req := plan.request()) is not None:
+                try:
+                    page = self._unary("History", req)
+                except errors.ResponseTooLarge as err:
+                    plan.too_large(err)
+                    continue
+                plan.add(page)
+            return [codec.message_from_pb(m) for m in plan.messages]
+
+        return fetch
 
     def load(self, run_id: str, from_seq: int = 1) -> list[JournalRecord]:
         """The run's stored records from ``from_seq`` (exact canonical bytes included)."""
@@ -380,11 +412,18 @@ def connect(
     timeout: float = 5.0,
     reconnect_timeout: float = 30.0,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    message_window: int = window.MESSAGE_WINDOW,
 ) -> Client:
     """A client whose daemon has answered (``DaemonUnavailable`` with a hint otherwise).
-    ``max_message_bytes`` caps a gRPC message both ways (default 256 MiB)."""
+    ``max_message_bytes`` caps a gRPC message both ways (default 256 MiB);
+    ``message_window`` is how many of the newest messages an Open or Fold brings (the rest
+    are paged through History when ``state.messages`` is first read; 0 = all at once)."""
     client = Client(
-        socket, name=name, reconnect_timeout=reconnect_timeout, max_message_bytes=max_message_bytes
+        socket,
+        name=name,
+        reconnect_timeout=reconnect_timeout,
+        max_message_bytes=max_message_bytes,
+        message_window=message_window,
     )
     try:
         client.wait_ready(timeout)
@@ -434,6 +473,9 @@ class Run(codec.RunView):
         self._params = params
         self._lock = threading.RLock()
         self._init_view(params, lease)
+
+    def _decode_state(self, st: pb.RunState, warnings: Sequence[pb.Warning]) -> RunState:
+        return self._client._state(self.run_id, st, warnings)
 
     # --- appends -----------------------------------------------------------------------
 
@@ -539,7 +581,7 @@ class Run(codec.RunView):
                 continue
             self._lease = lease
             self.reconnects += 1
-            self.state = codec.state_from_pb(lease.lease.state, lease.lease.warnings)
+            self.state = self._decode_state(lease.lease.state, lease.lease.warnings)
             if self.closed:  # closed while we were re-opening: do not keep the new lease
                 lease.cancel()
                 raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
@@ -655,9 +697,7 @@ class Run(codec.RunView):
     def _rebased(self, ack: Ack) -> None:
         """After a rebase appended under our lease at ``ack.seq`` (caller holds the lock)."""
         self.last_seq = max(self.last_seq, ack.seq)
-        self.state = dataclasses.replace(
-            self._client.fold(self.run_id), warnings=self.state.warnings
-        )
+        self.state = window.replace(self._client.fold(self.run_id), warnings=self.state.warnings)
         self.next_iteration = max(self.next_iteration, self.state.next_iteration)
 
     # --- lifecycle ---------------------------------------------------------------------

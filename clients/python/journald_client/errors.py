@@ -18,7 +18,8 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── ResponseTooLarge
     ├── StoreCorrupted
     ├── BackendUnavailable: DaemonUnavailable
-    └── StorageFull
+    ├── StorageFull
+    └── ConversationChanged (raised by the client itself, never by the daemon)
 """
 
 from __future__ import annotations
@@ -193,6 +194,15 @@ class DaemonUnavailable(BackendUnavailable):
 
 class StorageFull(JournaldError):
     code = "storage_full"
+
+
+class ConversationChanged(JournaldError):
+    """Client-side: the run's conversation was replaced (a compaction or restore) between
+    reading a message window and paging the messages before it; read the state again."""
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.code = "conversation_changed"
 
 
 def _leaves(cls: type[JournaldError]) -> Iterable[type[JournaldError]]:
