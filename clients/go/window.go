@@ -22,9 +22,26 @@ import (
 // DefaultMessageWindow is how many of the newest messages an Open or Fold asks for.
 const DefaultMessageWindow = 1000
 
-// HistoryPage is how many messages one History call asks for when fetching the messages
-// before a window (halved while a page is over the daemon's max message size).
-const HistoryPage = 1000
+// PageBytes is about how many bytes of messages one History call brings when fetching the
+// messages before a window: the page's message count follows the sizes seen so far (the
+// window's, then each page's); a page over the daemon's max message size is asked again at
+// half the count.
+const PageBytes = 4 << 20
+
+// FirstPage is the message count of the first History call when no window sizes it.
+const FirstPage = 1000
+
+// perPage is how many messages like msgs make about PageBytes (0: no messages to tell).
+func perPage(msgs []*pb.Message) uint64 {
+	if len(msgs) == 0 {
+		return 0
+	}
+	size := 0
+	for _, m := range msgs {
+		size += len(m.GetContentJson()) + len(m.GetRole()) + 8 // 8: field framing
+	}
+	return max(1, uint64(PageBytes)*uint64(len(msgs))/uint64(max(1, size)))
+}
 
 // CodeConversationChanged is raised by the client itself (never by the daemon): a
 // compaction or restore replaced the conversation between reading a window and paging the
@@ -42,7 +59,9 @@ func WithMessageWindow(n uint32) Option { return func(o *options) { o.messageWin
 // earlier pages messages [0, offset) of a list (view) through History. first is the
 // window's first message (nil: empty window): the last page reaches it, to check the pages
 // still line up with the window (an append may only have grown it).
-func (c *Client) earlier(ctx context.Context, runID string, view pb.HistoryView, offset uint64, first *pb.Message) ([]*pb.Message, error) {
+func (c *Client) earlier(
+	ctx context.Context, runID string, view pb.HistoryView, offset uint64, first *pb.Message, page uint64,
+) ([]*pb.Message, error) {
 	end := offset
 	if first != nil {
 		end++
@@ -56,7 +75,7 @@ func (c *Client) earlier(ctx context.Context, runID string, view pb.HistoryView,
 		}
 	}
 	var got []*pb.Message
-	page, at := uint64(HistoryPage), uint64(0)
+	ceiling, at := uint64(1)<<62, uint64(0)
 	for at < end {
 		req := &pb.HistoryRequest{RunId: runID, Offset: at, Limit: min(page, end-at), View: view}
 		resp, err := unary(ctx, func(ctx context.Context, o ...grpc.CallOption) (*pb.HistoryResponse, error) {
@@ -64,6 +83,7 @@ func (c *Client) earlier(ctx context.Context, runID string, view pb.HistoryView,
 		})
 		if errors.Is(err, ErrResponseTooLarge) && page > 1 {
 			page /= 2
+			ceiling = page
 			continue
 		}
 		if err != nil {
@@ -74,6 +94,10 @@ func (c *Client) earlier(ctx context.Context, runID string, view pb.HistoryView,
 		}
 		got = append(got, resp.GetMessages()...)
 		at = resp.GetNextOffset()
+		if n := perPage(resp.GetMessages()); n > 0 {
+			page = n
+		}
+		page = min(page, ceiling)
 	}
 	if first == nil && at != offset {
 		return nil, changed()
@@ -101,15 +125,19 @@ func extends(now, held *pb.Message) bool {
 
 // complete puts the messages before a window in front of it: msgs is the window, *offset
 // where it starts (set to 0 once complete).
-func (c *Client) complete(ctx context.Context, runID string, view pb.HistoryView, msgs *[]*pb.Message, offset *uint64) error {
+func (c *Client) complete(
+	ctx context.Context, runID string, view pb.HistoryView, msgs *[]*pb.Message, offset *uint64,
+) error {
 	if *offset == 0 {
 		return nil
 	}
 	var first *pb.Message
+	page := uint64(FirstPage)
 	if len(*msgs) > 0 {
 		first = proto.Clone((*msgs)[0]).(*pb.Message)
+		page = perPage(*msgs)
 	}
-	before, err := c.earlier(ctx, runID, view, *offset, first)
+	before, err := c.earlier(ctx, runID, view, *offset, first, page)
 	if err != nil {
 		return err
 	}

@@ -76,6 +76,9 @@ def test_the_sync_client_reads_every_message_of_a_run_longer_than_its_window(
     assert len(want.messages) > 2 * jc.MESSAGE_WINDOW
     assert want.whole_bytes > 1024 * 1024
     with jc.connect(str(d.socket)) as client:
+        late = client.fold("long")
+    assert late.messages == want.messages  # first read after the client was closed
+    with jc.connect(str(d.socket)) as client:
         assert client.fold("long").messages == want.messages
         view = client.governed_messages("long")
         assert view.messages == want.governed
@@ -136,12 +139,11 @@ def test_pages_over_the_max_message_size_are_halved_and_window_zero_is_refused(
     with Daemon(tmp_path, "file", *CAP) as d:
         write_long_run(stub(d.target), "big", 600, pad=2500)  # ~1,200 messages, ~1.6 MB
         want = Expected(d.target, "big")
-        # a page of the clients' default size is over the cap
+        # a page of the clients' size (about PAGE_BYTES) is over the cap
+        over_cap = window.PAGE_BYTES // 2500
         with pytest.raises(grpc.RpcError) as over:
             stub(d.target).History(
-                pb.HistoryRequest(
-                    run_id="big", limit=window.HISTORY_PAGE, view=pb.HISTORY_VIEW_STATE
-                )
+                pb.HistoryRequest(run_id="big", limit=over_cap, view=pb.HISTORY_VIEW_STATE)
             )
         assert error_of(over.value).code == "response_too_large"
         with jc.connect(str(d.socket)) as client:

@@ -249,16 +249,23 @@ class Client:
 
     def _fetcher(self, plan: window.Earlier) -> Callable[[], builtins.list[Message]]:
         def fetch() -> builtins.list[Message]:
-            while (req := plan.request()) is not None:
-                try:
-                    page = self._unary("History", req)
-                except errors.ResponseTooLarge as err:
-                    plan.too_large(err)
-                    continue
-                plan.add(page)
-            return [codec.message_from_pb(m) for m in plan.messages]
+            if not self._closed:
+                return self._earlier(plan)
+            with Client(self.target, name=self.name) as again:  # read after close()
+                return again._earlier(plan)
 
         return fetch
+
+    def _earlier(self, plan: window.Earlier) -> builtins.list[Message]:
+        """The messages before a window, paged through History."""
+        while (req := plan.request()) is not None:
+            try:
+                page = self._unary("History", req)
+            except errors.ResponseTooLarge as err:
+                plan.too_large(err)
+                continue
+            plan.add(page)
+        return [codec.message_from_pb(m) for m in plan.messages]
 
     def load(self, run_id: str, from_seq: int = 1) -> list[JournalRecord]:
         """The run's stored records from ``from_seq`` (exact canonical bytes included)."""

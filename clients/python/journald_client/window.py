@@ -5,12 +5,12 @@ The daemon answers an Open or a Fold with at most ``message_window`` trailing me
 under its max message size however long the run is; ``messages_offset`` says how many came
 before. The clients keep their API: reading ``state.messages`` returns every message.
 
-* ``Earlier`` plans the History calls that fetch the messages before a window, and checks that
-  the pages still line up with the window in hand: the pages must run back to back from 0,
-  and the message at the window's start must still be the one the window begins with (a
-  later append may only have grown it). A compaction or restore in between breaks that, and
-  ``ConversationChanged`` says to read the state again. A page over the daemon's max message
-  size (``response_too_large``) is asked again at half the size.
+* ``Earlier`` plans the History calls that fetch the messages before a window (pages of
+  about ``PAGE_BYTES``) and checks that the pages still line up with the window in hand: they
+  must run back to back from 0, and the message at the window's start must still be the one
+  the window begins with (a later append may only have grown it). A compaction or restore in
+  between breaks that, and ``ConversationChanged`` says to read the state again. A page over
+  the daemon's max message size (``response_too_large``) is asked again at half the size.
 * ``lazily`` (sync client) returns the state with its earlier messages fetched on the first
   read of ``messages``; the asyncio client fetches them before it returns the state
   (``splice``), as attribute reads cannot await.
@@ -33,8 +33,19 @@ from journald_client.state import GovernedView, Message, RunState
 MESSAGE_WINDOW = 1000
 """Messages an Open or Fold asks the daemon for (the newest; 0 = every message at once)."""
 
-HISTORY_PAGE = 1000
-"""Messages per History call when fetching the messages before a window."""
+PAGE_BYTES = 4 * 1024 * 1024
+"""About how many bytes of messages one History call brings when fetching the messages
+before a window: the page's message count follows the sizes seen so far (the window's,
+then each page's), so a long run of small messages takes few calls."""
+
+FIRST_PAGE = 1000
+"""Messages in the first History call when there is no window to size it from."""
+
+
+def per_page(msgs: Any) -> int:
+    """How many messages like ``msgs`` make about ``PAGE_BYTES`` (0: no messages to tell)."""
+    size = sum(len(m.content_json) + len(m.role) + 8 for m in msgs)  # 8: field framing
+    return max(1, PAGE_BYTES * len(msgs) // max(1, size)) if len(msgs) else 0
 
 
 def _extends(now: pb.Message, held: pb.Message) -> bool:
@@ -58,13 +69,14 @@ class Earlier:
         view: pb.HistoryView.ValueType,
         offset: int,
         first: pb.Message | None,
-        page: int = HISTORY_PAGE,
+        page: int = FIRST_PAGE,
     ) -> None:
         self.run_id, self.view, self.offset = run_id, view, offset
         self.first = first
         # the last page reaches the window's first message, to check it is still the same
         self.end = offset + (1 if first is not None else 0)
         self.page = max(1, page)
+        self.ceiling = 1 << 62  # lowered by a page over the daemon's max message size
         self.at = 0
         self.messages: list[pb.Message] = []
 
@@ -79,13 +91,14 @@ class Earlier:
         """A page was over the daemon's max message size: ask for half as many messages."""
         if self.page == 1:
             raise err
-        self.page //= 2
+        self.page = self.ceiling = self.page // 2
 
     def add(self, page: pb.HistoryResponse) -> None:
         if page.offset != self.at or page.next_offset <= self.at or page.total < self.offset:
             raise self._changed()
         self.messages.extend(page.messages)
         self.at = page.next_offset
+        self.page = min(per_page(page.messages) or self.page, self.ceiling)
         if self.at < self.end:
             return
         if self.first is None:
@@ -116,7 +129,7 @@ def earlier_for(
     if len(msgs):
         first = pb.Message()
         first.CopyFrom(msgs[0])
-    return Earlier(run_id, view, offset, first)
+    return Earlier(run_id, view, offset, first, per_page(msgs) or FIRST_PAGE)
 
 
 def splice(msgs: MutableSequence[pb.Message], earlier: list[pb.Message]) -> None:

@@ -12,9 +12,22 @@ import { FoldResponse, HistoryResponse, HistoryView, Message, RunState } from ".
 /** How many of the newest messages an Open or Fold asks for (0 = all in one answer). */
 export const DEFAULT_MESSAGE_WINDOW = 1000;
 
-/** Messages per History call when fetching the messages before a window (halved while a
- * page is over the daemon's max message size). */
-export const HISTORY_PAGE = 1000;
+/**
+ * About how many bytes of messages one History call brings when fetching the messages before
+ * a window: the page's message count follows the sizes seen so far (the window's, then each
+ * page's); a page over the daemon's max message size is asked again at half the count.
+ */
+export const PAGE_BYTES = 4 * 1024 * 1024;
+
+/** Messages in the first History call when no window sizes it. */
+export const FIRST_PAGE = 1000;
+
+/** How many messages like `msgs` make about PAGE_BYTES (0: no messages to tell). */
+function perPage(msgs: Message[]): number {
+  if (!msgs.length) return 0;
+  const size = msgs.reduce((n, m) => n + m.contentJson.length + m.role.length + 8, 0); // 8: framing
+  return Math.max(1, Math.floor((PAGE_BYTES * msgs.length) / Math.max(1, size)));
+}
 
 /**
  * Raised by the client itself (never by the daemon): a compaction or restore replaced the
@@ -44,6 +57,7 @@ export async function earlier(
   view: HistoryView,
   offset: number,
   first: Message | undefined,
+  firstPage: number,
   opts?: CallOpts,
 ): Promise<Message[]> {
   const end = offset + (first ? 1 : 0);
@@ -55,7 +69,8 @@ export async function earlier(
       { metadata: { run_id: runId } },
     );
   const got: Message[] = [];
-  let page = HISTORY_PAGE;
+  let page = Math.max(1, firstPage);
+  let ceiling = Number.MAX_SAFE_INTEGER;
   let at = 0;
   while (at < end) {
     const req = { runId, offset: at, limit: Math.min(page, end - at), view };
@@ -64,7 +79,7 @@ export async function earlier(
       resp = await client.unary(client.rpc.history, req, opts);
     } catch (err) {
       if (err instanceof ResponseTooLargeError && page > 1) {
-        page = Math.floor(page / 2);
+        page = ceiling = Math.floor(page / 2);
         continue;
       }
       throw err;
@@ -72,6 +87,7 @@ export async function earlier(
     if (resp.offset !== at || resp.nextOffset <= at || resp.total < offset) throw changed();
     got.push(...resp.messages);
     at = resp.nextOffset;
+    page = Math.min(perPage(resp.messages) || page, ceiling);
   }
   if (!first && at !== offset) throw changed();
   if (first && (got.length <= offset || !extendsMessage(got[offset], first))) throw changed();
@@ -81,7 +97,9 @@ export async function earlier(
 /** Put the messages before the state's window in front of it, in place. */
 export async function completeState(client: Client, runId: string, st: RunState | undefined, opts?: CallOpts) {
   if (!st || !st.messagesOffset) return;
-  const before = await earlier(client, runId, HistoryView.HISTORY_VIEW_STATE, st.messagesOffset, st.messages[0], opts);
+  const view = HistoryView.HISTORY_VIEW_STATE;
+  const page = perPage(st.messages) || FIRST_PAGE;
+  const before = await earlier(client, runId, view, st.messagesOffset, st.messages[0], page, opts);
   st.messages = [...before, ...st.messages];
   st.messagesOffset = 0;
 }
@@ -91,7 +109,9 @@ export async function completeFold(client: Client, runId: string, resp: FoldResp
   await completeState(client, runId, resp.state, opts);
   if (!resp.governedOffset) return;
   const view = HistoryView.HISTORY_VIEW_GOVERNED;
-  const before = await earlier(client, runId, view, resp.governedOffset, resp.governedMessages[0], opts);
+  const page = perPage(resp.governedMessages) || FIRST_PAGE;
+  const first = resp.governedMessages[0];
+  const before = await earlier(client, runId, view, resp.governedOffset, first, page, opts);
   resp.governedMessages = [...before, ...resp.governedMessages];
   resp.governedOffset = 0;
 }
