@@ -165,3 +165,23 @@ def assistant_payload(content: list[dict[str, Any]], stop: str) -> pb.AssistantP
         iteration=1,
         stop_reason=stop,
     )
+
+
+def decoded(msgs: Any) -> list[dict[str, Any]]:
+    """Proto messages as ``{role, content}`` dicts."""
+    return [{"role": m.role, "content": json.loads(m.content_json)} for m in msgs]
+
+
+def history_pages(
+    s: pbg.JournalServiceStub, run_id: str, view: Any, page: int = 200
+) -> list[dict[str, Any]]:
+    """A whole message list of History (``view``), paged back to back from 0."""
+    out: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        p = s.History(pb.HistoryRequest(run_id=run_id, offset=offset, limit=page, view=view))
+        assert p.offset == offset
+        out.extend(decoded(p.messages))
+        if p.next_offset >= p.total:
+            return out
+        offset = p.next_offset

@@ -13,7 +13,6 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import journald_client as jc
@@ -22,36 +21,17 @@ from journald_client import window
 from journald_client.pb import journal_pb2 as pb
 
 from tests.daemon import Daemon
-from tests.integration.rpc import error_of, stub, write_long_run
-
-Msg = dict[str, Any]
-
-
-def decoded(msgs: Any) -> list[Msg]:
-    return [{"role": m.role, "content": json.loads(m.content_json)} for m in msgs]
-
+from tests.integration.rpc import decoded, error_of, history_pages, stub, write_long_run
 
 CAP = ("--max-message-bytes", "1MiB")
-
-
-def paged(target: str, run_id: str, view: pb.HistoryView.ValueType) -> list[Msg]:
-    out: list[Msg] = []
-    offset = 0
-    while True:
-        req = pb.HistoryRequest(run_id=run_id, offset=offset, limit=200, view=view)
-        p = stub(target).History(req)
-        out.extend(decoded(p.messages))
-        if p.next_offset >= p.total:
-            return out
-        offset = p.next_offset
 
 
 class Expected:
     """Every message of a run (state and governed view) and its fingerprint, read raw."""
 
     def __init__(self, target: str, run_id: str) -> None:
-        self.messages = paged(target, run_id, pb.HISTORY_VIEW_STATE)
-        self.governed = paged(target, run_id, pb.HISTORY_VIEW_GOVERNED)
+        self.messages = history_pages(stub(target), run_id, pb.HISTORY_VIEW_STATE)
+        self.governed = history_pages(stub(target), run_id, pb.HISTORY_VIEW_GOVERNED)
         head = stub(target).Fold(pb.FoldRequest(run_id=run_id, message_window=1))
         self.fingerprint = jc.Fingerprint.from_pb(head.state.fingerprint)
         self.whole_bytes = sum(len(json.dumps(m)) for m in self.messages)

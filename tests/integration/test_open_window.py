@@ -8,7 +8,6 @@ so the window has boundaries to align to and a pending turn that must stay compl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,16 @@ from journald_client.pb import journal_pb2_grpc as pbg
 
 from journald.paging import answers_previous, tail_start
 from tests.daemon import Daemon
-from tests.integration.rpc import error_of, stub, until_unlocked, write_long_run
+from tests.integration.rpc import (
+    decoded,
+    error_of,
+    history_pages,
+    stub,
+    until_unlocked,
+    write_long_run,
+)
 
-Msg = dict[str, Any]
 ROUNDS = 1500  # ~3,000 messages
-
-
-def decoded(msgs: Any) -> list[Msg]:
-    return [{"role": m.role, "content": json.loads(m.content_json)} for m in msgs]
 
 
 def open_first(s: pbg.JournalServiceStub, run_id: str, window: int) -> tuple[Any, pb.Lease]:
@@ -44,18 +45,6 @@ def open_first(s: pbg.JournalServiceStub, run_id: str, window: int) -> tuple[Any
         )
     )
     return call, next(call).lease
-
-
-def page_all(s: pbg.JournalServiceStub, run_id: str, view: int, page: int = 700) -> list[Msg]:
-    out: list[Msg] = []
-    offset = 0
-    while True:
-        p = s.History(pb.HistoryRequest(run_id=run_id, offset=offset, limit=page, view=view))
-        assert p.offset == offset
-        out.extend(decoded(p.messages))
-        if p.next_offset >= p.total:
-            return out
-        offset = p.next_offset
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +80,7 @@ def test_open_with_a_window_returns_the_aligned_tail_with_its_offset_and_the_tot
         assert st.counters == full.counters
         assert st.last_seq == full.last_seq
         # History (the fold's own list) gives exactly the messages before the window
-        assert page_all(s, run_id, pb.HISTORY_VIEW_STATE)[:start] == everything[:start]
+        assert history_pages(s, run_id, pb.HISTORY_VIEW_STATE, 700)[:start] == everything[:start]
     finally:
         call.cancel()
 
@@ -117,13 +106,13 @@ def test_fold_windows_the_state_and_the_governed_view_and_history_pages_both_exa
     assert part.governance == full.governance
     assert part.state.pending == full.state.pending
     # dormant run: both views page to exactly what Fold returns whole
-    assert page_all(s, run_id, pb.HISTORY_VIEW_STATE) == everything
-    assert page_all(s, run_id, pb.HISTORY_VIEW_GOVERNED) == gov
+    assert history_pages(s, run_id, pb.HISTORY_VIEW_STATE, 700) == everything
+    assert history_pages(s, run_id, pb.HISTORY_VIEW_GOVERNED, 700) == gov
     # and so while a writer holds the run
     call, _ = open_first(s, run_id, 1)
     try:
-        assert page_all(s, run_id, pb.HISTORY_VIEW_STATE, page=1000) == everything
-        assert page_all(s, run_id, pb.HISTORY_VIEW_GOVERNED, page=1000) == gov
+        assert history_pages(s, run_id, pb.HISTORY_VIEW_STATE, 1000) == everything
+        assert history_pages(s, run_id, pb.HISTORY_VIEW_GOVERNED, 1000) == gov
     finally:
         call.cancel()
 
@@ -154,7 +143,7 @@ def test_every_message_past_a_small_max_message_size_is_refused_with_a_typed_err
         # asks for every message is cut to what fits, at a clean boundary
         health = health_pb2_grpc.HealthStub(grpc.insecure_channel(d.target))
         assert health.Check(health_pb2.HealthCheckRequest()).status == 1
-        everything = page_all(s, "big", pb.HISTORY_VIEW_STATE)
+        everything = history_pages(s, "big", pb.HISTORY_VIEW_STATE)
         call, lease = until_unlocked(lambda: open_first(s, "big", 10_000))
         try:
             st = lease.state
