@@ -35,7 +35,7 @@ from journald.records import GENESIS, Record, validate_id
 from journald.server.checkpoints import CheckpointRpcs
 from journald.server.edge import streaming, unary
 from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
-from journald.server.window import ASK_FOR_WINDOW, check_fits, fill_window, room_left
+from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import AppendResult, Store
 from journald.validation import validate_record
 
@@ -165,15 +165,12 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                     resume_at_input_boundary=state.resume_at_input_boundary,
                 )
             )
-            limit = self.limits.max_message_bytes
+            limit, window = self.limits.max_message_bytes, request.message_window
             first.lease.state.messages_offset = fill_window(
-                first.lease.state.messages,
-                state.messages,
-                request.message_window,
-                room_left(first, limit),
+                first.lease.state.messages, state.messages, window, room_left(first, limit)
             )
             # refused here, the lease is released below: nothing was granted to anyone
-            check_fits(first, limit, "the folded state", ASK_FOR_WINDOW, run_id)
+            check_fits(first, limit, "the folded state", ask_for_state(window), run_id)
             yield first
             await lease.ended.wait()
             yield pb.OpenResponse(
@@ -330,7 +327,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             out.governed_offset = fill_window(
                 out.governed_messages, governed, window, room_left(out, limit)
             )
-        check_fits(out, limit, "the folded state", ASK_FOR_WINDOW, run_id)
+        check_fits(out, limit, "the folded state", ask_for_state(window), run_id)
         return out
 
     @unary

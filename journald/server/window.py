@@ -76,8 +76,17 @@ def check_fits(response: ProtoMessage, limit_bytes: int, what: str, ask: str, ru
         )
 
 
-ASK_FOR_WINDOW = (
-    "ask for a message window (message_window, e.g. 1000, what the journald clients send by "
-    "default) and page the earlier messages through History"
-)
+def ask_for_state(window: int) -> str:
+    """What to do about a state answer over the limit, given the window asked for."""
+    if window <= 0:
+        return (
+            "ask for a message window (message_window, e.g. 1000, what the journald clients "
+            "send by default) and page the earlier messages through History"
+        )
+    return (
+        "its fields other than the messages (the pending turn, anomalies) are over it alone: "
+        "start the daemon with a larger --max-message-bytes"
+    )
+
+
 ASK_FOR_SMALLER_PAGE = "ask for fewer messages per page (a smaller limit)"

@@ -19,12 +19,17 @@ from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
 from journald.paging import answers_previous, tail_start
+from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import (
+    Lease,
+    blocks,
     decoded,
     error_of,
     history_pages,
     stub,
+    text,
+    tool_use,
     until_unlocked,
     write_long_run,
 )
@@ -156,3 +161,27 @@ def test_every_message_past_a_small_max_message_size_is_refused_with_a_typed_err
         assert health.Check(health_pb2.HealthCheckRequest()).status == 1
         assert d.proc is not None
         assert d.proc.poll() is None
+
+
+def test_a_pending_turn_over_the_max_message_size_asks_for_a_larger_cap_not_a_window(
+    tmp_path: Path,
+) -> None:
+    with Daemon(tmp_path, "file", "--max-message-bytes", "1MiB") as d:
+        s = stub(d.target)
+        lease = Lease(s, "heavy")
+        big = "y" * 700_000
+        turn = pb.AssistantPayload(
+            message=pb.Message(
+                role="assistant", content_json=blocks(text(big), tool_use("a"), tool_use("b"))
+            ),
+            iteration=1,
+            stop_reason="tool_use",
+        )
+        lease.append(pb.Record(seq=lease.next_seq(), ts=TS, assistant=turn))
+        lease.append(lease.result("a", out=big))  # the turn stays open: "b" is unanswered
+        lease.close()
+        with pytest.raises(grpc.RpcError) as info:
+            until_unlocked(lambda: open_first(s, "heavy", 1000))
+        detail = error_of(info.value)
+        assert detail.code == "response_too_large"
+        assert "larger --max-message-bytes" in detail.message
