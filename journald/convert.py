@@ -289,12 +289,14 @@ def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = 
 
 
 def state_to_pb(st: RunState, *, messages: bool = True) -> pb.RunState:
-    """The state as sent; ``messages=False`` leaves the committed messages out."""
+    """The state as sent; ``messages=False`` leaves the committed messages out (only their
+    count), for a caller that omits them or adds a window of them (``journald.server.window``)."""
     c = st.counters
     out = pb.RunState(
         run_id=st.run_id,
         interactive=st.interactive,
         messages=[message_to_pb(m) for m in st.messages] if messages else [],
+        messages_total=len(st.messages),
         counters=pb.Counters(
             llm_calls=c.llm_calls,
             tool_calls=c.tool_calls,

@@ -196,6 +196,9 @@ class StorageFull(JournaldError):
 
 
 class ResponseTooLarge(JournaldError):
+    """An answer would exceed the daemon's max message size: ask for less (a message window,
+    a smaller History page) instead."""
+
     code = "response_too_large"
     grpc_status = "RESOURCE_EXHAUSTED"
 

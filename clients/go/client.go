@@ -34,6 +34,7 @@ type options struct {
 	clock           func() time.Time
 	clientName      string
 	maxMessageBytes int
+	messageWindow   uint32
 	dial            []grpc.DialOption
 }
 
@@ -70,7 +71,7 @@ type Client struct {
 // Connect dials the daemon's unix socket and waits until its health service reports
 // SERVING (bounded by ctx; 10 s when ctx has no deadline).
 func Connect(ctx context.Context, opts ...Option) (*Client, error) {
-	o := options{clock: time.Now, maxMessageBytes: DefaultMaxMessageBytes}
+	o := options{clock: time.Now, maxMessageBytes: DefaultMaxMessageBytes, messageWindow: DefaultMessageWindow}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -146,11 +147,25 @@ func unary[T any](ctx context.Context, call func(context.Context, ...grpc.CallOp
 	return resp, nil
 }
 
-// Fold returns a run's folded state (and the governed message view when governed).
+// Fold returns a run's folded state (and the governed message view when governed), with
+// every message: the newest arrive with the answer, the earlier ones are paged through
+// History (see WithMessageWindow).
 func (c *Client) Fold(ctx context.Context, runID string, governed bool) (*pb.FoldResponse, error) {
-	return unary(ctx, func(ctx context.Context, o ...grpc.CallOption) (*pb.FoldResponse, error) {
-		return c.rpc.Fold(ctx, &pb.FoldRequest{RunId: runID, Governed: governed}, o...)
+	req := &pb.FoldRequest{RunId: runID, Governed: governed, MessageWindow: c.opts.messageWindow}
+	resp, err := unary(ctx, func(ctx context.Context, o ...grpc.CallOption) (*pb.FoldResponse, error) {
+		return c.rpc.Fold(ctx, req, o...)
 	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.completeState(ctx, runID, resp.GetState()); err != nil {
+		return nil, err
+	}
+	gov := pb.HistoryView_HISTORY_VIEW_GOVERNED
+	if err := c.complete(ctx, runID, gov, &resp.GovernedMessages, &resp.GovernedOffset); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // Verify checks a run's hash chain and record schemas end to end.
@@ -276,6 +291,7 @@ func (c *Client) open(ctx context.Context, req *pb.OpenRequest) (*Run, error) {
 
 func (c *Client) openOnce(ctx context.Context, req *pb.OpenRequest, info *pb.ClientInfo) (*Run, error) {
 	req.Client = info
+	req.MessageWindow = c.opts.messageWindow
 	// The lease lives as long as this stream, which must outlive ctx: it is cancelled by
 	// Run.Close (or by the process dying, which the daemon sees at once).
 	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -308,6 +324,10 @@ func (c *Client) openOnce(ctx context.Context, req *pb.OpenRequest, info *pb.Cli
 	if lease == nil {
 		cancel()
 		return nil, fmt.Errorf("journald: Open for %s answered without a lease", req.RunId)
+	}
+	if err := c.completeState(ctx, req.RunId, lease.GetState()); err != nil {
+		cancel()
+		return nil, err
 	}
 	r := newRun(c, lease, cancel)
 	go r.watch(stream)

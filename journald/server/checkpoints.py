@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from journald_client.pb import journal_pb2 as pb
 
+from journald import governance
 from journald.checkpoints import (
     MAX_ATTACHMENT_BYTES,
     AttachmentStore,
@@ -87,6 +88,7 @@ from journald.records import (
 )
 from journald.server.edge import unary
 from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
+from journald.server.window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.storage.base import AppendResult, Store
 from journald.validation import validate_payload
 
@@ -628,32 +630,65 @@ class CheckpointRpcs:
 
     # --- history --------------------------------------------------------------------------
 
-    async def _conversation(self, run_id: str) -> Conversation:
-        """The governed conversation: from the lease's cached state when held, else from a
-        small cache of dormant runs keyed by what ``Store.info`` reports (any append, prune
-        or re-creation changes the key), else by folding the stored records."""
+    async def _conversation(
+        self, run_id: str, view: int = pb.HISTORY_VIEW_UNSPECIFIED
+    ) -> Conversation:
+        """The message list History pages (``view``) with the seq it reflects and the open
+        turn: from the lease's cached state when held, else from a small cache of dormant runs
+        keyed by what ``Store.info`` reports (any append, prune or re-creation changes the
+        key), else by folding the stored records."""
         lease = self.leases.held(run_id)
         if lease is not None:
-            return Conversation.of(lease.state)
+            st = lease.state
+            return self._view_of(run_id, view, (lease.lease_id, st.last_seq, st.last_hash), st)
+        key, st = await self._dormant_state(run_id, index=True)
+        return self._view_of(run_id, view, key, st)
+
+    def _view_of(self, run_id: str, view: int, key: Any, st: RunState) -> Conversation:
+        pending = st.pending.copy() if st.pending is not None else None
+        if view == pb.HISTORY_VIEW_STATE:
+            return Conversation(st.messages, st.last_seq, pending)
+        # a client pages a governed view in many calls: derive it once per state
+        cache: OrderedDict[tuple[str, int], tuple[Any, list[Message]]] = self.__dict__.setdefault(
+            "_view_cache", OrderedDict()
+        )
+        hit = cache.get((run_id, view))
+        if key is not None and hit is not None and hit[0] == key:
+            cache.move_to_end((run_id, view))
+            return Conversation(hit[1], st.last_seq, pending)
+        if view == pb.HISTORY_VIEW_GOVERNED:
+            msgs = governance.governed_messages(st)[0]
+        else:
+            msgs = governed(st.messages)
+        if key is not None:  # no key: the store cannot say when the run changes
+            cache[(run_id, view)] = (key, msgs)
+            while len(cache) > HISTORY_CACHE_RUNS:
+                cache.popitem(last=False)
+        return Conversation(msgs, st.last_seq, pending)
+
+    async def _dormant_state(self, run_id: str, index: bool) -> tuple[Any, RunState]:
+        """The folded state of a run no lease holds, and its cache key (None when the store
+        cannot say; then it is folded every time). ``index``: save fold marks on a miss."""
         try:
             info = await self.store.info(run_id)
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely
-            return Conversation.of(await fold_stored(self.store, run_id))
+            return None, await fold_stored(self.store, run_id)
         key = (info.created, info.updated, info.last_seq, info.record_count, info.bytes)
-        cache: OrderedDict[str, tuple[Any, Conversation]] = self.__dict__.setdefault(
+        cache: OrderedDict[str, tuple[Any, RunState]] = self.__dict__.setdefault(
             "_history_cache", OrderedDict()
         )
         hit = cache.get(run_id)
         if hit is not None and hit[0] == key:
             cache.move_to_end(run_id)
-            return hit[1]
+            return hit
         marks: list[dict[str, Any]] = []
-        conv = Conversation.of(await fold_stored(self.store, run_id, marks))
-        await self._save_marks(run_id, marks)  # index the run for later tail pages
-        cache[run_id] = (key, conv)
+        st = await fold_stored(self.store, run_id, marks if index else None)
+        if index:
+            await self._save_marks(run_id, marks)  # index the run for later tail pages
+        cache[run_id] = (key, st)
         while len(cache) > HISTORY_CACHE_RUNS:
             cache.popitem(last=False)
-        return conv
+        return key, st
 
     def _pending_marks(self) -> dict[str, list[dict[str, Any]]]:
         marks: dict[str, list[dict[str, Any]]] = self.__dict__.setdefault("_fold_marks", {})
@@ -721,13 +756,15 @@ class CheckpointRpcs:
     @unary
     async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
         run_id = validate_id(request.run_id)
+        view = request.view
         tail = None
-        if self.leases.held(run_id) is None:
+        # fold marks count the fold's own messages, never the governed view with its pending
+        if view != pb.HISTORY_VIEW_GOVERNED and self.leases.held(run_id) is None:
             tail = await self._tail_page(run_id, request.offset, request.limit)
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
-            conv = await self._conversation(run_id)
+            conv = await self._conversation(run_id, view)
             p = page(conv.messages, request.offset, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
         out = pb.HistoryResponse(
@@ -739,4 +776,7 @@ class CheckpointRpcs:
         )
         if pending is not None:
             out.pending.CopyFrom(pending_to_pb(pending))
+        check_fits(
+            out, self.limits.max_message_bytes, "the History page", ASK_FOR_SMALLER_PAGE, run_id
+        )
         return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import grp
 import logging
@@ -139,8 +140,9 @@ async def serve(
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         store = await open_store(cfg)
+        limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
         service = JournalService(
-            store, cfg.limits, open_checkpoints(cfg, store), cfg.checkpoint_max, open_blobs(cfg)
+            store, limits, open_checkpoints(cfg, store), cfg.checkpoint_max, open_blobs(cfg)
         )
         telemetry.observe_leases(lambda: len(service.leases))
         server = grpc.aio.server(

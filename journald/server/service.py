@@ -24,18 +24,18 @@ from journald.clock import utc_ts
 from journald.convert import (
     fingerprint_from_pb,
     governance_to_pb,
-    messages_to_pb,
     record_from_pb,
     record_to_pb,
     state_to_pb,
 )
 from journald.errors import InvalidArgumentError, InvalidRecord, SessionExists, SessionNotFound
 from journald.fingerprint import check_gates, diff
-from journald.fold import RunState, fold_into, resume_warnings
+from journald.fold import Message, RunState, fold_into, resume_warnings
 from journald.records import GENESIS, Record, validate_id
 from journald.server.checkpoints import CheckpointRpcs
 from journald.server.edge import streaming, unary
 from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
+from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import AppendResult, Store
 from journald.validation import validate_record
 
@@ -51,6 +51,8 @@ DURABILITY = {
 class Limits:
     max_record_bytes: int = 4 * 1024 * 1024
     gap_wait_s: float = 0.5
+    # the largest answer gRPC sends (``serve`` sets it from --max-message-bytes)
+    max_message_bytes: int = 1 << 62
 
 
 def ack_pb(r: AppendResult) -> pb.Ack:
@@ -151,18 +153,25 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 state = fold_into(RunState(), (meta,))
             lease = self.leases.grant(run_id, holder, journal, state)
         try:
-            yield pb.OpenResponse(
+            first = pb.OpenResponse(
                 lease=pb.Lease(
                     lease_id=lease.lease_id,
                     run_id=run_id,
                     created=not exists,
                     last_seq=state.last_seq,
                     last_hash=state.last_hash,
-                    state=state_to_pb(state),
+                    state=state_to_pb(state, messages=False),
                     warnings=[pb.Warning(code=k, message=m) for k, m in warnings],
                     resume_at_input_boundary=state.resume_at_input_boundary,
                 )
             )
+            limit, window = self.limits.max_message_bytes, request.message_window
+            first.lease.state.messages_offset = fill_window(
+                first.lease.state.messages, state.messages, window, room_left(first, limit)
+            )
+            # refused here, the lease is released below: nothing was granted to anyone
+            check_fits(first, limit, "the folded state", ask_for_state(window), run_id)
+            yield first
             await lease.ended.wait()
             yield pb.OpenResponse(
                 ended=pb.LeaseEnded(
@@ -299,12 +308,29 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
 
     @unary
     async def Fold(self, request: pb.FoldRequest, context: Ctx) -> pb.FoldResponse:
-        state = await self.state_of(validate_id(request.run_id))
-        out = pb.FoldResponse(state=state_to_pb(state, messages=not request.omit_messages))
+        run_id = validate_id(request.run_id)
+        lease = self.leases.held(run_id)
+        # a dormant run's fold is kept for the History pages that complete a window
+        state = lease.state if lease else (await self._dormant_state(run_id, index=False))[1]
+        out = pb.FoldResponse(state=state_to_pb(state, messages=False))
+        governed: list[Message] = []
         if request.governed:
-            msgs, report = governance.governed_messages(state)
-            out.governed_messages.extend(messages_to_pb(msgs))
+            governed, report = governance.governed_messages(state)
             out.governance.CopyFrom(governance_to_pb(report))
+            out.governed_total = len(governed)
+        limit, window = self.limits.max_message_bytes, request.message_window
+        room = room_left(out, limit)
+        if request.omit_messages:  # the facts alone; the messages are paged by History
+            out.state.messages_offset = len(state.messages)
+        else:
+            out.state.messages_offset = fill_window(
+                out.state.messages, state.messages, window, room // 2 if request.governed else room
+            )
+        if request.governed:
+            out.governed_offset = fill_window(
+                out.governed_messages, governed, window, room_left(out, limit)
+            )
+        check_fits(out, limit, "the folded state", ask_for_state(window), run_id)
         return out
 
     @unary

@@ -175,3 +175,62 @@ def raw_unary(target: str, method: str, data: bytes, timeout: float = 30) -> grp
         except grpc.RpcError as exc:
             return exc
     raise AssertionError(f"{method} accepted {len(data)} bytes it should refuse")
+
+
+def write_long_run(s: pbg.JournalServiceStub, run_id: str, rounds: int, pad: int = 0) -> int:
+    """A run of about ``2 * rounds`` messages (tool rounds, plain answers, follow-ups) that
+    ends in an open turn, appended in batches; returns its last seq."""
+    lease = Lease(s, run_id)
+    filler = "x" * pad
+    batch = max(1, min(500, 400_000 // (pad + 200)))  # appends well under a 1 MiB cap
+    records: list[pb.Record] = []
+
+    def add(**payload: Any) -> None:
+        records.append(pb.Record(seq=lease.seq + len(records) + 1, ts=TS, **payload))
+
+    for i in range(rounds):
+        if i % 7 == 3:  # a plain answer and a follow-up: boundaries without tool results
+            add(assistant=assistant_payload([text(f"answer {i} {filler}")], "end_turn"))
+            add(user=pb.UserPayload(content_json=blocks(text(f"and then {i}?"))))
+        else:
+            add(assistant=assistant_payload([text(f"step {i}"), tool_use(f"t{i}")], "tool_use"))
+            add(
+                tool_result=pb.ToolResultPayload(
+                    tool_use_id=f"t{i}", content_json=blocks(text(f"out {i} {filler}"))
+                )
+            )
+        if len(records) >= batch:
+            lease.append(*records)
+            records.clear()
+    add(assistant=assistant_payload([text("one more"), tool_use("open")], "tool_use"))
+    lease.append(*records)
+    lease.close()
+    return lease.seq
+
+
+def assistant_payload(content: list[dict[str, Any]], stop: str) -> pb.AssistantPayload:
+    return pb.AssistantPayload(
+        message=pb.Message(role="assistant", content_json=blocks(*content)),
+        iteration=1,
+        stop_reason=stop,
+    )
+
+
+def decoded(msgs: Any) -> list[dict[str, Any]]:
+    """Proto messages as ``{role, content}`` dicts."""
+    return [{"role": m.role, "content": json.loads(m.content_json)} for m in msgs]
+
+
+def history_pages(
+    s: pbg.JournalServiceStub, run_id: str, view: Any, page: int = 200
+) -> list[dict[str, Any]]:
+    """A whole message list of History (``view``), paged back to back from 0."""
+    out: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        p = s.History(pb.HistoryRequest(run_id=run_id, offset=offset, limit=page, view=view))
+        assert p.offset == offset
+        out.extend(decoded(p.messages))
+        if p.next_offset >= p.total:
+            return out
+        offset = p.next_offset

@@ -40,6 +40,8 @@ from journald.fingerprint import hash_system_prompt, hash_tools
 from journald.records import GENESIS, decode
 from tests.daemon import JOURNALD as JOURNALD_CLI
 from tests.daemon import Daemon
+from tests.integration.rpc import stub as rpc_stub
+from tests.integration.rpc import write_long_run
 from tests.waiting import NotYet, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -356,26 +358,16 @@ def test_the_readme_quickstart_starts_crashes_resumes_and_finishes(
     assert not state.HasField("pending")
 
 
-@pytest.mark.parametrize("language", ["go", "ts"])
-def test_a_go_or_typescript_writer_closes_and_reopens_a_run_ten_times_without_locked(
-    agents: dict[str, list[str]], daemon: Daemon, language: str, tmp_path: Path
+def _client_test(
+    agents: dict[str, list[str]], language: str, go_test: str, ts_test: str, env: dict[str, str]
 ) -> None:
-    # Run.Close / run.close() call Release before cancelling the Open stream; the tests
-    # (clients/go/reopen_test.go, clients/ts/test/reopen.test.ts) skip without a daemon.
-    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    """Run one Go test (by name) or one compiled TypeScript test file of the clients against
+    a live daemon, and check it ran (those tests skip without one) and passed."""
     if language == "go":
-        argv = [
-            shutil.which("go") or "go",
-            "test",
-            "-count=1",
-            "-run",
-            "TestClosingARunLetsItBeReopenedAtOnceTenTimesWithoutLocked",
-            "-v",
-            ".",
-        ]
+        argv = [shutil.which("go") or "go", "test", "-count=1", "-run", go_test, "-v", "."]
         cwd = GO_DIR
     else:
-        compiled = Path(agents["ts"][1]).parents[1] / "test" / "reopen.test.js"
+        compiled = Path(agents["ts"][1]).parents[1] / "test" / ts_test
         argv = [agents["ts"][0], "--test", str(compiled)]
         cwd = TS_DIR
     proc = subprocess.run(
@@ -383,9 +375,43 @@ def test_a_go_or_typescript_writer_closes_and_reopens_a_run_ten_times_without_lo
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    # it ran against the daemon (a `locked` on any re-open fails it), not skipped
     if language == "go":
-        assert "--- PASS: TestClosing" in out, out
+        assert f"--- PASS: {go_test}" in out, out
     else:
         assert "# pass 1\n" in out, out
         assert "# skipped 0\n" in out, out
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
+def test_a_go_or_typescript_writer_closes_and_reopens_a_run_ten_times_without_locked(
+    agents: dict[str, list[str]], daemon: Daemon, language: str
+) -> None:
+    # Run.Close / run.close() call Release before cancelling the Open stream, so no re-open
+    # meets `locked` (clients/go/reopen_test.go, clients/ts/test/reopen.test.ts)
+    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    _client_test(
+        agents,
+        language,
+        "TestClosingARunLetsItBeReopenedAtOnceTenTimesWithoutLocked",
+        "reopen.test.js",
+        env,
+    )
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
+def test_go_and_typescript_fold_and_resume_page_every_message_of_a_run_past_the_window(
+    agents: dict[str, list[str]], language: str, tmp_path: Path
+) -> None:
+    # a 1 MiB cap and ~1.4 MB of folded state: one answer with every message is refused, so
+    # only the window and History pages bring the run (clients/go/window_test.go,
+    # clients/ts/test/window.test.ts compare with the raw History pages)
+    with Daemon(tmp_path, "file", "--max-message-bytes", "1MiB") as d:
+        write_long_run(rpc_stub(d.target), "long", 1500, pad=800)
+        env = {**_env(), "JOURNALD_TEST_SOCKET": str(d.socket), "JOURNALD_TEST_LONG_RUN": "long"}
+        _client_test(
+            agents,
+            language,
+            "TestFoldAndResumeOfARunLongerThanTheWindowHoldEveryMessage",
+            "window.test.js",
+            env,
+        )

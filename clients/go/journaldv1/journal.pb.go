@@ -159,6 +159,61 @@ func (Durability) EnumDescriptor() ([]byte, []int) {
 	return file_journald_v1_journal_proto_rawDescGZIP(), []int{1}
 }
 
+// HistoryView says which message list History pages.
+type HistoryView int32
+
+const (
+	// The governed conversation of the folded messages (what checkpoints hold).
+	HistoryView_HISTORY_VIEW_UNSPECIFIED HistoryView = 0
+	// RunState.messages exactly as Open and Fold return them: how a client fetches the
+	// messages before the window of an Open or Fold (`messages_offset`).
+	HistoryView_HISTORY_VIEW_STATE HistoryView = 1
+	// FoldResponse.governed_messages (the governed view, pending turn included): how a client
+	// fetches the messages before `governed_offset`.
+	HistoryView_HISTORY_VIEW_GOVERNED HistoryView = 2
+)
+
+// Enum value maps for HistoryView.
+var (
+	HistoryView_name = map[int32]string{
+		0: "HISTORY_VIEW_UNSPECIFIED",
+		1: "HISTORY_VIEW_STATE",
+		2: "HISTORY_VIEW_GOVERNED",
+	}
+	HistoryView_value = map[string]int32{
+		"HISTORY_VIEW_UNSPECIFIED": 0,
+		"HISTORY_VIEW_STATE":       1,
+		"HISTORY_VIEW_GOVERNED":    2,
+	}
+)
+
+func (x HistoryView) Enum() *HistoryView {
+	p := new(HistoryView)
+	*p = x
+	return p
+}
+
+func (x HistoryView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HistoryView) Descriptor() protoreflect.EnumDescriptor {
+	return file_journald_v1_journal_proto_enumTypes[2].Descriptor()
+}
+
+func (HistoryView) Type() protoreflect.EnumType {
+	return &file_journald_v1_journal_proto_enumTypes[2]
+}
+
+func (x HistoryView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HistoryView.Descriptor instead.
+func (HistoryView) EnumDescriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{2}
+}
+
 // CheckpointTrigger says why a checkpoint was taken.
 type CheckpointTrigger int32
 
@@ -208,11 +263,11 @@ func (x CheckpointTrigger) String() string {
 }
 
 func (CheckpointTrigger) Descriptor() protoreflect.EnumDescriptor {
-	return file_journald_v1_journal_proto_enumTypes[2].Descriptor()
+	return file_journald_v1_journal_proto_enumTypes[3].Descriptor()
 }
 
 func (CheckpointTrigger) Type() protoreflect.EnumType {
-	return &file_journald_v1_journal_proto_enumTypes[2]
+	return &file_journald_v1_journal_proto_enumTypes[3]
 }
 
 func (x CheckpointTrigger) Number() protoreflect.EnumNumber {
@@ -221,7 +276,7 @@ func (x CheckpointTrigger) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointTrigger.Descriptor instead.
 func (CheckpointTrigger) EnumDescriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{2}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{3}
 }
 
 // CompactStatus is the outcome of a compaction.
@@ -265,11 +320,11 @@ func (x CompactStatus) String() string {
 }
 
 func (CompactStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_journald_v1_journal_proto_enumTypes[3].Descriptor()
+	return file_journald_v1_journal_proto_enumTypes[4].Descriptor()
 }
 
 func (CompactStatus) Type() protoreflect.EnumType {
-	return &file_journald_v1_journal_proto_enumTypes[3]
+	return &file_journald_v1_journal_proto_enumTypes[4]
 }
 
 func (x CompactStatus) Number() protoreflect.EnumNumber {
@@ -278,7 +333,7 @@ func (x CompactStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompactStatus.Descriptor instead.
 func (CompactStatus) EnumDescriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{3}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{4}
 }
 
 // ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
@@ -420,11 +475,11 @@ func (x ErrorCode) String() string {
 }
 
 func (ErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_journald_v1_journal_proto_enumTypes[4].Descriptor()
+	return file_journald_v1_journal_proto_enumTypes[5].Descriptor()
 }
 
 func (ErrorCode) Type() protoreflect.EnumType {
-	return &file_journald_v1_journal_proto_enumTypes[4]
+	return &file_journald_v1_journal_proto_enumTypes[5]
 }
 
 func (x ErrorCode) Number() protoreflect.EnumNumber {
@@ -433,7 +488,7 @@ func (x ErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorCode.Descriptor instead.
 func (ErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{4}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{5}
 }
 
 // RunStatus is the closed set of `RunInfo.status` words: the value name without its
@@ -498,11 +553,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_journald_v1_journal_proto_enumTypes[5].Descriptor()
+	return file_journald_v1_journal_proto_enumTypes[6].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_journald_v1_journal_proto_enumTypes[5]
+	return &file_journald_v1_journal_proto_enumTypes[6]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -511,7 +566,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{5}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{6}
 }
 
 // Message is one provider-neutral conversation message.
@@ -2248,7 +2303,13 @@ type RunState struct {
 	PromptJson []byte `protobuf:"bytes,17,opt,name=prompt_json,json=promptJson,proto3" json:"prompt_json,omitempty"`
 	// Framework state: the latest value of every live (namespace, key), in the order of the
 	// seqs that wrote them (oldest first).
-	State         []*StateEntry `protobuf:"bytes,18,rep,name=state,proto3" json:"state,omitempty"`
+	State []*StateEntry `protobuf:"bytes,18,rep,name=state,proto3" json:"state,omitempty"`
+	// The index of messages[0] in the whole message list: 0 when `messages` holds every
+	// message; more when an Open or Fold asked for a window (`message_window`), in which case
+	// the messages before it are paged through History (view HISTORY_VIEW_STATE).
+	MessagesOffset uint64 `protobuf:"varint,19,opt,name=messages_offset,json=messagesOffset,proto3" json:"messages_offset,omitempty"`
+	// How many messages the whole list holds (`messages` is its tail from `messages_offset`).
+	MessagesTotal uint64 `protobuf:"varint,20,opt,name=messages_total,json=messagesTotal,proto3" json:"messages_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2407,6 +2468,20 @@ func (x *RunState) GetState() []*StateEntry {
 		return x.State
 	}
 	return nil
+}
+
+func (x *RunState) GetMessagesOffset() uint64 {
+	if x != nil {
+		return x.MessagesOffset
+	}
+	return 0
+}
+
+func (x *RunState) GetMessagesTotal() uint64 {
+	if x != nil {
+		return x.MessagesTotal
+	}
+	return 0
 }
 
 // GovernanceReport says what pairing governance changed to make a sendable history.
@@ -2568,7 +2643,13 @@ type OpenRequest struct {
 	// Creation timestamp for the meta record, in the form of Record.ts; stamped when empty.
 	Created string `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
 	// Trace context for the meta record.
-	Trace         *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	Trace *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	// At most this many trailing messages in the lease's state (0 = every message, which
+	// fails with `response_too_large` when the state exceeds the daemon's max message size).
+	// The start is aligned back to a clean tool-call boundary, as History pages are, and moved
+	// later if the window would not fit in the daemon's max message size; the state's
+	// `messages_offset` says where it starts. Pending turn and counters are always complete.
+	MessageWindow uint32 `protobuf:"varint,11,opt,name=message_window,json=messageWindow,proto3" json:"message_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2671,6 +2752,13 @@ func (x *OpenRequest) GetTrace() *TraceContext {
 		return x.Trace
 	}
 	return nil
+}
+
+func (x *OpenRequest) GetMessageWindow() uint32 {
+	if x != nil {
+		return x.MessageWindow
+	}
+	return 0
 }
 
 // Lease is the first message of an Open stream.
@@ -3466,7 +3554,11 @@ type FoldRequest struct {
 	Governed bool `protobuf:"varint,2,opt,name=governed,proto3" json:"governed,omitempty"`
 	// Leave the committed messages out of the state (counters, fingerprint, pending turn and
 	// prompt stay): a cheap read of a long run's facts. Page the messages with History.
-	OmitMessages  bool `protobuf:"varint,3,opt,name=omit_messages,json=omitMessages,proto3" json:"omit_messages,omitempty"`
+	OmitMessages bool `protobuf:"varint,3,opt,name=omit_messages,json=omitMessages,proto3" json:"omit_messages,omitempty"`
+	// At most this many trailing messages in `state.messages` and in `governed_messages`
+	// (0 = every message), as OpenRequest.message_window; earlier ones are paged through
+	// History (views HISTORY_VIEW_STATE and HISTORY_VIEW_GOVERNED).
+	MessageWindow uint32 `protobuf:"varint,4,opt,name=message_window,json=messageWindow,proto3" json:"message_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3522,6 +3614,13 @@ func (x *FoldRequest) GetOmitMessages() bool {
 	return false
 }
 
+func (x *FoldRequest) GetMessageWindow() uint32 {
+	if x != nil {
+		return x.MessageWindow
+	}
+	return 0
+}
+
 // FoldResponse is the folded state.
 type FoldResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3530,7 +3629,11 @@ type FoldResponse struct {
 	// The governed view, when asked.
 	GovernedMessages []*Message `protobuf:"bytes,2,rep,name=governed_messages,json=governedMessages,proto3" json:"governed_messages,omitempty"`
 	// What governance changed, when asked.
-	Governance    *GovernanceReport `protobuf:"bytes,3,opt,name=governance,proto3" json:"governance,omitempty"`
+	Governance *GovernanceReport `protobuf:"bytes,3,opt,name=governance,proto3" json:"governance,omitempty"`
+	// The index of governed_messages[0] in the whole governed view (0 = it holds all).
+	GovernedOffset uint64 `protobuf:"varint,4,opt,name=governed_offset,json=governedOffset,proto3" json:"governed_offset,omitempty"`
+	// How many messages the whole governed view holds.
+	GovernedTotal uint64 `protobuf:"varint,5,opt,name=governed_total,json=governedTotal,proto3" json:"governed_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3584,6 +3687,20 @@ func (x *FoldResponse) GetGovernance() *GovernanceReport {
 		return x.Governance
 	}
 	return nil
+}
+
+func (x *FoldResponse) GetGovernedOffset() uint64 {
+	if x != nil {
+		return x.GovernedOffset
+	}
+	return 0
+}
+
+func (x *FoldResponse) GetGovernedTotal() uint64 {
+	if x != nil {
+		return x.GovernedTotal
+	}
+	return 0
 }
 
 // RunInfo is a listing row; it never holds message text beyond the prompt preview.
@@ -4131,8 +4248,11 @@ type HistoryRequest struct {
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// First message index wanted; aligned back to a clean tool-call boundary.
 	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	// At least this many messages (the end aligns forward); 0 returns only the total.
-	Limit         uint64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// At least this many messages (the end aligns forward); 0 returns only the total. A page
+	// over the daemon's max message size fails with `response_too_large`: ask for fewer.
+	Limit uint64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Which message list to page (default: the governed conversation).
+	View          HistoryView `protobuf:"varint,4,opt,name=view,proto3,enum=journald.v1.HistoryView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4186,6 +4306,13 @@ func (x *HistoryRequest) GetLimit() uint64 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *HistoryRequest) GetView() HistoryView {
+	if x != nil {
+		return x.View
+	}
+	return HistoryView_HISTORY_VIEW_UNSPECIFIED
 }
 
 // HistoryResponse is one self-paired page.
@@ -5953,7 +6080,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x10\n" +
-	"\x03seq\x18\a \x01(\x04R\x03seq\"\xe8\x06\n" +
+	"\x03seq\x18\a \x01(\x04R\x03seq\"\xb8\a\n" +
 	"\bRunState\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12:\n" +
 	"\vfingerprint\x18\x02 \x01(\v2\x18.journald.v1.FingerprintR\vfingerprint\x12 \n" +
@@ -5974,7 +6101,9 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06labels\x18\x10 \x03(\v2!.journald.v1.RunState.LabelsEntryR\x06labels\x12\x1f\n" +
 	"\vprompt_json\x18\x11 \x01(\fR\n" +
 	"promptJson\x12-\n" +
-	"\x05state\x18\x12 \x03(\v2\x17.journald.v1.StateEntryR\x05state\x1a9\n" +
+	"\x05state\x18\x12 \x03(\v2\x17.journald.v1.StateEntryR\x05state\x12'\n" +
+	"\x0fmessages_offset\x18\x13 \x01(\x04R\x0emessagesOffset\x12%\n" +
+	"\x0emessages_total\x18\x14 \x01(\x04R\rmessagesTotal\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
@@ -5987,7 +6116,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\rR\x03pid\x12\x12\n" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x12\x10\n" +
-	"\x03cwd\x18\x04 \x01(\tR\x03cwd\"\xd9\x03\n" +
+	"\x03cwd\x18\x04 \x01(\tR\x03cwd\"\x80\x04\n" +
 	"\vOpenRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12)\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x15.journald.v1.OpenModeR\x04mode\x12:\n" +
@@ -6000,7 +6129,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06client\x18\b \x01(\v2\x17.journald.v1.ClientInfoR\x06client\x12\x18\n" +
 	"\acreated\x18\t \x01(\tR\acreated\x12/\n" +
 	"\x05trace\x18\n" +
-	" \x01(\v2\x19.journald.v1.TraceContextR\x05trace\x1a9\n" +
+	" \x01(\v2\x19.journald.v1.TraceContextR\x05trace\x12%\n" +
+	"\x0emessage_window\x18\v \x01(\rR\rmessageWindow\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x02\n" +
@@ -6050,17 +6180,20 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\";\n" +
 	"\fLoadResponse\x12+\n" +
-	"\x06record\x18\x01 \x01(\v2\x13.journald.v1.RecordR\x06record\"e\n" +
+	"\x06record\x18\x01 \x01(\v2\x13.journald.v1.RecordR\x06record\"\x8c\x01\n" +
 	"\vFoldRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bgoverned\x18\x02 \x01(\bR\bgoverned\x12#\n" +
-	"\romit_messages\x18\x03 \x01(\bR\fomitMessages\"\xbd\x01\n" +
+	"\romit_messages\x18\x03 \x01(\bR\fomitMessages\x12%\n" +
+	"\x0emessage_window\x18\x04 \x01(\rR\rmessageWindow\"\x8d\x02\n" +
 	"\fFoldResponse\x12+\n" +
 	"\x05state\x18\x01 \x01(\v2\x15.journald.v1.RunStateR\x05state\x12A\n" +
 	"\x11governed_messages\x18\x02 \x03(\v2\x14.journald.v1.MessageR\x10governedMessages\x12=\n" +
 	"\n" +
 	"governance\x18\x03 \x01(\v2\x1d.journald.v1.GovernanceReportR\n" +
-	"governance\"\xfe\x03\n" +
+	"governance\x12'\n" +
+	"\x0fgoverned_offset\x18\x04 \x01(\x04R\x0egovernedOffset\x12%\n" +
+	"\x0egoverned_total\x18\x05 \x01(\x04R\rgovernedTotal\"\xfe\x03\n" +
 	"\aRunInfo\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\tR\acreated\x12\x18\n" +
@@ -6102,11 +6235,12 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x02 \x01(\v2\x1c.journald.v1.CheckpointEventH\x00R\n" +
 	"checkpointB\a\n" +
-	"\x05event\"U\n" +
+	"\x05event\"\x83\x01\n" +
 	"\x0eHistoryRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x04R\x05limit\"\xe1\x01\n" +
+	"\x05limit\x18\x03 \x01(\x04R\x05limit\x12,\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x18.journald.v1.HistoryViewR\x04view\"\xe1\x01\n" +
 	"\x0fHistoryResponse\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.journald.v1.MessageR\bmessages\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x16\n" +
@@ -6236,7 +6370,11 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x16DURABILITY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DURABILITY_MEMORY\x10\x01\x12\x1a\n" +
 	"\x16DURABILITY_FSYNC_LOCAL\x10\x02\x12\x1c\n" +
-	"\x18DURABILITY_JETSTREAM_ACK\x10\x03*\xe2\x01\n" +
+	"\x18DURABILITY_JETSTREAM_ACK\x10\x03*^\n" +
+	"\vHistoryView\x12\x1c\n" +
+	"\x18HISTORY_VIEW_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12HISTORY_VIEW_STATE\x10\x01\x12\x19\n" +
+	"\x15HISTORY_VIEW_GOVERNED\x10\x02*\xe2\x01\n" +
 	"\x11CheckpointTrigger\x12\"\n" +
 	"\x1eCHECKPOINT_TRIGGER_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CHECKPOINT_TRIGGER_MANUAL\x10\x01\x12%\n" +
@@ -6324,209 +6462,211 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 	return file_journald_v1_journal_proto_rawDescData
 }
 
-var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
-	(CheckpointTrigger)(0),           // 2: journald.v1.CheckpointTrigger
-	(CompactStatus)(0),               // 3: journald.v1.CompactStatus
-	(ErrorCode)(0),                   // 4: journald.v1.ErrorCode
-	(RunStatus)(0),                   // 5: journald.v1.RunStatus
-	(*Message)(nil),                  // 6: journald.v1.Message
-	(*Fingerprint)(nil),              // 7: journald.v1.Fingerprint
-	(*TraceContext)(nil),             // 8: journald.v1.TraceContext
-	(*Lineage)(nil),                  // 9: journald.v1.Lineage
-	(*MetaPayload)(nil),              // 10: journald.v1.MetaPayload
-	(*Usage)(nil),                    // 11: journald.v1.Usage
-	(*AssistantPayload)(nil),         // 12: journald.v1.AssistantPayload
-	(*ToolResultPayload)(nil),        // 13: journald.v1.ToolResultPayload
-	(*UserPayload)(nil),              // 14: journald.v1.UserPayload
-	(*SeqRange)(nil),                 // 15: journald.v1.SeqRange
-	(*RebasePayload)(nil),            // 16: journald.v1.RebasePayload
-	(*TerminalPayload)(nil),          // 17: journald.v1.TerminalPayload
-	(*StatePayload)(nil),             // 18: journald.v1.StatePayload
-	(*Record)(nil),                   // 19: journald.v1.Record
-	(*ToolCall)(nil),                 // 20: journald.v1.ToolCall
-	(*PendingResult)(nil),            // 21: journald.v1.PendingResult
-	(*PendingTurn)(nil),              // 22: journald.v1.PendingTurn
-	(*Counters)(nil),                 // 23: journald.v1.Counters
-	(*Anomaly)(nil),                  // 24: journald.v1.Anomaly
-	(*StateEntry)(nil),               // 25: journald.v1.StateEntry
-	(*RunState)(nil),                 // 26: journald.v1.RunState
-	(*GovernanceReport)(nil),         // 27: journald.v1.GovernanceReport
-	(*ClientInfo)(nil),               // 28: journald.v1.ClientInfo
-	(*OpenRequest)(nil),              // 29: journald.v1.OpenRequest
-	(*Lease)(nil),                    // 30: journald.v1.Lease
-	(*Warning)(nil),                  // 31: journald.v1.Warning
-	(*ReleaseRequest)(nil),           // 32: journald.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 33: journald.v1.ReleaseResponse
-	(*LeaseEnded)(nil),               // 34: journald.v1.LeaseEnded
-	(*OpenResponse)(nil),             // 35: journald.v1.OpenResponse
-	(*Ack)(nil),                      // 36: journald.v1.Ack
-	(*AppendRequest)(nil),            // 37: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 38: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 39: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 40: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 41: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 42: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 43: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 44: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 45: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 46: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 47: journald.v1.ListResponse
-	(*DeleteRequest)(nil),            // 48: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 49: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 50: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 51: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 52: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 53: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 54: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 55: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 56: journald.v1.VerifyResponse
-	(*CheckpointMeta)(nil),           // 57: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 58: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 59: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 60: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 61: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 62: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 63: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 64: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 65: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 66: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 67: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 68: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 69: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 70: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 71: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 72: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 73: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 74: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 75: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 76: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 77: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 78: journald.v1.ErrorDetail
-	nil,                              // 79: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 80: journald.v1.RunState.LabelsEntry
-	nil,                              // 81: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 82: journald.v1.RunInfo.LabelsEntry
-	nil,                              // 83: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 84: journald.v1.ErrorDetail.MetadataEntry
+	(HistoryView)(0),                 // 2: journald.v1.HistoryView
+	(CheckpointTrigger)(0),           // 3: journald.v1.CheckpointTrigger
+	(CompactStatus)(0),               // 4: journald.v1.CompactStatus
+	(ErrorCode)(0),                   // 5: journald.v1.ErrorCode
+	(RunStatus)(0),                   // 6: journald.v1.RunStatus
+	(*Message)(nil),                  // 7: journald.v1.Message
+	(*Fingerprint)(nil),              // 8: journald.v1.Fingerprint
+	(*TraceContext)(nil),             // 9: journald.v1.TraceContext
+	(*Lineage)(nil),                  // 10: journald.v1.Lineage
+	(*MetaPayload)(nil),              // 11: journald.v1.MetaPayload
+	(*Usage)(nil),                    // 12: journald.v1.Usage
+	(*AssistantPayload)(nil),         // 13: journald.v1.AssistantPayload
+	(*ToolResultPayload)(nil),        // 14: journald.v1.ToolResultPayload
+	(*UserPayload)(nil),              // 15: journald.v1.UserPayload
+	(*SeqRange)(nil),                 // 16: journald.v1.SeqRange
+	(*RebasePayload)(nil),            // 17: journald.v1.RebasePayload
+	(*TerminalPayload)(nil),          // 18: journald.v1.TerminalPayload
+	(*StatePayload)(nil),             // 19: journald.v1.StatePayload
+	(*Record)(nil),                   // 20: journald.v1.Record
+	(*ToolCall)(nil),                 // 21: journald.v1.ToolCall
+	(*PendingResult)(nil),            // 22: journald.v1.PendingResult
+	(*PendingTurn)(nil),              // 23: journald.v1.PendingTurn
+	(*Counters)(nil),                 // 24: journald.v1.Counters
+	(*Anomaly)(nil),                  // 25: journald.v1.Anomaly
+	(*StateEntry)(nil),               // 26: journald.v1.StateEntry
+	(*RunState)(nil),                 // 27: journald.v1.RunState
+	(*GovernanceReport)(nil),         // 28: journald.v1.GovernanceReport
+	(*ClientInfo)(nil),               // 29: journald.v1.ClientInfo
+	(*OpenRequest)(nil),              // 30: journald.v1.OpenRequest
+	(*Lease)(nil),                    // 31: journald.v1.Lease
+	(*Warning)(nil),                  // 32: journald.v1.Warning
+	(*ReleaseRequest)(nil),           // 33: journald.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 34: journald.v1.ReleaseResponse
+	(*LeaseEnded)(nil),               // 35: journald.v1.LeaseEnded
+	(*OpenResponse)(nil),             // 36: journald.v1.OpenResponse
+	(*Ack)(nil),                      // 37: journald.v1.Ack
+	(*AppendRequest)(nil),            // 38: journald.v1.AppendRequest
+	(*AppendResponse)(nil),           // 39: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),      // 40: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),     // 41: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),              // 42: journald.v1.LoadRequest
+	(*LoadResponse)(nil),             // 43: journald.v1.LoadResponse
+	(*FoldRequest)(nil),              // 44: journald.v1.FoldRequest
+	(*FoldResponse)(nil),             // 45: journald.v1.FoldResponse
+	(*RunInfo)(nil),                  // 46: journald.v1.RunInfo
+	(*ListRequest)(nil),              // 47: journald.v1.ListRequest
+	(*ListResponse)(nil),             // 48: journald.v1.ListResponse
+	(*DeleteRequest)(nil),            // 49: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 50: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 51: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 52: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 53: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 54: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 55: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 56: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 57: journald.v1.VerifyResponse
+	(*CheckpointMeta)(nil),           // 58: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 59: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 60: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 61: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 62: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 63: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 64: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 65: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 66: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 67: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 68: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 69: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 70: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 71: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 72: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 73: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 74: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 75: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 76: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 77: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 78: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 79: journald.v1.ErrorDetail
+	nil,                              // 80: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 81: journald.v1.RunState.LabelsEntry
+	nil,                              // 82: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 83: journald.v1.RunInfo.LabelsEntry
+	nil,                              // 84: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 85: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
-	7,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	79, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
-	9,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
-	6,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
-	11, // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
-	6,  // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
-	15, // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
-	8,  // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
-	10, // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
-	12, // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
-	13, // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
-	14, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
-	16, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
-	17, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	18, // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
-	6,  // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	21, // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	20, // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	7,  // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	6,  // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	22, // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	23, // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	17, // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	24, // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	9,  // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	80, // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
-	25, // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
+	8,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
+	80, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	10, // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
+	7,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
+	12, // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
+	7,  // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
+	16, // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
+	9,  // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
+	11, // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
+	13, // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
+	14, // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
+	15, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
+	17, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
+	18, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
+	19, // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
+	7,  // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	22, // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	21, // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	8,  // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	7,  // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	23, // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	24, // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	18, // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	25, // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	10, // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	81, // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	26, // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
 	0,  // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	7,  // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	81, // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	28, // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	8,  // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	26, // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	31, // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	30, // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	34, // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	8,  // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	82, // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	29, // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	9,  // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	27, // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	32, // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	31, // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	35, // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
 	1,  // 36: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	19, // 37: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	36, // 38: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	37, // 39: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	38, // 40: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	19, // 41: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	26, // 42: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	6,  // 43: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	27, // 44: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	28, // 45: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	82, // 46: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
-	45, // 47: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	57, // 48: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	19, // 49: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	51, // 50: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	6,  // 51: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	22, // 52: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	2,  // 53: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	57, // 54: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	57, // 55: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	36, // 56: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	31, // 57: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	6,  // 58: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	3,  // 59: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	15, // 60: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	36, // 61: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	83, // 62: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	26, // 63: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	57, // 64: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	84, // 65: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	29, // 66: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	32, // 67: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	37, // 68: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	39, // 69: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	41, // 70: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	43, // 71: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	46, // 72: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	48, // 73: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	50, // 74: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	53, // 75: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	58, // 76: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	60, // 77: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	62, // 78: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	64, // 79: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	66, // 80: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	68, // 81: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	70, // 82: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	72, // 83: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	55, // 84: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	74, // 85: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	76, // 86: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	35, // 87: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	33, // 88: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	38, // 89: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	40, // 90: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	42, // 91: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	44, // 92: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	47, // 93: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	49, // 94: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	52, // 95: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	54, // 96: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	59, // 97: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	61, // 98: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	63, // 99: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	65, // 100: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	67, // 101: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	69, // 102: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	71, // 103: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	73, // 104: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	56, // 105: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	75, // 106: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	77, // 107: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	87, // [87:108] is the sub-list for method output_type
-	66, // [66:87] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	20, // 37: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	37, // 38: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	38, // 39: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	39, // 40: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	20, // 41: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	27, // 42: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	7,  // 43: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	28, // 44: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	29, // 45: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
+	83, // 46: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	46, // 47: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	58, // 48: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	20, // 49: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	52, // 50: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	2,  // 51: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
+	7,  // 52: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	23, // 53: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
+	3,  // 54: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	58, // 55: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	58, // 56: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	37, // 57: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	32, // 58: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	7,  // 59: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	4,  // 60: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	16, // 61: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	37, // 62: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	84, // 63: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	27, // 64: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	58, // 65: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	85, // 66: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	30, // 67: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	33, // 68: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	38, // 69: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	40, // 70: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	42, // 71: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	44, // 72: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	47, // 73: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	49, // 74: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	51, // 75: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	54, // 76: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	59, // 77: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	61, // 78: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	63, // 79: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	65, // 80: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	67, // 81: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	69, // 82: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	71, // 83: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	73, // 84: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	56, // 85: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	75, // 86: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	77, // 87: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	36, // 88: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	34, // 89: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	39, // 90: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	41, // 91: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	43, // 92: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	45, // 93: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	48, // 94: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	50, // 95: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	53, // 96: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	55, // 97: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	60, // 98: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	62, // 99: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	64, // 100: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	66, // 101: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	68, // 102: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	70, // 103: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	72, // 104: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	74, // 105: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	57, // 106: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	76, // 107: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	78, // 108: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	88, // [88:109] is the sub-list for method output_type
+	67, // [67:88] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -6557,7 +6697,7 @@ func file_journald_v1_journal_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -13,6 +13,7 @@ from journald_client.errors import (
     CheckpointImportInvalid,
     CheckpointNotFound,
     Completed,
+    ConversationChanged,
     DaemonUnavailable,
     FingerprintDrift,
     GateError,
@@ -64,10 +65,12 @@ from journald_client.state import (
     ToolOutput,
     VerifyResult,
 )
+from journald_client.window import MESSAGE_WINDOW
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MESSAGE_WINDOW",
     "Ack",
     "AsyncClient",
     "AsyncRun",
@@ -80,6 +83,7 @@ __all__ = [
     "Client",
     "CompactResult",
     "Completed",
+    "ConversationChanged",
     "Counters",
     "DaemonUnavailable",
     "Entry",

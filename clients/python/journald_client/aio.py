@@ -19,7 +19,7 @@ from typing import Any, cast
 import grpc
 import grpc.aio
 
-from journald_client import codec, errors
+from journald_client import codec, errors, window
 from journald_client.client import (
     MAX_MESSAGE_BYTES,
     RELEASE_TIMEOUT_S,
@@ -88,10 +88,14 @@ class AsyncClient:
         name: str | None = None,
         reconnect_timeout: float = 30.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        message_window: int = window.MESSAGE_WINDOW,
     ) -> None:
         self.target = grpc_target(socket)
         self.name = name or default_name()
         self.reconnect_timeout = reconnect_timeout
+        self.message_window = max(0, message_window)
+        """Messages an Open or Fold asks for (the newest; 0 = all in one answer); the
+        earlier ones are paged through History before the state is returned."""
         self._channel = grpc.aio.insecure_channel(
             self.target, options=channel_options(max_message_bytes)
         )
@@ -136,6 +140,7 @@ class AsyncClient:
         return await self._open_req(params, req)
 
     async def _open_req(self, params: OpenParams, req: pb.OpenRequest) -> _AsyncLease:
+        req.message_window = self.message_window
         call: Any = self._stub.Open(req, metadata=codec.metadata())
         try:
             first = await call.read()
@@ -151,6 +156,11 @@ class AsyncClient:
                 f"the daemon ended the lease of run {params.run_id} at once "
                 f"({first.ended.reason}: {first.ended.message})"
             )
+        try:
+            await self._complete(params.run_id, first.lease.state)
+        except BaseException:
+            call.cancel()
+            raise
         return _AsyncLease(call, first.lease)
 
     async def _open_retrying(
@@ -191,6 +201,25 @@ class AsyncClient:
         except errors.JournaldError:
             return False
         return False
+
+    async def _earlier(self, plan: window.Earlier | None) -> builtins.list[pb.Message]:
+        """The messages before a window, paged through History."""
+        while plan is not None and (req := plan.request()) is not None:
+            try:
+                page = await self._unary("History", req)
+            except errors.ResponseTooLarge as err:
+                plan.too_large(err)
+                continue
+            plan.add(page)
+        return plan.messages if plan is not None else []
+
+    async def _complete(self, run_id: str, st: pb.RunState) -> None:
+        """Put the messages before the state's window in front of it (attribute reads
+        cannot await, so the asyncio client fetches them before returning the state)."""
+        plan = window.earlier_for(run_id, pb.HISTORY_VIEW_STATE, st.messages, st.messages_offset)
+        if plan is not None:
+            window.splice(st.messages, await self._earlier(plan))
+            st.messages_offset = 0
 
     async def start(
         self,
@@ -246,11 +275,26 @@ class AsyncClient:
         return run
 
     async def fold(self, run_id: str, *, messages: bool = True) -> RunState:
-        resp = await self._unary("Fold", pb.FoldRequest(run_id=run_id, omit_messages=not messages))
+        """The run's folded state, every message included (``messages=False``: without the
+        committed messages, a small answer for a long run; page those with ``history``)."""
+        if not messages:
+            resp = await self._unary("Fold", pb.FoldRequest(run_id=run_id, omit_messages=True))
+            return codec.state_from_pb(resp.state)
+        req = pb.FoldRequest(run_id=run_id, message_window=self.message_window)
+        resp = await self._unary("Fold", req)
+        await self._complete(run_id, resp.state)
         return codec.state_from_pb(resp.state)
 
     async def governed_messages(self, run_id: str) -> GovernedView:
-        resp = await self._unary("Fold", pb.FoldRequest(run_id=run_id, governed=True))
+        req = pb.FoldRequest(run_id=run_id, governed=True, message_window=self.message_window)
+        resp = await self._unary("Fold", req)
+        await self._complete(run_id, resp.state)
+        plan = window.earlier_for(
+            run_id, pb.HISTORY_VIEW_GOVERNED, resp.governed_messages, resp.governed_offset
+        )
+        if plan is not None:
+            window.splice(resp.governed_messages, await self._earlier(plan))
+            resp.governed_offset = 0
         return codec.governed_from_pb(resp)
 
     async def load(self, run_id: str, from_seq: int = 1) -> AsyncIterator[JournalRecord]:
@@ -409,11 +453,17 @@ async def connect_async(
     wait: float = 5.0,
     reconnect_timeout: float = 30.0,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    message_window: int = window.MESSAGE_WINDOW,
 ) -> AsyncClient:
     """An async client whose daemon has answered (``DaemonUnavailable`` otherwise).
-    ``max_message_bytes`` caps a gRPC message both ways (default 16 MiB)."""
+    ``max_message_bytes`` caps a gRPC message both ways (default 16 MiB);
+    ``message_window`` as for ``connect``."""
     client = AsyncClient(
-        socket, name=name, reconnect_timeout=reconnect_timeout, max_message_bytes=max_message_bytes
+        socket,
+        name=name,
+        reconnect_timeout=reconnect_timeout,
+        max_message_bytes=max_message_bytes,
+        message_window=message_window,
     )
     try:
         await client.wait_ready(wait)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import os
 import sys
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from journald_client import codec, errors
+from journald_client import codec, errors, window
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import grpc_target
@@ -117,10 +116,14 @@ class Client:
         name: str | None = None,
         reconnect_timeout: float = 30.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        message_window: int = window.MESSAGE_WINDOW,
     ) -> None:
         self.target = grpc_target(socket)
         self.name = name or default_name()
         self.reconnect_timeout = reconnect_timeout
+        self.message_window = max(0, message_window)
+        """Messages an Open or Fold asks for (the newest; 0 = all in one answer); the
+        earlier ones are paged through History when ``messages`` is first read."""
         self._channel = grpc.insecure_channel(
             self.target, options=channel_options(max_message_bytes)
         )
@@ -167,6 +170,7 @@ class Client:
         return self._open_req(params, req)
 
     def _open_req(self, params: OpenParams, req: pb.OpenRequest) -> _Lease:
+        req.message_window = self.message_window
         call: Any = self._stub.Open(req, metadata=codec.metadata())
         try:
             first = next(call)
@@ -283,15 +287,53 @@ class Client:
     # --- reads -------------------------------------------------------------------------
 
     def fold(self, run_id: str, *, messages: bool = True) -> RunState:
-        """The run's folded state (``messages=False``: without the committed messages, a
-        small answer for a long run; page those with ``history``)."""
-        resp = self._unary("Fold", pb.FoldRequest(run_id=run_id, omit_messages=not messages))
-        return codec.state_from_pb(resp.state)
+        """The run's folded state; ``messages`` beyond the window are paged in when first
+        read. ``messages=False``: without the committed messages, a small answer for a long
+        run (page those with ``history``)."""
+        if not messages:
+            resp = self._unary("Fold", pb.FoldRequest(run_id=run_id, omit_messages=True))
+            return codec.state_from_pb(resp.state)
+        req = pb.FoldRequest(run_id=run_id, message_window=self.message_window)
+        return self._state(run_id, self._unary("Fold", req).state)
 
     def governed_messages(self, run_id: str) -> GovernedView:
         """The pairing-governed (sendable) message view and what governance changed."""
-        resp = self._unary("Fold", pb.FoldRequest(run_id=run_id, governed=True))
-        return codec.governed_from_pb(resp)
+        req = pb.FoldRequest(run_id=run_id, governed=True, message_window=self.message_window)
+        resp = self._unary("Fold", req)
+        view = codec.governed_from_pb(resp)
+        state = self._state(run_id, resp.state)
+        plan = window.earlier_for(
+            run_id, pb.HISTORY_VIEW_GOVERNED, resp.governed_messages, resp.governed_offset
+        )
+        if plan is None:
+            return window.replace(view, state=state)
+        return window.lazily(view, self._fetcher(plan), state=state)
+
+    def _state(self, run_id: str, st: pb.RunState, warnings: Sequence[pb.Warning] = ()) -> RunState:
+        """Decode a state; messages before its window are fetched when first read."""
+        state = codec.state_from_pb(st, warnings)
+        plan = window.earlier_for(run_id, pb.HISTORY_VIEW_STATE, st.messages, st.messages_offset)
+        return state if plan is None else window.lazily(state, self._fetcher(plan))
+
+    def _fetcher(self, plan: window.Earlier) -> Callable[[], builtins.list[Message]]:
+        def fetch() -> builtins.list[Message]:
+            if not self._closed:
+                return self._earlier(plan)
+            with Client(self.target, name=self.name) as again:  # read after close()
+                return again._earlier(plan)
+
+        return fetch
+
+    def _earlier(self, plan: window.Earlier) -> builtins.list[Message]:
+        """The messages before a window, paged through History."""
+        while (req := plan.request()) is not None:
+            try:
+                page = self._unary("History", req)
+            except errors.ResponseTooLarge as err:
+                plan.too_large(err)
+                continue
+            plan.add(page)
+        return [codec.message_from_pb(m) for m in plan.messages]
 
     def load(self, run_id: str, from_seq: int = 1) -> Iterator[JournalRecord]:
         """The run's stored records from ``from_seq`` (exact canonical bytes included),
@@ -450,11 +492,18 @@ def connect(
     timeout: float = 5.0,
     reconnect_timeout: float = 30.0,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    message_window: int = window.MESSAGE_WINDOW,
 ) -> Client:
     """A client whose daemon has answered (``DaemonUnavailable`` with a hint otherwise).
-    ``max_message_bytes`` caps a gRPC message both ways (default 16 MiB)."""
+    ``max_message_bytes`` caps a gRPC message both ways (default 16 MiB);
+    ``message_window`` is how many of the newest messages an Open or Fold brings (the rest
+    are paged through History when ``state.messages`` is first read; 0 = all at once)."""
     client = Client(
-        socket, name=name, reconnect_timeout=reconnect_timeout, max_message_bytes=max_message_bytes
+        socket,
+        name=name,
+        reconnect_timeout=reconnect_timeout,
+        max_message_bytes=max_message_bytes,
+        message_window=message_window,
     )
     try:
         client.wait_ready(timeout)
@@ -508,6 +557,9 @@ class Run(codec.RunView):
         self._init_view(params, lease)
         if created is not None:
             self.created = created
+
+    def _decode_state(self, st: pb.RunState, warnings: Sequence[pb.Warning]) -> RunState:
+        return self._client._state(self.run_id, st, warnings)
 
     # --- appends -----------------------------------------------------------------------
 
@@ -611,7 +663,7 @@ class Run(codec.RunView):
                 continue
             self._lease = lease
             self.reconnects += 1
-            self._state_changed(codec.state_from_pb(lease.lease.state, lease.lease.warnings))
+            self._state_changed(self._decode_state(lease.lease.state, lease.lease.warnings))
             if self.closed:  # closed while we were re-opening: do not keep the new lease
                 lease.cancel()
                 raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
@@ -726,7 +778,7 @@ class Run(codec.RunView):
         """After a rebase appended under our lease at ``ack.seq`` (caller holds the lock)."""
         self.last_seq = max(self.last_seq, ack.seq)
         self._state_changed(
-            dataclasses.replace(self._client.fold(self.run_id), warnings=self.state.warnings)
+            window.replace(self._client.fold(self.run_id), warnings=self.state.warnings)
         )
         self.next_iteration = max(self.next_iteration, self.state.next_iteration)
 

@@ -326,7 +326,7 @@ class RunView:
         first = lease.lease
         self.run_id = params.run_id
         self.created = first.created
-        self.state: RunState = state_from_pb(first.state, first.warnings)
+        self.state: RunState = self._decode_state(first.state, first.warnings)
         """The folded state when the lease was (re-)granted, or after this writer's last
         ``compact``/``restore`` (``fold()`` for the current one)."""
         self.last_seq: int = first.last_seq
@@ -334,6 +334,10 @@ class RunView:
         self._open_calls: list[ToolCall] = open_calls_of(self.state)
         self.reconnects = 0
         self.closed = False
+
+    def _decode_state(self, st: pb.RunState, warnings: Sequence[pb.Warning]) -> RunState:
+        """The state of a lease (the sync writer completes a message window lazily)."""
+        return state_from_pb(st, warnings)
 
     @property
     def open_calls(self) -> list[ToolCall]:

@@ -19,7 +19,8 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── StoreCorrupted
     ├── BackendUnavailable: DaemonUnavailable
     ├── StorageFull
-    └── ResponseTooLarge
+    ├── ResponseTooLarge
+    └── ConversationChanged (raised by the client itself, never by the daemon)
 
 The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
 proto's ``ErrorCode`` enum; ``tests/unit/test_contract_enums.py`` keeps them equal.
@@ -191,6 +192,12 @@ class TurnRunning(JournaldError):
     code = "turn_running"
 
 
+class ResponseTooLarge(JournaldError):
+    """The answer would exceed the daemon's max message size (ask for less)."""
+
+    code = "response_too_large"
+
+
 class StoreCorrupted(JournaldError):
     code = "store_corrupted"
 
@@ -207,10 +214,13 @@ class StorageFull(JournaldError):
     code = "storage_full"
 
 
-class ResponseTooLarge(JournaldError):
-    """The answer exceeds the daemon's max message size: ask for less (pages, from a seq)."""
+class ConversationChanged(JournaldError):
+    """Client-side: the run's conversation was replaced (a compaction or restore) between
+    reading a message window and paging the messages before it; read the state again."""
 
-    code = "response_too_large"
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.code = "conversation_changed"
 
 
 def _leaves(cls: type[JournaldError]) -> Iterable[type[JournaldError]]:

@@ -38,6 +38,7 @@ import {
 } from "./gen/journald/v1/journal";
 import { spanIds, traceMetadata } from "./otel";
 import { defaultSocketPath, target } from "./socket";
+import { completeFold, completeState, DEFAULT_MESSAGE_WINDOW } from "./window";
 
 /** One content block, e.g. {type: "text", text: "hi"}. */
 export type Block = { [key: string]: unknown };
@@ -79,6 +80,13 @@ export interface ConnectOptions {
   maxMessageBytes?: number;
   /** Extra channel options (they win over maxMessageBytes). */
   channelOptions?: ChannelOptions;
+  /**
+   * How many of the newest messages an Open or Fold asks for (default
+   * DEFAULT_MESSAGE_WINDOW, 1000); the earlier ones are paged through History before start,
+   * resume and fold return. 0 asks for every message in one answer, which fails with
+   * response_too_large when the state is over the daemon's max message size.
+   */
+  messageWindow?: number;
 }
 
 /**
@@ -161,11 +169,13 @@ export class Client {
   readonly socket: string;
   private readonly clock: () => Date;
   private readonly clientName: string;
+  private readonly messageWindow: number;
 
   private constructor(socket: string, opts: ConnectOptions) {
     this.socket = socket;
     this.clock = opts.clock ?? (() => new Date());
     this.clientName = opts.clientName ?? "journald-ts";
+    this.messageWindow = Math.max(0, opts.messageWindow ?? DEFAULT_MESSAGE_WINDOW);
     const max = opts.maxMessageBytes ?? MAX_MESSAGE_BYTES;
     this.rpc = new JournalServiceClient(target(socket), credentials.createInsecure(), {
       "grpc.max_receive_message_length": max,
@@ -244,9 +254,12 @@ export class Client {
     });
   }
 
-  /** A run's folded state (and the governed view when governed). */
-  fold(runId: string, governed = false, opts?: CallOpts): Promise<FoldResponse> {
-    return this.unary(this.rpc.fold, { runId, governed, omitMessages: false }, opts);
+  /** A run's folded state (and the governed view when governed), with every message. */
+  async fold(runId: string, governed = false, opts?: CallOpts): Promise<FoldResponse> {
+    const req = { runId, governed, omitMessages: false, messageWindow: this.messageWindow };
+    const resp: FoldResponse = await this.unary(this.rpc.fold, req, opts);
+    await completeFold(this, runId, resp, opts);
+    return resp;
   }
 
   /** Check a run's hash chain and record schemas end to end. */
@@ -279,6 +292,7 @@ export class Client {
         client: undefined,
         created: this.now(),
         trace: recordTrace(o),
+        messageWindow: this.messageWindow,
       },
       o,
     );
@@ -298,6 +312,7 @@ export class Client {
         client: undefined,
         created: "",
         trace: undefined,
+        messageWindow: this.messageWindow,
       },
       o,
     );
@@ -334,24 +349,46 @@ export class Client {
     const call = this.rpc.open(req, traceMetadata(opts.otelContext));
     return new Promise((resolve, reject) => {
       let run: Run | undefined;
+      let granted = false;
+      // what the stream says while the messages before the window are still being paged
+      let early: { ended?: LeaseEnded; failed?: ServiceError; closed?: boolean } = {};
       call.on("data", (m: OpenResponse) => {
-        if (!run) {
+        if (!granted) {
           if (!m.lease) {
             call.cancel();
             reject(new JournaldError("internal", `Open for ${req.runId} answered without a lease`));
             return;
           }
-          run = new Run(this, m.lease, call);
-          resolve(run);
+          granted = true;
+          const lease = m.lease;
+          completeState(this, req.runId, lease.state, opts).then(
+            () => {
+              run = new Run(this, lease, call);
+              if (early.ended) run._ended(early.ended);
+              if (early.failed) run._failed(early.failed);
+              if (early.closed) run._closed();
+              early = {};
+              resolve(run);
+            },
+            (err: unknown) => {
+              call.cancel();
+              reject(err);
+            },
+          );
         } else if (m.ended) {
-          run._ended(m.ended);
+          if (run) run._ended(m.ended);
+          else early.ended = m.ended;
         }
       });
       call.on("error", (err: ServiceError) => {
-        if (!run) reject(fromServiceError(err));
-        else run._failed(err);
+        if (!granted) reject(fromServiceError(err));
+        else if (run) run._failed(err);
+        else early.failed = err;
       });
-      call.on("close", () => run?._closed());
+      call.on("close", () => {
+        if (run) run._closed();
+        else early.closed = true;
+      });
     });
   }
 }

@@ -4,6 +4,7 @@ export * from "./errors";
 export * from "./fingerprint";
 export * from "./otel";
 export * from "./socket";
+export * from "./window";
 export * as pb from "./gen/journald/v1/journal";
 export type {
   Ack,

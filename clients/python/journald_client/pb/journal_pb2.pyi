@@ -98,6 +98,38 @@ DURABILITY_JETSTREAM_ACK: Durability.ValueType  # 3
 """Acknowledged by JetStream (see the stream's sync_interval for what that means)."""
 Global___Durability: _TypeAlias = Durability  # noqa: Y015
 
+class _HistoryView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _HistoryViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_HistoryView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    HISTORY_VIEW_UNSPECIFIED: _HistoryView.ValueType  # 0
+    """The governed conversation of the folded messages (what checkpoints hold)."""
+    HISTORY_VIEW_STATE: _HistoryView.ValueType  # 1
+    """RunState.messages exactly as Open and Fold return them: how a client fetches the
+    messages before the window of an Open or Fold (`messages_offset`).
+    """
+    HISTORY_VIEW_GOVERNED: _HistoryView.ValueType  # 2
+    """FoldResponse.governed_messages (the governed view, pending turn included): how a client
+    fetches the messages before `governed_offset`.
+    """
+
+class HistoryView(_HistoryView, metaclass=_HistoryViewEnumTypeWrapper):
+    """HistoryView says which message list History pages."""
+
+HISTORY_VIEW_UNSPECIFIED: HistoryView.ValueType  # 0
+"""The governed conversation of the folded messages (what checkpoints hold)."""
+HISTORY_VIEW_STATE: HistoryView.ValueType  # 1
+"""RunState.messages exactly as Open and Fold return them: how a client fetches the
+messages before the window of an Open or Fold (`messages_offset`).
+"""
+HISTORY_VIEW_GOVERNED: HistoryView.ValueType  # 2
+"""FoldResponse.governed_messages (the governed view, pending turn included): how a client
+fetches the messages before `governed_offset`.
+"""
+Global___HistoryView: _TypeAlias = HistoryView  # noqa: Y015
+
 class _CheckpointTrigger:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1234,6 +1266,8 @@ class RunState(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     PROMPT_JSON_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    MESSAGES_OFFSET_FIELD_NUMBER: _builtins.int
+    MESSAGES_TOTAL_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     interactive: _builtins.bool
@@ -1254,6 +1288,13 @@ class RunState(_message.Message):
     """
     prompt_json: _builtins.bytes
     """The initial prompt blocks as a canonical JSON array."""
+    messages_offset: _builtins.int
+    """The index of messages[0] in the whole message list: 0 when `messages` holds every
+    message; more when an Open or Fold asked for a window (`message_window`), in which case
+    the messages before it are paged through History (view HISTORY_VIEW_STATE).
+    """
+    messages_total: _builtins.int
+    """How many messages the whole list holds (`messages` is its tail from `messages_offset`)."""
     @_builtins.property
     def fingerprint(self) -> Global___Fingerprint:
         """The fingerprint from meta."""
@@ -1313,10 +1354,12 @@ class RunState(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         prompt_json: _builtins.bytes = ...,
         state: _abc.Iterable[Global___StateEntry] | None = ...,
+        messages_offset: _builtins.int = ...,
+        messages_total: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "fingerprint", b"fingerprint", "lineage", b"lineage", "pending", b"pending", "terminal", b"terminal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["anomalies", b"anomalies", "counters", b"counters", "fingerprint", b"fingerprint", "interactive", b"interactive", "labels", b"labels", "last_hash", b"last_hash", "last_seq", b"last_seq", "last_stop_reason", b"last_stop_reason", "lineage", b"lineage", "messages", b"messages", "next_iteration", b"next_iteration", "pending", b"pending", "prompt_json", b"prompt_json", "resume_at_input_boundary", b"resume_at_input_boundary", "run_id", b"run_id", "state", b"state", "terminal", b"terminal", "terminal_is_last", b"terminal_is_last"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anomalies", b"anomalies", "counters", b"counters", "fingerprint", b"fingerprint", "interactive", b"interactive", "labels", b"labels", "last_hash", b"last_hash", "last_seq", b"last_seq", "last_stop_reason", b"last_stop_reason", "lineage", b"lineage", "messages", b"messages", "messages_offset", b"messages_offset", "messages_total", b"messages_total", "next_iteration", b"next_iteration", "pending", b"pending", "prompt_json", b"prompt_json", "resume_at_input_boundary", b"resume_at_input_boundary", "run_id", b"run_id", "state", b"state", "terminal", b"terminal", "terminal_is_last", b"terminal_is_last"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1427,6 +1470,7 @@ class OpenRequest(_message.Message):
     CLIENT_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
     TRACE_FIELD_NUMBER: _builtins.int
+    MESSAGE_WINDOW_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     mode: Global___OpenMode.ValueType
@@ -1439,6 +1483,13 @@ class OpenRequest(_message.Message):
     """The initial prompt blocks as a canonical JSON array (creation only)."""
     created: _builtins.str
     """Creation timestamp for the meta record, in the form of Record.ts; stamped when empty."""
+    message_window: _builtins.int
+    """At most this many trailing messages in the lease's state (0 = every message, which
+    fails with `response_too_large` when the state exceeds the daemon's max message size).
+    The start is aligned back to a clean tool-call boundary, as History pages are, and moved
+    later if the window would not fit in the daemon's max message size; the state's
+    `messages_offset` says where it starts. Pending turn and counters are always complete.
+    """
     @_builtins.property
     def fingerprint(self) -> Global___Fingerprint:
         """The writer's current configuration; compared with the run's by the resume gates."""
@@ -1468,10 +1519,11 @@ class OpenRequest(_message.Message):
         client: Global___ClientInfo | None = ...,
         created: _builtins.str = ...,
         trace: Global___TraceContext | None = ...,
+        message_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "fingerprint", b"fingerprint", "trace", b"trace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "created", b"created", "fingerprint", b"fingerprint", "force", b"force", "interactive", b"interactive", "labels", b"labels", "mode", b"mode", "prompt_json", b"prompt_json", "run_id", b"run_id", "trace", b"trace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client", b"client", "created", b"created", "fingerprint", b"fingerprint", "force", b"force", "interactive", b"interactive", "labels", b"labels", "message_window", b"message_window", "mode", b"mode", "prompt_json", b"prompt_json", "run_id", b"run_id", "trace", b"trace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1867,6 +1919,7 @@ class FoldRequest(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     GOVERNED_FIELD_NUMBER: _builtins.int
     OMIT_MESSAGES_FIELD_NUMBER: _builtins.int
+    MESSAGE_WINDOW_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     governed: _builtins.bool
@@ -1875,16 +1928,22 @@ class FoldRequest(_message.Message):
     """Leave the committed messages out of the state (counters, fingerprint, pending turn and
     prompt stay): a cheap read of a long run's facts. Page the messages with History.
     """
+    message_window: _builtins.int
+    """At most this many trailing messages in `state.messages` and in `governed_messages`
+    (0 = every message), as OpenRequest.message_window; earlier ones are paged through
+    History (views HISTORY_VIEW_STATE and HISTORY_VIEW_GOVERNED).
+    """
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         governed: _builtins.bool = ...,
         omit_messages: _builtins.bool = ...,
+        message_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["governed", b"governed", "omit_messages", b"omit_messages", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["governed", b"governed", "message_window", b"message_window", "omit_messages", b"omit_messages", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1899,6 +1958,12 @@ class FoldResponse(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     GOVERNED_MESSAGES_FIELD_NUMBER: _builtins.int
     GOVERNANCE_FIELD_NUMBER: _builtins.int
+    GOVERNED_OFFSET_FIELD_NUMBER: _builtins.int
+    GOVERNED_TOTAL_FIELD_NUMBER: _builtins.int
+    governed_offset: _builtins.int
+    """The index of governed_messages[0] in the whole governed view (0 = it holds all)."""
+    governed_total: _builtins.int
+    """How many messages the whole governed view holds."""
     @_builtins.property
     def state(self) -> Global___RunState:
         """The state."""
@@ -1917,10 +1982,12 @@ class FoldResponse(_message.Message):
         state: Global___RunState | None = ...,
         governed_messages: _abc.Iterable[Global___Message] | None = ...,
         governance: Global___GovernanceReport | None = ...,
+        governed_offset: _builtins.int = ...,
+        governed_total: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["governance", b"governance", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["governance", b"governance", "governed_messages", b"governed_messages", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["governance", b"governance", "governed_messages", b"governed_messages", "governed_offset", b"governed_offset", "governed_total", b"governed_total", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2212,22 +2279,28 @@ class HistoryRequest(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     offset: _builtins.int
     """First message index wanted; aligned back to a clean tool-call boundary."""
     limit: _builtins.int
-    """At least this many messages (the end aligns forward); 0 returns only the total."""
+    """At least this many messages (the end aligns forward); 0 returns only the total. A page
+    over the daemon's max message size fails with `response_too_large`: ask for fewer.
+    """
+    view: Global___HistoryView.ValueType
+    """Which message list to page (default: the governed conversation)."""
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         offset: _builtins.int = ...,
         limit: _builtins.int = ...,
+        view: Global___HistoryView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "run_id", b"run_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

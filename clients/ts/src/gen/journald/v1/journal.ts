@@ -153,6 +153,55 @@ export function durabilityToJSON(object: Durability): string {
   }
 }
 
+/** HistoryView says which message list History pages. */
+export enum HistoryView {
+  /** HISTORY_VIEW_UNSPECIFIED - The governed conversation of the folded messages (what checkpoints hold). */
+  HISTORY_VIEW_UNSPECIFIED = 0,
+  /**
+   * HISTORY_VIEW_STATE - RunState.messages exactly as Open and Fold return them: how a client fetches the
+   * messages before the window of an Open or Fold (`messages_offset`).
+   */
+  HISTORY_VIEW_STATE = 1,
+  /**
+   * HISTORY_VIEW_GOVERNED - FoldResponse.governed_messages (the governed view, pending turn included): how a client
+   * fetches the messages before `governed_offset`.
+   */
+  HISTORY_VIEW_GOVERNED = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function historyViewFromJSON(object: any): HistoryView {
+  switch (object) {
+    case 0:
+    case "HISTORY_VIEW_UNSPECIFIED":
+      return HistoryView.HISTORY_VIEW_UNSPECIFIED;
+    case 1:
+    case "HISTORY_VIEW_STATE":
+      return HistoryView.HISTORY_VIEW_STATE;
+    case 2:
+    case "HISTORY_VIEW_GOVERNED":
+      return HistoryView.HISTORY_VIEW_GOVERNED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return HistoryView.UNRECOGNIZED;
+  }
+}
+
+export function historyViewToJSON(object: HistoryView): string {
+  switch (object) {
+    case HistoryView.HISTORY_VIEW_UNSPECIFIED:
+      return "HISTORY_VIEW_UNSPECIFIED";
+    case HistoryView.HISTORY_VIEW_STATE:
+      return "HISTORY_VIEW_STATE";
+    case HistoryView.HISTORY_VIEW_GOVERNED:
+      return "HISTORY_VIEW_GOVERNED";
+    case HistoryView.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** CheckpointTrigger says why a checkpoint was taken. */
 export enum CheckpointTrigger {
   /** CHECKPOINT_TRIGGER_UNSPECIFIED - Not stated. */
@@ -965,6 +1014,14 @@ export interface RunState {
    * seqs that wrote them (oldest first).
    */
   state: StateEntry[];
+  /**
+   * The index of messages[0] in the whole message list: 0 when `messages` holds every
+   * message; more when an Open or Fold asked for a window (`message_window`), in which case
+   * the messages before it are paged through History (view HISTORY_VIEW_STATE).
+   */
+  messagesOffset: number;
+  /** How many messages the whole list holds (`messages` is its tail from `messages_offset`). */
+  messagesTotal: number;
 }
 
 export interface RunState_LabelsEntry {
@@ -1019,7 +1076,17 @@ export interface OpenRequest {
   /** Creation timestamp for the meta record, in the form of Record.ts; stamped when empty. */
   created: string;
   /** Trace context for the meta record. */
-  trace: TraceContext | undefined;
+  trace:
+    | TraceContext
+    | undefined;
+  /**
+   * At most this many trailing messages in the lease's state (0 = every message, which
+   * fails with `response_too_large` when the state exceeds the daemon's max message size).
+   * The start is aligned back to a clean tool-call boundary, as History pages are, and moved
+   * later if the window would not fit in the daemon's max message size; the state's
+   * `messages_offset` says where it starts. Pending turn and counters are always complete.
+   */
+  messageWindow: number;
 }
 
 export interface OpenRequest_LabelsEntry {
@@ -1157,6 +1224,12 @@ export interface FoldRequest {
    * prompt stay): a cheap read of a long run's facts. Page the messages with History.
    */
   omitMessages: boolean;
+  /**
+   * At most this many trailing messages in `state.messages` and in `governed_messages`
+   * (0 = every message), as OpenRequest.message_window; earlier ones are paged through
+   * History (views HISTORY_VIEW_STATE and HISTORY_VIEW_GOVERNED).
+   */
+  messageWindow: number;
 }
 
 /** FoldResponse is the folded state. */
@@ -1168,7 +1241,13 @@ export interface FoldResponse {
   /** The governed view, when asked. */
   governedMessages: Message[];
   /** What governance changed, when asked. */
-  governance: GovernanceReport | undefined;
+  governance:
+    | GovernanceReport
+    | undefined;
+  /** The index of governed_messages[0] in the whole governed view (0 = it holds all). */
+  governedOffset: number;
+  /** How many messages the whole governed view holds. */
+  governedTotal: number;
 }
 
 /** RunInfo is a listing row; it never holds message text beyond the prompt preview. */
@@ -1271,8 +1350,13 @@ export interface HistoryRequest {
   runId: string;
   /** First message index wanted; aligned back to a clean tool-call boundary. */
   offset: number;
-  /** At least this many messages (the end aligns forward); 0 returns only the total. */
+  /**
+   * At least this many messages (the end aligns forward); 0 returns only the total. A page
+   * over the daemon's max message size fails with `response_too_large`: ask for fewer.
+   */
   limit: number;
+  /** Which message list to page (default: the governed conversation). */
+  view: HistoryView;
 }
 
 /** HistoryResponse is one self-paired page. */
@@ -4515,6 +4599,8 @@ function createBaseRunState(): RunState {
     labels: {},
     promptJson: Buffer.alloc(0),
     state: [],
+    messagesOffset: 0,
+    messagesTotal: 0,
   };
 }
 
@@ -4573,6 +4659,12 @@ export const RunState: MessageFns<RunState> = {
     }
     for (const v of message.state) {
       StateEntry.encode(v!, writer.uint32(146).fork()).join();
+    }
+    if (message.messagesOffset !== 0) {
+      writer.uint32(152).uint64(message.messagesOffset);
+    }
+    if (message.messagesTotal !== 0) {
+      writer.uint32(160).uint64(message.messagesTotal);
     }
     return writer;
   },
@@ -4737,6 +4829,22 @@ export const RunState: MessageFns<RunState> = {
             message.state.push(StateEntry.decode(reader, reader.uint32()));
             continue;
           }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.messagesOffset = longToNumber(reader.uint64());
+            continue;
+          }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.messagesTotal = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4818,6 +4926,16 @@ export const RunState: MessageFns<RunState> = {
       state: globalThis.Array.isArray(object?.state)
         ? object.state.map((e: any) => StateEntry.fromJSON(e))
         : [],
+      messagesOffset: isSet(object.messagesOffset)
+        ? globalThis.Number(object.messagesOffset)
+        : isSet(object.messages_offset)
+        ? globalThis.Number(object.messages_offset)
+        : 0,
+      messagesTotal: isSet(object.messagesTotal)
+        ? globalThis.Number(object.messagesTotal)
+        : isSet(object.messages_total)
+        ? globalThis.Number(object.messages_total)
+        : 0,
     };
   },
 
@@ -4883,6 +5001,12 @@ export const RunState: MessageFns<RunState> = {
     if (message.state?.length) {
       obj.state = message.state.map((e) => StateEntry.toJSON(e));
     }
+    if (message.messagesOffset !== 0) {
+      obj.messagesOffset = Math.round(message.messagesOffset);
+    }
+    if (message.messagesTotal !== 0) {
+      obj.messagesTotal = Math.round(message.messagesTotal);
+    }
     return obj;
   },
 
@@ -4927,6 +5051,8 @@ export const RunState: MessageFns<RunState> = {
     );
     message.promptJson = object.promptJson ?? Buffer.alloc(0);
     message.state = object.state?.map((e) => StateEntry.fromPartial(e)) || [];
+    message.messagesOffset = object.messagesOffset ?? 0;
+    message.messagesTotal = object.messagesTotal ?? 0;
     return message;
   },
 };
@@ -5258,6 +5384,7 @@ function createBaseOpenRequest(): OpenRequest {
     client: undefined,
     created: "",
     trace: undefined,
+    messageWindow: 0,
   };
 }
 
@@ -5292,6 +5419,9 @@ export const OpenRequest: MessageFns<OpenRequest> = {
     }
     if (message.trace !== undefined) {
       TraceContext.encode(message.trace, writer.uint32(82).fork()).join();
+    }
+    if (message.messageWindow !== 0) {
+      writer.uint32(88).uint32(message.messageWindow);
     }
     return writer;
   },
@@ -5392,6 +5522,14 @@ export const OpenRequest: MessageFns<OpenRequest> = {
             message.trace = TraceContext.decode(reader, reader.uint32());
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.messageWindow = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5437,6 +5575,11 @@ export const OpenRequest: MessageFns<OpenRequest> = {
       client: isSet(object.client) ? ClientInfo.fromJSON(object.client) : undefined,
       created: isSet(object.created) ? globalThis.String(object.created) : "",
       trace: isSet(object.trace) ? TraceContext.fromJSON(object.trace) : undefined,
+      messageWindow: isSet(object.messageWindow)
+        ? globalThis.Number(object.messageWindow)
+        : isSet(object.message_window)
+        ? globalThis.Number(object.message_window)
+        : 0,
     };
   },
 
@@ -5478,6 +5621,9 @@ export const OpenRequest: MessageFns<OpenRequest> = {
     if (message.trace !== undefined) {
       obj.trace = TraceContext.toJSON(message.trace);
     }
+    if (message.messageWindow !== 0) {
+      obj.messageWindow = Math.round(message.messageWindow);
+    }
     return obj;
   },
 
@@ -5510,6 +5656,7 @@ export const OpenRequest: MessageFns<OpenRequest> = {
     message.trace = (object.trace !== undefined && object.trace !== null)
       ? TraceContext.fromPartial(object.trace)
       : undefined;
+    message.messageWindow = object.messageWindow ?? 0;
     return message;
   },
 };
@@ -6824,7 +6971,7 @@ export const LoadResponse: MessageFns<LoadResponse> = {
 };
 
 function createBaseFoldRequest(): FoldRequest {
-  return { runId: "", governed: false, omitMessages: false };
+  return { runId: "", governed: false, omitMessages: false, messageWindow: 0 };
 }
 
 export const FoldRequest: MessageFns<FoldRequest> = {
@@ -6837,6 +6984,9 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     }
     if (message.omitMessages !== false) {
       writer.uint32(24).bool(message.omitMessages);
+    }
+    if (message.messageWindow !== 0) {
+      writer.uint32(32).uint32(message.messageWindow);
     }
     return writer;
   },
@@ -6878,6 +7028,14 @@ export const FoldRequest: MessageFns<FoldRequest> = {
             message.omitMessages = reader.bool();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.messageWindow = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6903,6 +7061,11 @@ export const FoldRequest: MessageFns<FoldRequest> = {
         : isSet(object.omit_messages)
         ? globalThis.Boolean(object.omit_messages)
         : false,
+      messageWindow: isSet(object.messageWindow)
+        ? globalThis.Number(object.messageWindow)
+        : isSet(object.message_window)
+        ? globalThis.Number(object.message_window)
+        : 0,
     };
   },
 
@@ -6917,6 +7080,9 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     if (message.omitMessages !== false) {
       obj.omitMessages = message.omitMessages;
     }
+    if (message.messageWindow !== 0) {
+      obj.messageWindow = Math.round(message.messageWindow);
+    }
     return obj;
   },
 
@@ -6928,12 +7094,13 @@ export const FoldRequest: MessageFns<FoldRequest> = {
     message.runId = object.runId ?? "";
     message.governed = object.governed ?? false;
     message.omitMessages = object.omitMessages ?? false;
+    message.messageWindow = object.messageWindow ?? 0;
     return message;
   },
 };
 
 function createBaseFoldResponse(): FoldResponse {
-  return { state: undefined, governedMessages: [], governance: undefined };
+  return { state: undefined, governedMessages: [], governance: undefined, governedOffset: 0, governedTotal: 0 };
 }
 
 export const FoldResponse: MessageFns<FoldResponse> = {
@@ -6946,6 +7113,12 @@ export const FoldResponse: MessageFns<FoldResponse> = {
     }
     if (message.governance !== undefined) {
       GovernanceReport.encode(message.governance, writer.uint32(26).fork()).join();
+    }
+    if (message.governedOffset !== 0) {
+      writer.uint32(32).uint64(message.governedOffset);
+    }
+    if (message.governedTotal !== 0) {
+      writer.uint32(40).uint64(message.governedTotal);
     }
     return writer;
   },
@@ -6987,6 +7160,22 @@ export const FoldResponse: MessageFns<FoldResponse> = {
             message.governance = GovernanceReport.decode(reader, reader.uint32());
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.governedOffset = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.governedTotal = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7008,6 +7197,16 @@ export const FoldResponse: MessageFns<FoldResponse> = {
         ? object.governed_messages.map((e: any) => Message.fromJSON(e))
         : [],
       governance: isSet(object.governance) ? GovernanceReport.fromJSON(object.governance) : undefined,
+      governedOffset: isSet(object.governedOffset)
+        ? globalThis.Number(object.governedOffset)
+        : isSet(object.governed_offset)
+        ? globalThis.Number(object.governed_offset)
+        : 0,
+      governedTotal: isSet(object.governedTotal)
+        ? globalThis.Number(object.governedTotal)
+        : isSet(object.governed_total)
+        ? globalThis.Number(object.governed_total)
+        : 0,
     };
   },
 
@@ -7021,6 +7220,12 @@ export const FoldResponse: MessageFns<FoldResponse> = {
     }
     if (message.governance !== undefined) {
       obj.governance = GovernanceReport.toJSON(message.governance);
+    }
+    if (message.governedOffset !== 0) {
+      obj.governedOffset = Math.round(message.governedOffset);
+    }
+    if (message.governedTotal !== 0) {
+      obj.governedTotal = Math.round(message.governedTotal);
     }
     return obj;
   },
@@ -7037,6 +7242,8 @@ export const FoldResponse: MessageFns<FoldResponse> = {
     message.governance = (object.governance !== undefined && object.governance !== null)
       ? GovernanceReport.fromPartial(object.governance)
       : undefined;
+    message.governedOffset = object.governedOffset ?? 0;
+    message.governedTotal = object.governedTotal ?? 0;
     return message;
   },
 };
@@ -8001,7 +8208,7 @@ export const WatchResponse: MessageFns<WatchResponse> = {
 };
 
 function createBaseHistoryRequest(): HistoryRequest {
-  return { runId: "", offset: 0, limit: 0 };
+  return { runId: "", offset: 0, limit: 0, view: 0 };
 }
 
 export const HistoryRequest: MessageFns<HistoryRequest> = {
@@ -8014,6 +8221,9 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     }
     if (message.limit !== 0) {
       writer.uint32(24).uint64(message.limit);
+    }
+    if (message.view !== 0) {
+      writer.uint32(32).int32(message.view);
     }
     return writer;
   },
@@ -8055,6 +8265,14 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
             message.limit = longToNumber(reader.uint64());
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.view = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8076,6 +8294,7 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
         : "",
       offset: isSet(object.offset) ? globalThis.Number(object.offset) : 0,
       limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      view: isSet(object.view) ? historyViewFromJSON(object.view) : 0,
     };
   },
 
@@ -8090,6 +8309,9 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     if (message.limit !== 0) {
       obj.limit = Math.round(message.limit);
     }
+    if (message.view !== 0) {
+      obj.view = historyViewToJSON(message.view);
+    }
     return obj;
   },
 
@@ -8101,6 +8323,7 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     message.runId = object.runId ?? "";
     message.offset = object.offset ?? 0;
     message.limit = object.limit ?? 0;
+    message.view = object.view ?? 0;
     return message;
   },
 };
