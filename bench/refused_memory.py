@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from journald_client.pb import journal_pb2 as pb
 
     from tests.daemon import Daemon
-    from tests.integration.rpc import METHOD_PREFIX, padded
+    from tests.integration.rpc import METHOD_PREFIX, RAW_BYTES, padded
 
     extra = ("--max-message-bytes", args.max_message_bytes) if args.max_message_bytes else ()
     with (
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         channel = grpc.insecure_channel(
             d.target, options=[("grpc.max_send_message_length", 1 << 30)]
         )
-        verify = channel.unary_unary(METHOD_PREFIX + "Verify")
+        verify = channel.unary_unary(METHOD_PREFIX + "Verify", **RAW_BYTES)
         small = pb.VerifyRequest(run_id="../x").SerializeToString()
         big = padded(pb.VerifyRequest(run_id="../x"), args.pad_mib * MIB)
         codes: dict[str, int] = {}
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 verify(data, timeout=60)
                 codes["OK"] = codes.get("OK", 0) + 1
             except grpc.RpcError as exc:
-                name = exc.code().name  # type: ignore[attr-defined]
+                name = exc.code().name
                 codes[name] = codes.get(name, 0) + 1
 
         idle = d.vm_rss_bytes() / MIB

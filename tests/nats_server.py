@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,7 +263,7 @@ async def create_stream(
     url: str | list[str],
     name: str,
     prefix: str,
-    connect: dict[str, object] | None = None,
+    connect: Mapping[str, object] | None = None,
     **overrides: object,
 ) -> None:
     """Create a stream for journald with nats-py's JetStream management API (``connect``:

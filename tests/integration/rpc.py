@@ -16,16 +16,23 @@ from tests.builders import FP, TS
 from tests.waiting import eventually
 
 T = TypeVar("T")
+# keyword arguments of a channel's unary_unary & co. for a call that sends and receives bytes as
+# they are (grpc defaults both to None; grpc-stubs wrongly makes them required)
+RAW_BYTES: dict[str, None] = {"request_serializer": None, "response_deserializer": None}
 
 
 def stub(target: str) -> pbg.JournalServiceStub:
     return pbg.JournalServiceStub(grpc.insecure_channel(target))
 
 
-def error_of(exc: grpc.RpcError) -> pb.ErrorDetail:
+def trailer(exc: grpc.RpcError) -> tuple[tuple[str, bytes], ...]:
+    """The trailing metadata of a failed call."""
     # grpc-stubs types the trailer as objects; at run time each item is a (key, value) tuple
-    trailer = cast("tuple[tuple[str, bytes], ...]", exc.trailing_metadata() or ())
-    for key, value in trailer:
+    return cast("tuple[tuple[str, bytes], ...]", exc.trailing_metadata() or ())
+
+
+def error_of(exc: grpc.RpcError) -> pb.ErrorDetail:
+    for key, value in trailer(exc):
         if key == "journald-error-bin":
             return pb.ErrorDetail.FromString(value)
     raise AssertionError(f"no journald-error-bin trailer on {exc}")
@@ -171,7 +178,7 @@ def raw_unary(target: str, method: str, data: bytes, timeout: float = 30) -> grp
         target, options=[("grpc.max_send_message_length", 1 << 30)]
     ) as channel:
         try:
-            channel.unary_unary(METHOD_PREFIX + method)(data, timeout=timeout)
+            channel.unary_unary(METHOD_PREFIX + method, **RAW_BYTES)(data, timeout=timeout)
         except grpc.RpcError as exc:
             return exc
     raise AssertionError(f"{method} accepted {len(data)} bytes it should refuse")

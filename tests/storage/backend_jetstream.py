@@ -11,6 +11,7 @@ import atexit
 import itertools
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from journald.storage.jetstream import JetStreamStore
 from tests.nats_server import NatsServer, create_stream
@@ -31,7 +32,7 @@ def session_server() -> NatsServer:
     return _server
 
 
-async def fresh_stream(**overrides: object) -> tuple[str, str, str]:
+async def fresh_stream(**overrides: Any) -> tuple[str, str, str]:
     """Create a new journald stream on the session server: (url, stream name, prefix)."""
     server = session_server()
     n = next(_counter)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -86,9 +87,9 @@ async def test_the_printed_fix_run_by_natscli_makes_an_unsafe_stream_bind(
     case: str, server: NatsServer, stream_name: str, natscli: str, tmp_path: Path
 ) -> None:
     prefix = stream_name.lower()
-    overrides = dict(UNSAFE[case])
+    overrides: dict[str, Any] = dict(UNSAFE[case])
     if "subjects" in overrides:
-        overrides["subjects"] = [s.format(prefix=prefix) for s in overrides["subjects"]]  # type: ignore[attr-defined]
+        overrides["subjects"] = [s.format(prefix=prefix) for s in overrides["subjects"]]
     await create_stream(server.url, stream_name, prefix, **overrides)
     with pytest.raises(StreamConfigError) as err:
         await JetStreamStore.connect(server.url, stream_name)

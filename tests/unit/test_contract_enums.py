@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from journald_client import errors as client_errors
@@ -25,6 +26,8 @@ from journald.server.service import DURABILITY
 from journald.storage.info import status_of
 from journald.validation import schema_document
 from tests.builders import JournalBuilder, terminal_payload
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO = ROOT / "proto" / "journald" / "v1" / "journal.proto"
@@ -133,8 +136,8 @@ def test_error_classes_have_distinct_codes_in_the_daemon_and_the_python_client()
         assert base.code not in codes
 
 
-def _all_subclasses(cls: type) -> list[type]:
-    out = []
+def _all_subclasses(cls: type[T]) -> list[type[T]]:
+    out: list[type[T]] = []
     for sub in cls.__subclasses__():
         out += [sub, *_all_subclasses(sub)]
     return out

@@ -41,7 +41,7 @@ def deep_values(draw: st.DrawFn) -> Any:
     """A JSON value nested about as deep as the limit, with siblings and tricky strings."""
     rnd = random.Random(draw(st.integers(0, 2**32)))  # one draw: the shape needs hundreds
     leaf = lambda: rnd.choice([None, True, 3, -2, *TRICKY])  # noqa: E731
-    value = leaf()
+    value: Any = leaf()
     for _ in range(rnd.randint(MAX_JSON_DEPTH - 6, MAX_JSON_DEPTH + 6)):
         siblings = [leaf() for _ in range(rnd.randint(0, 2))]
         if rnd.random() < 0.5:

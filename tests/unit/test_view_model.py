@@ -106,7 +106,7 @@ def test_a_long_result_is_folded_to_a_few_lines_and_expands_in_full() -> None:
 
 
 @given(
-    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=300),
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=300),
     st.integers(min_value=1, max_value=140),
     st.booleans(),
     st.sampled_from(["user", "assistant", "thinking", "call", "result", "note", "record"]),
