@@ -260,7 +260,7 @@ async def test_details_take_export_fork_and_restore_a_checkpoint_after_confirmin
             await until(pilot, lambda: isinstance(app.screen, Confirm), "the restore dialog")
             await pilot.click("#yes")
             await until(pilot, lambda: jd.fold("ops").last_seq > before, "the restore")
-            assert jd.load("ops", before + 1)[-1].kind == "rebase"
+            assert list(jd.load("ops", before + 1))[-1].kind == "rebase"
             assert len(jd.fold("ops").messages) == ckpt.message_count
 
 
