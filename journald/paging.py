@@ -207,16 +207,17 @@ def page_window(w: Window, offset: int, limit: int) -> Page | None:
     def at(i: int) -> Message:
         return msgs[i - w.base]
 
+    def clean(i: int) -> bool:  # ``is_clean`` on global indexes (index 0 is always clean)
+        return i <= 0 or i >= w.total or not answers_previous(at(i))
+
     start = offset
-    while start > first_full and start < w.total and answers_previous(at(start)):
+    while start > first_full and not clean(start):
         start -= 1
-    if start < w.total and start >= first_full and answers_previous(at(start)):
+    if start < w.total and (start < first_full or not clean(start)):
         return None  # the aligned start lies before the window
-    if start < first_full and start < w.total:
-        return None
     if limit <= 0:
         return Page([], w.total, start, start)
     end = min(offset + limit, w.total)
-    while end < w.total and answers_previous(at(end)):
+    while not clean(end):
         end += 1
     return Page([at(i) for i in range(start, end)], w.total, start, end)

@@ -12,9 +12,9 @@ from journald.fold import fold
 from journald.governance import sanitize
 from journald.paging import MessageCounter, Page, fold_window, page, page_window, tail_start
 from journald.records import Record
-from tests.builders import JournalBuilder
+from tests.builders import JournalBuilder, text
 from tests.profiles import scaled
-from tests.unit.strategies import journals, message_lists
+from tests.unit.strategies import journals, message_lists, tool_result_block
 
 Message = Mapping[str, Any]
 
@@ -138,3 +138,18 @@ def test_a_fold_mark_and_the_records_after_it_page_like_the_whole_run(
             assert got == page(full, offset, limit)
         elif limit > 0:
             assert offset <= w.base + skip  # only pages reaching before the window are refused
+
+
+def test_a_window_whose_first_message_carries_tool_results_still_pages_from_index_0() -> None:
+    # Hypothesis found it: a rebase may start the conversation with a message holding tool
+    # results. Index 0 is a clean boundary all the same, so a window folded from a mark
+    # before the rebase holds everything the page needs and must serve it.
+    b = JournalBuilder("paging")
+    answer = {"role": "user", "content": [tool_result_block("a", [text("ok")])]}
+    b.add("rebase", {"reason": "compaction", "messages": [answer, answer]})
+    full: list[Message] = list(fold(b.records).messages)
+    mark = MessageCounter()
+    mark.add(b.records[0].kind, b.records[0].seq, b.records[0].payload)
+    w = fold_window(mark.mark(), b.records[1:])
+    for offset in (0, 1):
+        assert page_window(w, offset, 1) == page(full, offset, 1) == Page(full, 2, 0, 2)
