@@ -7,7 +7,7 @@ Layout
     <data_dir>/                      0700  default: default_data_dir()
       sessions/                      0700
         <run_id>/                    0700  run id checked by records.validate_id first
-          journal.jsonl              0600  active segment: one canonical record + "\\n" per line
+          journal.jsonl              0600  active segment: one framed record per line
           segments/000001.jsonl      0600  sealed segments (immutable once listed)
           manifest.json              0600  segment list + chain anchors (absent: single volume)
           meta.json                  0600  listing cache (never truth; ignored when stale)
@@ -17,8 +17,20 @@ Layout
           checkpoints/                     (owned by the checkpoint store)
       quarantine/<run_id>-<stamp>/         recovery evidence, outside every run
 
-A record is one line: its canonical JSON bytes (``journald.records``) followed by ``\\n``.
-A line without its newline is not a record.
+Line framing
+------------
+A record is stored as one line::
+
+    <canonical JSON bytes of the record> TAB <checksum> LF
+
+``checksum`` is the first 16 lowercase hex digits of the record's sha256 (the record's hash,
+already computed when it was built, so framing costs no hashing). The record bytes are
+exactly those of ``journald.records`` (the hash chain, JetStream message bodies and exports
+do not change); canonical JSON never holds a raw tab or newline, so the first tab ends the
+record. The checksum is what vouches for the last record of a file, which no ``prev`` of a
+later record covers yet. A line without its newline is not a record. Lines written before
+the framing existed (``<canonical JSON> LF``, no tab) are still read: they are "legacy"
+lines, checked by the chain as before and, when last, by the record schema only.
 
 Manifest (``journald-manifest/1``, JSON): ``generation`` (bumped by every write), ``segments``
 (in order: file, first_seq, last_seq, records, messages, bytes, first_hash, last_hash,
@@ -55,19 +67,30 @@ generation changed while they read.
 
 Recovery rules
 --------------
-* Torn tail: bytes after the last newline of ``journal.jsonl``, or a final complete line that
-  is not JSON. Readers skip it. An open for append copies it to ``journal.jsonl.broken``
-  (``.1``, ``.2`` … if taken), fsyncs the copy, truncates the journal to the last complete
-  record, fsyncs, and reports it as ``Journal.repair``. The next record is written at that
-  length, on a line of its own.
-* Interior damage — a line that does not decode to a canonical record, a seq out of order, a
-  hash-chain break not covered by an anchor, a sealed segment with a partial line or
-  disagreeing with its manifest entry, a listed segment missing, an unlisted segment that is
-  not an interrupted seal — raises ``StoreCorrupted`` naming run, file, line and seq. A run is
-  never read as a shorter history. Reads re-encode only the last record to prove it
-  canonical: any other record whose bytes changed since they were written breaks the chain at
-  the record after it (or disagrees with its segment's manifest entry); ``verify`` and
-  recovery re-encode every record (``segments.ChainReader``).
+* Torn tail: bytes written after the last acknowledgement, as a crash leaves them
+  (``segments.tail_end``). A kill stops a write part way: the bytes after the last newline
+  are a strict prefix of a line (the front of a record's bytes, or a complete record and the
+  front of its checksum; a record missing only its newline counts). A power cut can leave
+  zero-filled sectors: the first line holding a NUL byte starts a torn tail when its first
+  NUL run starts at that line or on a 512-byte boundary, ends on one or at the end of the
+  file, and the bytes before it in the line are such a prefix. Readers skip a torn tail. An
+  open for append copies it to ``journal.jsonl.broken`` (``.1``, ``.2`` … if taken), fsyncs
+  the copy, truncates the journal to the last complete record, fsyncs, and reports it as
+  ``Journal.repair``. The next record is written at that length, on a line of its own.
+* Damaged tail: anything else after the last good line is damage, not a tear, because no
+  crash writes it: a complete line that fails its checksum, parse or chain (a flipped byte),
+  a complete record followed by other bytes (a changed newline merging two lines or trailing
+  the last). It is reported like interior damage (below); nothing is cut, and the open is
+  refused, so no append can reuse an acknowledged seq.
+* Interior damage — a line that does not decode to a canonical record or fails its
+  checksum, a seq out of order, a hash-chain break not covered by an anchor, a sealed
+  segment with a partial line or disagreeing with its manifest entry, a listed segment
+  missing, an unlisted segment that is not an interrupted seal — raises ``StoreCorrupted``
+  naming run, file, line and seq. A run is never read as a shorter history. Reads re-encode
+  only the last record to prove it canonical: any other record whose bytes changed since
+  they were written fails its checksum and breaks the chain at the record after it (or
+  disagrees with its segment's manifest entry); ``verify`` and recovery re-encode every
+  record (``segments.ChainReader``).
 * ``recover(run_id, quarantine_dir)`` moves damaged interior records out of the run (raw
   bytes to a directory outside it), rewrites the volume without them and anchors each hole
   in the manifest; it returns a ``QuarantineReport`` (positions and hashes, no text).
@@ -147,15 +170,18 @@ from journald.storage.segments import (
     Line,
     Manifest,
     SegmentInfo,
-    active_end,
     atomic_write,
+    checksum_ok,
     corrupted,
     file_lines,
+    frame,
     fsync_dir,
     message_count,
     read_manifest,
-    split_active,
+    reframe,
     split_complete,
+    tail_end,
+    unframe,
     write_all,
     write_manifest,
 )
@@ -298,7 +324,8 @@ class FileStore(FileReads):
             stats = SegmentStats()
             data = read_file(path)
             end = split_complete(data)[1]
-            for _, rec in self._chain(run_id, m, file_lines(seg, data), start_seq, start_hash):
+            lines = file_lines(seg, data[:end])
+            for _, rec in self._chain(run_id, m, lines, start_seq, start_hash):
                 stats.add(rec)
             if end != len(data) or not stats.records:
                 os.unlink(seg)  # never sealed a partial file; roll the seal back
@@ -318,6 +345,11 @@ class FileStore(FileReads):
         if last_seg and os.path.exists(path) and os.path.samefile(path, last_seg):
             atomic_write(path, b"")  # finish a seal interrupted after its manifest
         return m
+
+    def _first_record(self, run_id: str, path: str) -> Record:
+        with open(path, "rb") as f:
+            first = f.readline()
+        return _stored(run_id, Line(path, 1, first.rstrip(b"\n")), 1)
 
     def _finish_replace(self, run_dir: str, run_id: str, m: Manifest) -> None:
         staged = os.path.join(run_dir, m.pending)
@@ -360,11 +392,11 @@ class FileStore(FileReads):
         m = self._settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
         data = read_file(path) if os.path.exists(path) else b""
-        end = active_end(data)
+        end = tail_end(data)
+        tail = self._active_tail(run_id, m, path, data[:end])  # damage refuses here, unchanged
         report = None
         if end < len(data):
             report = self._repair_tail(run_id, run_dir, data, end)
-        tail = self._active_tail(run_id, m, path, data[:end])
         stats = tail.stats
         last_seq, last_hash = (
             (stats.last_seq, stats.last_hash) if stats.records else m.active_start()
@@ -373,9 +405,7 @@ class FileStore(FileReads):
             report = RepairReport(report.file, report.dropped_bytes, report.broken_copy, last_seq)
         meta = None
         if m.segments:
-            first = os.path.join(run_dir, SEGMENTS, m.segments[0].file)
-            with open(first, "rb") as f:
-                meta = decode(f.readline().rstrip(b"\n"))
+            meta = self._first_record(run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file))
         elif tail.first is not None and tail.first.seq == 1:
             meta = tail.first
         return OpenState(m, end, stats, last_seq, last_hash, meta, tail.recent, report)
@@ -524,7 +554,7 @@ class FileStore(FileReads):
                 0, Anchor(meta.seq, meta.hash, rb.seq, rb.prev, "prune", meta.seq + 1, rb.seq - 1)
             )
             await asyncio.to_thread(
-                self._replace_volume, run_id, run_dir, m, [r.raw for r in kept], anchors
+                self._replace_volume, run_id, run_dir, m, [frame(r) for r in kept], anchors
             )
             return PruneReport(
                 run_id, True, rb.seq, meta.seq + 1, rb.seq - 1, len(records) - len(kept), len(kept)
@@ -543,7 +573,7 @@ class FileStore(FileReads):
         staged = os.path.join(run_dir, STAGED)
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
-            write_all(fd, b"".join(raw + b"\n" for raw in lines), 0)
+            write_all(fd, b"".join(lines), 0)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -574,14 +604,14 @@ class FileStore(FileReads):
         m = self._settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
         data = read_file(path) if os.path.exists(path) else b""
-        lines_a, end = split_active(data)
+        end = tail_end(data)
         if end < len(data):
             self._repair_tail(run_id, run_dir, data, end)
         lines: list[Line] = []
         for s in m.segments:
             seg = os.path.join(run_dir, SEGMENTS, s.file)
             lines.extend(file_lines(seg, read_file(seg)))
-        lines.extend(Line(path, i, raw) for i, raw in enumerate(lines_a, 1))
+        lines.extend(file_lines(path, data[:end]))
         anchors = {a.after_seq: a for a in m.anchors}
         bad: list[tuple[Line, int, str]] = []
         for _ in range(len(lines) + 1):
@@ -633,7 +663,7 @@ class FileStore(FileReads):
         fsync_dir(out)
         report.quarantined = len(bad)
         report.directory = out
-        kept = [ln.raw for ln in lines]
+        kept = [reframe(ln.raw) for ln in lines]
         live = {_decoded(ln).seq for ln in lines if _decoded(ln) is not None}  # type: ignore[union-attr]
         used = [a for a in anchors.values() if a.after_seq in live or a.after_seq == 0]
         self._replace_volume(run_id, run_dir, m, kept, sorted(used, key=lambda a: a.after_seq))
@@ -643,17 +673,24 @@ class FileStore(FileReads):
 
     def _info(self, run_id: str) -> RunInfo:
         m, files, _ = self._iter_checked(run_id, 1 << 62)
-        active = files[-1][1]
-        lines, _ = split_complete(active)
-        last = decode(lines[-1]) if lines else None
-        first = decode(lines[0]) if lines and (m.pending or not m.segments) else None
+        active_name, active, _ = files[-1]
+        lines, _ = split_complete(active)  # the walk refused anything else
+        last = first = None
+        if lines:
+            last = _stored(run_id, Line(active_name, len(lines), lines[-1]), 0)
+            if m.pending or not m.segments:
+                first = _stored(run_id, Line(active_name, 1, lines[0]), 1)
         if m.segments and not m.pending:
             try:
-                with open(self._seg_path(run_id, m.segments[0].file), "rb") as f:
-                    first = decode(f.readline().rstrip(b"\n"))
+                first = self._first_record(run_id, self._seg_path(run_id, m.segments[0].file))
                 if last is None:
-                    seg = read_file(self._seg_path(run_id, m.segments[-1].file))
-                    last = decode(split_complete(seg)[0][-1])
+                    s = m.segments[-1]
+                    seg = self._seg_path(run_id, s.file)
+                    last = _stored(
+                        run_id,
+                        Line(seg, s.records, split_complete(read_file(seg))[0][-1]),
+                        s.last_seq,
+                    )
             except FileNotFoundError as exc:
                 raise StoreCorrupted(
                     f"run {run_id}: segment {os.path.basename(str(exc.filename))} is listed in "
@@ -743,9 +780,22 @@ class FileStore(FileReads):
 
 def _decoded(line: Line) -> Record | None:
     try:
-        return decode(line.raw)
+        return decode(unframe(line.raw)[0])
     except JournaldError:
         return None
+
+
+def _stored(run_id: str, line: Line, seq: int) -> Record:
+    """One stored line decoded and checked against its checksum, or ``StoreCorrupted`` naming
+    the run, the file, the line and ``seq`` (the seq expected there, 0 when unknown)."""
+    body, check = unframe(line.raw)
+    try:
+        rec = decode(body)
+    except JournaldError as exc:
+        raise corrupted(run_id, line, seq, f"not a valid record ({exc.message})") from None
+    if not checksum_ok(rec, check):
+        raise corrupted(run_id, line, seq or rec.seq, "the line's checksum does not match")
+    return rec
 
 
 def _cached_info(run_dir: str) -> RunInfo | None:

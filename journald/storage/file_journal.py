@@ -35,6 +35,7 @@ from journald.storage.segments import (
     Manifest,
     SegmentInfo,
     atomic_write,
+    frame,
     fsync_dir,
     message_count,
     storage_error,
@@ -285,7 +286,7 @@ class FileJournal:
             while self._queue:
                 group, self._queue = self._queue, []
                 new = [r for batch, _ in group for r in batch]
-                data = b"".join(r.raw + b"\n" for r in new)
+                data = b"".join(frame(r) for r in new)
                 try:
                     await self._io.run(self._write_durable, data, new[0].seq)
                 except Exception as exc:

@@ -38,11 +38,12 @@ from journald.storage.segments import (
     Line,
     Manifest,
     SegmentInfo,
-    active_end,
     corrupted,
     file_lines,
     line_start,
     read_manifest,
+    tail_end,
+    unframe,
 )
 
 MISSING = b"\0missing"
@@ -167,7 +168,7 @@ class FileReads:
                         name = staged
                     except FileNotFoundError:
                         data, name = read_file(path), path
-                    files.append((name, data[: active_end(data)], None))
+                    files.append((name, data[: tail_end(data)], None))
                 else:
                     segs = m.segments
                     idx = next((i for i, s in enumerate(segs) if s.last_seq >= from_seq), len(segs))
@@ -191,7 +192,7 @@ class FileReads:
                         if not same:
                             with os.fdopen(os.dup(afd), "rb") as f:
                                 active = f.read()
-                    files.append((path, active[: active_end(active)], None))
+                    files.append((path, active[: tail_end(active)], None))
                 again = read_manifest(run_dir, run_id) or Manifest()
                 if again.generation == m.generation:
                     return m, files, start_seq, start_hash
@@ -309,10 +310,10 @@ def _skip_to(
     if end < 0:
         return walk_all  # no complete line k
     try:
-        rec = decode_stored(data[before_end:end])
+        rec = decode_stored(unframe(data[before_end:end])[0])
     except JournaldError:
         return walk_all
-    if rec.seq != from_seq or rec.prev != sha256_hex(data[at : before_end - 1]):
+    if rec.seq != from_seq or rec.prev != sha256_hex(unframe(data[at : before_end - 1])[0]):
         return walk_all
     return k, data[before_end:], from_seq - 1, rec.prev
 

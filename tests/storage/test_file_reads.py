@@ -57,22 +57,24 @@ def layout(data: Path) -> list[tuple[Path, int, int]]:
         files = [run_path(data, SEGMENTS) / s["file"] for s in manifest["segments"]]
     files.append(run_path(data))
     return [
-        (f, i, json.loads(line)["seq"])
+        (f, i, json.loads(segments.unframe(line)[0])["seq"])
         for f in files
         for i, line in enumerate(f.read_bytes().splitlines(), 1)
     ]
 
 
 def alter(path: Path, line_no: int, how: str) -> None:
-    """Rewrite one line as different but still valid JSON of the same record."""
+    """Rewrite one line as different but still valid JSON of the same record, framed with a
+    checksum that matches the new bytes (so the chain, not the checksum, must catch it)."""
     lines = path.read_bytes().split(b"\n")
-    obj = json.loads(lines[line_no - 1])
+    body = segments.unframe(lines[line_no - 1])[0]
+    obj = json.loads(body)
     if how == "keys reordered":
         new = json.dumps(dict(reversed(obj.items())), separators=(",", ":"), ensure_ascii=False)
     else:  # whitespace added
         new = json.dumps(obj, sort_keys=True, ensure_ascii=False)
-    assert new.encode() != lines[line_no - 1]
-    lines[line_no - 1] = new.encode()
+    assert new.encode() != body
+    lines[line_no - 1] = segments.reframe(new.encode())[:-1]
     path.write_bytes(b"\n".join(lines))
 
 

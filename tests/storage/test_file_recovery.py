@@ -13,7 +13,7 @@ from journald import failpoints
 from journald.errors import BackendUnavailable, StoreCorrupted
 from journald.records import Record
 from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS
+from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS, frame, unframe
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 
 RUN = "run-1"
@@ -65,8 +65,8 @@ async def test_repairs_a_last_record_cut_at_every_byte_offset_and_appends_after_
     nxt = b.add("user", user_payload("after the tear"))
     store = await write_run(tmp_path, records)
     path = run_path(tmp_path)
-    good = b"".join(r.raw + b"\n" for r in records[:-1])
-    last = records[-1].raw + b"\n"
+    good = b"".join(frame(r) for r in records[:-1])
+    last = frame(records[-1])
     assert path.read_bytes() == good + last
     for cut in range(1, len(last)):
         path.write_bytes(good + last[:cut])
@@ -84,22 +84,54 @@ async def test_repairs_a_last_record_cut_at_every_byte_offset_and_appends_after_
         # the retried record and the next one each land on a line of their own
         await journal.append([records[-1], nxt])
         await journal.close()
-        assert path.read_bytes() == good + last + nxt.raw + b"\n"
+        assert path.read_bytes() == good + last + frame(nxt)
         assert [r.raw for r in await store.load(RUN)] == [r.raw for r in [*records, nxt]]
     await store.verify(RUN)
 
 
-async def test_a_complete_but_unparsable_final_line_is_a_torn_tail(tmp_path: Path) -> None:
+async def test_zero_filled_sectors_after_the_last_record_are_a_torn_tail(tmp_path: Path) -> None:
+    """What a power cut leaves: the file grew but the sectors after the acknowledged records
+    read back as zeros, possibly followed by a later sector that did reach the disk."""
+    b = JournalBuilder(RUN, prompt="p")
+    b.turn(["t0"])
+    records = list(b.records)
+    unacked = frame(b.add("user", user_payload("x" * 1500)))
+    store = await write_run(tmp_path, records)
+    size = run_path(tmp_path).stat().st_size
+    to_sector = -size % 512 or 512
+    for tail in (
+        b"\0" * to_sector + b"garbage\n",  # zeros from the last record to a sector end
+        unacked[:to_sector] + b"\0" * 700,  # a sector of the next record, then zeros to EOF
+        unacked[: to_sector + 512] + b"\0" * 512 + unacked[to_sector + 1024 :],
+    ):
+        with run_path(tmp_path).open("r+b") as f:
+            f.truncate(size)
+            f.seek(size)
+            f.write(tail)
+        assert len(await store.load(RUN)) == len(records)
+        journal = await store.open(RUN)
+        assert journal.repair is not None
+        assert journal.repair.dropped_bytes == len(tail)
+        assert "torn final record" in journal.repair.sentence()
+        await journal.close()
+
+
+async def test_a_complete_final_line_that_fails_its_checks_is_damage_not_a_tear(
+    tmp_path: Path,
+) -> None:
+    """A crash cuts bytes or zeroes whole sectors; it never writes a complete other line."""
     records = small_run(1)
     store = await write_run(tmp_path, records)
-    with run_path(tmp_path).open("ab") as f:
-        f.write(b"\x00\x00\x00garbage\n")
-    assert len(await store.load(RUN)) == len(records)
-    journal = await store.open(RUN)
-    assert journal.repair is not None
-    assert journal.repair.dropped_bytes == len(b"\x00\x00\x00garbage\n")
-    assert "torn final record" in journal.repair.sentence()
-    await journal.close()
+    data = run_path(tmp_path).read_bytes()
+    for tail in (b"garbage\n", b"\x00\x00\x00garbage\n", frame(records[-1])[5:]):
+        run_path(tmp_path).write_bytes(data + tail)
+        for read in (store.load, store.verify, store.open):
+            with pytest.raises(StoreCorrupted) as err:
+                await read(RUN)
+            assert err.value.metadata["seq"] == str(len(records) + 1)
+            assert err.value.metadata["line"] == str(len(records) + 1)
+        assert run_path(tmp_path).read_bytes() == data + tail
+        assert not list(run_path(tmp_path).parent.glob("journal.jsonl.broken*"))
 
 
 async def test_a_second_repair_keeps_the_first_broken_copy(tmp_path: Path) -> None:
@@ -136,7 +168,7 @@ def layout(data: Path) -> list[tuple[Path, int, int]]:
     files.append(run_path(data))
     for f in files:
         for i, line in enumerate(f.read_bytes().splitlines(), 1):
-            out.append((f, i, json.loads(line)["seq"]))
+            out.append((f, i, json.loads(unframe(line)[0])["seq"]))
     return out
 
 

@@ -17,7 +17,7 @@ from journald import failpoints
 from journald.errors import BackendUnavailable, InvalidId, Locked, StorageFull, StoreCorrupted
 from journald.records import Record
 from journald.storage.file import FileStore, default_data_dir
-from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS
+from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame
 from tests.builders import JournalBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,6 +256,7 @@ async def test_seals_by_bytes_and_never_when_segmentation_is_off(tmp_path: Path)
 
 
 async def test_a_run_without_a_manifest_reads_as_a_single_volume(tmp_path: Path) -> None:
+    """Written as older versions did: unframed lines (no checksum) and no manifest."""
     records = records_of(4)
     run = tmp_path / "sessions" / RUN
     run.mkdir(parents=True)
@@ -313,7 +314,7 @@ async def test_writer_thread_and_executor_io_store_the_same_bytes(tmp_path: Path
         await asyncio.gather(*(journal.append([r]) for r in records[1:]))
         await journal.close()
         raws.append(read(tmp_path / io / "sessions" / RUN / JOURNAL))
-    assert raws[0] == raws[1] == b"".join(r.raw + b"\n" for r in records)
+    assert raws[0] == raws[1] == b"".join(frame(r) for r in records)
 
 
 async def test_readers_racing_seals_and_a_prune_always_see_a_whole_volume(
