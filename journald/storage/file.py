@@ -10,7 +10,8 @@ Layout
           journal.jsonl              0600  active segment: one framed record per line
           segments/000001.jsonl      0600  sealed segments (immutable once listed)
           manifest.json              0600  segment list + chain anchors (absent: single volume)
-          meta.json                  0600  listing cache (never truth; ignored when stale)
+          meta.json                  0600  listing cache (ignored when stale; its last_seq is
+                                           a floor: see "Missing records" below)
           journal.lock               0600  flock of the append handle; holds "pid host since"
           journal.jsonl.broken[.N]   0600  torn tails cut by a repair
           journal.jsonl.staged       0600  a prune/recovery volume being put in place
@@ -91,6 +92,13 @@ Recovery rules
   they were written fails its checksum and breaks the chain at the record after it (or
   disagrees with its segment's manifest entry); ``verify`` and recovery re-encode every
   record (``segments.ChainReader``).
+* Missing records: the writer writes the listing cache (``meta.json``) after the run's
+  first record, at each seal and when it closes, always from acknowledged records; only a
+  prune or a recovery (which keep or raise the last seq) removes it. Its ``last_seq`` is
+  therefore a floor: a run whose files end below it lost acknowledged records (an active
+  segment deleted or cut at a line boundary) and is ``StoreCorrupted``, as is a run whose
+  manifest lists segments but whose active segment is gone. Such a run still ``exists``
+  (an Open resumes and refuses it rather than creating a new run over it).
 * ``recover(run_id, quarantine_dir)`` moves damaged interior records out of the run (raw
   bytes to a directory outside it), rewrites the volume without them and anchors each hole
   in the manifest; it returns a ``QuarantineReport`` (positions and hashes, no text).
@@ -154,7 +162,13 @@ from journald.storage.file_journal import (
     read_file,
     unique_path,
 )
-from journald.storage.file_reads import FileReads, Records
+from journald.storage.file_reads import (
+    FileReads,
+    Records,
+    listed_last_seq,
+    missing_active,
+    records_missing,
+)
 from journald.storage.info import run_info_from
 from journald.storage.segments import (
     BROKEN,
@@ -162,6 +176,7 @@ from journald.storage.segments import (
     FILE_MODE,
     JOURNAL,
     LOCK,
+    MANIFEST,
     META_CACHE,
     SEGMENTS,
     STAGED,
@@ -389,19 +404,26 @@ class FileStore(FileReads):
         return RepairReport(path, len(data) - end, broken, 0)
 
     def _open_state(self, run_id: str, run_dir: str) -> OpenState:
+        floor = listed_last_seq(run_dir)
         m = self._settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
-        data = read_file(path) if os.path.exists(path) else b""
+        try:
+            data = read_file(path)
+        except FileNotFoundError:
+            if m.segments:
+                raise missing_active(run_id, path, m) from None
+            data = b""
         end = tail_end(data)
         tail = self._active_tail(run_id, m, path, data[:end])  # damage refuses here, unchanged
-        report = None
-        if end < len(data):
-            report = self._repair_tail(run_id, run_dir, data, end)
         stats = tail.stats
         last_seq, last_hash = (
             (stats.last_seq, stats.last_hash) if stats.records else m.active_start()
         )
-        if report is not None:
+        if last_seq < floor:
+            raise records_missing(run_id, path, last_seq, floor)
+        report = None
+        if end < len(data):
+            report = self._repair_tail(run_id, run_dir, data, end)
             report = RepairReport(report.file, report.dropped_bytes, report.broken_copy, last_seq)
         meta = None
         if m.segments:
@@ -453,6 +475,9 @@ class FileStore(FileReads):
         self._open[run_id] = journal
         try:
             await journal.append([meta])
+            # the listing cache from the first record on: evidence that the run held records
+            # (a floor for its last seq) even if its writer never closes it
+            await journal.write_listing()
         except BaseException:
             await journal.close()
             await asyncio.to_thread(shutil.rmtree, run_dir, True)
@@ -460,8 +485,12 @@ class FileStore(FileReads):
         return journal
 
     def _has_records(self, run_dir: str) -> bool:
-        if os.path.exists(os.path.join(run_dir, "manifest.json")):
-            return True
+        """Whether the run ever held records: a manifest or a listing cache (written after
+        its first record, see ``listed_last_seq``) or a non-empty journal. A run whose
+        journal went missing still exists, and reads report the damage."""
+        for name in (MANIFEST, META_CACHE):
+            if os.path.exists(os.path.join(run_dir, name)):
+                return True
         try:
             return os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0
         except FileNotFoundError:

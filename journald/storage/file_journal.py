@@ -402,6 +402,10 @@ class FileJournal:
         self._stats = SegmentStats()
         self._write_cache()
 
+    async def write_listing(self) -> None:
+        """Refresh the run's listing cache (``meta.json``; not fsynced: a cache)."""
+        await self._io.run(self._write_cache)
+
     def _write_cache(self) -> None:
         if self._meta is None or not self._recent:
             return

@@ -21,6 +21,7 @@ Format, layout and recovery rules: see ``journald.storage.file`` (reads take no 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -28,11 +29,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from journald.errors import BackendUnavailable, JournaldError, SessionNotFound
+from journald.errors import BackendUnavailable, JournaldError, SessionNotFound, StoreCorrupted
 from journald.records import GENESIS, Record, decode_stored, sha256_hex
 from journald.storage.file_journal import RECENT, SegmentStats, read_file
 from journald.storage.segments import (
     JOURNAL,
+    META_CACHE,
     SEGMENTS,
     ChainReader,
     Line,
@@ -158,7 +160,10 @@ class FileReads:
             except FileNotFoundError:
                 afd = None
             try:
-                m = read_manifest(run_dir, run_id) or Manifest()
+                listed = read_manifest(run_dir, run_id)
+                m = listed or Manifest()
+                if listed is not None and not m.pending and afd is None:
+                    raise missing_active(run_id, path, m)
                 files: Files = []
                 start_seq, start_hash = 0, GENESIS
                 if m.pending:
@@ -209,6 +214,7 @@ class FileReads:
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``strict``: give
         every record the full canonical check (``ChainReader``) and skip no line."""
+        floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
         m, files, start_seq, start_hash = self._snapshot(run_id, from_seq)
         for name, data, info in files:
             if info is None:
@@ -256,6 +262,8 @@ class FileReads:
                 out.append(rec)
             if tail is not None and line.file == active_name:
                 tail.add(rec)
+        if reader.seq < floor:
+            raise records_missing(run_id, active_name, reader.seq, floor)
         for name, data, info in files:
             if info is None:
                 continue
@@ -279,6 +287,39 @@ class FileReads:
         if not out and from_seq <= 1:
             raise self._not_found(run_id)
         return out
+
+
+def listed_last_seq(run_dir: str) -> int:
+    """The last seq the run's listing cache (``meta.json``) recorded, 0 if none. The writer
+    writes it only after those records were acknowledged and only a prune or a recovery
+    (which keep the run's last seq or raise it) removes it, so however stale, the run still
+    holds that seq: a floor that notices acknowledged records gone missing."""
+    try:
+        obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
+        seq = obj["info"]["last_seq"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0
+    return seq if type(seq) is int else 0
+
+
+def records_missing(run_id: str, name: str, last_seq: int, floor: int) -> StoreCorrupted:
+    return corrupted(
+        run_id,
+        Line(name, 0, b""),
+        last_seq + 1,
+        f"acknowledged records are missing: the run's listing recorded seq {floor}, its "
+        f"files end at seq {last_seq}",
+    )
+
+
+def missing_active(run_id: str, path: str, m: Manifest) -> StoreCorrupted:
+    return corrupted(
+        run_id,
+        Line(path, 0, b""),
+        m.active_start()[0] + 1,
+        "the active segment is missing (the manifest lists the run's sealed segments; the "
+        "records after them were in this file)",
+    )
 
 
 def _skip_to(

@@ -23,7 +23,7 @@ import pytest
 from journald.errors import JournaldError, StoreCorrupted
 from journald.records import Record
 from journald.storage.file import FileJournal, FileStore
-from journald.storage.segments import JOURNAL
+from journald.storage.segments import JOURNAL, META_CACHE
 from tests.builders import JournalBuilder, assistant_payload, result_payload, text, tool_use
 
 RUN = "tail-run"
@@ -151,3 +151,30 @@ async def test_every_flip_in_the_last_two_records_is_reported_as_corruption(
     for kind, tally in tallies.items():
         print(tally_line(f"segment_max_records={segment_max_records} {kind} flips", tally))
     assert not failures, f"{len(failures)} flips not reported as corruption: {failures[:10]}"
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "writer-killed"])
+@pytest.mark.parametrize("segment_max_records", [1000, 2], ids=["one-volume", "segmented"])
+async def test_a_deleted_active_segment_is_corruption_not_a_shorter_history(
+    tmp_path: Path, segment_max_records: int, closed: bool
+) -> None:
+    data = tmp_path / "data"
+    recs = records()
+    store = FileStore(data, segment_max_records=segment_max_records)
+    journal = await store.create(recs[0])
+    run_dir = data / "sessions" / RUN
+    cache = run_dir / META_CACHE
+    at_create = cache.read_bytes() if cache.exists() else None
+    for rec in recs[1:]:
+        await journal.append([rec])
+    await journal.close()
+    if not closed:  # a writer killed after its create leaves the listing of that moment
+        if at_create is None:
+            cache.unlink()
+        else:
+            cache.write_bytes(at_create)
+    (run_dir / JOURNAL).unlink()
+    store = FileStore(data, segment_max_records=segment_max_records)
+    assert await outcome(store, recs) == "detected"
+    assert await store.exists(RUN)  # so an Open resumes (and refuses) instead of re-creating
+    assert not (run_dir / JOURNAL).exists(), "a refused open re-created the journal"

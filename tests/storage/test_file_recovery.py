@@ -13,7 +13,7 @@ from journald import failpoints
 from journald.errors import BackendUnavailable, StoreCorrupted
 from journald.records import Record
 from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS, frame, unframe
+from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame, unframe
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 
 RUN = "run-1"
@@ -63,13 +63,15 @@ async def test_repairs_a_last_record_cut_at_every_byte_offset_and_appends_after_
     b.add("user", user_payload("hi"))
     records = list(b.records)
     nxt = b.add("user", user_payload("after the tear"))
-    store = await write_run(tmp_path, records)
+    store = await write_run(tmp_path, records[:-1])  # the last one is never acknowledged
+    listing = run_path(tmp_path, META_CACHE).read_bytes()
     path = run_path(tmp_path)
     good = b"".join(frame(r) for r in records[:-1])
     last = frame(records[-1])
-    assert path.read_bytes() == good + last
+    assert path.read_bytes() == good
     for cut in range(1, len(last)):
         path.write_bytes(good + last[:cut])
+        run_path(tmp_path, META_CACHE).write_bytes(listing)
         for leftover in run_path(tmp_path).parent.glob("journal.jsonl.broken*"):
             leftover.unlink()
         # a read without a lease just does not see the torn line
@@ -144,6 +146,22 @@ async def test_a_second_repair_keeps_the_first_broken_copy(tmp_path: Path) -> No
         await journal.close()
     assert run_path(tmp_path, "journal.jsonl.broken").read_bytes() == b'{"v":1'
     assert run_path(tmp_path, "journal.jsonl.broken.1").read_bytes() == b'{"v":1,"seq"'
+
+
+async def test_an_active_segment_cut_at_a_line_boundary_is_missing_records_not_a_tear(
+    tmp_path: Path,
+) -> None:
+    """No crash removes whole acknowledged lines: the listing remembers the last seq."""
+    records = small_run(2)
+    store = await write_run(tmp_path, records)
+    data = run_path(tmp_path).read_bytes()
+    cut = data.rfind(b"\n", 0, len(data) - 1) + 1
+    run_path(tmp_path).write_bytes(data[:cut])
+    for read in (store.load, store.verify, store.open, store.info):
+        with pytest.raises(StoreCorrupted, match="acknowledged records are missing") as err:
+            await read(RUN)
+        assert err.value.metadata["seq"] == str(len(records))
+    assert run_path(tmp_path).read_bytes() == data[:cut]
 
 
 # --- interior corruption -----------------------------------------------------------------
