@@ -326,6 +326,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                     record_count=i.record_count,
                     bytes=i.bytes,
                     last_seq=i.last_seq,
+                    error=i.error,
                 )
                 for i in infos
             ]

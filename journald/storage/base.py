@@ -72,6 +72,8 @@ class RunInfo:
     record_count: int = 0
     bytes: int = 0
     last_seq: int = 0
+    error: str = ""
+    """Why the run cannot be read (status ``corrupted``): the ``store_corrupted`` message."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,7 +169,7 @@ from journald.storage.file_reads import (
     missing_active,
     records_missing,
 )
-from journald.storage.info import run_info_from
+from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.segments import (
     BROKEN,
     DIR_MODE,
@@ -748,6 +748,8 @@ class FileStore(FileReads):
                     cached = self._info(name)
                 except SessionNotFound:
                     continue
+                except StoreCorrupted as exc:  # one damaged run does not hide the others
+                    cached = corrupted_info(name, exc)
             out.append(cached)
         return sorted(out, key=lambda i: i.updated, reverse=True)
 
@@ -837,6 +839,7 @@ def _cached_info(run_dir: str) -> RunInfo | None:
         if (
             obj["journal_ino"] != st.st_ino
             or obj["journal_size"] != st.st_size
+            or obj.get("journal_mtime_ns") != st.st_mtime_ns  # a write since, of any size
             or obj["generation"] != gen
         ):
             return None

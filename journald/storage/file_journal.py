@@ -418,6 +418,7 @@ class FileJournal:
             "info": {k: getattr(info, k) for k in RunInfo.__dataclass_fields__},
             "journal_ino": st.st_ino,
             "journal_size": self._size,
+            "journal_mtime_ns": st.st_mtime_ns,
             "generation": self._manifest.generation,
         }
         with contextlib.suppress(OSError):  # a cache: list() recomputes it when stale

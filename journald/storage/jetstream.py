@@ -72,7 +72,7 @@ from journald.storage.base import (
     VerifyReport,
 )
 from journald.storage.common import SeqTurnstile, plan_append
-from journald.storage.info import run_info_from
+from journald.storage.info import corrupted_info, run_info_from
 
 T = TypeVar("T")
 
@@ -916,6 +916,8 @@ class JetStreamStore:
                     return await self.info(run_id)
                 except SessionNotFound:  # deleted while listing
                     return None
+                except StoreCorrupted as exc:  # one damaged run does not hide the others
+                    return corrupted_info(run_id, exc)
 
         found = await asyncio.gather(*(one(r) for r in await self._run_ids()))
         infos = [i for i in found if i is not None]

@@ -3107,14 +3107,18 @@ type RunInfo struct {
 	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	// The first characters of the initial prompt.
 	PromptPreview string `protobuf:"bytes,5,opt,name=prompt_preview,json=promptPreview,proto3" json:"prompt_preview,omitempty"`
-	// "running", "held" (lease open) or the terminal reason.
+	// "open", "held" (lease open), "corrupted" (the run's stored bytes are damaged: see
+	// `error`; `journald recover` quarantines the damage) or the terminal reason.
 	Status string `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
 	// Number of records.
 	RecordCount uint64 `protobuf:"varint,7,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
 	// Bytes on disk (or in the stream).
 	Bytes uint64 `protobuf:"varint,8,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// The last seq.
-	LastSeq       uint64 `protobuf:"varint,9,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	LastSeq uint64 `protobuf:"varint,9,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// Why the run cannot be read when `status` is "corrupted" (the `store_corrupted` message,
+	// naming the file, line and seq); empty otherwise.
+	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3210,6 +3214,13 @@ func (x *RunInfo) GetLastSeq() uint64 {
 		return x.LastSeq
 	}
 	return 0
+}
+
+func (x *RunInfo) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // ListRequest lists runs.
@@ -5489,7 +5500,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x11governed_messages\x18\x02 \x03(\v2\x14.journald.v1.MessageR\x10governedMessages\x12=\n" +
 	"\n" +
 	"governance\x18\x03 \x01(\v2\x1d.journald.v1.GovernanceReportR\n" +
-	"governance\"\xfd\x01\n" +
+	"governance\"\x93\x02\n" +
 	"\aRunInfo\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\tR\acreated\x12\x18\n" +
@@ -5499,7 +5510,9 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06status\x18\x06 \x01(\tR\x06status\x12!\n" +
 	"\frecord_count\x18\a \x01(\x04R\vrecordCount\x12\x14\n" +
 	"\x05bytes\x18\b \x01(\x04R\x05bytes\x12\x19\n" +
-	"\blast_seq\x18\t \x01(\x04R\alastSeq\"#\n" +
+	"\blast_seq\x18\t \x01(\x04R\alastSeq\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\"#\n" +
 	"\vListRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\"8\n" +
 	"\fListResponse\x12(\n" +

@@ -427,6 +427,7 @@ def run_info_from_pb(r: pb.RunInfo) -> RunInfo:
         r.record_count,
         r.bytes,
         r.last_seq,
+        r.error,
     )
 
 

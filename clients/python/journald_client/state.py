@@ -170,6 +170,8 @@ class RunInfo:
     record_count: int
     bytes: int
     last_seq: int
+    error: str = ""
+    """Why the run cannot be read when ``status`` is ``corrupted`` (else empty)."""
 
 
 @dataclass(frozen=True, slots=True)

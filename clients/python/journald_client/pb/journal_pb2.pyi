@@ -1620,6 +1620,7 @@ class RunInfo(_message.Message):
     RECORD_COUNT_FIELD_NUMBER: _builtins.int
     BYTES_FIELD_NUMBER: _builtins.int
     LAST_SEQ_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     created: _builtins.str
@@ -1631,13 +1632,19 @@ class RunInfo(_message.Message):
     prompt_preview: _builtins.str
     """The first characters of the initial prompt."""
     status: _builtins.str
-    """"running", "held" (lease open) or the terminal reason."""
+    """"open", "held" (lease open), "corrupted" (the run's stored bytes are damaged: see
+    `error`; `journald recover` quarantines the damage) or the terminal reason.
+    """
     record_count: _builtins.int
     """Number of records."""
     bytes: _builtins.int
     """Bytes on disk (or in the stream)."""
     last_seq: _builtins.int
     """The last seq."""
+    error: _builtins.str
+    """Why the run cannot be read when `status` is "corrupted" (the `store_corrupted` message,
+    naming the file, line and seq); empty otherwise.
+    """
     def __init__(
         self,
         *,
@@ -1650,10 +1657,11 @@ class RunInfo(_message.Message):
         record_count: _builtins.int = ...,
         bytes: _builtins.int = ...,
         last_seq: _builtins.int = ...,
+        error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "created", b"created", "last_seq", b"last_seq", "model", b"model", "prompt_preview", b"prompt_preview", "record_count", b"record_count", "run_id", b"run_id", "status", b"status", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "created", b"created", "error", b"error", "last_seq", b"last_seq", "model", b"model", "prompt_preview", b"prompt_preview", "record_count", b"record_count", "run_id", b"run_id", "status", b"status", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -792,7 +792,10 @@ export interface RunInfo {
   model: string;
   /** The first characters of the initial prompt. */
   promptPreview: string;
-  /** "running", "held" (lease open) or the terminal reason. */
+  /**
+   * "open", "held" (lease open), "corrupted" (the run's stored bytes are damaged: see
+   * `error`; `journald recover` quarantines the damage) or the terminal reason.
+   */
   status: string;
   /** Number of records. */
   recordCount: number;
@@ -800,6 +803,11 @@ export interface RunInfo {
   bytes: number;
   /** The last seq. */
   lastSeq: number;
+  /**
+   * Why the run cannot be read when `status` is "corrupted" (the `store_corrupted` message,
+   * naming the file, line and seq); empty otherwise.
+   */
+  error: string;
 }
 
 /** ListRequest lists runs. */
@@ -6241,6 +6249,7 @@ function createBaseRunInfo(): RunInfo {
     recordCount: 0,
     bytes: 0,
     lastSeq: 0,
+    error: "",
   };
 }
 
@@ -6272,6 +6281,9 @@ export const RunInfo: MessageFns<RunInfo> = {
     }
     if (message.lastSeq !== 0) {
       writer.uint32(72).uint64(message.lastSeq);
+    }
+    if (message.error !== "") {
+      writer.uint32(82).string(message.error);
     }
     return writer;
   },
@@ -6361,6 +6373,14 @@ export const RunInfo: MessageFns<RunInfo> = {
             message.lastSeq = longToNumber(reader.uint64());
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6400,6 +6420,7 @@ export const RunInfo: MessageFns<RunInfo> = {
         : isSet(object.last_seq)
         ? globalThis.Number(object.last_seq)
         : 0,
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
     };
   },
 
@@ -6432,6 +6453,9 @@ export const RunInfo: MessageFns<RunInfo> = {
     if (message.lastSeq !== 0) {
       obj.lastSeq = Math.round(message.lastSeq);
     }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
     return obj;
   },
 
@@ -6449,6 +6473,7 @@ export const RunInfo: MessageFns<RunInfo> = {
     message.recordCount = object.recordCount ?? 0;
     message.bytes = object.bytes ?? 0;
     message.lastSeq = object.lastSeq ?? 0;
+    message.error = object.error ?? "";
     return message;
   },
 };
