@@ -128,6 +128,15 @@ def mark_of(st: RunState) -> dict[str, Any]:
     }
 
 
+def naming_run(exc: StoreCorrupted, run_id: str) -> StoreCorrupted:
+    """A fold's refusal of stored records (``journald.fold`` is pure: it knows no run) with
+    the run named, as every other ``store_corrupted`` is."""
+    if exc.metadata.get("run_id") != run_id:
+        exc.metadata["run_id"] = run_id
+        exc.message = f"run {run_id}: {exc.message}"
+    return exc
+
+
 async def fold_stored(
     store: Store, run_id: str, marks: list[dict[str, Any]] | None = None
 ) -> RunState:
@@ -135,7 +144,10 @@ async def fold_stored(
     ``MARK_EVERY`` records (where no turn is open) on the way."""
     state = RunState()
     async for rec in store.iter_records(run_id):
-        fold_into(state, (rec,))
+        try:
+            fold_into(state, (rec,))
+        except StoreCorrupted as exc:
+            raise naming_run(exc, run_id) from None
         due = marks is not None and (not marks or state.last_seq - marks[-1]["seq"] >= MARK_EVERY)
         if marks is not None and due and state.pending is None:
             marks.append(mark_of(state))

@@ -29,11 +29,17 @@ from journald.convert import (
     record_to_pb,
     state_to_pb,
 )
-from journald.errors import InvalidArgumentError, InvalidRecord, SessionExists, SessionNotFound
+from journald.errors import (
+    InvalidArgumentError,
+    InvalidRecord,
+    SessionExists,
+    SessionNotFound,
+    StoreCorrupted,
+)
 from journald.fingerprint import check_gates, diff
 from journald.fold import RunState, fold_into, resume_warnings
 from journald.records import GENESIS, Record, validate_id
-from journald.server.checkpoints import CheckpointRpcs
+from journald.server.checkpoints import CheckpointRpcs, naming_run
 from journald.server.edge import streaming, unary
 from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
 from journald.storage.base import AppendResult, Store
@@ -66,7 +72,10 @@ async def fold_store(store: Store, run_id: str) -> RunState:
     state = RunState()
     with telemetry.fold_span(run_id) as span:
         async for rec in store.iter_records(run_id):
-            fold_into(state, (rec,))
+            try:
+                fold_into(state, (rec,))
+            except StoreCorrupted as exc:
+                raise naming_run(exc, run_id) from None
         span.set("journald.seq.last", state.last_seq)
     if state.last_seq == 0:
         raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})

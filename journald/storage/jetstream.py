@@ -566,10 +566,17 @@ class JetStreamStore:
         try:
             rec = decode(bytes(msg.data or b""))
         except JournaldError as exc:
+            tokens = str(msg.subject).split(".")
             raise StoreCorrupted(
                 f"stream {self.stream} subject {msg.subject} (stream seq {msg.seq}) does not "
                 f"hold a valid record: {exc.message}",
-                metadata={"stream": self.stream, "subject": msg.subject},
+                metadata={
+                    "stream": self.stream,
+                    "subject": msg.subject,
+                    "file": msg.subject,  # what a subject is to the file backend
+                    "run_id": tokens[-2] if len(tokens) >= 2 else "",
+                    "seq": tokens[-1],
+                },
             ) from exc
         return rec, int(msg.seq), {str(k): str(v) for k, v in headers.items()}
 
@@ -849,9 +856,14 @@ class JetStreamStore:
                 rec = decode(bytes(msg.data or b""))
             except JournaldError as exc:
                 raise StoreCorrupted(
-                    f"run {run_id}: subject {msg.subject} does not hold a valid record: "
-                    f"{exc.message}",
-                    metadata={"run_id": run_id, "subject": msg.subject},
+                    f"run {run_id}: subject {msg.subject} (seq {expected}) does not hold a "
+                    f"valid record: {exc.message}",
+                    metadata={
+                        "run_id": run_id,
+                        "subject": msg.subject,
+                        "file": msg.subject,
+                        "seq": expected,
+                    },
                 ) from exc
             token = msg.subject.rsplit(".", 1)[-1]
             if rec.seq != expected or token != str(rec.seq):

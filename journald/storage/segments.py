@@ -342,8 +342,8 @@ class ChainReader:
     vouched for only once the line after it was read: consume the reader to its end before
     trusting what it yielded (a sealed segment's last record is also checked against the
     manifest by the caller).
-    ``strict`` (verify, recovery) gives every record the full check, which also catches a
-    non-canonical record that was written so (a writer bug) rather than changed since.
+    ``strict`` (verify, recovery) gives every record the full check and the record schema,
+    which also catches a record that was written so (a writer bug) rather than changed since.
 
     On a chain break between records j-1 and j, the damaged record is named by looking one
     record ahead: if record j is vouched for (its hash is the next record's ``prev``) or is
@@ -362,6 +362,7 @@ class ChainReader:
     ) -> None:
         self.run_id = run_id
         self._decode = decode if strict else decode_stored
+        self._strict = strict
         self._lines = lines
         self._peeked: Line | None = None
         self.seq = start_seq
@@ -410,7 +411,7 @@ class ChainReader:
                 expected,
                 "the line's checksum does not match its record bytes (they changed on disk)",
             )
-        if last and check is None:
+        if self._strict or (last and check is None):
             # a legacy line has no checksum: the schema is all that checks a last one
             try:
                 validate_record(rec)

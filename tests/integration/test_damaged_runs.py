@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from journald_client.pb import journal_pb2 as pb
 
@@ -23,7 +24,7 @@ from journald.storage.file import FileStore
 from journald.storage.segments import JOURNAL, META_CACHE
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 from tests.daemon import Daemon
-from tests.integration.rpc import stub
+from tests.integration.rpc import Lease, error_of, stub
 
 CLI = [sys.executable, "-m", "journald.cli"]
 
@@ -117,3 +118,67 @@ def test_a_damaged_run_is_listed_as_corrupted_and_the_others_stay_listable(
     assert "store_corrupted: run bad:" in refused.stderr
     over_rpc = stub(d.target).List(pb.ListRequest())
     assert {r.run_id: r.status for r in over_rpc.runs}["bad"] == "corrupted"
+
+
+def damaged_runs(data: Path) -> dict[str, tuple[str, int]]:
+    """Runs damaged where a decode of stored bytes fails, by run: (file, seq) to be named.
+
+    ``legacy-key``: written as versions without line checksums did, its last record's
+    ``message`` key changed by one bit (still canonical JSON: only the schema can tell);
+    ``framed-key``: the same change in a current run (its checksum tells); ``meta-sealed``: a
+    segmented run whose meta record (seq 1, in a sealed segment) no longer parses."""
+    runs = {}
+    for rid in ("legacy-key", "framed-key"):
+        b = JournalBuilder(rid, prompt=f"prompt of {rid}")
+        b.add("user", user_payload("go"))
+        b.add("assistant", assistant_payload([text("done")], 1))
+        runs[rid] = b.records
+    runs["meta-sealed"] = run_records("meta-sealed", turns=3)
+    write_runs(data, {"framed-key": runs["framed-key"]})
+    write_runs(data, {"meta-sealed": runs["meta-sealed"]}, segment_max_records=3)
+    legacy = data / "sessions" / "legacy-key"
+    legacy.mkdir(mode=0o700)
+    (legacy / JOURNAL).write_bytes(b"".join(r.raw + b"\n" for r in runs["legacy-key"]))
+    for rid in ("legacy-key", "framed-key"):
+        path = data / "sessions" / rid / JOURNAL
+        raw = path.read_bytes()
+        at = raw.rfind(b'"message":') + len('"messag')
+        path.write_bytes(raw[:at] + b"d" + raw[at + 1 :])  # "message" -> "messagd"
+    seg = data / "sessions" / "meta-sealed" / "segments" / "000001.jsonl"
+    seg.write_bytes(b"z" + seg.read_bytes()[1:])  # the meta line's "{" -> "z"
+    # sealed segments are immutable, so the listing cache never re-reads them: drop it
+    (seg.parent.parent / META_CACHE).unlink()
+    return {
+        "legacy-key": (JOURNAL, 3),
+        "framed-key": (JOURNAL, 3),
+        "meta-sealed": ("000001.jsonl", 1),
+    }
+
+
+def test_every_read_of_a_damaged_record_is_store_corrupted_naming_run_file_and_seq(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    damaged = damaged_runs(data)
+    with Daemon(tmp_path, "file", data_dir=data) as d:
+        s = stub(d.target)
+        for rid, (file, seq) in damaged.items():
+            reads = {
+                "Load": lambda rid=rid: list(s.Load(pb.LoadRequest(run_id=rid))),
+                "Fold": lambda rid=rid: s.Fold(pb.FoldRequest(run_id=rid)),
+                "Verify": lambda rid=rid: s.Verify(pb.VerifyRequest(run_id=rid)),
+                "History": lambda rid=rid: s.History(pb.HistoryRequest(run_id=rid, limit=5)),
+                "Open": lambda rid=rid: Lease(s, rid, mode=pb.OPEN_MODE_RESUME),
+            }
+            for name, read in reads.items():
+                with pytest.raises(grpc.RpcError) as info:
+                    read()
+                err = error_of(info.value)
+                where = f"{name} of {rid}: {err.code}: {err.message}"
+                assert err.code == "store_corrupted", where
+                assert err.metadata["run_id"] == rid, where
+                assert err.metadata["file"].endswith(file), where
+                assert err.metadata["seq"] == str(seq), where
+                assert f"run {rid}:" in err.message, where
+        rows = {r.run_id: r for r in s.List(pb.ListRequest()).runs}
+        assert {rid: rows[rid].status for rid in damaged} == dict.fromkeys(damaged, "corrupted")
