@@ -137,6 +137,7 @@ from datetime import UTC, datetime
 
 from journald import failpoints
 from journald.errors import (
+    BackendUnavailable,
     InvalidRecord,
     JournaldError,
     Locked,
@@ -766,26 +767,48 @@ class FileStore(FileReads):
         shutil.rmtree(trash, ignore_errors=True)
         return True
 
+    def _check_segment_files(self, run_id: str) -> None:
+        """Every file in ``segments/`` is listed in the manifest or is a seal in progress
+        (the active file linked under the next name), checked against one manifest: a seal
+        by another writer between the reads makes the manifest change, and the check runs
+        again."""
+        run_dir = self.run_dir(run_id)
+        seg_dir = os.path.join(run_dir, SEGMENTS)
+        active = os.path.join(run_dir, JOURNAL)
+        for _ in range(16):
+            m = read_manifest(run_dir, run_id) or Manifest()
+            if m.pending:
+                return  # the segments are being removed: the staged volume is the run
+            listed = {s.file for s in m.segments}
+            unlisted = None
+            for name in sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else ():
+                seg = os.path.join(seg_dir, name)
+                with contextlib.suppress(FileNotFoundError):
+                    sealing = name == f"{len(m.segments) + 1:06d}.jsonl" and os.path.samefile(
+                        seg, active
+                    )
+                    if name not in listed and not sealing:
+                        unlisted = seg
+                        break
+            again = read_manifest(run_dir, run_id) or Manifest()
+            if again.generation != m.generation:
+                continue
+            if unlisted is not None:
+                raise corrupted(
+                    run_id, Line(unlisted, 0, b""), 0, "a segment file not listed in the manifest"
+                )
+            return
+        raise BackendUnavailable(
+            f"run {run_id} kept changing while it was verified; retry",
+            metadata={"run_id": run_id},
+        )
+
     def _verify(self, run_id: str) -> VerifyReport:
         m, _, recs = self._iter_checked(run_id, 1, strict=True)
         if not recs:
             raise self._not_found(run_id)
-        run_dir = self.run_dir(run_id)
-        seg_dir = os.path.join(run_dir, SEGMENTS)
-        listed = {s.file for s in m.segments}
-        if os.path.isdir(seg_dir) and not m.pending:
-            for name in sorted(os.listdir(seg_dir)):
-                seg = os.path.join(seg_dir, name)
-                active = os.path.join(run_dir, JOURNAL)
-                interrupted = (
-                    name == f"{len(m.segments) + 1:06d}.jsonl"
-                    and os.path.exists(active)
-                    and os.path.samefile(seg, active)
-                )
-                if name not in listed and not interrupted:
-                    raise corrupted(
-                        run_id, Line(seg, 0, b""), 0, "a segment file not listed in the manifest"
-                    )
+        self._check_segment_files(run_id)
+        seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
         for s in m.segments:
             inside = [r for r in recs if s.first_seq <= r.seq <= s.last_seq]
             msgs = sum(message_count(r) for r in inside)

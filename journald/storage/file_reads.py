@@ -197,6 +197,8 @@ class FileReads:
                         if not same:
                             with os.fdopen(os.dup(afd), "rb") as f:
                                 active = f.read()
+                            if not _still_at(path, st):
+                                continue  # sealed and replaced since it was opened: again
                     files.append((path, active[: tail_end(active)], None))
                 again = read_manifest(run_dir, run_id) or Manifest()
                 if again.generation == m.generation:
@@ -357,6 +359,15 @@ def _skip_to(
     if rec.seq != from_seq or rec.prev != sha256_hex(unframe(data[at : before_end - 1])[0]):
         return walk_all
     return k, data[before_end:], from_seq - 1, rec.prev
+
+
+def _still_at(path: str, st: os.stat_result) -> bool:
+    """Whether ``path`` is still the file ``st`` describes (not replaced since)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev)
 
 
 def _stat_last(run_dir: str, segs: list[SegmentInfo]) -> list[os.stat_result]:
