@@ -243,11 +243,13 @@ class CheckpointRpcs:
             else:
                 await self._require_run(run_id)
                 journal = await self.store.open(run_id)
+                marks: list[dict[str, Any]] = []
                 try:
-                    state = await fold_stored(self.store, run_id)
+                    state = await fold_stored(self.store, run_id, marks)
                 except BaseException:
                     await journal.close()
                     raise
+                self.index_on_close(run_id, marks)
             lease = self.leases.grant(run_id, holder, journal, state)
         try:
             async with lease.lock:
@@ -601,9 +603,9 @@ class CheckpointRpcs:
         if hit is not None and hit[0] == key:
             cache.move_to_end(run_id)
             return hit[1]
-        marks: list[dict[str, Any]] = []
-        msgs = governed((await fold_stored(self.store, run_id, marks)).messages)
-        await self._save_marks(run_id, marks)  # index the run for later tail pages
+        # a read writes nothing: the fold marks that index a run for tail pages are taken
+        # when a writer (a lease, the daemon's own) folds it and saved when it ends
+        msgs = governed((await fold_stored(self.store, run_id)).messages)
         cache[run_id] = (key, msgs)
         while len(cache) > HISTORY_CACHE_RUNS:
             cache.popitem(last=False)
@@ -612,6 +614,11 @@ class CheckpointRpcs:
     def _pending_marks(self) -> dict[str, list[dict[str, Any]]]:
         marks: dict[str, list[dict[str, Any]]] = self.__dict__.setdefault("_fold_marks", {})
         return marks
+
+    def index_on_close(self, run_id: str, marks: list[dict[str, Any]]) -> None:
+        """The fold marks a writer took while folding the run as it opened it: saved with
+        the ones its commits take when its lease ends (``save_fold_mark``)."""
+        self._pending_marks()[run_id] = list(marks)
 
     def note_fold_mark(self, run_id: str, state: RunState) -> None:
         """After a commit: remember a fold mark every ``MARK_EVERY`` records (in memory until

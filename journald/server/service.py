@@ -34,12 +34,11 @@ from journald.errors import (
     InvalidRecord,
     SessionExists,
     SessionNotFound,
-    StoreCorrupted,
 )
 from journald.fingerprint import check_gates, diff
 from journald.fold import RunState, fold_into, resume_warnings
 from journald.records import GENESIS, Record, validate_id
-from journald.server.checkpoints import CheckpointRpcs, naming_run
+from journald.server.checkpoints import CheckpointRpcs, fold_stored
 from journald.server.edge import streaming, unary
 from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
 from journald.storage.base import AppendResult, Store
@@ -68,17 +67,14 @@ def ack_pb(r: AppendResult) -> pb.Ack:
     )
 
 
-async def fold_store(store: Store, run_id: str) -> RunState:
-    state = RunState()
+async def fold_store(
+    store: Store, run_id: str, marks: list[dict[str, Any]] | None = None
+) -> RunState:
+    """The run's state folded from its stored records (with ``marks``: collecting the fold
+    marks that index it for History, see ``fold_stored``)."""
     with telemetry.fold_span(run_id) as span:
-        async for rec in store.iter_records(run_id):
-            try:
-                fold_into(state, (rec,))
-            except StoreCorrupted as exc:
-                raise naming_run(exc, run_id) from None
+        state = await fold_stored(store, run_id, marks)
         span.set("journald.seq.last", state.last_seq)
-    if state.last_seq == 0:
-        raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})
     return state
 
 
@@ -125,7 +121,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 )
             warnings: list[tuple[str, str]] = []
             if exists:
-                state = await fold_store(self.store, run_id)
+                marks: list[dict[str, Any]] = []  # the writer indexes the run (see History)
+                state = await fold_store(self.store, run_id, marks)
                 assert state.fingerprint is not None
                 current = fingerprint_from_pb(request.fingerprint)
                 check_gates(
@@ -151,7 +148,9 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 if journal.repair is not None:
                     warnings.append(("torn_tail_repaired", journal.repair.sentence()))
                 if journal.last_seq != state.last_seq:
-                    state = await fold_store(self.store, run_id)
+                    marks = []
+                    state = await fold_store(self.store, run_id, marks)
+                self.index_on_close(run_id, marks)
                 warnings.extend(resume_warnings(state))
             else:
                 telemetry.stamp_open(request, context)
