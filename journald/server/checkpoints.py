@@ -24,6 +24,7 @@ History pages) is the governed, paired view (``journald.governance.sanitize``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from collections import OrderedDict
@@ -85,6 +86,8 @@ if TYPE_CHECKING:
 Ctx = grpc.aio.ServicerContext[Any, Any]
 DAEMON_HOLDER = "journald daemon"
 HISTORY_CACHE_RUNS = 8  # dormant runs whose governed conversation History keeps
+_FOLD_REFUSALS: OrderedDict[tuple[str, str], None] = OrderedDict()  # logged at ERROR once
+log = logging.getLogger(__name__)
 MARK_EVERY = 1000  # records between the fold marks History pages from
 MARKS_KEPT = 256  # per run (the newest); older pages fold from the oldest kept or in full
 TRIGGER_PB = {
@@ -130,10 +133,23 @@ def mark_of(st: RunState) -> dict[str, Any]:
 
 def naming_run(exc: StoreCorrupted, run_id: str) -> StoreCorrupted:
     """A fold's refusal of stored records (``journald.fold`` is pure: it knows no run) with
-    the run named, as every other ``store_corrupted`` is."""
+    the run named, as every other ``store_corrupted`` is; logged at ERROR the first time."""
     if exc.metadata.get("run_id") != run_id:
         exc.metadata["run_id"] = run_id
         exc.message = f"run {run_id}: {exc.message}"
+    key = (run_id, exc.metadata.get("seq", ""))
+    first = key not in _FOLD_REFUSALS
+    _FOLD_REFUSALS[key] = None
+    while len(_FOLD_REFUSALS) > 1024:
+        _FOLD_REFUSALS.popitem(last=False)
+    log.log(
+        logging.ERROR if first else logging.DEBUG,
+        "store_corrupted: run %s, seq %s: %s (the fold refuses the stored records; reads of "
+        "the run fail until it is restored or recovered)",
+        run_id,
+        key[1],
+        exc.message,
+    )
     return exc
 
 

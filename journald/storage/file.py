@@ -127,13 +127,17 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
 import socket
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from journald import failpoints
 from journald.errors import (
@@ -203,6 +207,9 @@ from journald.storage.segments import (
 )
 
 MiB = 1024 * 1024
+LOGGED_KEPT = 1024  # damage reports remembered so that each is logged at ERROR once
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 Infos = list[RunInfo]
 Segments = list[SegmentInfo]
 PrePrune = Callable[[str, Sequence[Record]], Awaitable[None]]
@@ -255,6 +262,43 @@ class FileStore(FileReads):
                 os.makedirs(d, DIR_MODE, exist_ok=True)
                 os.chmod(d, DIR_MODE)
         self._open: dict[str, FileJournal] = {}
+        self._logged: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self._logged_lock = threading.Lock()  # _list logs from a worker thread
+
+    # -- damage is logged --------------------------------------------------------------------
+
+    async def _checked(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread; a ``StoreCorrupted`` it raises is logged."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except StoreCorrupted as exc:
+            self._log_corrupted(exc)
+            raise
+
+    def _log_corrupted(self, exc: StoreCorrupted) -> None:
+        """Log a run's damage at ERROR the first time this store meets it (run, file, line,
+        seq), at DEBUG after that: every read of a damaged run meets it again."""
+        meta = exc.metadata
+        key = (
+            meta.get("run_id", ""),
+            meta.get("file", ""),
+            meta.get("line", ""),
+            meta.get("seq", ""),
+        )
+        with self._logged_lock:
+            first = key not in self._logged
+            self._logged[key] = None
+            while len(self._logged) > LOGGED_KEPT:
+                self._logged.popitem(last=False)
+        log.log(
+            logging.ERROR if first else logging.DEBUG,
+            "store_corrupted: run %s, file %s, line %s, seq %s: %s. Reads and opens of the "
+            "run are refused (nothing was changed); quarantine the damage with `journald "
+            "recover %s` or restore the run from a backup",
+            *key,
+            exc.message,
+            key[0],
+        )
 
     # -- paths and locks -------------------------------------------------------------------
 
@@ -402,6 +446,15 @@ class FileStore(FileReads):
             os.fsync(fd)
         finally:
             os.close(fd)
+        log.warning(
+            "run %s: repaired a torn write: cut %d bytes after line %d of %s (written after "
+            "the last acknowledgement: a crash mid-write) and kept them in %s",
+            run_id,
+            len(data) - end,
+            data.count(b"\n", 0, end),
+            path,
+            broken,
+        )
         return RepairReport(path, len(data) - end, broken, 0)
 
     def _open_state(self, run_id: str, run_dir: str) -> OpenState:
@@ -501,7 +554,7 @@ class FileStore(FileReads):
         run_dir = self.run_dir(run_id)
         lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
         try:
-            st = await asyncio.to_thread(self._open_state, run_id, run_dir)
+            st = await self._checked(self._open_state, run_id, run_dir)
             if st.last_seq == 0:
                 raise self._not_found(run_id)
             journal = FileJournal(self, run_id, lock, st, first=False)
@@ -516,14 +569,14 @@ class FileStore(FileReads):
         return await asyncio.to_thread(self._has_records, run_dir)
 
     async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
-        for rec in await asyncio.to_thread(self._read_records, run_id, from_seq):
+        for rec in await self._checked(self._read_records, run_id, from_seq):
             yield rec
 
     async def load(self, run_id: str, from_seq: int = 1) -> Records:
-        return await asyncio.to_thread(self._read_records, run_id, from_seq)
+        return await self._checked(self._read_records, run_id, from_seq)
 
     async def info(self, run_id: str) -> RunInfo:
-        return await asyncio.to_thread(self._info, run_id)
+        return await self._checked(self._info, run_id)
 
     async def list(self) -> list[RunInfo]:
         return await asyncio.to_thread(self._list)
@@ -533,14 +586,14 @@ class FileStore(FileReads):
         return await asyncio.to_thread(self._delete, run_id, run_dir)
 
     async def verify(self, run_id: str) -> VerifyReport:
-        return await asyncio.to_thread(self._verify, run_id)
+        return await self._checked(self._verify, run_id)
 
     async def segments(self, run_id: str) -> Segments:
         """The sealed segments of a run, oldest first (seq range, record and message counts,
         bytes, first/last hash), from its manifest; empty for a single-volume run. History
         paging walks this from the tail to pick ``from_seq`` without reading old segments."""
         run_dir = self.run_dir(run_id)
-        m = await asyncio.to_thread(read_manifest, run_dir, run_id)
+        m = await self._checked(read_manifest, run_dir, run_id)
         if m is None or m.pending:
             if not await self.exists(run_id):
                 raise self._not_found(run_id)
@@ -563,8 +616,8 @@ class FileStore(FileReads):
         run_dir = self.run_dir(run_id)
         lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
         try:
-            await asyncio.to_thread(self._open_state, run_id, run_dir)
-            records = await asyncio.to_thread(self._read_records, run_id, 1)
+            await self._checked(self._open_state, run_id, run_dir)
+            records = await self._checked(self._read_records, run_id, 1)
             rebases = [r for r in records if r.kind == "rebase"]
             if (
                 not records
@@ -626,7 +679,7 @@ class FileStore(FileReads):
         run_dir = self.run_dir(run_id)
         lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir, qdir)
         try:
-            return await asyncio.to_thread(self._recover, run_id, run_dir, qdir)
+            return await self._checked(self._recover, run_id, run_dir, qdir)
         finally:
             os.close(lock)
 
@@ -750,6 +803,7 @@ class FileStore(FileReads):
                 except SessionNotFound:
                     continue
                 except StoreCorrupted as exc:  # one damaged run does not hide the others
+                    self._log_corrupted(exc)
                     cached = corrupted_info(name, exc)
             out.append(cached)
         return sorted(out, key=lambda i: i.updated, reverse=True)

@@ -118,6 +118,11 @@ def test_a_damaged_run_is_listed_as_corrupted_and_the_others_stay_listable(
     assert "store_corrupted: run bad:" in refused.stderr
     over_rpc = stub(d.target).List(pb.ListRequest())
     assert {r.run_id: r.status for r in over_rpc.runs}["bad"] == "corrupted"
+    # what journalctl shows: each damage once at ERROR, however often it was read
+    logged = [ln for ln in d.log().splitlines() if " ERROR journald." in ln]
+    assert len([ln for ln in logged if "store_corrupted: run bad," in ln]) == 1, logged
+    assert any("run bad, file " in ln and "line 5, seq 5" in ln for ln in logged)
+    assert any("run bad-inside, file " in ln and "line 2, seq 2" in ln for ln in logged)
 
 
 def damaged_runs(data: Path) -> dict[str, tuple[str, int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -370,3 +371,35 @@ async def test_a_seal_stopped_after_its_manifest_reads_correctly_and_open_comple
     await journal.append(records[5:])
     await journal.close()
     assert [r.raw for r in await store.load(RUN)] == [r.raw for r in records]
+
+
+# --- what the daemon's log shows ----------------------------------------------------------
+
+
+async def test_a_repair_and_each_damage_are_logged_with_run_file_and_seq(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="journald")
+    records = small_run(2)
+    store = await write_run(tmp_path, records)
+    with run_path(tmp_path).open("ab") as f:
+        f.write(b'{"v":1,"seq":')
+    journal = await store.open(RUN)
+    await journal.close()
+    [repair] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert repair.name == "journald.storage.file"
+    text = repair.getMessage()
+    assert f"run {RUN}: repaired a torn write: cut 13 bytes after line {len(records)}" in text
+    assert str(run_path(tmp_path)) in text
+    assert "journal.jsonl.broken" in text
+    caplog.clear()
+    flip(run_path(tmp_path), 3, 20)
+    for read in (store.load, store.verify, store.open, store.load):
+        with pytest.raises(StoreCorrupted):
+            await read(RUN)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, "each damage is logged at ERROR once, repeats at DEBUG"
+    msg = errors[0].getMessage()
+    assert msg.startswith(f"store_corrupted: run {RUN}, file {run_path(tmp_path)}, line 3, seq 3")
+    assert f"journald recover {RUN}" in msg
+    assert [r.levelno for r in caplog.records].count(logging.DEBUG) == 3
