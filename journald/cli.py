@@ -116,9 +116,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from journald import cli_checkpoints, cli_commands
+    from journald import cli_checkpoints, cli_commands, cli_recover
 
-    del cli_checkpoints  # imported for its command registrations
+    del cli_checkpoints, cli_recover  # imported for their command registrations
     parser = argparse.ArgumentParser(prog="journald", description=__doc__)
     cli_commands.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -31,7 +31,8 @@ maps it back to its own typed error from the code.
     ├── TurnRunning              FAILED_PRECONDITION   turn_running
     ├── StoreCorrupted           DATA_LOSS             store_corrupted
     ├── BackendUnavailable       UNAVAILABLE           backend_unavailable
-    └── StorageFull              RESOURCE_EXHAUSTED    storage_full
+    ├── StorageFull              RESOURCE_EXHAUSTED    storage_full
+    └── Unsupported              UNIMPLEMENTED         unsupported (e.g. recovery on JetStream)
 
 This module is part of the pure core: no I/O imports.
 """
@@ -172,6 +173,13 @@ class BackendUnavailable(JournaldError):
 class StorageFull(JournaldError):
     code = "storage_full"
     grpc_status = "RESOURCE_EXHAUSTED"
+
+
+class Unsupported(JournaldError):
+    """The backend cannot do this operation at all (retrying will not help)."""
+
+    code = "unsupported"
+    grpc_status = "UNIMPLEMENTED"
 
 
 def _leaves(cls: type[JournaldError]) -> list[type[JournaldError]]:

@@ -39,6 +39,7 @@ const (
 	CodeAttachmentNotFound      = "attachment_not_found"
 	CodeBackendUnavailable      = "backend_unavailable"
 	CodeStorageFull             = "storage_full"
+	CodeUnsupported             = "unsupported"
 )
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
@@ -96,6 +97,7 @@ var (
 	ErrAttachmentNotFound      = &Error{Code: CodeAttachmentNotFound, Status: codes.NotFound}
 	ErrBackendUnavailable      = &Error{Code: CodeBackendUnavailable, Status: codes.Unavailable}
 	ErrStorageFull             = &Error{Code: CodeStorageFull, Status: codes.ResourceExhausted}
+	ErrUnsupported             = &Error{Code: CodeUnsupported, Status: codes.Unimplemented}
 )
 
 // Sentinels lists every sentinel by code (the mapping table).
@@ -107,7 +109,7 @@ func init() {
 		ErrSeqConflict, ErrLocked, ErrLeaseLost, ErrCompleted, ErrInteractivityMismatch,
 		ErrProviderChanged, ErrFingerprintDrift, ErrVersionUnsupported, ErrStoreCorrupted,
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
-		ErrAttachmentNotFound, ErrBackendUnavailable, ErrStorageFull,
+		ErrAttachmentNotFound, ErrBackendUnavailable, ErrStorageFull, ErrUnsupported,
 	} {
 		Sentinels[s.Code] = s
 	}

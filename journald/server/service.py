@@ -364,6 +364,37 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             segments=rep.segments,
         )
 
+    @unary
+    async def Recover(self, request: pb.RecoverRequest, context: Ctx) -> pb.RecoverResponse:
+        """Hold the run as the daemon (no writer may hold it), quarantine its damage."""
+        run_id = validate_id(request.run_id)
+        async with self.leases.opening_lock(run_id):
+            self.leases.refuse_if_held(run_id)
+            await self.leases.wait_closed(run_id)
+            rep = await self.store.recover(run_id)
+        if rep.rebase is not None:
+            self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded
+        return pb.RecoverResponse(
+            quarantined=rep.quarantined,
+            records=[
+                pb.QuarantinedRecord(
+                    file=str(p["file"]),
+                    line=int(str(p["line"])),
+                    seq=int(str(p["seq"])),
+                    sha256=str(p["sha256"]),
+                    bytes=int(str(p["bytes"])),
+                    evidence=str(p["evidence"]),
+                    reason=str(p["reason"]),
+                )
+                for p in rep.positions
+            ],
+            directory=rep.directory,
+            hole=pb.SeqRange(from_seq=rep.hole_from, to_seq=rep.hole_to),
+            rebase_seq=rep.rebase.seq if rep.rebase is not None else 0,
+            repaired=rep.repaired,
+            last_seq=rep.last_seq,
+        )
+
     @streaming
     async def Watch(
         self, request: pb.WatchRequest, context: Ctx

@@ -99,9 +99,16 @@ Recovery rules
   segment deleted or cut at a line boundary) and is ``StoreCorrupted``, as is a run whose
   manifest lists segments but whose active segment is gone. Such a run still ``exists``
   (an Open resumes and refuses it rather than creating a new run over it).
-* ``recover(run_id, quarantine_dir)`` moves damaged interior records out of the run (raw
-  bytes to a directory outside it), rewrites the volume without them and anchors each hole
-  in the manifest; it returns a ``QuarantineReport`` (positions and hashes, no text).
+* ``recover(run_id, quarantine_dir)`` (``journald recover``, with the run locked) moves the
+  damaged lines out of the run (their bytes, as stored, to a new directory outside it) and
+  rewrites the volume without them, each hole anchored in the manifest. It then records the
+  hole in the run itself: a rebase with reason ``quarantine`` whose ``covered`` is the range
+  no longer in the run and whose messages are the conversation rebuilt from the records that
+  survived (``fold.rebuilt_after_quarantine``), written in the same volume. Its seq is above
+  every seq the run may have acknowledged: the damaged ones (two for a line that merged two
+  records), the listing's floor and, when the active segment is gone, every seq it could have
+  held before its seal. It returns a ``QuarantineReport`` (positions and hashes, no text). A
+  run whose meta record is damaged or missing is refused (nothing to rebuild it from).
 * Prune (explicit, ``prune``): the new volume (meta + latest rebase onward) is staged in
   ``journal.jsonl.staged`` and fsynced; the manifest committing it (``pending``, a ``prune``
   anchor with the dropped range and the rebase's prev hash) is written atomically; then the
@@ -117,16 +124,16 @@ Recovery rules
 Modules: ``segments`` (manifest, line format, the strict chain reader, durable-write helpers),
 ``file_journal`` (the append handle: group commit, durable writes, sealing), ``file_reads``
 (snapshots and the checked walk of the chain; tail reads that start at their seq; what an open
-reuses of the read before it), this module (the store: layout, locks, listing, recovery,
-prune). Failpoints: ``journald.failpoints``.
+reuses of the read before it; info, listing, verify), ``file_maintenance`` (prune, recovery,
+tail repair), this module (the store: layout, locks, settling, opening). Damage is logged
+(``journald.storage.file``): each repair at WARNING, each ``StoreCorrupted`` at ERROR the
+first time. Failpoints: ``journald.failpoints``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -134,27 +141,22 @@ import socket
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from journald import failpoints
 from journald.errors import (
-    BackendUnavailable,
     InvalidRecord,
-    JournaldError,
     Locked,
     SessionExists,
     SessionNotFound,
     StoreCorrupted,
 )
 from journald.paths import default_data_dir
-from journald.records import GENESIS, Record, decode, sha256_hex, validate_id
+from journald.records import GENESIS, Record, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
-    QuarantineReport,
     RepairReport,
     RunInfo,
     VerifyReport,
@@ -165,8 +167,8 @@ from journald.storage.file_journal import (
     SegmentStats,
     now_utc,
     read_file,
-    unique_path,
 )
+from journald.storage.file_maintenance import FileMaintenance, PruneReport  # noqa: F401
 from journald.storage.file_reads import (
     FileReads,
     Records,
@@ -174,9 +176,7 @@ from journald.storage.file_reads import (
     missing_active,
     records_missing,
 )
-from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.segments import (
-    BROKEN,
     DIR_MODE,
     FILE_MODE,
     JOURNAL,
@@ -185,24 +185,16 @@ from journald.storage.segments import (
     META_CACHE,
     SEGMENTS,
     STAGED,
-    Anchor,
-    ChainReader,
     Line,
     Manifest,
     SegmentInfo,
     atomic_write,
-    checksum_ok,
     corrupted,
     file_lines,
-    frame,
     fsync_dir,
-    message_count,
     read_manifest,
-    reframe,
     split_complete,
     tail_end,
-    unframe,
-    write_all,
     write_manifest,
 )
 
@@ -212,21 +204,9 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 Infos = list[RunInfo]
 Segments = list[SegmentInfo]
-PrePrune = Callable[[str, Sequence[Record]], Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class PruneReport:
-    run_id: str
-    pruned: bool
-    rebase_seq: int = 0
-    dropped_from: int = 0
-    dropped_to: int = 0
-    dropped_records: int = 0
-    kept_records: int = 0
-
-
-class FileStore(FileReads):
+class FileStore(FileReads, FileMaintenance):
     """Runs as JSON-lines files under ``data_dir`` (see the module docstring)."""
 
     durability = FSYNC_LOCAL
@@ -406,11 +386,6 @@ class FileStore(FileReads):
             atomic_write(path, b"")  # finish a seal interrupted after its manifest
         return m
 
-    def _first_record(self, run_id: str, path: str) -> Record:
-        with open(path, "rb") as f:
-            first = f.readline()
-        return _stored(run_id, Line(path, 1, first.rstrip(b"\n")), 1)
-
     def _finish_replace(self, run_dir: str, run_id: str, m: Manifest) -> None:
         staged = os.path.join(run_dir, m.pending)
         if os.path.exists(staged):
@@ -427,35 +402,6 @@ class FileStore(FileReads):
         m.segments = []
         m.generation += 1
         write_manifest(run_dir, m)
-
-    def _repair_tail(self, run_id: str, run_dir: str, data: bytes, end: int) -> RepairReport:
-        path = os.path.join(run_dir, JOURNAL)
-        broken = unique_path(os.path.join(run_dir, BROKEN))
-        fd = os.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        try:
-            write_all(fd, data[end:], 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_repair")
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        log.warning(
-            "run %s: repaired a torn write: cut %d bytes after line %d of %s (written after "
-            "the last acknowledgement: a crash mid-write) and kept them in %s",
-            run_id,
-            len(data) - end,
-            data.count(b"\n", 0, end),
-            path,
-            broken,
-        )
-        return RepairReport(path, len(data) - end, broken, 0)
 
     def _open_state(self, run_id: str, run_dir: str) -> OpenState:
         floor = listed_last_seq(run_dir)
@@ -606,207 +552,7 @@ class FileStore(FileReads):
 
     # -- explicit maintenance --------------------------------------------------------------
 
-    async def prune(self, run_id: str, *, before: PrePrune | None = None) -> PruneReport:
-        """Rewrite a run to its meta record plus everything from its latest rebase onward.
-
-        ``before(run_id, records)`` runs after the run is locked and read, before anything
-        changes: the checkpoint store hooks its ``pre_prune`` checkpoint here (its failure
-        aborts the prune). Refused with ``Locked`` while the run is open for append.
-        """
-        run_dir = self.run_dir(run_id)
-        lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
-        try:
-            await self._checked(self._open_state, run_id, run_dir)
-            records = await self._checked(self._read_records, run_id, 1)
-            rebases = [r for r in records if r.kind == "rebase"]
-            if (
-                not records
-                or not rebases
-                or rebases[-1].seq <= 2
-                or records[1].seq >= rebases[-1].seq
-            ):
-                return PruneReport(run_id, False)
-            if before is not None:
-                await before(run_id, records)
-            rb = rebases[-1]
-            meta = records[0]
-            kept = [meta] + [r for r in records if r.seq >= rb.seq]
-            m = read_manifest(run_dir, run_id) or Manifest()
-            anchors = [a for a in m.anchors if a.after_seq >= rb.seq]
-            anchors.insert(
-                0, Anchor(meta.seq, meta.hash, rb.seq, rb.prev, "prune", meta.seq + 1, rb.seq - 1)
-            )
-            await asyncio.to_thread(
-                self._replace_volume, run_id, run_dir, m, [frame(r) for r in kept], anchors
-            )
-            return PruneReport(
-                run_id, True, rb.seq, meta.seq + 1, rb.seq - 1, len(records) - len(kept), len(kept)
-            )
-        finally:
-            os.close(lock)
-
-    def _replace_volume(
-        self,
-        run_id: str,
-        run_dir: str,
-        m: Manifest,
-        lines: Sequence[bytes],
-        anchors: Sequence[Anchor],
-    ) -> None:
-        staged = os.path.join(run_dir, STAGED)
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            write_all(fd, b"".join(lines), 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_prune_stage")
-        nm = Manifest(m.generation + 1, [], list(anchors), STAGED)
-        write_manifest(run_dir, nm)  # the commit point
-        if failpoints.ARMED:
-            failpoints.hit("mid_prune_rename")
-        self._finish_replace(run_dir, run_id, nm)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(run_dir, META_CACHE))
-
-    async def recover(
-        self, run_id: str, quarantine_dir: str | os.PathLike[str] | None = None
-    ) -> QuarantineReport:
-        """Recovery mode: move damaged interior records out of the run (see module doc)."""
-        qdir = str(quarantine_dir if quarantine_dir is not None else self.quarantine_dir)
-        run_dir = self.run_dir(run_id)
-        lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir, qdir)
-        try:
-            return await self._checked(self._recover, run_id, run_dir, qdir)
-        finally:
-            os.close(lock)
-
-    def _recover(self, run_id: str, run_dir: str, qdir: str) -> QuarantineReport:
-        m = self._settle(run_id, run_dir)
-        path = os.path.join(run_dir, JOURNAL)
-        data = read_file(path) if os.path.exists(path) else b""
-        end = tail_end(data)
-        if end < len(data):
-            self._repair_tail(run_id, run_dir, data, end)
-        lines: list[Line] = []
-        for s in m.segments:
-            seg = os.path.join(run_dir, SEGMENTS, s.file)
-            lines.extend(file_lines(seg, read_file(seg)))
-        lines.extend(file_lines(path, data[:end]))
-        anchors = {a.after_seq: a for a in m.anchors}
-        bad: list[tuple[Line, int, str]] = []
-        for _ in range(len(lines) + 1):
-            reader = ChainReader(run_id, iter(lines), 0, GENESIS, None, anchors, strict=True)
-            try:
-                for _ in reader:
-                    pass
-                break
-            except StoreCorrupted as exc:
-                idx = next(
-                    i
-                    for i, ln in enumerate(lines)
-                    if ln.file == exc.metadata["file"] and str(ln.line) == exc.metadata["line"]
-                )
-                bad.append((lines.pop(idx), int(exc.metadata["seq"]), exc.message))
-                pred = _decoded(lines[idx - 1]) if idx > 0 else None
-                succ = _decoded(lines[idx]) if idx < len(lines) else None
-                if succ is not None:
-                    p_seq, p_hash = (pred.seq, pred.hash) if pred else (0, GENESIS)
-                    anchors[p_seq] = Anchor(
-                        p_seq, p_hash, succ.seq, succ.prev, "quarantine", p_seq + 1, succ.seq - 1
-                    )
-        report = QuarantineReport(run_id)
-        if not bad:
-            return report
-        out = os.path.join(qdir, f"{run_id}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}")
-        os.makedirs(out, DIR_MODE, exist_ok=True)
-        for i, (ln, seq, why) in enumerate(bad, 1):
-            digest = sha256_hex(ln.raw)
-            name = f"{i:04d}-seq{seq}-{digest[:16]}.bad"
-            fd = os.open(os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            try:
-                write_all(fd, ln.raw, 0)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            reason = why.split(": ", 1)[-1].split(" (", 1)[0].split(".", 1)[0]
-            report.positions.append(
-                {
-                    "file": ln.file,
-                    "line": ln.line,
-                    "seq": seq,
-                    "sha256": digest,
-                    "bytes": len(ln.raw),
-                    "evidence": name,
-                    "reason": reason,
-                }
-            )
-        fsync_dir(out)
-        report.quarantined = len(bad)
-        report.directory = out
-        kept = [reframe(ln.raw) for ln in lines]
-        live = {_decoded(ln).seq for ln in lines if _decoded(ln) is not None}  # type: ignore[union-attr]
-        used = [a for a in anchors.values() if a.after_seq in live or a.after_seq == 0]
-        self._replace_volume(run_id, run_dir, m, kept, sorted(used, key=lambda a: a.after_seq))
-        return report
-
     # -- reads -----------------------------------------------------------------------------
-
-    def _info(self, run_id: str) -> RunInfo:
-        m, files, _ = self._iter_checked(run_id, 1 << 62)
-        active_name, active, _ = files[-1]
-        lines, _ = split_complete(active)  # the walk refused anything else
-        last = first = None
-        if lines:
-            last = _stored(run_id, Line(active_name, len(lines), lines[-1]), 0)
-            if m.pending or not m.segments:
-                first = _stored(run_id, Line(active_name, 1, lines[0]), 1)
-        if m.segments and not m.pending:
-            try:
-                first = self._first_record(run_id, self._seg_path(run_id, m.segments[0].file))
-                if last is None:
-                    s = m.segments[-1]
-                    seg = self._seg_path(run_id, s.file)
-                    last = _stored(
-                        run_id,
-                        Line(seg, s.records, split_complete(read_file(seg))[0][-1]),
-                        s.last_seq,
-                    )
-            except FileNotFoundError as exc:
-                raise StoreCorrupted(
-                    f"run {run_id}: segment {os.path.basename(str(exc.filename))} is listed in "
-                    "the manifest but missing; restore it from a backup or run recovery",
-                    metadata={"run_id": run_id, "file": str(exc.filename)},
-                ) from exc
-        if first is None or last is None:
-            raise self._not_found(run_id)
-        count = sum(s.records for s in m.segments) + len(lines)
-        size = sum(s.bytes for s in m.segments) + len(active)
-        return run_info_from(run_id, first, last, count, size)
-
-    def _list(self) -> Infos:
-        out: Infos = []
-        for name in sorted(os.listdir(self.sessions_dir)):
-            try:
-                validate_id(name)
-            except JournaldError:
-                continue
-            run_dir = os.path.join(self.sessions_dir, name)
-            if not os.path.isdir(run_dir) or not self._has_records(run_dir):
-                continue
-            cached = _cached_info(run_dir)
-            if cached is None:
-                try:
-                    cached = self._info(name)
-                except SessionNotFound:
-                    continue
-                except StoreCorrupted as exc:  # one damaged run does not hide the others
-                    self._log_corrupted(exc)
-                    cached = corrupted_info(name, exc)
-            out.append(cached)
-        return sorted(out, key=lambda i: i.updated, reverse=True)
 
     def _delete(self, run_id: str, run_dir: str) -> bool:
         if not os.path.isdir(run_dir):
@@ -820,96 +566,3 @@ class FileStore(FileReads):
             os.close(lock)
         shutil.rmtree(trash, ignore_errors=True)
         return True
-
-    def _check_segment_files(self, run_id: str) -> None:
-        """Every file in ``segments/`` is listed in the manifest or is a seal in progress
-        (the active file linked under the next name), checked against one manifest: a seal
-        by another writer between the reads makes the manifest change, and the check runs
-        again."""
-        run_dir = self.run_dir(run_id)
-        seg_dir = os.path.join(run_dir, SEGMENTS)
-        active = os.path.join(run_dir, JOURNAL)
-        for _ in range(16):
-            m = read_manifest(run_dir, run_id) or Manifest()
-            if m.pending:
-                return  # the segments are being removed: the staged volume is the run
-            listed = {s.file for s in m.segments}
-            unlisted = None
-            for name in sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else ():
-                seg = os.path.join(seg_dir, name)
-                with contextlib.suppress(FileNotFoundError):
-                    sealing = name == f"{len(m.segments) + 1:06d}.jsonl" and os.path.samefile(
-                        seg, active
-                    )
-                    if name not in listed and not sealing:
-                        unlisted = seg
-                        break
-            again = read_manifest(run_dir, run_id) or Manifest()
-            if again.generation != m.generation:
-                continue
-            if unlisted is not None:
-                raise corrupted(
-                    run_id, Line(unlisted, 0, b""), 0, "a segment file not listed in the manifest"
-                )
-            return
-        raise BackendUnavailable(
-            f"run {run_id} kept changing while it was verified; retry",
-            metadata={"run_id": run_id},
-        )
-
-    def _verify(self, run_id: str) -> VerifyReport:
-        m, _, recs = self._iter_checked(run_id, 1, strict=True)
-        if not recs:
-            raise self._not_found(run_id)
-        self._check_segment_files(run_id)
-        seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
-        for s in m.segments:
-            inside = [r for r in recs if s.first_seq <= r.seq <= s.last_seq]
-            msgs = sum(message_count(r) for r in inside)
-            if not inside or inside[0].hash != s.first_hash or msgs != s.messages:
-                raise corrupted(
-                    run_id,
-                    Line(os.path.join(seg_dir, s.file), 1, b""),
-                    s.first_seq,
-                    "the segment's first record or message count disagrees with the manifest",
-                )
-        return VerifyReport(len(recs), recs[-1].seq, recs[-1].hash, len(m.segments) + 1)
-
-
-def _decoded(line: Line) -> Record | None:
-    try:
-        return decode(unframe(line.raw)[0])
-    except JournaldError:
-        return None
-
-
-def _stored(run_id: str, line: Line, seq: int) -> Record:
-    """One stored line decoded and checked against its checksum, or ``StoreCorrupted`` naming
-    the run, the file, the line and ``seq`` (the seq expected there, 0 when unknown)."""
-    body, check = unframe(line.raw)
-    try:
-        rec = decode(body)
-    except JournaldError as exc:
-        raise corrupted(run_id, line, seq, f"not a valid record ({exc.message})") from None
-    if not checksum_ok(rec, check):
-        raise corrupted(run_id, line, seq or rec.seq, "the line's checksum does not match")
-    return rec
-
-
-def _cached_info(run_dir: str) -> RunInfo | None:
-    """The listing row from ``meta.json`` if it still describes the files, else None."""
-    try:
-        obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
-        st = os.stat(os.path.join(run_dir, JOURNAL))
-        m = read_manifest(run_dir, "")
-        gen = m.generation if m else 0
-        if (
-            obj["journal_ino"] != st.st_ino
-            or obj["journal_size"] != st.st_size
-            or obj.get("journal_mtime_ns") != st.st_mtime_ns  # a write since, of any size
-            or obj["generation"] != gen
-        ):
-            return None
-        return RunInfo(**obj["info"])
-    except (OSError, ValueError, TypeError, KeyError, StoreCorrupted):
-        return None

@@ -61,12 +61,14 @@ from journald.errors import (
     SessionNotFound,
     StorageFull,
     StoreCorrupted,
+    Unsupported,
 )
 from journald.records import GENESIS, Record, decode, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     JETSTREAM_ACK,
     AppendResult,
+    QuarantineReport,
     RepairReport,
     RunInfo,
     VerifyReport,
@@ -951,6 +953,14 @@ class JetStreamStore:
             f"purging {subject}", lambda: self._jsm.purge_stream(self.stream, subject=subject)
         )
         return True
+
+    async def recover(self, run_id: str) -> QuarantineReport:
+        raise Unsupported(
+            f"run {run_id}: the JetStream backend has no recovery (quarantine); the stream "
+            "keeps its own checksums and replicas: restore the stream from a backup "
+            "(`nats stream backup` / `nats stream restore`)",
+            metadata={"run_id": run_id, "backend": "jetstream"},
+        )
 
     async def verify(self, run_id: str) -> VerifyReport:
         from journald.validation import validate_record

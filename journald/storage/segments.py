@@ -317,14 +317,15 @@ class Line:
 def corrupted(run_id: str, pos: Line | None, seq: int, what: str) -> StoreCorrupted:
     where = f"{pos.file} line {pos.line}" if pos else "the manifest"
     return StoreCorrupted(
-        f"run {run_id}: {where} (seq {seq}): {what}. The journal is damaged before its end and "
-        "is not read as a shorter history; restore it from a backup or run recovery "
-        "(quarantine) to move the damaged records out",
+        f"run {run_id}: {where} (seq {seq}): {what}. The run is damaged and is not read as a "
+        "shorter or altered history; restore it from a backup, or move the damaged records "
+        f"out with `journald recover {run_id}` (quarantine)",
         metadata={
             "run_id": run_id,
             "file": pos.file if pos else MANIFEST,
             "line": pos.line if pos else 0,
             "seq": seq,
+            "reason": what,
         },
     )
 

@@ -178,3 +178,43 @@ async def test_a_deleted_active_segment_is_corruption_not_a_shorter_history(
     assert await outcome(store, recs) == "detected"
     assert await store.exists(RUN)  # so an Open resumes (and refuses) instead of re-creating
     assert not (run_dir / JOURNAL).exists(), "a refused open re-created the journal"
+    if segment_max_records > len(recs):  # nothing survives to rebuild the run from
+        with pytest.raises(StoreCorrupted, match="meta record is damaged or missing"):
+            await store.recover(RUN, tmp_path / "q")
+        return
+    report = await store.recover(RUN, tmp_path / "q")  # records the hole, moves nothing
+    assert report.quarantined == 0
+    assert report.rebase is not None
+    assert report.rebase.seq > recs[-1].seq, "an acknowledged seq would be reused"
+    survived = [r.raw for r in await store.load(RUN)]
+    assert survived[-1] == report.rebase.raw
+    assert survived[:-1] == [r.raw for r in recs[: report.hole_from - 1]]
+    assert report.hole_to >= recs[-1].seq  # every seq the lost segment may have held
+
+
+async def test_a_flipped_newline_between_the_last_two_records_keeps_their_seqs_reserved(
+    tmp_path: Path,
+) -> None:
+    """The issue's case: the two records merge into one line; nothing may append at their
+    seqs (the open refuses until recovery, and recovery writes above them)."""
+    data = tmp_path / "data"
+    active, recs = await pristine(data, 1000)
+    path = data / "sessions" / RUN / JOURNAL
+    start, _ = last_lines(active, 1)[0]
+    flipped = bytearray(active)
+    flipped[start - 1] ^= 0x01
+    path.write_bytes(flipped)
+    store = FileStore(data)
+    with pytest.raises(StoreCorrupted) as err:
+        await store.open(RUN)
+    assert err.value.metadata["seq"] == str(recs[-2].seq)
+    assert "line" in err.value.message
+    assert not list(path.parent.glob("journal.jsonl.broken*"))
+    report = await store.recover(RUN, tmp_path / "q")
+    assert [p["seq"] for p in report.positions] == [recs[-2].seq]
+    loaded = await store.load(RUN)
+    assert loaded[-1].kind == "rebase"
+    assert loaded[-1].seq > recs[-1].seq, "an acknowledged seq was reused"
+    assert loaded[-1].payload["reason"] == "quarantine"
+    assert loaded[-1].payload["covered"] == {"from_seq": recs[-2].seq, "to_seq": recs[-1].seq}
+    assert [r.raw for r in loaded[:-1]] == [r.raw for r in recs[:-2]]

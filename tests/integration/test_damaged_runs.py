@@ -187,3 +187,64 @@ def test_every_read_of_a_damaged_record_is_store_corrupted_naming_run_file_and_s
                 assert f"run {rid}:" in err.message, where
         rows = {r.run_id: r for r in s.List(pb.ListRequest()).runs}
         assert {rid: rows[rid].status for rid in damaged} == dict.fromkeys(damaged, "corrupted")
+
+
+def test_recover_quarantines_the_damage_records_the_hole_and_open_warns_about_it(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    runs = {rid: run_records(rid) for rid in ("bad", "held", "fine")}
+    write_runs(data, runs)
+    flip(data, "bad", line=-1)  # the last record (seq 5): an acknowledged one
+    before = (data / "sessions" / "bad" / JOURNAL).read_bytes()
+    with Daemon(tmp_path, "file", data_dir=data) as d:
+        s = stub(d.target)
+        holder = Lease(s, "held", name="busy-agent", pid=777)
+        refused = cli(d, "recover", "held")  # a writer holds it: the daemon will not take it
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("journald: locked: run held is held by busy-agent")
+        holder.close()
+        assert cli(d, "recover", "fine").stdout.startswith("run fine: nothing to recover")
+
+        res = cli(d, "recover", "bad")
+        assert res.returncode == 0, res.stderr
+        out = res.stdout
+        qdir = data / "quarantine"
+        [moved] = list(qdir.iterdir())
+        assert f"run bad: moved 1 damaged record to {moved}" in out
+        assert f"seq 5: {data / 'sessions' / 'bad' / JOURNAL} line 5" in out
+        # the reason is whole (it was cut at the first '.' of the file path)
+        assert "the line's checksum does not match its record bytes (they changed on disk)" in out
+        assert "the hole (seq 5) is recorded in the run as rebase seq 6" in out
+        [evidence] = list(moved.iterdir())
+        last_line = before[before.rfind(b"\n", 0, len(before) - 1) + 1 :]
+        assert evidence.read_bytes() + b"\n" == last_line
+        assert "journald.storage.file: run bad: quarantined" in d.log()
+
+        assert cli(d, "verify", "bad").returncode == 0
+        rows = {r["run_id"]: r for r in json.loads(cli(d, "ls", "--json").stdout)}
+        assert (rows["bad"]["status"], rows["bad"]["last_seq"]) == ("open", 6)
+        shown = cli(d, "show", "bad").stdout
+        assert "anomaly" in shown
+        assert "records_quarantined" in shown
+
+        lease = Lease(s, "bad", mode=pb.OPEN_MODE_RESUME)
+        warned = {w.code: w.message for w in lease.lease.warnings}
+        assert "seq 5" in warned["records_quarantined"]
+        assert lease.lease.last_seq == 6
+        texts = [json.loads(m.content_json)[0]["text"] for m in lease.lease.state.messages]
+        assert texts == ["prompt of bad", "bad answer 0", "bad follow-up 0", "bad answer 1"]
+        [ack] = lease.append(lease.assistant()).acks  # the run goes on after the hole
+        assert ack.seq == 7
+        lease.close()
+        again = cli(d, "recover", "bad", "--json")
+        assert json.loads(again.stdout)["rebase_seq"] == 0  # nothing left to recover
+
+
+def test_recover_on_a_backend_without_recovery_is_refused_as_unsupported(tmp_path: Path) -> None:
+    with Daemon(tmp_path, "memory") as d:
+        lease = Lease(stub(d.target), "mem")
+        lease.close()
+        res = cli(d, "recover", "mem")
+        assert res.returncode == 1
+        assert res.stderr.startswith("journald: unsupported: run mem: the memory backend keeps")

@@ -153,17 +153,19 @@ async def test_a_tail_read_across_a_quarantine_hole_in_a_sealed_segment_returns_
     lines = run_path(tmp_path).read_bytes().split(b"\n")
     lines[5] = lines[5].replace(b'"seq":6', b'"seq":66')
     run_path(tmp_path).write_bytes(b"\n".join(lines))
-    assert (await store.recover(RUN, tmp_path / "q")).quarantined == 1
+    report = await store.recover(RUN, tmp_path / "q")
+    assert report.quarantined == 1
+    assert report.rebase is not None  # the hole, recorded after the last record
     journal = await FileStore(tmp_path, segment_max_records=5).open(RUN)
     extra = JournalBuilder(RUN)
-    extra.records = list(recs)
+    extra.records = [*recs, report.rebase]
     more = [extra.add("assistant", assistant_payload([text("go on")], 9))]
     await journal.append(more)  # seals the volume, hole included, as one segment
     await journal.close()
     [seg] = await store.segments(RUN)
-    assert (seg.first_seq, seg.last_seq, seg.records) == (1, 14, 13)
-    kept = [r for r in recs if r.seq != 6] + more
-    for from_seq in range(1, 15):
+    assert (seg.first_seq, seg.last_seq, seg.records) == (1, 15, 14)
+    kept = [r for r in recs if r.seq != 6] + [report.rebase] + more
+    for from_seq in range(1, 16):
         got = await store.load(RUN, from_seq)
         assert [r.raw for r in got] == [r.raw for r in kept if r.seq >= from_seq], from_seq
 

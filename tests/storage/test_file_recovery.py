@@ -284,7 +284,7 @@ async def test_recovery_quarantines_each_damaged_interior_record_outside_the_run
     pristine = tmp_path / "pristine"
     await write_run(pristine, records, segment_max_records=5)
     places = layout(pristine)
-    for path, line_no, seq in places[1:-1]:
+    for path, line_no, seq in places[1:]:  # every record but the meta, the last one included
         data = tmp_path / "case"
         shutil.copytree(pristine, data)
         flip(data / path.relative_to(pristine), line_no, len(records[seq - 1].raw) // 2)
@@ -294,20 +294,33 @@ async def test_recovery_quarantines_each_damaged_interior_record_outside_the_run
         assert report.quarantined == 1
         [pos] = report.positions
         assert pos["seq"] == seq
+        assert pos["reason"] == (
+            "the line's checksum does not match its record bytes (they changed on disk)"
+        )
         evidence = Path(report.directory) / str(pos["evidence"])
         assert evidence.parent.parent == qdir
         assert pos["sha256"] == __import__("hashlib").sha256(evidence.read_bytes()).hexdigest()
         assert "result of" not in json.dumps(report.positions)  # no message text
+        # the hole is recorded in the run, after its last seq (none is ever reused)
+        rebase = report.rebase
+        assert rebase is not None
+        assert (rebase.seq, rebase.kind, report.hole_from, report.hole_to) == (
+            records[-1].seq + 1,
+            "rebase",
+            seq,
+            seq,
+        )
+        assert rebase.payload["reason"] == "quarantine"
+        assert rebase.payload["covered"] == {"from_seq": seq, "to_seq": seq}
         loaded = await store.load(RUN)
-        assert [r.seq for r in loaded] == [r.seq for r in records if r.seq != seq]
-        assert [r.raw for r in loaded] == [r.raw for r in records if r.seq != seq]
-        assert (await store.verify(RUN)).last_seq == records[-1].seq
+        assert [r.raw for r in loaded] == [r.raw for r in records if r.seq != seq] + [rebase.raw]
+        assert (await store.verify(RUN)).last_seq == rebase.seq
         journal = await store.open(RUN)
         extra = JournalBuilder(RUN)
-        extra.records = list(records)
+        extra.records = [*records, rebase]
         await journal.append([extra.add("assistant", assistant_payload([text("go on")], 9))])
         await journal.close()
-        assert (await store.verify(RUN)).last_seq == records[-1].seq + 1
+        assert (await store.verify(RUN)).last_seq == rebase.seq + 1
         shutil.rmtree(data)
         shutil.rmtree(qdir)
 

@@ -43,6 +43,7 @@ EXPECTED_CLASS = {
     "checkpoint_import_invalid": jc.CheckpointImportInvalid,
     "backend_unavailable": jc.BackendUnavailable,
     "storage_full": jc.StorageFull,
+    "unsupported": jc.Unsupported,
 }
 
 

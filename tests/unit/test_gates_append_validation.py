@@ -329,6 +329,7 @@ SPEC_CODES = {
     "checkpoint_import_invalid": "INVALID_ARGUMENT",
     "backend_unavailable": "UNAVAILABLE",
     "storage_full": "RESOURCE_EXHAUSTED",
+    "unsupported": "UNIMPLEMENTED",
 }
 
 

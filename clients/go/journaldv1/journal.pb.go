@@ -972,7 +972,9 @@ func (x *SeqRange) GetToSeq() uint64 {
 // RebasePayload replaces the folded history (compaction, restore, fork, import).
 type RebasePayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One of "compaction", "restore", "fork", "import".
+	// One of "compaction", "restore", "fork", "import", "quarantine" (written by recovery:
+	// `covered` is the range of the damaged records moved out, `messages` the conversation
+	// rebuilt from the records that survived).
 	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The conversation that replaces the folded history.
 	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
@@ -3860,6 +3862,252 @@ func (x *VerifyResponse) GetSegments() uint32 {
 	return 0
 }
 
+// RecoverRequest names the run to recover.
+type RecoverRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	RunId         string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverRequest) Reset() {
+	*x = RecoverRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverRequest) ProtoMessage() {}
+
+func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
+func (*RecoverRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *RecoverRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+// QuarantinedRecord is one damaged line moved out of a run (positions and hashes, no text).
+type QuarantinedRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file it was in.
+	File string `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	// Its 1-based line number there.
+	Line uint64 `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
+	// The seq it held (the one expected at that place).
+	Seq uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// SHA-256 of the line as stored.
+	Sha256 string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Its length in bytes.
+	Bytes uint64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The file holding its bytes, in `RecoverResponse.directory`.
+	Evidence string `protobuf:"bytes,6,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// What was wrong with it.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuarantinedRecord) Reset() {
+	*x = QuarantinedRecord{}
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuarantinedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuarantinedRecord) ProtoMessage() {}
+
+func (x *QuarantinedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuarantinedRecord.ProtoReflect.Descriptor instead.
+func (*QuarantinedRecord) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *QuarantinedRecord) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *QuarantinedRecord) GetLine() uint64 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *QuarantinedRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *QuarantinedRecord) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *QuarantinedRecord) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *QuarantinedRecord) GetEvidence() string {
+	if x != nil {
+		return x.Evidence
+	}
+	return ""
+}
+
+func (x *QuarantinedRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RecoverResponse says what recovery moved where and how the hole is recorded.
+type RecoverResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Damaged records moved out (0: the run had none; nothing changed).
+	Quarantined uint64 `protobuf:"varint,1,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// Each of them.
+	Records []*QuarantinedRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// The directory holding their bytes (outside the run).
+	Directory string `protobuf:"bytes,3,opt,name=directory,proto3" json:"directory,omitempty"`
+	// The seqs no longer in the run (damaged, or lost with no bytes left); 0..0 when none.
+	Hole *SeqRange `protobuf:"bytes,4,opt,name=hole,proto3" json:"hole,omitempty"`
+	// The seq of the rebase that records the hole (0 when nothing was recovered).
+	RebaseSeq uint64 `protobuf:"varint,5,opt,name=rebase_seq,json=rebaseSeq,proto3" json:"rebase_seq,omitempty"`
+	// A torn write cut on the way (a sentence), else empty.
+	Repaired string `protobuf:"bytes,6,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	// The run's last seq now.
+	LastSeq       uint64 `protobuf:"varint,7,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverResponse) Reset() {
+	*x = RecoverResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverResponse) ProtoMessage() {}
+
+func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
+func (*RecoverResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RecoverResponse) GetQuarantined() uint64 {
+	if x != nil {
+		return x.Quarantined
+	}
+	return 0
+}
+
+func (x *RecoverResponse) GetRecords() []*QuarantinedRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *RecoverResponse) GetDirectory() string {
+	if x != nil {
+		return x.Directory
+	}
+	return ""
+}
+
+func (x *RecoverResponse) GetHole() *SeqRange {
+	if x != nil {
+		return x.Hole
+	}
+	return nil
+}
+
+func (x *RecoverResponse) GetRebaseSeq() uint64 {
+	if x != nil {
+		return x.RebaseSeq
+	}
+	return 0
+}
+
+func (x *RecoverResponse) GetRepaired() string {
+	if x != nil {
+		return x.Repaired
+	}
+	return ""
+}
+
+func (x *RecoverResponse) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
 // CheckpointMeta describes a checkpoint.
 type CheckpointMeta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3889,7 +4137,7 @@ type CheckpointMeta struct {
 
 func (x *CheckpointMeta) Reset() {
 	*x = CheckpointMeta{}
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +4149,7 @@ func (x *CheckpointMeta) String() string {
 func (*CheckpointMeta) ProtoMessage() {}
 
 func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +4162,7 @@ func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointMeta.ProtoReflect.Descriptor instead.
 func (*CheckpointMeta) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CheckpointMeta) GetCheckpointId() string {
@@ -4000,7 +4248,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4012,7 +4260,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4025,7 +4273,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CheckpointRequest) GetRunId() string {
@@ -4053,7 +4301,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4065,7 +4313,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4078,7 +4326,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -4099,7 +4347,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4359,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4372,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListCheckpointsRequest) GetRunId() string {
@@ -4145,7 +4393,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4157,7 +4405,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4170,7 +4418,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointMeta {
@@ -4197,7 +4445,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4209,7 +4457,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4222,7 +4470,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RestoreRequest) GetRunId() string {
@@ -4272,7 +4520,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4532,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4545,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RestoreResponse) GetFromMessages() uint64 {
@@ -4348,7 +4596,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4608,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4621,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteCheckpointRequest) GetRunId() string {
@@ -4401,7 +4649,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4661,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4674,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteCheckpointResponse) GetDeleted() bool {
@@ -4457,7 +4705,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4469,7 +4717,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4482,7 +4730,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CompactRequest) GetRunId() string {
@@ -4546,7 +4794,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +4806,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +4819,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CompactResponse) GetStatus() CompactStatus {
@@ -4626,7 +4874,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4638,7 +4886,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4651,7 +4899,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ForkRequest) GetRunId() string {
@@ -4695,7 +4943,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +4955,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +4968,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ForkResponse) GetRunId() string {
@@ -4750,7 +4998,7 @@ type ExportCheckpointRequest struct {
 
 func (x *ExportCheckpointRequest) Reset() {
 	*x = ExportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +5010,7 @@ func (x *ExportCheckpointRequest) String() string {
 func (*ExportCheckpointRequest) ProtoMessage() {}
 
 func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +5023,7 @@ func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ExportCheckpointRequest) GetRunId() string {
@@ -4803,7 +5051,7 @@ type ExportCheckpointResponse struct {
 
 func (x *ExportCheckpointResponse) Reset() {
 	*x = ExportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +5063,7 @@ func (x *ExportCheckpointResponse) String() string {
 func (*ExportCheckpointResponse) ProtoMessage() {}
 
 func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +5076,7 @@ func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ExportCheckpointResponse) GetData() []byte {
@@ -4851,7 +5099,7 @@ type ImportCheckpointRequest struct {
 
 func (x *ImportCheckpointRequest) Reset() {
 	*x = ImportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4863,7 +5111,7 @@ func (x *ImportCheckpointRequest) String() string {
 func (*ImportCheckpointRequest) ProtoMessage() {}
 
 func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4876,7 +5124,7 @@ func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ImportCheckpointRequest) GetRunId() string {
@@ -4904,7 +5152,7 @@ type ImportCheckpointResponse struct {
 
 func (x *ImportCheckpointResponse) Reset() {
 	*x = ImportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4916,7 +5164,7 @@ func (x *ImportCheckpointResponse) String() string {
 func (*ImportCheckpointResponse) ProtoMessage() {}
 
 func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4929,7 +5177,7 @@ func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -4956,7 +5204,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4968,7 +5216,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4981,7 +5229,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -5030,7 +5278,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5042,7 +5290,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5055,7 +5303,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -5099,7 +5347,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5111,7 +5359,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5124,7 +5372,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -5156,7 +5404,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5168,7 +5416,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5181,7 +5429,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -5222,7 +5470,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5234,7 +5482,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5247,7 +5495,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -5551,7 +5799,26 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12\x1b\n" +
 	"\tlast_hash\x18\x03 \x01(\tR\blastHash\x12\x1a\n" +
-	"\bsegments\x18\x04 \x01(\rR\bsegments\"\xa9\x02\n" +
+	"\bsegments\x18\x04 \x01(\rR\bsegments\"'\n" +
+	"\x0eRecoverRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xaf\x01\n" +
+	"\x11QuarantinedRecord\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x12\n" +
+	"\x04line\x18\x02 \x01(\x04R\x04line\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x1a\n" +
+	"\bevidence\x18\x06 \x01(\tR\bevidence\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\x8c\x02\n" +
+	"\x0fRecoverResponse\x12 \n" +
+	"\vquarantined\x18\x01 \x01(\x04R\vquarantined\x128\n" +
+	"\arecords\x18\x02 \x03(\v2\x1e.journald.v1.QuarantinedRecordR\arecords\x12\x1c\n" +
+	"\tdirectory\x18\x03 \x01(\tR\tdirectory\x12)\n" +
+	"\x04hole\x18\x04 \x01(\v2\x15.journald.v1.SeqRangeR\x04hole\x12\x1d\n" +
+	"\n" +
+	"rebase_seq\x18\x05 \x01(\x04R\trebaseSeq\x12\x1a\n" +
+	"\brepaired\x18\x06 \x01(\tR\brepaired\x12\x19\n" +
+	"\blast_seq\x18\a \x01(\x04R\alastSeq\"\xa9\x02\n" +
 	"\x0eCheckpointMeta\x12#\n" +
 	"\rcheckpoint_id\x18\x01 \x01(\tR\fcheckpointId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x128\n" +
@@ -5678,7 +5945,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x1aCOMPACT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPACT_STATUS_COMPACTED\x10\x01\x12\x1b\n" +
 	"\x17COMPACT_STATUS_REJECTED\x10\x02\x12\x19\n" +
-	"\x15COMPACT_STATUS_FAILED\x10\x032\xc1\f\n" +
+	"\x15COMPACT_STATUS_FAILED\x10\x032\x87\r\n" +
 	"\x0eJournalService\x12=\n" +
 	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12D\n" +
 	"\aRelease\x12\x1b.journald.v1.ReleaseRequest\x1a\x1c.journald.v1.ReleaseResponse\x12A\n" +
@@ -5701,7 +5968,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x10ImportCheckpoint\x12$.journald.v1.ImportCheckpointRequest\x1a%.journald.v1.ImportCheckpointResponse\x12A\n" +
 	"\x06Verify\x12\x1a.journald.v1.VerifyRequest\x1a\x1b.journald.v1.VerifyResponse\x12V\n" +
 	"\rPutAttachment\x12!.journald.v1.PutAttachmentRequest\x1a\".journald.v1.PutAttachmentResponse\x12V\n" +
-	"\rGetAttachment\x12!.journald.v1.GetAttachmentRequest\x1a\".journald.v1.GetAttachmentResponseB?Z=github.com/journald/journald/clients/go/journaldv1;journaldv1b\x06proto3"
+	"\rGetAttachment\x12!.journald.v1.GetAttachmentRequest\x1a\".journald.v1.GetAttachmentResponse\x12D\n" +
+	"\aRecover\x12\x1b.journald.v1.RecoverRequest\x1a\x1c.journald.v1.RecoverResponseB?Z=github.com/journald/journald/clients/go/journaldv1;journaldv1b\x06proto3"
 
 var (
 	file_journald_v1_journal_proto_rawDescOnce sync.Once
@@ -5716,7 +5984,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -5771,37 +6039,40 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*HistoryResponse)(nil),          // 50: journald.v1.HistoryResponse
 	(*VerifyRequest)(nil),            // 51: journald.v1.VerifyRequest
 	(*VerifyResponse)(nil),           // 52: journald.v1.VerifyResponse
-	(*CheckpointMeta)(nil),           // 53: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 54: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 55: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 56: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 57: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 58: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 59: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 60: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 61: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 62: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 63: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 64: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 65: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 66: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 67: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 68: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 69: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 70: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 71: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 72: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 73: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 74: journald.v1.ErrorDetail
-	nil,                              // 75: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 76: journald.v1.RunState.LabelsEntry
-	nil,                              // 77: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 78: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 79: journald.v1.ErrorDetail.MetadataEntry
+	(*RecoverRequest)(nil),           // 53: journald.v1.RecoverRequest
+	(*QuarantinedRecord)(nil),        // 54: journald.v1.QuarantinedRecord
+	(*RecoverResponse)(nil),          // 55: journald.v1.RecoverResponse
+	(*CheckpointMeta)(nil),           // 56: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 57: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 58: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 59: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 60: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 61: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 62: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 63: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 64: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 65: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 66: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 67: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 68: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 69: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 70: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 71: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 72: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 73: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 74: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 75: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 76: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 77: journald.v1.ErrorDetail
+	nil,                              // 78: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 79: journald.v1.RunState.LabelsEntry
+	nil,                              // 80: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 81: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 82: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	5,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	75, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	78, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	7,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	4,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	9,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
@@ -5824,10 +6095,10 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	15, // 21: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
 	21, // 22: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
 	7,  // 23: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	76, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	79, // 24: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
 	0,  // 25: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
 	5,  // 26: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	77, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	80, // 27: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
 	24, // 28: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
 	6,  // 29: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
 	22, // 30: journald.v1.Lease.state:type_name -> journald.v1.RunState
@@ -5844,70 +6115,74 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	4,  // 41: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
 	23, // 42: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
 	41, // 43: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	53, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	56, // 44: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
 	16, // 45: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
 	47, // 46: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
 	4,  // 47: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	2,  // 48: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	53, // 49: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	53, // 50: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	32, // 51: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	27, // 52: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	4,  // 53: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	3,  // 54: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	13, // 55: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	32, // 56: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	78, // 57: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	22, // 58: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	53, // 59: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	79, // 60: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	25, // 61: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	28, // 62: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	33, // 63: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	35, // 64: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	37, // 65: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	39, // 66: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	42, // 67: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	44, // 68: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	46, // 69: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	49, // 70: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	54, // 71: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	56, // 72: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	58, // 73: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	60, // 74: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	62, // 75: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	64, // 76: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	66, // 77: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	68, // 78: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	51, // 79: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	70, // 80: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	72, // 81: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	31, // 82: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	29, // 83: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	34, // 84: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	36, // 85: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	38, // 86: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	40, // 87: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	43, // 88: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	45, // 89: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	48, // 90: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	50, // 91: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	55, // 92: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	57, // 93: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	59, // 94: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	61, // 95: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	63, // 96: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	65, // 97: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	67, // 98: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	69, // 99: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	52, // 100: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	71, // 101: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	73, // 102: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	82, // [82:103] is the sub-list for method output_type
-	61, // [61:82] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	54, // 48: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
+	13, // 49: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
+	2,  // 50: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	56, // 51: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	56, // 52: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	32, // 53: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	27, // 54: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	4,  // 55: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	3,  // 56: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	13, // 57: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	32, // 58: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	81, // 59: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	22, // 60: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	56, // 61: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	82, // 62: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	25, // 63: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	28, // 64: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	33, // 65: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	35, // 66: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	37, // 67: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	39, // 68: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	42, // 69: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	44, // 70: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	46, // 71: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	49, // 72: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	57, // 73: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	59, // 74: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	61, // 75: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	63, // 76: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	65, // 77: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	67, // 78: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	69, // 79: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	71, // 80: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	51, // 81: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	73, // 82: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	75, // 83: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	53, // 84: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	31, // 85: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	29, // 86: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	34, // 87: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	36, // 88: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	38, // 89: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	40, // 90: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	43, // 91: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	45, // 92: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	48, // 93: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	50, // 94: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	58, // 95: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	60, // 96: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	62, // 97: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	64, // 98: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	66, // 99: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	68, // 100: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	70, // 101: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	72, // 102: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	52, // 103: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	74, // 104: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	76, // 105: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	55, // 106: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	85, // [85:107] is the sub-list for method output_type
+	63, // [63:85] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -5937,7 +6212,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   76,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

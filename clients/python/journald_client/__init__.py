@@ -35,6 +35,7 @@ from journald_client.errors import (
     StorageFull,
     StoreCorrupted,
     TurnRunning,
+    Unsupported,
     VersionUnsupported,
 )
 from journald_client.fingerprint import Fingerprint, compute
@@ -51,6 +52,8 @@ from journald_client.state import (
     LeaseWarning,
     PendingResult,
     PendingTurn,
+    QuarantinedRecord,
+    RecoverResult,
     RestoreResult,
     RunInfo,
     RunState,
@@ -96,6 +99,8 @@ __all__ = [
     "PendingResult",
     "PendingTurn",
     "ProviderChanged",
+    "QuarantinedRecord",
+    "RecoverResult",
     "RestoreResult",
     "Run",
     "RunInfo",
@@ -111,6 +116,7 @@ __all__ = [
     "ToolCall",
     "ToolOutput",
     "TurnRunning",
+    "Unsupported",
     "VerifyResult",
     "VersionUnsupported",
     "Watch",

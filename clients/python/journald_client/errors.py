@@ -17,7 +17,8 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── TurnRunning
     ├── StoreCorrupted
     ├── BackendUnavailable: DaemonUnavailable
-    └── StorageFull
+    ├── StorageFull
+    └── Unsupported
 """
 
 from __future__ import annotations
@@ -186,6 +187,12 @@ class DaemonUnavailable(BackendUnavailable):
 
 class StorageFull(JournaldError):
     code = "storage_full"
+
+
+class Unsupported(JournaldError):
+    """The daemon's backend cannot do this operation (e.g. recovery on JetStream)."""
+
+    code = "unsupported"
 
 
 def _leaves(cls: type[JournaldError]) -> Iterable[type[JournaldError]]:

@@ -183,6 +183,36 @@ class VerifyResult:
 
 
 @dataclass(frozen=True, slots=True)
+class QuarantinedRecord:
+    """A damaged line recovery moved out of a run: where it was, its hash, where it went."""
+
+    file: str
+    line: int
+    seq: int
+    sha256: str
+    bytes: int
+    evidence: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverResult:
+    """What ``recover`` did: ``quarantined`` records moved to ``directory``; the seqs
+    ``hole_from..hole_to`` are no longer in the run and the rebase at ``rebase_seq`` records
+    that (0: the run had no damage, nothing changed)."""
+
+    run_id: str
+    quarantined: int
+    records: list[QuarantinedRecord]
+    directory: str
+    hole_from: int
+    hole_to: int
+    rebase_seq: int
+    repaired: str
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class ToolOutput:
     """What a tool function may return to ``complete_pending`` to flag an error itself."""
 

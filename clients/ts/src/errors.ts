@@ -63,6 +63,8 @@ export class TurnRunningError extends JournaldError {}
 export class StoreCorruptedError extends JournaldError {}
 export class BackendUnavailableError extends JournaldError {}
 export class StorageFullError extends JournaldError {}
+/** The daemon's backend cannot do this operation (e.g. recovery on JetStream). */
+export class UnsupportedError extends JournaldError {}
 /** A failure without a journald code (transport errors, daemon down, ...). */
 export class TransportError extends JournaldError {}
 
@@ -95,6 +97,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   store_corrupted: StoreCorruptedError,
   backend_unavailable: BackendUnavailableError,
   storage_full: StorageFullError,
+  unsupported: UnsupportedError,
 };
 
 /** Rebuild a typed error from its wire form (unknown codes become JournaldError). */

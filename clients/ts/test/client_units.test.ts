@@ -66,7 +66,7 @@ test("attachment_not_found is its own not-found error", () => {
   assert.ok(err instanceof NotFoundError);
   assert.ok(!(err instanceof CheckpointNotFoundError));
   assert.equal(ERRORS_BY_CODE.attachment_not_found, AttachmentNotFoundError);
-  assert.equal(Object.keys(ERRORS_BY_CODE).length, 21);
+  assert.equal(Object.keys(ERRORS_BY_CODE).length, 22);
 });
 
 test("the default message cap is 256 MiB, above the daemon's 64 MiB", () => {

@@ -534,7 +534,10 @@ class RebasePayload(_message.Message):
     CHECKPOINT_HASH_FIELD_NUMBER: _builtins.int
     COVERED_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
-    """One of "compaction", "restore", "fork", "import"."""
+    """One of "compaction", "restore", "fork", "import", "quarantine" (written by recovery:
+    `covered` is the range of the damaged records moved out, `messages` the conversation
+    rebuilt from the records that survived).
+    """
     checkpoint_id: _builtins.str
     """The checkpoint it came from, if any."""
     checkpoint_hash: _builtins.str
@@ -1964,6 +1967,124 @@ class VerifyResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VerifyResponse: _TypeAlias = VerifyResponse  # noqa: Y015
+
+@_typing.final
+class RecoverRequest(_message.Message):
+    """RecoverRequest names the run to recover."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoverRequest: _TypeAlias = RecoverRequest  # noqa: Y015
+
+@_typing.final
+class QuarantinedRecord(_message.Message):
+    """QuarantinedRecord is one damaged line moved out of a run (positions and hashes, no text)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILE_FIELD_NUMBER: _builtins.int
+    LINE_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    file: _builtins.str
+    """The file it was in."""
+    line: _builtins.int
+    """Its 1-based line number there."""
+    seq: _builtins.int
+    """The seq it held (the one expected at that place)."""
+    sha256: _builtins.str
+    """SHA-256 of the line as stored."""
+    bytes: _builtins.int
+    """Its length in bytes."""
+    evidence: _builtins.str
+    """The file holding its bytes, in `RecoverResponse.directory`."""
+    reason: _builtins.str
+    """What was wrong with it."""
+    def __init__(
+        self,
+        *,
+        file: _builtins.str = ...,
+        line: _builtins.int = ...,
+        seq: _builtins.int = ...,
+        sha256: _builtins.str = ...,
+        bytes: _builtins.int = ...,
+        evidence: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "evidence", b"evidence", "file", b"file", "line", b"line", "reason", b"reason", "seq", b"seq", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuarantinedRecord: _TypeAlias = QuarantinedRecord  # noqa: Y015
+
+@_typing.final
+class RecoverResponse(_message.Message):
+    """RecoverResponse says what recovery moved where and how the hole is recorded."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUARANTINED_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    DIRECTORY_FIELD_NUMBER: _builtins.int
+    HOLE_FIELD_NUMBER: _builtins.int
+    REBASE_SEQ_FIELD_NUMBER: _builtins.int
+    REPAIRED_FIELD_NUMBER: _builtins.int
+    LAST_SEQ_FIELD_NUMBER: _builtins.int
+    quarantined: _builtins.int
+    """Damaged records moved out (0: the run had none; nothing changed)."""
+    directory: _builtins.str
+    """The directory holding their bytes (outside the run)."""
+    rebase_seq: _builtins.int
+    """The seq of the rebase that records the hole (0 when nothing was recovered)."""
+    repaired: _builtins.str
+    """A torn write cut on the way (a sentence), else empty."""
+    last_seq: _builtins.int
+    """The run's last seq now."""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuarantinedRecord]:
+        """Each of them."""
+
+    @_builtins.property
+    def hole(self) -> Global___SeqRange:
+        """The seqs no longer in the run (damaged, or lost with no bytes left); 0..0 when none."""
+
+    def __init__(
+        self,
+        *,
+        quarantined: _builtins.int = ...,
+        records: _abc.Iterable[Global___QuarantinedRecord] | None = ...,
+        directory: _builtins.str = ...,
+        hole: Global___SeqRange | None = ...,
+        rebase_seq: _builtins.int = ...,
+        repaired: _builtins.str = ...,
+        last_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["hole", b"hole"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory", b"directory", "hole", b"hole", "last_seq", b"last_seq", "quarantined", b"quarantined", "rebase_seq", b"rebase_seq", "records", b"records", "repaired", b"repaired"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoverResponse: _TypeAlias = RecoverResponse  # noqa: Y015
 
 @_typing.final
 class CheckpointMeta(_message.Message):
