@@ -73,8 +73,9 @@ Recovery rules
   are a strict prefix of a line (the front of a record's bytes, or a complete record and the
   front of its checksum; a record missing only its newline counts). A power cut can leave
   zero-filled sectors: the first line holding a NUL byte starts a torn tail when its first
-  NUL run starts at that line or on a 512-byte boundary, ends on one or at the end of the
-  file, and the bytes before it in the line are such a prefix. Readers skip a torn tail. An
+  NUL run starts at that line or on a 512-byte boundary, ends at the end of the file or on
+  such a boundary (and is then longer than one byte: a lone NUL is a changed byte), and the
+  bytes before it in the line are such a prefix. Readers skip a torn tail. An
   open for append copies it to ``journal.jsonl.broken`` (``.1``, ``.2`` … if taken), fsyncs
   the copy, truncates the journal to the last complete record, fsyncs, and reports it as
   ``Journal.repair``. The next record is written at that length, on a line of its own.

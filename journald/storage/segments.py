@@ -249,7 +249,9 @@ def tail_end(data: bytes) -> int:
     Torn means written after the last acknowledgement, as a crash leaves it: a kill leaves a
     prefix of the last write (``torn_prefix`` after the last newline), a power cut can leave
     zero-filled sectors (a NUL run in the first line that is not a record, starting at that
-    line or on a sector boundary and ending on one or at the end of the file). Anything else
+    line or on a sector boundary and ending at the end of the file or on a sector boundary,
+    and longer than one byte then: one changed byte is never taken for a lost sector, so no
+    single-byte change to acknowledged lines is ever cut as torn). Anything else
     after the last good line (a complete line that fails its checks, a complete record
     followed by other bytes) is damage: it stays in the walk, which reports it."""
     nul = data.find(b"\0")
@@ -257,10 +259,9 @@ def tail_end(data: bytes) -> int:
         start = data.rfind(b"\n", 0, nul) + 1
         found = _NON_NUL.search(data, nul)
         run_end = found.start() if found else len(data)
-        aligned = (nul == start or nul % SECTOR == 0) and (
-            run_end == len(data) or run_end % SECTOR == 0
-        )
-        if aligned and torn_prefix(data[start:nul], whole=False):
+        # a lone NUL inside the file is a changed byte, not a lost sector
+        lost = run_end == len(data) or (run_end % SECTOR == 0 and run_end - nul > 1)
+        if lost and (nul == start or nul % SECTOR == 0) and torn_prefix(data[start:nul], False):
             return start
         return len(data)
     last = data.rfind(b"\n") + 1
