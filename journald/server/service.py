@@ -343,9 +343,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     @unary
     async def Delete(self, request: pb.DeleteRequest, context: Ctx) -> pb.DeleteResponse:
         run_id = validate_id(request.run_id)
-        async with self.leases.opening_lock(run_id):
-            self.leases.refuse_if_held(run_id)
-            await self.leases.wait_closed(run_id)
+        async with self.leases.unheld(run_id):
             deleted = await self.store.delete(run_id)
             if deleted:
                 await self.checkpoints.drop_run(run_id)
@@ -368,9 +366,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     async def Recover(self, request: pb.RecoverRequest, context: Ctx) -> pb.RecoverResponse:
         """Hold the run as the daemon (no writer may hold it), quarantine its damage."""
         run_id = validate_id(request.run_id)
-        async with self.leases.opening_lock(run_id):
-            self.leases.refuse_if_held(run_id)
-            await self.leases.wait_closed(run_id)
+        async with self.leases.unheld(run_id):
             rep = await self.store.recover(run_id)
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded
