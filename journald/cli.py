@@ -187,10 +187,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from journald import cli_checkpoints, cli_commands
+    from journald import cli_checkpoints, cli_commands, cli_recover
     from journald.view import command as view_command
 
-    del cli_checkpoints, view_command  # imported for their command registrations
+    del cli_checkpoints, cli_recover, view_command  # imported for their command registrations
     parser = argparse.ArgumentParser(prog="journald", description=__doc__)
     cli_commands.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -263,6 +263,7 @@ def info_json(i: RunInfo) -> dict[str, Any]:
         "last_seq": i.last_seq,
         "bytes": i.bytes,
         "prompt_preview": i.prompt_preview,
+        "error": i.error,
     }
 
 
@@ -303,7 +304,7 @@ def _run_ls(ctx: Context, args: argparse.Namespace) -> int:
             one_line(i.status),
             short_ts(i.updated),
             str(i.record_count),
-            one_line(i.prompt_preview),
+            one_line(i.error or i.prompt_preview),  # a damaged run: why, where the prompt goes
         ]
         for i in runs
     ]
@@ -318,7 +319,7 @@ def _run_ls(ctx: Context, args: argparse.Namespace) -> int:
         for h in header:
             t.add_column(h, no_wrap=True, overflow="ellipsis")
         for r in rows:
-            style = "yellow" if r[2] == "held" else None
+            style = {"held": "yellow", "corrupted": "red"}.get(r[2])
             t.add_row(*r[:-1], elide_end(r[-1], room), style=style)
         ctx.console.print(t)
     else:

@@ -36,7 +36,8 @@ maps it back to its own typed error from the code.
     ├── StoreCorrupted           DATA_LOSS             store_corrupted
     ├── BackendUnavailable       UNAVAILABLE           backend_unavailable
     ├── StorageFull              RESOURCE_EXHAUSTED    storage_full
-    └── ResponseTooLarge         RESOURCE_EXHAUSTED    response_too_large
+    ├── ResponseTooLarge         RESOURCE_EXHAUSTED    response_too_large
+    └── Unsupported              UNIMPLEMENTED         unsupported (e.g. recovery on JetStream)
 
 The base class's own code, ``internal``, is a daemon bug. The codes are the words of the
 proto's ``ErrorCode`` enum, whose comments name each code's status;
@@ -201,6 +202,13 @@ class ResponseTooLarge(JournaldError):
 
     code = "response_too_large"
     grpc_status = "RESOURCE_EXHAUSTED"
+
+
+class Unsupported(JournaldError):
+    """The backend cannot do this operation at all (retrying will not help)."""
+
+    code = "unsupported"
+    grpc_status = "UNIMPLEMENTED"
 
 
 def clip(text: str, limit_bytes: int, keep_tail: bool = True) -> str:

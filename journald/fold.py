@@ -11,7 +11,9 @@ Invariants of the result:
   user message (tool results, or earlier follow-ups) the fold merges the new blocks into it,
   exactly as a live agent builds its next request; otherwise it starts a user message.
   Consecutive assistant messages (a ``pause_turn`` continuation) merge the same way.
-* A rebase replaces the messages with its own; counters stay cumulative.
+* A rebase replaces the messages with its own; counters stay cumulative. A rebase with
+  reason ``quarantine`` (written by recovery after moving damaged records out) is also kept
+  as an anomaly, and every Open of the run warns about it.
 * A state record (framework state: LangGraph checkpoints, agent session items) never touches
   the conversation: the fold keeps the latest value of each (namespace, key) in ``state``, and
   a deletion drops one key or a whole namespace. A rebase leaves state alone.
@@ -40,6 +42,8 @@ from journald.records import GENESIS, Record
 
 Message = dict[str, Any]
 Block = dict[str, Any]
+QUARANTINE = "quarantine"  # the rebase reason recovery writes (see journald.storage.file)
+QUARANTINED = "records_quarantined"  # its anomaly and Open warning
 ABANDONED_TEXT = (
     "journald: this tool call was never answered (the writer stopped before journaling its "
     "result); its outcome is unknown. Re-check any state it may have changed before retrying."
@@ -405,6 +409,8 @@ def _apply(st: RunState, rec: Record) -> None:
             )
         st.pending = None
         st.messages = [dict(m) for m in msgs]
+        if p.get("reason") == QUARANTINE:
+            st.anomalies.append(Anomaly(rec.seq, QUARANTINED, quarantine_note(rec.seq, p)))
     elif rec.kind == "terminal":
         _need(isinstance(p.get("reason"), str), rec, "lacks a reason")
         st.terminal = dict(p)
@@ -447,9 +453,38 @@ def _apply_state(st: RunState, rec: Record, p: Mapping[str, Any]) -> None:
     values[key] = StateValue(rec.seq, vtype, data, sha, size)
 
 
+def quarantine_note(seq: int, payload: Mapping[str, Any]) -> str:
+    covered = payload.get("covered") or {}
+    first, last = covered.get("from_seq", 0), covered.get("to_seq", 0)
+    span = f"seq {first}" if first == last else f"seqs {first}..{last}"
+    return (
+        f"damaged records ({span}) were moved out of the run to quarantine by recovery; the "
+        f"conversation was rebuilt from the records that survived (rebase seq {seq}): check "
+        "it before relying on what the missing records said or did"
+    )
+
+
+def rebuilt_after_quarantine(survivors: Iterable[Record]) -> list[Message]:
+    """The conversation a recovery records after moving damaged records out: the fold of the
+    records that survived, with a turn left open closed by synthetic error results (its
+    results may be among the damaged records, so their outcome is unknown)."""
+    st = RunState()
+    for rec in survivors:
+        if rec.kind == "tool_result" and not st.counters.llm_calls:
+            continue  # the assistant turn it answered is among the damaged records
+        fold_into(st, (rec,))
+    msgs = list(st.messages)
+    if st.pending is not None:
+        append_message(msgs, "assistant", st.pending.message["content"])
+        append_message(msgs, "user", pending_blocks(st.pending))
+    return msgs
+
+
 def resume_warnings(st: RunState) -> list[tuple[str, str]]:
     """Notices that travel with an Open (not refusals)."""
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str]] = [
+        (QUARANTINED, a.detail) for a in st.anomalies if a.kind == QUARANTINED
+    ]
     if st.pending is not None and st.pending.unanswered:
         ids = ", ".join(c.id for c in st.pending.unanswered)
         out.append(

@@ -45,6 +45,7 @@ const (
 	CodeStorageFull             = "storage_full"
 	CodeInternal                = "internal"
 	CodeResponseTooLarge        = "response_too_large"
+	CodeUnsupported             = "unsupported"
 )
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
@@ -107,6 +108,7 @@ var (
 	ErrStorageFull             = &Error{Code: CodeStorageFull, Status: codes.ResourceExhausted}
 	ErrInternal                = &Error{Code: CodeInternal, Status: codes.Internal}
 	ErrResponseTooLarge        = &Error{Code: CodeResponseTooLarge, Status: codes.ResourceExhausted}
+	ErrUnsupported             = &Error{Code: CodeUnsupported, Status: codes.Unimplemented}
 )
 
 // Sentinels lists every sentinel by code (the mapping table).
@@ -119,7 +121,7 @@ func init() {
 		ErrProviderChanged, ErrFingerprintDrift, ErrVersionUnsupported, ErrStoreCorrupted,
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
 		ErrAttachmentNotFound, ErrInvalidCheckpointID, ErrInvalidDigest, ErrInvalidRequest,
-		ErrBackendUnavailable, ErrStorageFull, ErrInternal, ErrResponseTooLarge,
+		ErrBackendUnavailable, ErrStorageFull, ErrInternal, ErrResponseTooLarge, ErrUnsupported,
 	} {
 		Sentinels[s.Code] = s
 	}

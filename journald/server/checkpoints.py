@@ -25,6 +25,7 @@ History pages) is the governed, paired view (``journald.governance.sanitize``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from collections import OrderedDict
@@ -98,6 +99,8 @@ if TYPE_CHECKING:
 Ctx = grpc.aio.ServicerContext[Any, Any]
 DAEMON_HOLDER = "journald daemon"
 HISTORY_CACHE_RUNS = 8  # dormant runs whose governed conversation History keeps
+_FOLD_REFUSALS: OrderedDict[tuple[str, str], None] = OrderedDict()  # logged at ERROR once
+log = logging.getLogger(__name__)
 MARK_EVERY = 1000  # records between the fold marks History pages from
 MARKS_KEPT = 256  # per run (the newest); older pages fold from the oldest kept or in full
 TRIGGER_PB = {
@@ -141,6 +144,28 @@ def mark_of(st: RunState) -> dict[str, Any]:
     }
 
 
+def naming_run(exc: StoreCorrupted, run_id: str) -> StoreCorrupted:
+    """A fold's refusal of stored records (``journald.fold`` is pure: it knows no run) with
+    the run named, as every other ``store_corrupted`` is; logged at ERROR the first time."""
+    if exc.metadata.get("run_id") != run_id:
+        exc.metadata["run_id"] = run_id
+        exc.message = f"run {run_id}: {exc.message}"
+    key = (run_id, exc.metadata.get("seq", ""))
+    first = key not in _FOLD_REFUSALS
+    _FOLD_REFUSALS[key] = None
+    while len(_FOLD_REFUSALS) > 1024:
+        _FOLD_REFUSALS.popitem(last=False)
+    log.log(
+        logging.ERROR if first else logging.DEBUG,
+        "store_corrupted: run %s, seq %s: %s (the fold refuses the stored records; reads of "
+        "the run fail until it is restored or recovered)",
+        run_id,
+        key[1],
+        exc.message,
+    )
+    return exc
+
+
 async def fold_stored(
     store: Store, run_id: str, marks: list[dict[str, Any]] | None = None
 ) -> RunState:
@@ -148,7 +173,10 @@ async def fold_stored(
     ``MARK_EVERY`` records (where no turn is open) on the way."""
     state = RunState()
     async for rec in store.iter_records(run_id):
-        fold_into(state, (rec,))
+        try:
+            fold_into(state, (rec,))
+        except StoreCorrupted as exc:
+            raise naming_run(exc, run_id) from None
         due = marks is not None and (not marks or state.last_seq - marks[-1]["seq"] >= MARK_EVERY)
         if marks is not None and due and state.pending is None:
             marks.append(mark_of(state))
@@ -258,11 +286,13 @@ class CheckpointRpcs:
             else:
                 await self._require_run(run_id)
                 journal = await self.store.open(run_id)
+                marks: list[dict[str, Any]] = []
                 try:
-                    state = await fold_stored(self.store, run_id)
+                    state = await fold_stored(self.store, run_id, marks)
                 except BaseException:
                     await journal.close()
                     raise
+                self.index_on_close(run_id, marks)
             lease = self.leases.grant(run_id, holder, journal, state)
         try:
             async with lease.lock:
@@ -641,7 +671,7 @@ class CheckpointRpcs:
         if lease is not None:
             st = lease.state
             return self._view_of(run_id, view, (lease.lease_id, st.last_seq, st.last_hash), st)
-        key, st = await self._dormant_state(run_id, index=True)
+        key, st = await self._dormant_state(run_id)
         return self._view_of(run_id, view, key, st)
 
     def _view_of(self, run_id: str, view: int, key: Any, st: RunState) -> Conversation:
@@ -666,9 +696,9 @@ class CheckpointRpcs:
                 cache.popitem(last=False)
         return Conversation(msgs, st.last_seq, pending)
 
-    async def _dormant_state(self, run_id: str, index: bool) -> tuple[Any, RunState]:
+    async def _dormant_state(self, run_id: str) -> tuple[Any, RunState]:
         """The folded state of a run no lease holds, and its cache key (None when the store
-        cannot say; then it is folded every time). ``index``: save fold marks on a miss."""
+        cannot say; then it is folded every time)."""
         try:
             info = await self.store.info(run_id)
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely
@@ -681,10 +711,9 @@ class CheckpointRpcs:
         if hit is not None and hit[0] == key:
             cache.move_to_end(run_id)
             return hit
-        marks: list[dict[str, Any]] = []
-        st = await fold_stored(self.store, run_id, marks if index else None)
-        if index:
-            await self._save_marks(run_id, marks)  # index the run for later tail pages
+        # a read writes nothing: the fold marks that index a run for tail pages are taken
+        # when a writer (a lease, the daemon's own) folds it and saved when it ends
+        st = await fold_stored(self.store, run_id)
         cache[run_id] = (key, st)
         while len(cache) > HISTORY_CACHE_RUNS:
             cache.popitem(last=False)
@@ -693,6 +722,11 @@ class CheckpointRpcs:
     def _pending_marks(self) -> dict[str, list[dict[str, Any]]]:
         marks: dict[str, list[dict[str, Any]]] = self.__dict__.setdefault("_fold_marks", {})
         return marks
+
+    def index_on_close(self, run_id: str, marks: list[dict[str, Any]]) -> None:
+        """The fold marks a writer took while folding the run as it opened it: saved with
+        the ones its commits take when its lease ends (``save_fold_mark``)."""
+        self._pending_marks()[run_id] = list(marks)
 
     def note_fold_mark(self, run_id: str, state: RunState) -> None:
         """After a commit: remember a fold mark every ``MARK_EVERY`` records (in memory until

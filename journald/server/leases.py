@@ -9,9 +9,10 @@ host, since), which a bare flock cannot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from journald_client.pb import journal_pb2 as pb
@@ -72,6 +73,15 @@ class LeaseTable:
 
     def opening_lock(self, run_id: str) -> asyncio.Lock:
         return self._opening.setdefault(run_id, asyncio.Lock())
+
+    @contextlib.asynccontextmanager
+    async def unheld(self, run_id: str) -> AsyncIterator[None]:
+        """While the body runs no lease on ``run_id`` exists or can be granted (``Locked``,
+        naming the holder, when one is held now; one that is closing is waited for)."""
+        async with self.opening_lock(run_id):
+            self.refuse_if_held(run_id)
+            await self.wait_closed(run_id)
+            yield
 
     async def wait_closed(self, run_id: str) -> None:
         task = self._closing.get(run_id)

@@ -28,11 +28,16 @@ from journald.convert import (
     record_to_pb,
     state_to_pb,
 )
-from journald.errors import InvalidArgumentError, InvalidRecord, SessionExists, SessionNotFound
+from journald.errors import (
+    InvalidArgumentError,
+    InvalidRecord,
+    SessionExists,
+    SessionNotFound,
+)
 from journald.fingerprint import check_gates, diff
 from journald.fold import Message, RunState, fold_into, resume_warnings
 from journald.records import GENESIS, Record, validate_id
-from journald.server.checkpoints import CheckpointRpcs
+from journald.server.checkpoints import CheckpointRpcs, fold_stored
 from journald.server.edge import streaming, unary
 from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
@@ -64,14 +69,14 @@ def ack_pb(r: AppendResult) -> pb.Ack:
     )
 
 
-async def fold_store(store: Store, run_id: str) -> RunState:
-    state = RunState()
+async def fold_store(
+    store: Store, run_id: str, marks: list[dict[str, Any]] | None = None
+) -> RunState:
+    """The run's state folded from its stored records (with ``marks``: collecting the fold
+    marks that index it for History, see ``fold_stored``)."""
     with telemetry.fold_span(run_id) as span:
-        async for rec in store.iter_records(run_id):
-            fold_into(state, (rec,))
+        state = await fold_stored(store, run_id, marks)
         span.set("journald.seq.last", state.last_seq)
-    if state.last_seq == 0:
-        raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})
     return state
 
 
@@ -118,7 +123,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 )
             warnings: list[tuple[str, str]] = []
             if exists:
-                state = await fold_store(self.store, run_id)
+                marks: list[dict[str, Any]] = []  # the writer indexes the run (see History)
+                state = await fold_store(self.store, run_id, marks)
                 assert state.fingerprint is not None
                 current = fingerprint_from_pb(request.fingerprint)
                 check_gates(
@@ -144,7 +150,9 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 if journal.repair is not None:
                     warnings.append(("torn_tail_repaired", journal.repair.sentence()))
                 if journal.last_seq != state.last_seq:
-                    state = await fold_store(self.store, run_id)
+                    marks = []
+                    state = await fold_store(self.store, run_id, marks)
+                self.index_on_close(run_id, marks)
                 warnings.extend(resume_warnings(state))
             else:
                 telemetry.stamp_open(request, context)
@@ -311,7 +319,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         run_id = validate_id(request.run_id)
         lease = self.leases.held(run_id)
         # a dormant run's fold is kept for the History pages that complete a window
-        state = lease.state if lease else (await self._dormant_state(run_id, index=False))[1]
+        state = lease.state if lease else (await self._dormant_state(run_id))[1]
         out = pb.FoldResponse(state=state_to_pb(state, messages=False))
         governed: list[Message] = []
         if request.governed:
@@ -352,6 +360,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 bytes=i.bytes,
                 last_seq=i.last_seq,
                 labels=i.labels,
+                error=i.error,
             )
             if lease is not None:
                 h = lease.holder
@@ -365,9 +374,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     @unary
     async def Delete(self, request: pb.DeleteRequest, context: Ctx) -> pb.DeleteResponse:
         run_id = validate_id(request.run_id)
-        async with self.leases.opening_lock(run_id):
-            self.leases.refuse_if_held(run_id)
-            await self.leases.wait_closed(run_id)
+        async with self.leases.unheld(run_id):
             deleted = await self.store.delete(run_id)
             if deleted:
                 await self.checkpoints.drop_run(run_id)
@@ -384,6 +391,35 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             last_seq=rep.last_seq,
             last_hash=rep.last_hash,
             segments=rep.segments,
+        )
+
+    @unary
+    async def Recover(self, request: pb.RecoverRequest, context: Ctx) -> pb.RecoverResponse:
+        """Hold the run as the daemon (no writer may hold it), quarantine its damage."""
+        run_id = validate_id(request.run_id)
+        async with self.leases.unheld(run_id):
+            rep = await self.store.recover(run_id)
+        if rep.rebase is not None:
+            self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded
+        return pb.RecoverResponse(
+            quarantined=rep.quarantined,
+            records=[
+                pb.QuarantinedRecord(
+                    file=str(p["file"]),
+                    line=int(str(p["line"])),
+                    seq=int(str(p["seq"])),
+                    sha256=str(p["sha256"]),
+                    bytes=int(str(p["bytes"])),
+                    evidence=str(p["evidence"]),
+                    reason=str(p["reason"]),
+                )
+                for p in rep.positions
+            ],
+            directory=rep.directory,
+            hole=pb.SeqRange(from_seq=rep.hole_from, to_seq=rep.hole_to),
+            rebase_seq=rep.rebase.seq if rep.rebase is not None else 0,
+            repaired=rep.repaired,
+            last_seq=rep.last_seq,
         )
 
     @streaming

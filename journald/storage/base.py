@@ -73,6 +73,8 @@ class RunInfo:
     bytes: int = 0
     last_seq: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    """Why the run cannot be read (status ``corrupted``): the ``store_corrupted`` message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +87,21 @@ class VerifyReport:
 
 @dataclass(slots=True)
 class QuarantineReport:
-    """Recovery mode: what was moved out of a run (no message text, only positions and hashes)."""
+    """Recovery mode: what was moved out of a run (no message text, only positions and hashes)
+    and how the hole is recorded in the run (a rebase with reason ``quarantine``)."""
 
     run_id: str
     quarantined: int = 0
     positions: list[dict[str, object]] = field(default_factory=list)
     directory: str = ""
+    hole_from: int = 0
+    """First and last seq no longer in the run (damaged, or missing with no bytes left)."""
+    hole_to: int = 0
+    rebase: Record | None = None
+    """The record that states the hole and the rebuilt conversation (None: nothing moved)."""
+    repaired: str = ""
+    """A torn write cut on the way (``RepairReport.sentence``), else empty."""
+    last_seq: int = 0
 
 
 @runtime_checkable
@@ -147,6 +158,12 @@ class Store(Protocol):
 
     async def verify(self, run_id: str) -> VerifyReport:
         """Walk the whole hash chain and every record's schema."""
+        ...
+
+    async def recover(self, run_id: str) -> QuarantineReport:
+        """Move damaged records out of the run into the store's quarantine directory and
+        record the hole in it (a rebase with reason ``quarantine``); ``Locked`` while a
+        writer holds the run, ``Unsupported`` on a backend without recovery."""
         ...
 
     async def close(self) -> None: ...

@@ -7,18 +7,31 @@ Layout
     <data_dir>/                      0700  default: default_data_dir()
       sessions/                      0700
         <run_id>/                    0700  run id checked by records.validate_id first
-          journal.jsonl              0600  active segment: one canonical record + "\\n" per line
+          journal.jsonl              0600  active segment: one framed record per line
           segments/000001.jsonl      0600  sealed segments (immutable once listed)
           manifest.json              0600  segment list + chain anchors (absent: single volume)
-          meta.json                  0600  listing cache (never truth; ignored when stale)
+          meta.json                  0600  listing cache (ignored when stale; its last_seq is
+                                           a floor: see "Missing records" below)
           journal.lock               0600  flock of the append handle; holds "pid host since"
           journal.jsonl.broken[.N]   0600  torn tails cut by a repair
           journal.jsonl.staged       0600  a prune/recovery volume being put in place
           checkpoints/                     (owned by the checkpoint store)
       quarantine/<run_id>-<stamp>/         recovery evidence, outside every run
 
-A record is one line: its canonical JSON bytes (``journald.records``) followed by ``\\n``.
-A line without its newline is not a record.
+Line framing
+------------
+A record is stored as one line::
+
+    <canonical JSON bytes of the record> TAB <checksum> LF
+
+``checksum`` is the first 16 lowercase hex digits of the record's sha256 (the record's hash,
+already computed when it was built, so framing costs no hashing). The record bytes are
+exactly those of ``journald.records`` (the hash chain, JetStream message bodies and exports
+do not change); canonical JSON never holds a raw tab or newline, so the first tab ends the
+record. The checksum is what vouches for the last record of a file, which no ``prev`` of a
+later record covers yet. A line without its newline is not a record. Lines written before
+the framing existed (``<canonical JSON> LF``, no tab) are still read: they are "legacy"
+lines, checked by the chain as before and, when last, by the record schema only.
 
 Manifest (``journald-manifest/1``, JSON): ``generation`` (bumped by every write), ``segments``
 (in order: file, first_seq, last_seq, records, messages, bytes, first_hash, last_hash,
@@ -55,22 +68,48 @@ generation changed while they read.
 
 Recovery rules
 --------------
-* Torn tail: bytes after the last newline of ``journal.jsonl``, or a final complete line that
-  is not JSON. Readers skip it. An open for append copies it to ``journal.jsonl.broken``
-  (``.1``, ``.2`` … if taken), fsyncs the copy, truncates the journal to the last complete
-  record, fsyncs, and reports it as ``Journal.repair``. The next record is written at that
-  length, on a line of its own.
-* Interior damage — a line that does not decode to a canonical record, a seq out of order, a
-  hash-chain break not covered by an anchor, a sealed segment with a partial line or
-  disagreeing with its manifest entry, a listed segment missing, an unlisted segment that is
-  not an interrupted seal — raises ``StoreCorrupted`` naming run, file, line and seq. A run is
-  never read as a shorter history. Reads re-encode only the last record to prove it
-  canonical: any other record whose bytes changed since they were written breaks the chain at
-  the record after it (or disagrees with its segment's manifest entry); ``verify`` and
-  recovery re-encode every record (``segments.ChainReader``).
-* ``recover(run_id, quarantine_dir)`` moves damaged interior records out of the run (raw
-  bytes to a directory outside it), rewrites the volume without them and anchors each hole
-  in the manifest; it returns a ``QuarantineReport`` (positions and hashes, no text).
+* Torn tail: bytes written after the last acknowledgement, as a crash leaves them
+  (``segments.tail_end``). A kill stops a write part way: the bytes after the last newline
+  are a strict prefix of a line (the front of a record's bytes, or a complete record and the
+  front of its checksum; a record missing only its newline counts). A power cut can leave
+  zero-filled sectors: the first line holding a NUL byte starts a torn tail when its first
+  NUL run starts at that line or on a 512-byte boundary, ends at the end of the file or on
+  such a boundary (and is then longer than one byte: a lone NUL is a changed byte), and the
+  bytes before it in the line are such a prefix. Readers skip a torn tail. An
+  open for append copies it to ``journal.jsonl.broken`` (``.1``, ``.2`` … if taken), fsyncs
+  the copy, truncates the journal to the last complete record, fsyncs, and reports it as
+  ``Journal.repair``. The next record is written at that length, on a line of its own.
+* Damaged tail: anything else after the last good line is damage, not a tear, because no
+  crash writes it: a complete line that fails its checksum, parse or chain (a flipped byte),
+  a complete record followed by other bytes (a changed newline merging two lines or trailing
+  the last). It is reported like interior damage (below); nothing is cut, and the open is
+  refused, so no append can reuse an acknowledged seq.
+* Interior damage — a line that does not decode to a canonical record or fails its
+  checksum, a seq out of order, a hash-chain break not covered by an anchor, a sealed
+  segment with a partial line or disagreeing with its manifest entry, a listed segment
+  missing, an unlisted segment that is not an interrupted seal — raises ``StoreCorrupted``
+  naming run, file, line and seq. A run is never read as a shorter history. Reads re-encode
+  only the last record to prove it canonical: any other record whose bytes changed since
+  they were written fails its checksum and breaks the chain at the record after it (or
+  disagrees with its segment's manifest entry); ``verify`` and recovery re-encode every
+  record (``segments.ChainReader``).
+* Missing records: the writer writes the listing cache (``meta.json``) after the run's
+  first record, at each seal and when it closes, always from acknowledged records; only a
+  prune or a recovery (which keep or raise the last seq) removes it. Its ``last_seq`` is
+  therefore a floor: a run whose files end below it lost acknowledged records (an active
+  segment deleted or cut at a line boundary) and is ``StoreCorrupted``, as is a run whose
+  manifest lists segments but whose active segment is gone. Such a run still ``exists``
+  (an Open resumes and refuses it rather than creating a new run over it).
+* ``recover(run_id, quarantine_dir)`` (``journald recover``, with the run locked) moves the
+  damaged lines out of the run (their bytes, as stored, to a new directory outside it) and
+  rewrites the volume without them, each hole anchored in the manifest. It then records the
+  hole in the run itself: a rebase with reason ``quarantine`` whose ``covered`` is the range
+  no longer in the run and whose messages are the conversation rebuilt from the records that
+  survived (``fold.rebuilt_after_quarantine``), written in the same volume. Its seq is above
+  every seq the run may have acknowledged: the damaged ones (two for a line that merged two
+  records), the listing's floor and, when the active segment is gone, every seq it could have
+  held before its seal. It returns a ``QuarantineReport`` (positions and hashes, no text). A
+  run whose meta record is damaged or missing is refused (nothing to rebuild it from).
 * Prune (explicit, ``prune``): the new volume (meta + latest rebase onward) is staged in
   ``journal.jsonl.staged`` and fsynced; the manifest committing it (``pending``, a ``prune``
   anchor with the dropped range and the rebase's prev hash) is written atomically; then the
@@ -86,40 +125,39 @@ Recovery rules
 Modules: ``segments`` (manifest, line format, the strict chain reader, durable-write helpers),
 ``file_journal`` (the append handle: group commit, durable writes, sealing), ``file_reads``
 (snapshots and the checked walk of the chain; tail reads that start at their seq; what an open
-reuses of the read before it), this module (the store: layout, locks, listing, recovery,
-prune). Failpoints: ``journald.failpoints``.
+reuses of the read before it; info, listing, verify), ``file_maintenance`` (prune, recovery,
+tail repair), this module (the store: layout, locks, settling, opening). Damage is logged
+(``journald.storage.file``): each repair at WARNING, each ``StoreCorrupted`` at ERROR the
+first time. Failpoints: ``journald.failpoints``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
-import json
+import logging
 import os
 import shutil
 import socket
+import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from journald import failpoints
 from journald.errors import (
     InvalidRecord,
-    JournaldError,
     Locked,
     SessionExists,
     SessionNotFound,
     StoreCorrupted,
 )
-from journald.fold import fold
 from journald.paths import default_data_dir
-from journald.records import GENESIS, Record, decode, sha256_hex, validate_id
+from journald.records import GENESIS, Record, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
-    QuarantineReport,
     RepairReport,
     RunInfo,
     VerifyReport,
@@ -130,61 +168,46 @@ from journald.storage.file_journal import (
     SegmentStats,
     now_utc,
     read_file,
-    unique_path,
 )
-from journald.storage.file_reads import FileReads, Records
-from journald.storage.info import run_info_from
+from journald.storage.file_maintenance import FileMaintenance, PruneReport  # noqa: F401
+from journald.storage.file_reads import (
+    FileReads,
+    Records,
+    listed_last_seq,
+    missing_active,
+    records_missing,
+)
 from journald.storage.segments import (
-    BROKEN,
     DIR_MODE,
     FILE_MODE,
     JOURNAL,
     LOCK,
+    MANIFEST,
     META_CACHE,
     SEGMENTS,
     STAGED,
-    Anchor,
-    ChainReader,
     Line,
     Manifest,
     SegmentInfo,
-    active_end,
     atomic_write,
     corrupted,
     file_lines,
     fsync_dir,
-    message_count,
     read_manifest,
-    split_active,
     split_complete,
-    write_all,
+    tail_end,
     write_manifest,
 )
 
 MiB = 1024 * 1024
+LOGGED_KEPT = 1024  # damage reports remembered so that each is logged at ERROR once
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 Infos = list[RunInfo]
 Segments = list[SegmentInfo]
-PrePrune = Callable[[str, Sequence[Record]], Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class PruneReport:
-    run_id: str
-    pruned: bool
-    rebase_seq: int = 0
-    dropped_from: int = 0
-    dropped_to: int = 0
-    dropped_records: int = 0
-    kept_records: int = 0
-
-
-def holds_live_state(records: Sequence[Record], cut_seq: int) -> bool:
-    """Whether a state record before ``cut_seq`` is still the latest value of its key: a
-    rebase replaces the conversation, never framework state, so such a prune would lose it."""
-    return any(v.seq < cut_seq for _, _, v in fold(records).state_entries())
-
-
-class FileStore(FileReads):
+class FileStore(FileReads, FileMaintenance):
     """Runs as JSON-lines files under ``data_dir`` (see the module docstring)."""
 
     durability = FSYNC_LOCAL
@@ -220,6 +243,43 @@ class FileStore(FileReads):
                 os.makedirs(d, DIR_MODE, exist_ok=True)
                 os.chmod(d, DIR_MODE)
         self._open: dict[str, FileJournal] = {}
+        self._logged: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self._logged_lock = threading.Lock()  # _list logs from a worker thread
+
+    # -- damage is logged --------------------------------------------------------------------
+
+    async def _checked(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread; a ``StoreCorrupted`` it raises is logged."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except StoreCorrupted as exc:
+            self._log_corrupted(exc)
+            raise
+
+    def _log_corrupted(self, exc: StoreCorrupted) -> None:
+        """Log a run's damage at ERROR the first time this store meets it (run, file, line,
+        seq), at DEBUG after that: every read of a damaged run meets it again."""
+        meta = exc.metadata
+        key = (
+            meta.get("run_id", ""),
+            meta.get("file", ""),
+            meta.get("line", ""),
+            meta.get("seq", ""),
+        )
+        with self._logged_lock:
+            first = key not in self._logged
+            self._logged[key] = None
+            while len(self._logged) > LOGGED_KEPT:
+                self._logged.popitem(last=False)
+        log.log(
+            logging.ERROR if first else logging.DEBUG,
+            "store_corrupted: run %s, file %s, line %s, seq %s: %s. Reads and opens of the "
+            "run are refused (nothing was changed); quarantine the damage with `journald "
+            "recover %s` or restore the run from a backup",
+            *key,
+            exc.message,
+            key[0],
+        )
 
     # -- paths and locks -------------------------------------------------------------------
 
@@ -305,7 +365,8 @@ class FileStore(FileReads):
             stats = SegmentStats()
             data = read_file(path)
             end = split_complete(data)[1]
-            for _, rec in self._chain(run_id, m, file_lines(seg, data), start_seq, start_hash):
+            lines = file_lines(seg, data[:end])
+            for _, rec in self._chain(run_id, m, lines, start_seq, start_hash):
                 stats.add(rec)
             if end != len(data) or not stats.records:
                 os.unlink(seg)  # never sealed a partial file; roll the seal back
@@ -343,46 +404,31 @@ class FileStore(FileReads):
         m.generation += 1
         write_manifest(run_dir, m)
 
-    def _repair_tail(self, run_id: str, run_dir: str, data: bytes, end: int) -> RepairReport:
-        path = os.path.join(run_dir, JOURNAL)
-        broken = unique_path(os.path.join(run_dir, BROKEN))
-        fd = os.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        try:
-            write_all(fd, data[end:], 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_repair")
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return RepairReport(path, len(data) - end, broken, 0)
-
     def _open_state(self, run_id: str, run_dir: str) -> OpenState:
+        floor = listed_last_seq(run_dir)
         m = self._settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
-        data = read_file(path) if os.path.exists(path) else b""
-        end = active_end(data)
-        report = None
-        if end < len(data):
-            report = self._repair_tail(run_id, run_dir, data, end)
-        tail = self._active_tail(run_id, m, path, data[:end])
+        try:
+            data = read_file(path)
+        except FileNotFoundError:
+            if m.segments:
+                raise missing_active(run_id, path, m) from None
+            data = b""
+        end = tail_end(data)
+        tail = self._active_tail(run_id, m, path, data[:end])  # damage refuses here, unchanged
         stats = tail.stats
         last_seq, last_hash = (
             (stats.last_seq, stats.last_hash) if stats.records else m.active_start()
         )
-        if report is not None:
+        if last_seq < floor:
+            raise records_missing(run_id, path, last_seq, floor)
+        report = None
+        if end < len(data):
+            report = self._repair_tail(run_id, run_dir, data, end)
             report = RepairReport(report.file, report.dropped_bytes, report.broken_copy, last_seq)
         meta = None
         if m.segments:
-            first = os.path.join(run_dir, SEGMENTS, m.segments[0].file)
-            with open(first, "rb") as f:
-                meta = decode(f.readline().rstrip(b"\n"))
+            meta = self._first_record(run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file))
         elif tail.first is not None and tail.first.seq == 1:
             meta = tail.first
         return OpenState(m, end, stats, last_seq, last_hash, meta, tail.recent, report)
@@ -430,6 +476,9 @@ class FileStore(FileReads):
         self._open[run_id] = journal
         try:
             await journal.append([meta])
+            # the listing cache from the first record on: evidence that the run held records
+            # (a floor for its last seq) even if its writer never closes it
+            await journal.write_listing()
         except BaseException:
             await journal.close()
             await asyncio.to_thread(shutil.rmtree, run_dir, True)
@@ -437,8 +486,12 @@ class FileStore(FileReads):
         return journal
 
     def _has_records(self, run_dir: str) -> bool:
-        if os.path.exists(os.path.join(run_dir, "manifest.json")):
-            return True
+        """Whether the run ever held records: a manifest or a listing cache (written after
+        its first record, see ``listed_last_seq``) or a non-empty journal. A run whose
+        journal went missing still exists, and reads report the damage."""
+        for name in (MANIFEST, META_CACHE):
+            if os.path.exists(os.path.join(run_dir, name)):
+                return True
         try:
             return os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0
         except FileNotFoundError:
@@ -448,7 +501,7 @@ class FileStore(FileReads):
         run_dir = self.run_dir(run_id)
         lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
         try:
-            st = await asyncio.to_thread(self._open_state, run_id, run_dir)
+            st = await self._checked(self._open_state, run_id, run_dir)
             if st.last_seq == 0:
                 raise self._not_found(run_id)
             journal = FileJournal(self, run_id, lock, st, first=False)
@@ -463,14 +516,14 @@ class FileStore(FileReads):
         return await asyncio.to_thread(self._has_records, run_dir)
 
     async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
-        for rec in await asyncio.to_thread(self._read_records, run_id, from_seq):
+        for rec in await self._checked(self._read_records, run_id, from_seq):
             yield rec
 
     async def load(self, run_id: str, from_seq: int = 1) -> Records:
-        return await asyncio.to_thread(self._read_records, run_id, from_seq)
+        return await self._checked(self._read_records, run_id, from_seq)
 
     async def info(self, run_id: str) -> RunInfo:
-        return await asyncio.to_thread(self._info, run_id)
+        return await self._checked(self._info, run_id)
 
     async def list(self) -> list[RunInfo]:
         return await asyncio.to_thread(self._list)
@@ -480,14 +533,14 @@ class FileStore(FileReads):
         return await asyncio.to_thread(self._delete, run_id, run_dir)
 
     async def verify(self, run_id: str) -> VerifyReport:
-        return await asyncio.to_thread(self._verify, run_id)
+        return await self._checked(self._verify, run_id)
 
     async def segments(self, run_id: str) -> Segments:
         """The sealed segments of a run, oldest first (seq range, record and message counts,
         bytes, first/last hash), from its manifest; empty for a single-volume run. History
         paging walks this from the tail to pick ``from_seq`` without reading old segments."""
         run_dir = self.run_dir(run_id)
-        m = await asyncio.to_thread(read_manifest, run_dir, run_id)
+        m = await self._checked(read_manifest, run_dir, run_id)
         if m is None or m.pending:
             if not await self.exists(run_id):
                 raise self._not_found(run_id)
@@ -500,199 +553,7 @@ class FileStore(FileReads):
 
     # -- explicit maintenance --------------------------------------------------------------
 
-    async def prune(self, run_id: str, *, before: PrePrune | None = None) -> PruneReport:
-        """Rewrite a run to its meta record plus everything from its latest rebase onward
-        (nothing is pruned while a state record before that rebase still holds a live value).
-
-        ``before(run_id, records)`` runs after the run is locked and read, before anything
-        changes: the checkpoint store hooks its ``pre_prune`` checkpoint here (its failure
-        aborts the prune). Refused with ``Locked`` while the run is open for append.
-        """
-        run_dir = self.run_dir(run_id)
-        lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
-        try:
-            await asyncio.to_thread(self._open_state, run_id, run_dir)
-            records = await asyncio.to_thread(self._read_records, run_id, 1)
-            rebases = [r for r in records if r.kind == "rebase"]
-            if (
-                not records
-                or not rebases
-                or rebases[-1].seq <= 2
-                or records[1].seq >= rebases[-1].seq
-                or holds_live_state(records, rebases[-1].seq)
-            ):
-                return PruneReport(run_id, False)
-            if before is not None:
-                await before(run_id, records)
-            rb = rebases[-1]
-            meta = records[0]
-            kept = [meta] + [r for r in records if r.seq >= rb.seq]
-            m = read_manifest(run_dir, run_id) or Manifest()
-            anchors = [a for a in m.anchors if a.after_seq >= rb.seq]
-            anchors.insert(
-                0, Anchor(meta.seq, meta.hash, rb.seq, rb.prev, "prune", meta.seq + 1, rb.seq - 1)
-            )
-            await asyncio.to_thread(
-                self._replace_volume, run_id, run_dir, m, [r.raw for r in kept], anchors
-            )
-            return PruneReport(
-                run_id, True, rb.seq, meta.seq + 1, rb.seq - 1, len(records) - len(kept), len(kept)
-            )
-        finally:
-            os.close(lock)
-
-    def _replace_volume(
-        self,
-        run_id: str,
-        run_dir: str,
-        m: Manifest,
-        lines: Sequence[bytes],
-        anchors: Sequence[Anchor],
-    ) -> None:
-        staged = os.path.join(run_dir, STAGED)
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            write_all(fd, b"".join(raw + b"\n" for raw in lines), 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_prune_stage")
-        nm = Manifest(m.generation + 1, [], list(anchors), STAGED)
-        write_manifest(run_dir, nm)  # the commit point
-        if failpoints.ARMED:
-            failpoints.hit("mid_prune_rename")
-        self._finish_replace(run_dir, run_id, nm)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(run_dir, META_CACHE))
-
-    async def recover(
-        self, run_id: str, quarantine_dir: str | os.PathLike[str] | None = None
-    ) -> QuarantineReport:
-        """Recovery mode: move damaged interior records out of the run (see module doc)."""
-        qdir = str(quarantine_dir if quarantine_dir is not None else self.quarantine_dir)
-        run_dir = self.run_dir(run_id)
-        lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir, qdir)
-        try:
-            return await asyncio.to_thread(self._recover, run_id, run_dir, qdir)
-        finally:
-            os.close(lock)
-
-    def _recover(self, run_id: str, run_dir: str, qdir: str) -> QuarantineReport:
-        m = self._settle(run_id, run_dir)
-        path = os.path.join(run_dir, JOURNAL)
-        data = read_file(path) if os.path.exists(path) else b""
-        lines_a, end = split_active(data)
-        if end < len(data):
-            self._repair_tail(run_id, run_dir, data, end)
-        lines: list[Line] = []
-        for s in m.segments:
-            seg = os.path.join(run_dir, SEGMENTS, s.file)
-            lines.extend(file_lines(seg, read_file(seg)))
-        lines.extend(Line(path, i, raw) for i, raw in enumerate(lines_a, 1))
-        anchors = {a.after_seq: a for a in m.anchors}
-        bad: list[tuple[Line, int, str]] = []
-        for _ in range(len(lines) + 1):
-            reader = ChainReader(run_id, iter(lines), 0, GENESIS, None, anchors, strict=True)
-            try:
-                for _ in reader:
-                    pass
-                break
-            except StoreCorrupted as exc:
-                idx = next(
-                    i
-                    for i, ln in enumerate(lines)
-                    if ln.file == exc.metadata["file"] and str(ln.line) == exc.metadata["line"]
-                )
-                bad.append((lines.pop(idx), int(exc.metadata["seq"]), exc.message))
-                pred = _decoded(lines[idx - 1]) if idx > 0 else None
-                succ = _decoded(lines[idx]) if idx < len(lines) else None
-                if succ is not None:
-                    p_seq, p_hash = (pred.seq, pred.hash) if pred else (0, GENESIS)
-                    anchors[p_seq] = Anchor(
-                        p_seq, p_hash, succ.seq, succ.prev, "quarantine", p_seq + 1, succ.seq - 1
-                    )
-        report = QuarantineReport(run_id)
-        if not bad:
-            return report
-        out = os.path.join(qdir, f"{run_id}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}")
-        os.makedirs(out, DIR_MODE, exist_ok=True)
-        for i, (ln, seq, why) in enumerate(bad, 1):
-            digest = sha256_hex(ln.raw)
-            name = f"{i:04d}-seq{seq}-{digest[:16]}.bad"
-            fd = os.open(os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            try:
-                write_all(fd, ln.raw, 0)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            reason = why.split(": ", 1)[-1].split(" (", 1)[0].split(".", 1)[0]
-            report.positions.append(
-                {
-                    "file": ln.file,
-                    "line": ln.line,
-                    "seq": seq,
-                    "sha256": digest,
-                    "bytes": len(ln.raw),
-                    "evidence": name,
-                    "reason": reason,
-                }
-            )
-        fsync_dir(out)
-        report.quarantined = len(bad)
-        report.directory = out
-        kept = [ln.raw for ln in lines]
-        live = {_decoded(ln).seq for ln in lines if _decoded(ln) is not None}  # type: ignore[union-attr]
-        used = [a for a in anchors.values() if a.after_seq in live or a.after_seq == 0]
-        self._replace_volume(run_id, run_dir, m, kept, sorted(used, key=lambda a: a.after_seq))
-        return report
-
     # -- reads -----------------------------------------------------------------------------
-
-    def _info(self, run_id: str) -> RunInfo:
-        m, files, _ = self._iter_checked(run_id, 1 << 62)
-        active = files[-1][1]
-        lines, _ = split_complete(active)
-        last = decode(lines[-1]) if lines else None
-        first = decode(lines[0]) if lines and (m.pending or not m.segments) else None
-        if m.segments and not m.pending:
-            try:
-                with open(self._seg_path(run_id, m.segments[0].file), "rb") as f:
-                    first = decode(f.readline().rstrip(b"\n"))
-                if last is None:
-                    seg = read_file(self._seg_path(run_id, m.segments[-1].file))
-                    last = decode(split_complete(seg)[0][-1])
-            except FileNotFoundError as exc:
-                raise StoreCorrupted(
-                    f"run {run_id}: segment {os.path.basename(str(exc.filename))} is listed in "
-                    "the manifest but missing; restore it from a backup or run recovery",
-                    metadata={"run_id": run_id, "file": str(exc.filename)},
-                ) from exc
-        if first is None or last is None:
-            raise self._not_found(run_id)
-        count = sum(s.records for s in m.segments) + len(lines)
-        size = sum(s.bytes for s in m.segments) + len(active)
-        return run_info_from(run_id, first, last, count, size)
-
-    def _list(self) -> Infos:
-        out: Infos = []
-        for name in sorted(os.listdir(self.sessions_dir)):
-            try:
-                validate_id(name)
-            except JournaldError:
-                continue
-            run_dir = os.path.join(self.sessions_dir, name)
-            if not os.path.isdir(run_dir) or not self._has_records(run_dir):
-                continue
-            cached = _cached_info(run_dir)
-            if cached is None:
-                try:
-                    cached = self._info(name)
-                except SessionNotFound:
-                    continue
-            out.append(cached)
-        return sorted(out, key=lambda i: i.updated, reverse=True)
 
     def _delete(self, run_id: str, run_dir: str) -> bool:
         if not os.path.isdir(run_dir):
@@ -706,71 +567,3 @@ class FileStore(FileReads):
             os.close(lock)
         shutil.rmtree(trash, ignore_errors=True)
         return True
-
-    def _verify(self, run_id: str) -> VerifyReport:
-        from journald.validation import validate_record
-
-        m, _, recs = self._iter_checked(run_id, 1, strict=True)
-        if not recs:
-            raise self._not_found(run_id)
-        run_dir = self.run_dir(run_id)
-        seg_dir = os.path.join(run_dir, SEGMENTS)
-        listed = {s.file for s in m.segments}
-        if os.path.isdir(seg_dir) and not m.pending:
-            for name in sorted(os.listdir(seg_dir)):
-                seg = os.path.join(seg_dir, name)
-                active = os.path.join(run_dir, JOURNAL)
-                interrupted = (
-                    name == f"{len(m.segments) + 1:06d}.jsonl"
-                    and os.path.exists(active)
-                    and os.path.samefile(seg, active)
-                )
-                if name not in listed and not interrupted:
-                    raise corrupted(
-                        run_id, Line(seg, 0, b""), 0, "a segment file not listed in the manifest"
-                    )
-        for s in m.segments:
-            inside = [r for r in recs if s.first_seq <= r.seq <= s.last_seq]
-            msgs = sum(message_count(r) for r in inside)
-            if not inside or inside[0].hash != s.first_hash or msgs != s.messages:
-                raise corrupted(
-                    run_id,
-                    Line(os.path.join(seg_dir, s.file), 1, b""),
-                    s.first_seq,
-                    "the segment's first record or message count disagrees with the manifest",
-                )
-        for rec in recs:
-            try:
-                validate_record(rec)
-            except InvalidRecord as exc:
-                raise StoreCorrupted(
-                    f"run {run_id}: seq {rec.seq} does not match the record schema ({exc.message})",
-                    metadata={"run_id": run_id, "seq": rec.seq},
-                ) from exc
-        return VerifyReport(len(recs), recs[-1].seq, recs[-1].hash, len(m.segments) + 1)
-
-
-def _decoded(line: Line) -> Record | None:
-    try:
-        return decode(line.raw)
-    except JournaldError:
-        return None
-
-
-def _cached_info(run_dir: str) -> RunInfo | None:
-    """The listing row from ``meta.json`` if it still describes the files, else None."""
-    try:
-        obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
-        st = os.stat(os.path.join(run_dir, JOURNAL))
-        m = read_manifest(run_dir, "")
-        gen = m.generation if m else 0
-        if (
-            obj["journal_ino"] != st.st_ino
-            or obj["journal_size"] != st.st_size
-            or obj["generation"] != gen
-            or "labels" not in obj["info"]  # written before listings carried labels
-        ):
-            return None
-        return RunInfo(**obj["info"])
-    except (OSError, ValueError, TypeError, KeyError, StoreCorrupted):
-        return None

@@ -35,6 +35,7 @@ from journald.storage.segments import (
     Manifest,
     SegmentInfo,
     atomic_write,
+    frame,
     fsync_dir,
     message_count,
     storage_error,
@@ -286,7 +287,7 @@ class FileJournal:
             while self._queue:
                 group, self._queue = self._queue, []
                 new = [r for batch, _ in group for r in batch]
-                data = b"".join(r.raw + b"\n" for r in new)
+                data = b"".join(frame(r) for r in new)
                 try:
                     await self._io.run(self._write_durable, data, new[0].seq)
                 except Exception as exc:
@@ -417,6 +418,10 @@ class FileJournal:
         self._stats = SegmentStats()
         self._write_cache()
 
+    async def write_listing(self) -> None:
+        """Refresh the run's listing cache (``meta.json``; not fsynced: a cache)."""
+        await self._io.run(self._write_cache)
+
     def _write_cache(self) -> None:
         if self._meta is None or not self._recent:
             return
@@ -429,6 +434,7 @@ class FileJournal:
             "info": {k: getattr(info, k) for k in RunInfo.__dataclass_fields__},
             "journal_ino": st.st_ino,
             "journal_size": self._size,
+            "journal_mtime_ns": st.st_mtime_ns,
             "generation": self._manifest.generation,
         }
         with contextlib.suppress(OSError):  # a cache: list() recomputes it when stale

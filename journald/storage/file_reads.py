@@ -20,7 +20,9 @@ Format, layout and recovery rules: see ``journald.storage.file`` (reads take no 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -28,26 +30,34 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from journald.errors import BackendUnavailable, JournaldError, SessionNotFound
-from journald.records import GENESIS, Record, decode_stored, sha256_hex
+from journald.errors import BackendUnavailable, JournaldError, SessionNotFound, StoreCorrupted
+from journald.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
+from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, SegmentStats, read_file
+from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.segments import (
     JOURNAL,
+    META_CACHE,
     SEGMENTS,
     ChainReader,
     Line,
     Manifest,
     SegmentInfo,
-    active_end,
+    checksum_ok,
     corrupted,
     file_lines,
     line_start,
+    message_count,
     read_manifest,
+    split_complete,
+    tail_end,
+    unframe,
 )
 
 MISSING = b"\0missing"
 Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
+Infos = list[RunInfo]
 TAILS_KEPT = 64  # runs whose last read's ActiveTail waits for an open (two records each)
 
 
@@ -95,6 +105,10 @@ class FileReads:
         def run_dir(self, run_id: str) -> str: ...
 
         def _not_found(self, run_id: str) -> SessionNotFound: ...
+
+        def _has_records(self, run_dir: str) -> bool: ...
+
+        def _log_corrupted(self, exc: StoreCorrupted) -> None: ...
 
     def _init_reads(self) -> None:
         self.segment_opens = 0
@@ -157,7 +171,10 @@ class FileReads:
             except FileNotFoundError:
                 afd = None
             try:
-                m = read_manifest(run_dir, run_id) or Manifest()
+                listed = read_manifest(run_dir, run_id)
+                m = listed or Manifest()
+                if listed is not None and not m.pending and afd is None:
+                    raise missing_active(run_id, path, m)
                 files: Files = []
                 start_seq, start_hash = 0, GENESIS
                 if m.pending:
@@ -167,7 +184,7 @@ class FileReads:
                         name = staged
                     except FileNotFoundError:
                         data, name = read_file(path), path
-                    files.append((name, data[: active_end(data)], None))
+                    files.append((name, data[: tail_end(data)], None))
                 else:
                     segs = m.segments
                     idx = next((i for i, s in enumerate(segs) if s.last_seq >= from_seq), len(segs))
@@ -191,7 +208,9 @@ class FileReads:
                         if not same:
                             with os.fdopen(os.dup(afd), "rb") as f:
                                 active = f.read()
-                    files.append((path, active[: active_end(active)], None))
+                            if not _still_at(path, st):
+                                continue  # sealed and replaced since it was opened: again
+                    files.append((path, active[: tail_end(active)], None))
                 again = read_manifest(run_dir, run_id) or Manifest()
                 if again.generation == m.generation:
                     return m, files, start_seq, start_hash
@@ -208,6 +227,7 @@ class FileReads:
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``strict``: give
         every record the full canonical check (``ChainReader``) and skip no line."""
+        floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
         m, files, start_seq, start_hash = self._snapshot(run_id, from_seq)
         for name, data, info in files:
             if info is None:
@@ -255,6 +275,8 @@ class FileReads:
                 out.append(rec)
             if tail is not None and line.file == active_name:
                 tail.add(rec)
+        if reader.seq < floor:
+            raise records_missing(run_id, active_name, reader.seq, floor)
         for name, data, info in files:
             if info is None:
                 continue
@@ -278,6 +300,152 @@ class FileReads:
         if not out and from_seq <= 1:
             raise self._not_found(run_id)
         return out
+
+    def _first_record(self, run_id: str, path: str) -> Record:
+        with open(path, "rb") as f:
+            first = f.readline()
+        return _stored(run_id, Line(path, 1, first.rstrip(b"\n")), 1)
+
+    def _info(self, run_id: str) -> RunInfo:
+        m, files, _ = self._iter_checked(run_id, 1 << 62)
+        active_name, active, _ = files[-1]
+        lines, _ = split_complete(active)  # the walk refused anything else
+        last = first = None
+        if lines:
+            last = _stored(run_id, Line(active_name, len(lines), lines[-1]), 0)
+            if m.pending or not m.segments:
+                first = _stored(run_id, Line(active_name, 1, lines[0]), 1)
+        if m.segments and not m.pending:
+            try:
+                first = self._first_record(run_id, self._seg_path(run_id, m.segments[0].file))
+                if last is None:
+                    s = m.segments[-1]
+                    seg = self._seg_path(run_id, s.file)
+                    last = _stored(
+                        run_id,
+                        Line(seg, s.records, split_complete(read_file(seg))[0][-1]),
+                        s.last_seq,
+                    )
+            except FileNotFoundError as exc:
+                raise StoreCorrupted(
+                    f"run {run_id}: segment {os.path.basename(str(exc.filename))} is listed in "
+                    "the manifest but missing; restore the run from a backup",
+                    metadata={"run_id": run_id, "file": str(exc.filename)},
+                ) from exc
+        if first is None or last is None:
+            raise self._not_found(run_id)
+        count = sum(s.records for s in m.segments) + len(lines)
+        size = sum(s.bytes for s in m.segments) + len(active)
+        return run_info_from(run_id, first, last, count, size)
+
+    def _list(self) -> Infos:
+        out: Infos = []
+        for name in sorted(os.listdir(self.sessions_dir)):
+            try:
+                validate_id(name)
+            except JournaldError:
+                continue
+            run_dir = os.path.join(self.sessions_dir, name)
+            if not os.path.isdir(run_dir) or not self._has_records(run_dir):
+                continue
+            cached = _cached_info(run_dir)
+            if cached is None:
+                try:
+                    cached = self._info(name)
+                except SessionNotFound:
+                    continue
+                except StoreCorrupted as exc:  # one damaged run does not hide the others
+                    self._log_corrupted(exc)
+                    cached = corrupted_info(name, exc)
+            out.append(cached)
+        return sorted(out, key=lambda i: i.updated, reverse=True)
+
+    def _check_segment_files(self, run_id: str) -> None:
+        """Every file in ``segments/`` is listed in the manifest or is a seal in progress
+        (the active file linked under the next name), checked against one manifest: a seal
+        by another writer between the reads makes the manifest change, and the check runs
+        again."""
+        run_dir = self.run_dir(run_id)
+        seg_dir = os.path.join(run_dir, SEGMENTS)
+        active = os.path.join(run_dir, JOURNAL)
+        for _ in range(16):
+            m = read_manifest(run_dir, run_id) or Manifest()
+            if m.pending:
+                return  # the segments are being removed: the staged volume is the run
+            listed = {s.file for s in m.segments}
+            unlisted = None
+            for name in sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else ():
+                seg = os.path.join(seg_dir, name)
+                with contextlib.suppress(FileNotFoundError):
+                    sealing = name == f"{len(m.segments) + 1:06d}.jsonl" and os.path.samefile(
+                        seg, active
+                    )
+                    if name not in listed and not sealing:
+                        unlisted = seg
+                        break
+            again = read_manifest(run_dir, run_id) or Manifest()
+            if again.generation != m.generation:
+                continue
+            if unlisted is not None:
+                raise corrupted(
+                    run_id, Line(unlisted, 0, b""), 0, "a segment file not listed in the manifest"
+                )
+            return
+        raise BackendUnavailable(
+            f"run {run_id} kept changing while it was verified; retry",
+            metadata={"run_id": run_id},
+        )
+
+    def _verify(self, run_id: str) -> VerifyReport:
+        m, _, recs = self._iter_checked(run_id, 1, strict=True)
+        if not recs:
+            raise self._not_found(run_id)
+        self._check_segment_files(run_id)
+        seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
+        for s in m.segments:
+            inside = [r for r in recs if s.first_seq <= r.seq <= s.last_seq]
+            msgs = sum(message_count(r) for r in inside)
+            if not inside or inside[0].hash != s.first_hash or msgs != s.messages:
+                raise corrupted(
+                    run_id,
+                    Line(os.path.join(seg_dir, s.file), 1, b""),
+                    s.first_seq,
+                    "the segment's first record or message count disagrees with the manifest",
+                )
+        return VerifyReport(len(recs), recs[-1].seq, recs[-1].hash, len(m.segments) + 1)
+
+
+def listed_last_seq(run_dir: str) -> int:
+    """The last seq the run's listing cache (``meta.json``) recorded, 0 if none. The writer
+    writes it only after those records were acknowledged and only a prune or a recovery
+    (which keep the run's last seq or raise it) removes it, so however stale, the run still
+    holds that seq: a floor that notices acknowledged records gone missing."""
+    try:
+        obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
+        seq = obj["info"]["last_seq"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0
+    return seq if type(seq) is int else 0
+
+
+def records_missing(run_id: str, name: str, last_seq: int, floor: int) -> StoreCorrupted:
+    return corrupted(
+        run_id,
+        Line(name, 0, b""),
+        last_seq + 1,
+        f"acknowledged records are missing: the run's listing recorded seq {floor}, its "
+        f"files end at seq {last_seq}",
+    )
+
+
+def missing_active(run_id: str, path: str, m: Manifest) -> StoreCorrupted:
+    return corrupted(
+        run_id,
+        Line(path, 0, b""),
+        m.active_start()[0] + 1,
+        "the active segment is missing (the manifest lists the run's sealed segments; the "
+        "records after them were in this file)",
+    )
 
 
 def _skip_to(
@@ -309,12 +477,21 @@ def _skip_to(
     if end < 0:
         return walk_all  # no complete line k
     try:
-        rec = decode_stored(data[before_end:end])
+        rec = decode_stored(unframe(data[before_end:end])[0])
     except JournaldError:
         return walk_all
-    if rec.seq != from_seq or rec.prev != sha256_hex(data[at : before_end - 1]):
+    if rec.seq != from_seq or rec.prev != sha256_hex(unframe(data[at : before_end - 1])[0]):
         return walk_all
     return k, data[before_end:], from_seq - 1, rec.prev
+
+
+def _still_at(path: str, st: os.stat_result) -> bool:
+    """Whether ``path`` is still the file ``st`` describes (not replaced since)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev)
 
 
 def _stat_last(run_dir: str, segs: list[SegmentInfo]) -> list[os.stat_result]:
@@ -322,3 +499,35 @@ def _stat_last(run_dir: str, segs: list[SegmentInfo]) -> list[os.stat_result]:
         return [os.stat(os.path.join(run_dir, SEGMENTS, segs[-1].file))]
     except FileNotFoundError:
         return []
+
+
+def _stored(run_id: str, line: Line, seq: int) -> Record:
+    """One stored line decoded and checked against its checksum, or ``StoreCorrupted`` naming
+    the run, the file, the line and ``seq`` (the seq expected there, 0 when unknown)."""
+    body, check = unframe(line.raw)
+    try:
+        rec = decode(body)
+    except JournaldError as exc:
+        raise corrupted(run_id, line, seq, f"not a valid record ({exc.message})") from None
+    if not checksum_ok(rec, check):
+        raise corrupted(run_id, line, seq or rec.seq, "the line's checksum does not match")
+    return rec
+
+
+def _cached_info(run_dir: str) -> RunInfo | None:
+    """The listing row from ``meta.json`` if it still describes the files, else None."""
+    try:
+        obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
+        st = os.stat(os.path.join(run_dir, JOURNAL))
+        m = read_manifest(run_dir, "")
+        gen = m.generation if m else 0
+        if (
+            obj["journal_ino"] != st.st_ino
+            or obj["journal_size"] != st.st_size
+            or obj.get("journal_mtime_ns") != st.st_mtime_ns  # a write since, of any size
+            or obj["generation"] != gen
+        ):
+            return None
+        return RunInfo(**obj["info"])
+    except (OSError, ValueError, TypeError, KeyError, StoreCorrupted):
+        return None

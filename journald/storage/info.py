@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from journald.errors import StoreCorrupted
 from journald.records import Record
 from journald.storage.base import RunInfo
+
+CORRUPTED = "corrupted"
 
 PREVIEW_CHARS = 80
 
@@ -36,3 +39,8 @@ def run_info_from(run_id: str, meta: Record, last: Record, count: int, size: int
         last_seq=last.seq,
         labels={str(k): str(v) for k, v in (meta.payload.get("labels") or {}).items()},
     )
+
+
+def corrupted_info(run_id: str, err: StoreCorrupted) -> RunInfo:
+    """The listing row of a run whose stored bytes cannot be read: listed, not fatal."""
+    return RunInfo(run_id=run_id, status=CORRUPTED, error=err.message)

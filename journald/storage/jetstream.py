@@ -68,18 +68,20 @@ from journald.errors import (
     SessionNotFound,
     StorageFull,
     StoreCorrupted,
+    Unsupported,
 )
 from journald.records import GENESIS, Record, decode, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     JETSTREAM_ACK,
     AppendResult,
+    QuarantineReport,
     RepairReport,
     RunInfo,
     VerifyReport,
 )
 from journald.storage.common import SeqTurnstile, plan_append
-from journald.storage.info import run_info_from
+from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.jetstream_config import (
     DEFAULT_PREFIX,
     RECORD_FLOOR,
@@ -431,10 +433,17 @@ class JetStreamStore:
         try:
             rec = decode(bytes(msg.data or b""))
         except JournaldError as exc:
+            tokens = str(msg.subject).split(".")
             raise StoreCorrupted(
                 f"stream {self.stream} subject {msg.subject} (stream seq {msg.seq}) does not "
                 f"hold a valid record: {exc.message}",
-                metadata={"stream": self.stream, "subject": msg.subject},
+                metadata={
+                    "stream": self.stream,
+                    "subject": msg.subject,
+                    "file": msg.subject,  # what a subject is to the file backend
+                    "run_id": tokens[-2] if len(tokens) >= 2 else "",
+                    "seq": tokens[-1],
+                },
             ) from exc
         return rec, int(msg.seq), {str(k): str(v) for k, v in headers.items()}
 
@@ -745,9 +754,14 @@ class JetStreamStore:
                 rec = decode(msg.data)
             except JournaldError as exc:
                 raise StoreCorrupted(
-                    f"run {run_id}: subject {msg.subject} does not hold a valid record: "
-                    f"{exc.message}",
-                    metadata={"run_id": run_id, "subject": msg.subject},
+                    f"run {run_id}: subject {msg.subject} (seq {expected}) does not hold a "
+                    f"valid record: {exc.message}",
+                    metadata={
+                        "run_id": run_id,
+                        "subject": msg.subject,
+                        "file": msg.subject,
+                        "seq": expected,
+                    },
                 ) from exc
             token = msg.subject.rsplit(".", 1)[-1]
             if rec.seq != expected or token != str(rec.seq):
@@ -812,6 +826,8 @@ class JetStreamStore:
                     return await self.info(run_id)
                 except SessionNotFound:  # deleted while listing
                     return None
+                except StoreCorrupted as exc:  # one damaged run does not hide the others
+                    return corrupted_info(run_id, exc)
 
         found = await asyncio.gather(*(one(r) for r in await self._run_ids()))
         infos = [i for i in found if i is not None]
@@ -833,6 +849,14 @@ class JetStreamStore:
             f"purging {subject}", lambda: self._jsm.purge_stream(self.stream, subject=subject)
         )
         return True
+
+    async def recover(self, run_id: str) -> QuarantineReport:
+        raise Unsupported(
+            f"run {run_id}: the JetStream backend has no recovery (quarantine); the stream "
+            "keeps its own checksums and replicas: restore the stream from a backup "
+            "(`nats stream backup` / `nats stream restore`)",
+            metadata={"run_id": run_id, "backend": "jetstream"},
+        )
 
     async def verify(self, run_id: str) -> VerifyReport:
         from journald.validation import validate_record

@@ -6,12 +6,13 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from journald.errors import Locked, SessionExists, SessionNotFound, StoreCorrupted
+from journald.errors import Locked, SessionExists, SessionNotFound, StoreCorrupted, Unsupported
 from journald.records import GENESIS, Record, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     MEMORY,
     AppendResult,
+    QuarantineReport,
     RepairReport,
     RunInfo,
     VerifyReport,
@@ -152,6 +153,13 @@ class MemoryStore:
             )
         del self._runs[run_id]
         return True
+
+    async def recover(self, run_id: str) -> QuarantineReport:
+        raise Unsupported(
+            f"run {run_id}: the memory backend keeps no files, so it has nothing to recover; "
+            "recovery works on the file backend",
+            metadata={"run_id": run_id, "backend": "memory"},
+        )
 
     async def verify(self, run_id: str) -> VerifyReport:
         recs = self._get(run_id).records

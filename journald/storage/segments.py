@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -18,7 +19,8 @@ from typing import Any
 
 from journald import failpoints
 from journald.errors import BackendUnavailable, JournaldError, StorageFull, StoreCorrupted
-from journald.records import GENESIS, Record, decode, decode_stored
+from journald.records import GENESIS, Record, decode, decode_stored, sha256_hex
+from journald.validation import validate_record
 
 JOURNAL = "journal.jsonl"
 MANIFEST = "manifest.json"
@@ -202,7 +204,43 @@ def message_count(rec: Record) -> int:
     return 1 if rec.kind in ("assistant", "tool_result", "user") else 0
 
 
-# --- lines -------------------------------------------------------------------------------
+# --- lines ---------------------------------------------------------------------------
+#
+# A stored line is ``<record bytes> TAB <checksum> LF``: the checksum is the first
+# ``CHECK_CHARS`` hex digits of the record's sha256 (its hash, already computed when the
+# record was built). Canonical JSON never holds a raw tab, so the first tab of a line ends the
+# record. Lines written before the framing existed have no tab and no checksum ("legacy").
+
+CHECK_SEP = b"\t"
+CHECK_CHARS = 16
+SECTOR = 512  # a power cut loses whole sectors (pages): zero runs start and end on them
+_HEX = frozenset(b"0123456789abcdef")
+_JSON = json.JSONDecoder()
+_NON_NUL = re.compile(rb"[^\0]")
+
+
+def frame(rec: Record) -> bytes:
+    """The stored line of a record: its bytes, a tab, its checksum, a newline."""
+    return rec.raw + CHECK_SEP + rec.hash[:CHECK_CHARS].encode("ascii") + b"\n"
+
+
+def reframe(stored: bytes) -> bytes:
+    """A stored line (legacy or framed, without its newline) framed anew, newline included."""
+    body, _ = unframe(stored)
+    return body + CHECK_SEP + sha256_hex(body)[:CHECK_CHARS].encode("ascii") + b"\n"
+
+
+def unframe(stored: bytes) -> tuple[bytes, bytes | None]:
+    """(record bytes, checksum) of a stored line without its newline; checksum None: a legacy
+    line (no tab)."""
+    cut = stored.find(CHECK_SEP)
+    if cut < 0:
+        return stored, None
+    return stored[:cut], stored[cut + 1 :]
+
+
+def checksum_ok(rec: Record, check: bytes | None) -> bool:
+    return check is None or check == rec.hash[:CHECK_CHARS].encode("ascii")
 
 
 def split_complete(data: bytes) -> tuple[list[bytes], int]:
@@ -211,25 +249,58 @@ def split_complete(data: bytes) -> tuple[list[bytes], int]:
     return (data[: end - 1].split(b"\n") if end else []), end
 
 
-def split_active(data: bytes) -> tuple[list[bytes], int]:
-    """Lines of the active segment without its torn tail, and the length they cover.
+def tail_end(data: bytes) -> int:
+    """How much of an active segment a reader walks; the bytes after it are a torn write.
 
-    The tail is torn when bytes follow the last newline (an incomplete line) or when the last
-    complete line is not JSON at all (an unparsable final line)."""
-    end = active_end(data)
-    return (data[: end - 1].split(b"\n") if end else []), end
-
-
-def active_end(data: bytes) -> int:
-    """``split_active``'s length without splitting every line (only the last is parsed)."""
-    end = data.rfind(b"\n") + 1
-    if end:
-        start = data.rfind(b"\n", 0, end - 1) + 1
-        try:
-            json.loads(data[start : end - 1])
-        except ValueError:
+    Torn means written after the last acknowledgement, as a crash leaves it: a kill leaves a
+    prefix of the last write (``torn_prefix`` after the last newline), a power cut can leave
+    zero-filled sectors (a NUL run in the first line that is not a record, starting at that
+    line or on a sector boundary and ending at the end of the file or on a sector boundary,
+    and longer than one byte then: one changed byte is never taken for a lost sector, so no
+    single-byte change to acknowledged lines is ever cut as torn). Anything else
+    after the last good line (a complete line that fails its checks, a complete record
+    followed by other bytes) is damage: it stays in the walk, which reports it."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        start = data.rfind(b"\n", 0, nul) + 1
+        found = _NON_NUL.search(data, nul)
+        run_end = found.start() if found else len(data)
+        # a lone NUL inside the file is a changed byte, not a lost sector
+        lost = run_end == len(data) or (run_end % SECTOR == 0 and run_end - nul > 1)
+        if lost and (nul == start or nul % SECTOR == 0) and torn_prefix(data[start:nul], False):
             return start
-    return end
+        return len(data)
+    last = data.rfind(b"\n") + 1
+    if last < len(data) and torn_prefix(data[last:]):
+        return last
+    return len(data)
+
+
+def torn_prefix(part: bytes, whole: bool = True) -> bool:
+    """Whether ``part`` (no newline) can be the start of a line cut short by a crash: the
+    front of a record's bytes, or a complete record followed by the front of its checksum.
+    ``whole``: a complete record and checksum missing only the newline counts too (a kill can
+    stop a write one byte short; a zero run starting exactly there is ambiguous, so not)."""
+    cut = part.find(CHECK_SEP)
+    if cut >= 0:
+        check = part[cut + 1 :]
+        if len(check) > CHECK_CHARS or (len(check) == CHECK_CHARS and not whole):
+            return False
+        if not set(check) <= _HEX:
+            return False
+        return sha256_hex(part[:cut])[: len(check)].encode("ascii") == check
+    cut_inside_char = False
+    try:
+        text = part.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason != "unexpected end of data":  # invalid bytes, not a cut character
+            return False
+        text, cut_inside_char = part[: exc.start].decode("utf-8"), True
+    try:
+        _, end = _JSON.raw_decode(text)
+    except ValueError:
+        return True  # an unfinished record
+    return whole and not cut_inside_char and end == len(text)
 
 
 def line_start(data: bytes, index: int) -> int:
@@ -246,35 +317,41 @@ def line_start(data: bytes, index: int) -> int:
 class Line:
     file: str
     line: int  # 1-based line number in file
-    raw: bytes
+    raw: bytes  # the stored line without its newline (framing included)
+    partial: bool = False  # the file's last bytes, with no newline (and not a torn write)
 
 
 def corrupted(run_id: str, pos: Line | None, seq: int, what: str) -> StoreCorrupted:
     where = f"{pos.file} line {pos.line}" if pos else "the manifest"
     return StoreCorrupted(
-        f"run {run_id}: {where} (seq {seq}): {what}. The journal is damaged before its end and "
-        "is not read as a shorter history; restore it from a backup or run recovery "
-        "(quarantine) to move the damaged records out",
+        f"run {run_id}: {where} (seq {seq}): {what}. The run is damaged and is not read as a "
+        "shorter or altered history; restore it from a backup, or move the damaged records "
+        f"out with `journald recover {run_id}` (quarantine)",
         metadata={
             "run_id": run_id,
             "file": pos.file if pos else MANIFEST,
             "line": pos.line if pos else 0,
             "seq": seq,
+            "reason": what,
         },
     )
 
 
 class ChainReader:
-    """Decode lines in order and check the envelope, seq order and the hash chain.
+    """Decode lines in order and check the framing, envelope, seq order and the hash chain.
 
     The lines are the store's own: every record but the last is decoded without re-encoding
     it (``decode_stored``), since any change to its bytes since they were written changes its
-    hash and breaks the chain at the next record; the last one has no next record, so it gets
-    the full canonical check (``decode``). A record is therefore vouched for only once the
-    line after it was read: consume the reader to its end before trusting what it yielded
-    (a sealed segment's last record is also checked against the manifest by the caller).
-    ``strict`` (verify, recovery) gives every record the full check, which also catches a
-    non-canonical record that was written so (a writer bug) rather than changed since.
+    hash and breaks the chain at the next record (and its checksum, compared for free: the
+    hash is computed anyway); the last one has no next record, so its checksum vouches for
+    it, and it gets the full canonical check (``decode``), plus the record schema when it is
+    a legacy line without a checksum. A ``partial`` line (damaged bytes after the last
+    newline, see ``tail_end``) is refused at the seq expected there. A record is therefore
+    vouched for only once the line after it was read: consume the reader to its end before
+    trusting what it yielded (a sealed segment's last record is also checked against the
+    manifest by the caller).
+    ``strict`` (verify, recovery) gives every record the full check and the record schema,
+    which also catches a record that was written so (a writer bug) rather than changed since.
 
     On a chain break between records j-1 and j, the damaged record is named by looking one
     record ahead: if record j is vouched for (its hash is the next record's ``prev``) or is
@@ -293,6 +370,7 @@ class ChainReader:
     ) -> None:
         self.run_id = run_id
         self._decode = decode if strict else decode_stored
+        self._strict = strict
         self._lines = lines
         self._peeked: Line | None = None
         self.seq = start_seq
@@ -319,12 +397,35 @@ class ChainReader:
         if line is None:
             raise StopIteration
         expected = self.seq + 1
+        if line.partial:
+            raise corrupted(
+                self.run_id,
+                line,
+                expected,
+                "the file ends in bytes that are not a torn write (a complete record followed "
+                "by other bytes, or a record whose newline changed)",
+            )
         last = self._peek() is None
+        body, check = unframe(line.raw)
         try:
-            rec = decode(line.raw) if last else self._decode(line.raw)
+            rec = decode(body) if last else self._decode(body)
         except JournaldError as exc:
             what = f"not a valid record ({exc.message})"
             raise corrupted(self.run_id, line, expected, what) from None
+        if not checksum_ok(rec, check):
+            raise corrupted(
+                self.run_id,
+                line,
+                expected,
+                "the line's checksum does not match its record bytes (they changed on disk)",
+            )
+        if self._strict or (last and check is None):
+            # a legacy line has no checksum: the schema is all that checks a last one
+            try:
+                validate_record(rec)
+            except JournaldError as exc:
+                what = f"not a valid record ({exc.message})"
+                raise corrupted(self.run_id, line, expected, what) from None
         anchor = self._anchors.get(self.seq)
         jumped = (
             anchor is not None
@@ -342,7 +443,7 @@ class ChainReader:
                 vouched = True
                 if nxt is not None:
                     try:
-                        vouched = decode_stored(nxt.raw).prev == rec.hash
+                        vouched = decode_stored(unframe(nxt.raw)[0]).prev == rec.hash
                     except JournaldError:
                         vouched = False
                 if vouched and self.pos is not None:
@@ -364,7 +465,10 @@ class ChainReader:
 
 
 def file_lines(name: str, data: bytes, first_line: int = 1) -> Iterator[Line]:
-    """The complete lines of ``data`` (from file ``name``), numbered from ``first_line``."""
-    lines, _ = split_complete(data)
+    """The lines of ``data`` (from file ``name``), numbered from ``first_line``; bytes after
+    the last newline come last as a ``partial`` line (the caller cut a torn write already)."""
+    lines, end = split_complete(data)
     for i, raw in enumerate(lines, first_line):
         yield Line(name, i, raw)
+    if end < len(data):
+        yield Line(name, first_line + len(lines), data[end:], partial=True)

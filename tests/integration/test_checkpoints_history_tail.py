@@ -1,9 +1,9 @@
 """History on a long segmented run reads from the tail: the last page of a 100k-message run
 is served after its early segments are gone, while a page at the start (which needs them)
 fails. What makes it possible are fold marks (message count at a seq, every 1000 records)
-that the daemon takes as records are committed and saves when the lease ends, or takes while
-folding a run it did not write the first time it reads it (``fold-mark.json`` next to the
-run's checkpoints)."""
+that the daemon takes as a writer's Open folds the run and as records are committed, and
+saves when the lease ends (``fold-mark.json`` next to the run's checkpoints; a read never
+writes it)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,10 @@ def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
         # the lease carries the folded state of 100k messages: above gRPC's default 4 MiB
         big = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         s = pbg.JournalServiceStub(grpc.insecure_channel(d.target, options=big))
-        # the first read of a run the daemon did not write folds it once and indexes it
+        # a read of a run the daemon did not write folds it (and writes nothing)
         assert s.History(pb.HistoryRequest(run_id="long", limit=0)).total == MESSAGES - 1
+        mark_file = data / "sessions" / "long" / "checkpoints" / "fold-mark.json"
+        assert not mark_file.exists()
         lease = Lease(s, "long", mode=pb.OPEN_MODE_RESUME)  # a writer resumes the run ...
         lease.append(
             pb.Record(
@@ -72,7 +74,10 @@ def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
         lease.close()  # ... and its lease ends: the daemon saves the marks it took
         mark_file = data / "sessions" / "long" / "checkpoints" / "fold-mark.json"
         wait_until(
-            lambda: json.loads(mark_file.read_bytes())["marks"][-1]["seq"] == last,
+            lambda: (
+                mark_file.exists()
+                and json.loads(mark_file.read_bytes())["marks"][-1]["seq"] == last
+            ),
             what="the daemon to save a fold mark for the append",
             timeout_s=30,
         )

@@ -20,6 +20,7 @@ from journald.errors import (
     SeqGap,
     SessionExists,
     SessionNotFound,
+    Unsupported,
 )
 from journald.fold import fold
 from journald.records import GENESIS, Record, make_record
@@ -371,6 +372,23 @@ async def test_refuses_to_delete_a_run_that_is_open_for_append(store: Store) -> 
     with pytest.raises(Locked):
         await store.delete("run-1")
     assert len(await store.load("run-1")) == 3
+
+
+async def test_recovery_of_a_healthy_run_moves_nothing_or_is_refused_as_unsupported(
+    store: Store, backend_name: str
+) -> None:
+    recs = scenario()[:5]
+    journal = await create_with(store, recs)
+    await journal.close()
+    if backend_name == "file":
+        report = await store.recover("run-1")
+        assert (report.quarantined, report.rebase) == (0, None)
+    else:  # a backend without recovery says so, typed, changing nothing
+        name = "JetStream" if backend_name == "jetstream" else backend_name
+        with pytest.raises(Unsupported, match=f"the {name} backend") as info:
+            await store.recover("run-1")
+        assert info.value.grpc_status == "UNIMPLEMENTED"
+    assert [r.raw for r in await store.load("run-1")] == [r.raw for r in recs]
 
 
 async def test_verify_walks_the_whole_chain(store: Store) -> None:

@@ -14,7 +14,7 @@ from journald.errors import Locked, SeqConflict, StoreCorrupted
 from journald.fold import fold
 from journald.records import Record
 from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS, STAGED
+from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS, STAGED, frame
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 
 RUN = "run-1"
@@ -185,7 +185,7 @@ async def test_an_interrupted_prune_is_never_seen_half_done_and_settles_on_next_
     if committed:
         assert not list((tmp_path / "sessions" / RUN / SEGMENTS).iterdir())
         assert (tmp_path / "sessions" / RUN / JOURNAL).read_bytes() == b"".join(
-            r.raw + b"\n" for r in pruned
+            frame(r) for r in pruned
         )
 
 

@@ -58,22 +58,24 @@ def layout(data: Path) -> list[tuple[Path, int, int]]:
         files = [run_path(data, SEGMENTS) / s["file"] for s in manifest["segments"]]
     files.append(run_path(data))
     return [
-        (f, i, json.loads(line)["seq"])
+        (f, i, json.loads(segments.unframe(line)[0])["seq"])
         for f in files
         for i, line in enumerate(f.read_bytes().splitlines(), 1)
     ]
 
 
 def alter(path: Path, line_no: int, how: str) -> None:
-    """Rewrite one line as different but still valid JSON of the same record."""
+    """Rewrite one line as different but still valid JSON of the same record, framed with a
+    checksum that matches the new bytes (so the chain, not the checksum, must catch it)."""
     lines = path.read_bytes().split(b"\n")
-    obj = json.loads(lines[line_no - 1])
+    body = segments.unframe(lines[line_no - 1])[0]
+    obj = json.loads(body)
     if how == "keys reordered":
         new = json.dumps(dict(reversed(obj.items())), separators=(",", ":"), ensure_ascii=False)
     else:  # whitespace added
         new = json.dumps(obj, sort_keys=True, ensure_ascii=False)
-    assert new.encode() != lines[line_no - 1]
-    lines[line_no - 1] = new.encode()
+    assert new.encode() != body
+    lines[line_no - 1] = segments.reframe(new.encode())[:-1]
     path.write_bytes(b"\n".join(lines))
 
 
@@ -152,17 +154,19 @@ async def test_a_tail_read_across_a_quarantine_hole_in_a_sealed_segment_returns_
     lines = run_path(tmp_path).read_bytes().split(b"\n")
     lines[5] = lines[5].replace(b'"seq":6', b'"seq":66')
     run_path(tmp_path).write_bytes(b"\n".join(lines))
-    assert (await store.recover(RUN, tmp_path / "q")).quarantined == 1
+    report = await store.recover(RUN, tmp_path / "q")
+    assert report.quarantined == 1
+    assert report.rebase is not None  # the hole, recorded after the last record
     journal = await FileStore(tmp_path, segment_max_records=5).open(RUN)
     extra = JournalBuilder(RUN)
-    extra.records = list(recs)
+    extra.records = [*recs, report.rebase]
     more = [extra.add("assistant", assistant_payload([text("go on")], 9))]
     await journal.append(more)  # seals the volume, hole included, as one segment
     await journal.close()
     [seg] = await store.segments(RUN)
-    assert (seg.first_seq, seg.last_seq, seg.records) == (1, 14, 13)
-    kept = [r for r in recs if r.seq != 6] + more
-    for from_seq in range(1, 15):
+    assert (seg.first_seq, seg.last_seq, seg.records) == (1, 15, 14)
+    kept = [r for r in recs if r.seq != 6] + [report.rebase] + more
+    for from_seq in range(1, 16):
         got = await store.load(RUN, from_seq)
         assert [r.raw for r in got] == [r.raw for r in kept if r.seq >= from_seq], from_seq
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ from journald import failpoints
 from journald.errors import BackendUnavailable, StoreCorrupted
 from journald.records import Record
 from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS
+from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame, unframe
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 
 RUN = "run-1"
@@ -63,13 +64,15 @@ async def test_repairs_a_last_record_cut_at_every_byte_offset_and_appends_after_
     b.add("user", user_payload("hi"))
     records = list(b.records)
     nxt = b.add("user", user_payload("after the tear"))
-    store = await write_run(tmp_path, records)
+    store = await write_run(tmp_path, records[:-1])  # the last one is never acknowledged
+    listing = run_path(tmp_path, META_CACHE).read_bytes()
     path = run_path(tmp_path)
-    good = b"".join(r.raw + b"\n" for r in records[:-1])
-    last = records[-1].raw + b"\n"
-    assert path.read_bytes() == good + last
+    good = b"".join(frame(r) for r in records[:-1])
+    last = frame(records[-1])
+    assert path.read_bytes() == good
     for cut in range(1, len(last)):
         path.write_bytes(good + last[:cut])
+        run_path(tmp_path, META_CACHE).write_bytes(listing)
         for leftover in run_path(tmp_path).parent.glob("journal.jsonl.broken*"):
             leftover.unlink()
         # a read without a lease just does not see the torn line
@@ -84,22 +87,54 @@ async def test_repairs_a_last_record_cut_at_every_byte_offset_and_appends_after_
         # the retried record and the next one each land on a line of their own
         await journal.append([records[-1], nxt])
         await journal.close()
-        assert path.read_bytes() == good + last + nxt.raw + b"\n"
+        assert path.read_bytes() == good + last + frame(nxt)
         assert [r.raw for r in await store.load(RUN)] == [r.raw for r in [*records, nxt]]
     await store.verify(RUN)
 
 
-async def test_a_complete_but_unparsable_final_line_is_a_torn_tail(tmp_path: Path) -> None:
+async def test_zero_filled_sectors_after_the_last_record_are_a_torn_tail(tmp_path: Path) -> None:
+    """What a power cut leaves: the file grew but the sectors after the acknowledged records
+    read back as zeros, possibly followed by a later sector that did reach the disk."""
+    b = JournalBuilder(RUN, prompt="p")
+    b.turn(["t0"])
+    records = list(b.records)
+    unacked = frame(b.add("user", user_payload("x" * 1500)))
+    store = await write_run(tmp_path, records)
+    size = run_path(tmp_path).stat().st_size
+    to_sector = -size % 512 or 512
+    for tail in (
+        b"\0" * to_sector + b"garbage\n",  # zeros from the last record to a sector end
+        unacked[:to_sector] + b"\0" * 700,  # a sector of the next record, then zeros to EOF
+        unacked[: to_sector + 512] + b"\0" * 512 + unacked[to_sector + 1024 :],
+    ):
+        with run_path(tmp_path).open("r+b") as f:
+            f.truncate(size)
+            f.seek(size)
+            f.write(tail)
+        assert len(await store.load(RUN)) == len(records)
+        journal = await store.open(RUN)
+        assert journal.repair is not None
+        assert journal.repair.dropped_bytes == len(tail)
+        assert "torn final record" in journal.repair.sentence()
+        await journal.close()
+
+
+async def test_a_complete_final_line_that_fails_its_checks_is_damage_not_a_tear(
+    tmp_path: Path,
+) -> None:
+    """A crash cuts bytes or zeroes whole sectors; it never writes a complete other line."""
     records = small_run(1)
     store = await write_run(tmp_path, records)
-    with run_path(tmp_path).open("ab") as f:
-        f.write(b"\x00\x00\x00garbage\n")
-    assert len(await store.load(RUN)) == len(records)
-    journal = await store.open(RUN)
-    assert journal.repair is not None
-    assert journal.repair.dropped_bytes == len(b"\x00\x00\x00garbage\n")
-    assert "torn final record" in journal.repair.sentence()
-    await journal.close()
+    data = run_path(tmp_path).read_bytes()
+    for tail in (b"garbage\n", b"\x00\x00\x00garbage\n", frame(records[-1])[5:]):
+        run_path(tmp_path).write_bytes(data + tail)
+        for read in (store.load, store.verify, store.open):
+            with pytest.raises(StoreCorrupted) as err:
+                await read(RUN)
+            assert err.value.metadata["seq"] == str(len(records) + 1)
+            assert err.value.metadata["line"] == str(len(records) + 1)
+        assert run_path(tmp_path).read_bytes() == data + tail
+        assert not list(run_path(tmp_path).parent.glob("journal.jsonl.broken*"))
 
 
 async def test_a_second_repair_keeps_the_first_broken_copy(tmp_path: Path) -> None:
@@ -112,6 +147,22 @@ async def test_a_second_repair_keeps_the_first_broken_copy(tmp_path: Path) -> No
         await journal.close()
     assert run_path(tmp_path, "journal.jsonl.broken").read_bytes() == b'{"v":1'
     assert run_path(tmp_path, "journal.jsonl.broken.1").read_bytes() == b'{"v":1,"seq"'
+
+
+async def test_an_active_segment_cut_at_a_line_boundary_is_missing_records_not_a_tear(
+    tmp_path: Path,
+) -> None:
+    """No crash removes whole acknowledged lines: the listing remembers the last seq."""
+    records = small_run(2)
+    store = await write_run(tmp_path, records)
+    data = run_path(tmp_path).read_bytes()
+    cut = data.rfind(b"\n", 0, len(data) - 1) + 1
+    run_path(tmp_path).write_bytes(data[:cut])
+    for read in (store.load, store.verify, store.open, store.info):
+        with pytest.raises(StoreCorrupted, match="acknowledged records are missing") as err:
+            await read(RUN)
+        assert err.value.metadata["seq"] == str(len(records))
+    assert run_path(tmp_path).read_bytes() == data[:cut]
 
 
 # --- interior corruption -----------------------------------------------------------------
@@ -136,7 +187,7 @@ def layout(data: Path) -> list[tuple[Path, int, int]]:
     files.append(run_path(data))
     for f in files:
         for i, line in enumerate(f.read_bytes().splitlines(), 1):
-            out.append((f, i, json.loads(line)["seq"]))
+            out.append((f, i, json.loads(unframe(line)[0])["seq"]))
     return out
 
 
@@ -233,7 +284,7 @@ async def test_recovery_quarantines_each_damaged_interior_record_outside_the_run
     pristine = tmp_path / "pristine"
     await write_run(pristine, records, segment_max_records=5)
     places = layout(pristine)
-    for path, line_no, seq in places[1:-1]:
+    for path, line_no, seq in places[1:]:  # every record but the meta, the last one included
         data = tmp_path / "case"
         shutil.copytree(pristine, data)
         flip(data / path.relative_to(pristine), line_no, len(records[seq - 1].raw) // 2)
@@ -243,20 +294,33 @@ async def test_recovery_quarantines_each_damaged_interior_record_outside_the_run
         assert report.quarantined == 1
         [pos] = report.positions
         assert pos["seq"] == seq
+        assert pos["reason"] == (
+            "the line's checksum does not match its record bytes (they changed on disk)"
+        )
         evidence = Path(report.directory) / str(pos["evidence"])
         assert evidence.parent.parent == qdir
         assert pos["sha256"] == __import__("hashlib").sha256(evidence.read_bytes()).hexdigest()
         assert "result of" not in json.dumps(report.positions)  # no message text
+        # the hole is recorded in the run, after its last seq (none is ever reused)
+        rebase = report.rebase
+        assert rebase is not None
+        assert (rebase.seq, rebase.kind, report.hole_from, report.hole_to) == (
+            records[-1].seq + 1,
+            "rebase",
+            seq,
+            seq,
+        )
+        assert rebase.payload["reason"] == "quarantine"
+        assert rebase.payload["covered"] == {"from_seq": seq, "to_seq": seq}
         loaded = await store.load(RUN)
-        assert [r.seq for r in loaded] == [r.seq for r in records if r.seq != seq]
-        assert [r.raw for r in loaded] == [r.raw for r in records if r.seq != seq]
-        assert (await store.verify(RUN)).last_seq == records[-1].seq
+        assert [r.raw for r in loaded] == [r.raw for r in records if r.seq != seq] + [rebase.raw]
+        assert (await store.verify(RUN)).last_seq == rebase.seq
         journal = await store.open(RUN)
         extra = JournalBuilder(RUN)
-        extra.records = list(records)
+        extra.records = [*records, rebase]
         await journal.append([extra.add("assistant", assistant_payload([text("go on")], 9))])
         await journal.close()
-        assert (await store.verify(RUN)).last_seq == records[-1].seq + 1
+        assert (await store.verify(RUN)).last_seq == rebase.seq + 1
         shutil.rmtree(data)
         shutil.rmtree(qdir)
 
@@ -320,3 +384,35 @@ async def test_a_seal_stopped_after_its_manifest_reads_correctly_and_open_comple
     await journal.append(records[5:])
     await journal.close()
     assert [r.raw for r in await store.load(RUN)] == [r.raw for r in records]
+
+
+# --- what the daemon's log shows ----------------------------------------------------------
+
+
+async def test_a_repair_and_each_damage_are_logged_with_run_file_and_seq(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="journald")
+    records = small_run(2)
+    store = await write_run(tmp_path, records)
+    with run_path(tmp_path).open("ab") as f:
+        f.write(b'{"v":1,"seq":')
+    journal = await store.open(RUN)
+    await journal.close()
+    [repair] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert repair.name == "journald.storage.file"
+    text = repair.getMessage()
+    assert f"run {RUN}: repaired a torn write: cut 13 bytes after line {len(records)}" in text
+    assert str(run_path(tmp_path)) in text
+    assert "journal.jsonl.broken" in text
+    caplog.clear()
+    flip(run_path(tmp_path), 3, 20)
+    for read in (store.load, store.verify, store.open, store.load):
+        with pytest.raises(StoreCorrupted):
+            await read(RUN)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, "each damage is logged at ERROR once, repeats at DEBUG"
+    msg = errors[0].getMessage()
+    assert msg.startswith(f"store_corrupted: run {RUN}, file {run_path(tmp_path)}, line 3, seq 3")
+    assert f"journald recover {RUN}" in msg
+    assert [r.levelno for r in caplog.records].count(logging.DEBUG) == 3

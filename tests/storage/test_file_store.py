@@ -9,7 +9,9 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,8 +20,8 @@ from journald.errors import BackendUnavailable, InvalidId, Locked, StorageFull, 
 from journald.paths import default_data_dir
 from journald.records import Record
 from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS
-from tests.builders import JournalBuilder
+from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame
+from tests.builders import JournalBuilder, user_payload
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "run-1"
@@ -257,6 +259,7 @@ async def test_seals_by_bytes_and_never_when_segmentation_is_off(tmp_path: Path)
 
 
 async def test_a_run_without_a_manifest_reads_as_a_single_volume(tmp_path: Path) -> None:
+    """Written as older versions did: unframed lines (no checksum) and no manifest."""
     records = records_of(4)
     run = tmp_path / "sessions" / RUN
     run.mkdir(parents=True)
@@ -314,7 +317,7 @@ async def test_writer_thread_and_executor_io_store_the_same_bytes(tmp_path: Path
         await asyncio.gather(*(journal.append([r]) for r in records[1:]))
         await journal.close()
         raws.append(read(tmp_path / io / "sessions" / RUN / JOURNAL))
-    assert raws[0] == raws[1] == b"".join(r.raw + b"\n" for r in records)
+    assert raws[0] == raws[1] == b"".join(frame(r) for r in records)
 
 
 async def test_readers_racing_seals_and_a_prune_always_see_a_whole_volume(
@@ -362,6 +365,40 @@ async def test_readers_racing_seals_and_a_prune_always_see_a_whole_volume(
     await asyncio.gather(reader(), reader(), writer())
     await journal.close()
     assert len(seen) > 10
+    assert (await store.verify(RUN)).last_seq == records[-1].seq
+
+
+async def test_verify_and_info_while_another_writer_seals_segments_never_report_corruption(
+    tmp_path: Path,
+) -> None:
+    """A seal links the active file into segments/ before the manifest lists it, then
+    replaces the active file: a reader must see the manifest and the files of one moment."""
+    b = JournalBuilder(RUN)
+    for i in range(60):
+        b.add("user", user_payload(f"u{i}"))
+    records = b.records
+    store = FileStore(tmp_path, segment_max_records=2)  # a seal after every other append
+    journal = await store.create(records[0])
+    done = asyncio.Event()
+    checked: list[int] = []
+
+    async def reader(read: Callable[[str], Awaitable[Any]]) -> None:
+        for _ in range(5000):  # bounded; ends with the writer
+            if done.is_set():
+                return
+            await read(RUN)
+            checked.append(1)
+
+    async def writer() -> None:
+        try:
+            for rec in records[1:]:
+                await journal.append([rec])
+        finally:
+            done.set()
+
+    await asyncio.gather(reader(store.verify), reader(store.info), reader(store.verify), writer())
+    await journal.close()
+    assert len(checked) > 20
     assert (await store.verify(RUN)).last_seq == records[-1].seq
 
 

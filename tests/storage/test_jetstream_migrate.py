@@ -11,6 +11,7 @@ from journald.errors import BackendUnavailable, InvalidArgumentError, SessionExi
 from journald.migrate import main, migrate, new_progress, parse_location
 from journald.storage.file import FileStore
 from journald.storage.jetstream import JetStreamStore
+from journald.storage.segments import frame
 from tests.builders import JournalBuilder, user_payload
 from tests.storage.backend_jetstream import fresh_stream
 
@@ -48,7 +49,7 @@ async def test_a_file_run_round_trips_through_jetstream_byte_for_byte(tmp_path: 
             expected = [r.raw for r in b.records]
             assert [r.raw for r in await js.load(rid)] == expected
             assert [r.raw for r in await back.load(rid)] == expected
-            assert on_disk(tmp_path / "b", rid) == b"".join(raw + b"\n" for raw in expected)
+            assert on_disk(tmp_path / "b", rid) == b"".join(frame(r) for r in b.records)
             assert (await back.verify(rid)).last_hash == b.records[-1].hash
             assert (await js.verify(rid)).last_hash == b.records[-1].hash
         assert {r.run_id: r.last_hash for r in returned} == {
@@ -88,7 +89,7 @@ async def test_the_command_line_migrates_both_ways(tmp_path: Path) -> None:
     assert await_main(to_js) == 1  # already there: refused, nothing overwritten
     back = ["--from", f"jetstream:{url}/{name}", "--to", f"file:{tmp_path / 'c'}", "cli-run"]
     assert await_main(back) == 0
-    assert on_disk(tmp_path / "c", "cli-run") == b"".join(r.raw + b"\n" for r in b.records)
+    assert on_disk(tmp_path / "c", "cli-run") == b"".join(frame(r) for r in b.records)
 
 
 def await_main(argv: list[str]) -> int:

@@ -152,7 +152,7 @@ def message_lists(
 
 STOP_REASONS_NO_TOOLS = ["end_turn", "pause_turn", "max_tokens", "stop_sequence"]
 TERMINAL_REASONS = ["completed", "suspended", "error", "budget", "max_iterations"]
-REBASE_REASONS = ["compaction", "restore", "fork", "import"]
+REBASE_REASONS = ["compaction", "restore", "fork", "import", "quarantine"]
 
 
 @st.composite

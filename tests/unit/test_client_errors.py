@@ -47,6 +47,7 @@ EXPECTED_CLASS = {
     "response_too_large": jc.ResponseTooLarge,
     "backend_unavailable": jc.BackendUnavailable,
     "storage_full": jc.StorageFull,
+    "unsupported": jc.Unsupported,
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from journald import convert, errors, fingerprint
-from journald.fold import ABANDONED_TEXT, fold, resume_warnings
+from journald.fold import ABANDONED_TEXT, fold, rebuilt_after_quarantine, resume_warnings
 from journald.records import GENESIS, Record, make_record
 from tests.builders import (
     FP,
@@ -324,3 +324,41 @@ def test_resume_warnings_name_a_paused_turn() -> None:
 @pytest.mark.parametrize("name", ["assistant answered", "tool results answered", "prompt only"])
 def test_resume_warnings_are_empty_on_a_clean_boundary(name: str) -> None:
     assert resume_warnings(fold(_scenario(name, True))) == []
+
+
+# --- recovery's quarantine rebase -----------------------------------------------------------
+
+
+def test_a_quarantine_rebase_is_an_anomaly_and_every_resume_warns_about_it() -> None:
+    b = JournalBuilder()
+    b.turn(["t1"])
+    b.add(
+        "rebase",
+        {
+            "reason": "quarantine",
+            "messages": [{"role": "user", "content": [text("hello")]}],
+            "covered": {"from_seq": 3, "to_seq": 4},
+        },
+    )
+    b.add("user", user_payload("and then"))
+    st = fold(b.records)
+    [anomaly] = st.anomalies
+    assert (anomaly.seq, anomaly.kind) == (b.records[-2].seq, "records_quarantined")
+    assert "seqs 3..4" in anomaly.detail
+    assert resume_warnings(st) == [("records_quarantined", anomaly.detail)]
+
+
+def test_the_conversation_rebuilt_after_a_quarantine_is_one_a_model_accepts() -> None:
+    """Survivors of a hole: a result whose call was quarantined is dropped, a turn whose
+    results were quarantined is closed with error results (outcome unknown)."""
+    b = JournalBuilder(prompt="go")
+    b.add("assistant", assistant_payload([tool_use("a")], 1))  # quarantined below
+    b.add("tool_result", result_payload("a", "out a"))
+    b.add("assistant", assistant_payload([text("next"), tool_use("b")], 2))
+    b.add("tool_result", result_payload("b", "out b"))  # quarantined below
+    survivors = [r for r in b.records if r.seq not in (2, 5)]
+    msgs = rebuilt_after_quarantine(survivors)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user"]
+    [result] = msgs[2]["content"]
+    assert (result["tool_use_id"], result["is_error"]) == ("b", True)
+    assert result["content"][0]["text"] == ABANDONED_TEXT

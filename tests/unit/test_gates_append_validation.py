@@ -334,6 +334,7 @@ SPEC_CODES = {
     "response_too_large": "RESOURCE_EXHAUSTED",
     "backend_unavailable": "UNAVAILABLE",
     "storage_full": "RESOURCE_EXHAUSTED",
+    "unsupported": "UNIMPLEMENTED",
 }
 
 

@@ -400,6 +400,9 @@ const (
 	// gRPC RESOURCE_EXHAUSTED: an answer would exceed the daemon's max message size; ask for
 	// less (a message window, History pages, Load from a seq).
 	ErrorCode_ERROR_CODE_RESPONSE_TOO_LARGE ErrorCode = 26
+	// gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
+	// JetStream); retrying will not help.
+	ErrorCode_ERROR_CODE_UNSUPPORTED ErrorCode = 27
 )
 
 // Enum value maps for ErrorCode.
@@ -432,6 +435,7 @@ var (
 		24: "ERROR_CODE_STORAGE_FULL",
 		25: "ERROR_CODE_INTERNAL",
 		26: "ERROR_CODE_RESPONSE_TOO_LARGE",
+		27: "ERROR_CODE_UNSUPPORTED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":               0,
@@ -461,6 +465,7 @@ var (
 		"ERROR_CODE_STORAGE_FULL":              24,
 		"ERROR_CODE_INTERNAL":                  25,
 		"ERROR_CODE_RESPONSE_TOO_LARGE":        26,
+		"ERROR_CODE_UNSUPPORTED":               27,
 	}
 )
 
@@ -1272,7 +1277,9 @@ func (x *SeqRange) GetToSeq() uint64 {
 type RebasePayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
-	// history, e.g. a framework session removed its last item).
+	// history, e.g. a framework session removed its last item), "quarantine" (written by
+	// recovery: `covered` is the range of the damaged records moved out, `messages` the
+	// conversation rebuilt from the records that survived).
 	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The conversation that replaces the folded history.
 	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
@@ -3717,7 +3724,8 @@ type RunInfo struct {
 	// The first characters of the initial prompt.
 	PromptPreview string `protobuf:"bytes,5,opt,name=prompt_preview,json=promptPreview,proto3" json:"prompt_preview,omitempty"`
 	// A word of RunStatus (docs/protocol.md#enum-words): "open", "held" (a writer holds the
-	// lease), a terminal reason such as "completed", or "corrupted".
+	// lease), a terminal reason such as "completed", or "corrupted" (the run's stored bytes are
+	// damaged: see `error`; `journald recover` quarantines the damage).
 	Status string `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
 	// Number of records.
 	RecordCount uint64 `protobuf:"varint,7,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
@@ -3734,7 +3742,10 @@ type RunInfo struct {
 	// Unanswered tool calls of the run's open turn, when the daemon knows them without
 	// reading the run (it is held: the writer's state is in memory); unset otherwise (History
 	// with limit 0 tells them for any run).
-	PendingCalls  *uint32 `protobuf:"varint,13,opt,name=pending_calls,json=pendingCalls,proto3,oneof" json:"pending_calls,omitempty"`
+	PendingCalls *uint32 `protobuf:"varint,13,opt,name=pending_calls,json=pendingCalls,proto3,oneof" json:"pending_calls,omitempty"`
+	// Why the run cannot be read when `status` is "corrupted" (the `store_corrupted` message,
+	// naming the file, line and seq); empty otherwise.
+	Error         string `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3858,6 +3869,13 @@ func (x *RunInfo) GetPendingCalls() uint32 {
 		return *x.PendingCalls
 	}
 	return 0
+}
+
+func (x *RunInfo) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // ListRequest lists runs.
@@ -4526,6 +4544,252 @@ func (x *VerifyResponse) GetSegments() uint32 {
 	return 0
 }
 
+// RecoverRequest names the run to recover.
+type RecoverRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	RunId         string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverRequest) Reset() {
+	*x = RecoverRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverRequest) ProtoMessage() {}
+
+func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
+func (*RecoverRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RecoverRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+// QuarantinedRecord is one damaged line moved out of a run (positions and hashes, no text).
+type QuarantinedRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file it was in.
+	File string `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	// Its 1-based line number there.
+	Line uint64 `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
+	// The seq it held (the one expected at that place).
+	Seq uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// SHA-256 of the line as stored.
+	Sha256 string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Its length in bytes.
+	Bytes uint64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The file holding its bytes, in `RecoverResponse.directory`.
+	Evidence string `protobuf:"bytes,6,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// What was wrong with it.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuarantinedRecord) Reset() {
+	*x = QuarantinedRecord{}
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuarantinedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuarantinedRecord) ProtoMessage() {}
+
+func (x *QuarantinedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuarantinedRecord.ProtoReflect.Descriptor instead.
+func (*QuarantinedRecord) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *QuarantinedRecord) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *QuarantinedRecord) GetLine() uint64 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *QuarantinedRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *QuarantinedRecord) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *QuarantinedRecord) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *QuarantinedRecord) GetEvidence() string {
+	if x != nil {
+		return x.Evidence
+	}
+	return ""
+}
+
+func (x *QuarantinedRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RecoverResponse says what recovery moved where and how the hole is recorded.
+type RecoverResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Damaged records moved out (0: the run had none; nothing changed).
+	Quarantined uint64 `protobuf:"varint,1,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// Each of them.
+	Records []*QuarantinedRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// The directory holding their bytes (outside the run).
+	Directory string `protobuf:"bytes,3,opt,name=directory,proto3" json:"directory,omitempty"`
+	// The seqs no longer in the run (damaged, or lost with no bytes left); 0..0 when none.
+	Hole *SeqRange `protobuf:"bytes,4,opt,name=hole,proto3" json:"hole,omitempty"`
+	// The seq of the rebase that records the hole (0 when nothing was recovered).
+	RebaseSeq uint64 `protobuf:"varint,5,opt,name=rebase_seq,json=rebaseSeq,proto3" json:"rebase_seq,omitempty"`
+	// A torn write cut on the way (a sentence), else empty.
+	Repaired string `protobuf:"bytes,6,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	// The run's last seq now.
+	LastSeq       uint64 `protobuf:"varint,7,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverResponse) Reset() {
+	*x = RecoverResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverResponse) ProtoMessage() {}
+
+func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
+func (*RecoverResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *RecoverResponse) GetQuarantined() uint64 {
+	if x != nil {
+		return x.Quarantined
+	}
+	return 0
+}
+
+func (x *RecoverResponse) GetRecords() []*QuarantinedRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *RecoverResponse) GetDirectory() string {
+	if x != nil {
+		return x.Directory
+	}
+	return ""
+}
+
+func (x *RecoverResponse) GetHole() *SeqRange {
+	if x != nil {
+		return x.Hole
+	}
+	return nil
+}
+
+func (x *RecoverResponse) GetRebaseSeq() uint64 {
+	if x != nil {
+		return x.RebaseSeq
+	}
+	return 0
+}
+
+func (x *RecoverResponse) GetRepaired() string {
+	if x != nil {
+		return x.Repaired
+	}
+	return ""
+}
+
+func (x *RecoverResponse) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
 // CheckpointMeta describes a checkpoint.
 type CheckpointMeta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4555,7 +4819,7 @@ type CheckpointMeta struct {
 
 func (x *CheckpointMeta) Reset() {
 	*x = CheckpointMeta{}
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4831,7 @@ func (x *CheckpointMeta) String() string {
 func (*CheckpointMeta) ProtoMessage() {}
 
 func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +4844,7 @@ func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointMeta.ProtoReflect.Descriptor instead.
 func (*CheckpointMeta) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CheckpointMeta) GetCheckpointId() string {
@@ -4666,7 +4930,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4678,7 +4942,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4691,7 +4955,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CheckpointRequest) GetRunId() string {
@@ -4719,7 +4983,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4731,7 +4995,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4744,7 +5008,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -4765,7 +5029,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4777,7 +5041,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4790,7 +5054,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListCheckpointsRequest) GetRunId() string {
@@ -4811,7 +5075,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4823,7 +5087,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4836,7 +5100,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointMeta {
@@ -4863,7 +5127,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4875,7 +5139,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4888,7 +5152,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RestoreRequest) GetRunId() string {
@@ -4938,7 +5202,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5214,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5227,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RestoreResponse) GetFromMessages() uint64 {
@@ -5014,7 +5278,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5026,7 +5290,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5039,7 +5303,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteCheckpointRequest) GetRunId() string {
@@ -5067,7 +5331,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5079,7 +5343,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5092,7 +5356,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DeleteCheckpointResponse) GetDeleted() bool {
@@ -5123,7 +5387,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5135,7 +5399,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5148,7 +5412,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CompactRequest) GetRunId() string {
@@ -5212,7 +5476,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5224,7 +5488,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5237,7 +5501,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CompactResponse) GetStatus() CompactStatus {
@@ -5292,7 +5556,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5304,7 +5568,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5317,7 +5581,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ForkRequest) GetRunId() string {
@@ -5361,7 +5625,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5373,7 +5637,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5386,7 +5650,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ForkResponse) GetRunId() string {
@@ -5416,7 +5680,7 @@ type ExportCheckpointRequest struct {
 
 func (x *ExportCheckpointRequest) Reset() {
 	*x = ExportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5428,7 +5692,7 @@ func (x *ExportCheckpointRequest) String() string {
 func (*ExportCheckpointRequest) ProtoMessage() {}
 
 func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5441,7 +5705,7 @@ func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ExportCheckpointRequest) GetRunId() string {
@@ -5469,7 +5733,7 @@ type ExportCheckpointResponse struct {
 
 func (x *ExportCheckpointResponse) Reset() {
 	*x = ExportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5481,7 +5745,7 @@ func (x *ExportCheckpointResponse) String() string {
 func (*ExportCheckpointResponse) ProtoMessage() {}
 
 func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5494,7 +5758,7 @@ func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ExportCheckpointResponse) GetData() []byte {
@@ -5517,7 +5781,7 @@ type ImportCheckpointRequest struct {
 
 func (x *ImportCheckpointRequest) Reset() {
 	*x = ImportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5529,7 +5793,7 @@ func (x *ImportCheckpointRequest) String() string {
 func (*ImportCheckpointRequest) ProtoMessage() {}
 
 func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5542,7 +5806,7 @@ func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ImportCheckpointRequest) GetRunId() string {
@@ -5570,7 +5834,7 @@ type ImportCheckpointResponse struct {
 
 func (x *ImportCheckpointResponse) Reset() {
 	*x = ImportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5582,7 +5846,7 @@ func (x *ImportCheckpointResponse) String() string {
 func (*ImportCheckpointResponse) ProtoMessage() {}
 
 func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5595,7 +5859,7 @@ func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -5622,7 +5886,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5634,7 +5898,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5647,7 +5911,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -5696,7 +5960,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5708,7 +5972,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5721,7 +5985,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -5765,7 +6029,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5777,7 +6041,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5790,7 +6054,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -5822,7 +6086,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[71]
+	mi := &file_journald_v1_journal_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5834,7 +6098,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[71]
+	mi := &file_journald_v1_journal_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5847,7 +6111,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -5889,7 +6153,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[72]
+	mi := &file_journald_v1_journal_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5901,7 +6165,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[72]
+	mi := &file_journald_v1_journal_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5914,7 +6178,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -6193,7 +6457,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"governance\x18\x03 \x01(\v2\x1d.journald.v1.GovernanceReportR\n" +
 	"governance\x12'\n" +
 	"\x0fgoverned_offset\x18\x04 \x01(\x04R\x0egovernedOffset\x12%\n" +
-	"\x0egoverned_total\x18\x05 \x01(\x04R\rgovernedTotal\"\xfe\x03\n" +
+	"\x0egoverned_total\x18\x05 \x01(\x04R\rgovernedTotal\"\x94\x04\n" +
 	"\aRunInfo\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\tR\acreated\x12\x18\n" +
@@ -6209,7 +6473,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"held_since\x18\v \x01(\tR\theldSince\x128\n" +
 	"\x06labels\x18\f \x03(\v2 .journald.v1.RunInfo.LabelsEntryR\x06labels\x12(\n" +
-	"\rpending_calls\x18\r \x01(\rH\x00R\fpendingCalls\x88\x01\x01\x1a9\n" +
+	"\rpending_calls\x18\r \x01(\rH\x00R\fpendingCalls\x88\x01\x01\x12\x14\n" +
+	"\x05error\x18\x0e \x01(\tR\x05error\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
@@ -6255,7 +6520,26 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12\x1b\n" +
 	"\tlast_hash\x18\x03 \x01(\tR\blastHash\x12\x1a\n" +
-	"\bsegments\x18\x04 \x01(\rR\bsegments\"\xa9\x02\n" +
+	"\bsegments\x18\x04 \x01(\rR\bsegments\"'\n" +
+	"\x0eRecoverRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xaf\x01\n" +
+	"\x11QuarantinedRecord\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x12\n" +
+	"\x04line\x18\x02 \x01(\x04R\x04line\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x1a\n" +
+	"\bevidence\x18\x06 \x01(\tR\bevidence\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\x8c\x02\n" +
+	"\x0fRecoverResponse\x12 \n" +
+	"\vquarantined\x18\x01 \x01(\x04R\vquarantined\x128\n" +
+	"\arecords\x18\x02 \x03(\v2\x1e.journald.v1.QuarantinedRecordR\arecords\x12\x1c\n" +
+	"\tdirectory\x18\x03 \x01(\tR\tdirectory\x12)\n" +
+	"\x04hole\x18\x04 \x01(\v2\x15.journald.v1.SeqRangeR\x04hole\x12\x1d\n" +
+	"\n" +
+	"rebase_seq\x18\x05 \x01(\x04R\trebaseSeq\x12\x1a\n" +
+	"\brepaired\x18\x06 \x01(\tR\brepaired\x12\x19\n" +
+	"\blast_seq\x18\a \x01(\x04R\alastSeq\"\xa9\x02\n" +
 	"\x0eCheckpointMeta\x12#\n" +
 	"\rcheckpoint_id\x18\x01 \x01(\tR\fcheckpointId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x128\n" +
@@ -6386,7 +6670,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x1aCOMPACT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPACT_STATUS_COMPACTED\x10\x01\x12\x1b\n" +
 	"\x17COMPACT_STATUS_REJECTED\x10\x02\x12\x19\n" +
-	"\x15COMPACT_STATUS_FAILED\x10\x03*\xe5\x06\n" +
+	"\x15COMPACT_STATUS_FAILED\x10\x03*\x81\a\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_CODE_SESSION_NOT_FOUND\x10\x01\x12#\n" +
@@ -6415,7 +6699,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x1eERROR_CODE_BACKEND_UNAVAILABLE\x10\x17\x12\x1b\n" +
 	"\x17ERROR_CODE_STORAGE_FULL\x10\x18\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x19\x12!\n" +
-	"\x1dERROR_CODE_RESPONSE_TOO_LARGE\x10\x1a*\xeb\x01\n" +
+	"\x1dERROR_CODE_RESPONSE_TOO_LARGE\x10\x1a\x12\x1a\n" +
+	"\x16ERROR_CODE_UNSUPPORTED\x10\x1b*\xeb\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fRUN_STATUS_OPEN\x10\x01\x12\x13\n" +
@@ -6425,7 +6710,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x10RUN_STATUS_ERROR\x10\x05\x12\x15\n" +
 	"\x11RUN_STATUS_BUDGET\x10\x06\x12\x1d\n" +
 	"\x19RUN_STATUS_MAX_ITERATIONS\x10\a\x12\x18\n" +
-	"\x14RUN_STATUS_CORRUPTED\x10\b2\xc1\f\n" +
+	"\x14RUN_STATUS_CORRUPTED\x10\b2\x87\r\n" +
 	"\x0eJournalService\x12=\n" +
 	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12D\n" +
 	"\aRelease\x12\x1b.journald.v1.ReleaseRequest\x1a\x1c.journald.v1.ReleaseResponse\x12A\n" +
@@ -6448,7 +6733,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x10ImportCheckpoint\x12$.journald.v1.ImportCheckpointRequest\x1a%.journald.v1.ImportCheckpointResponse\x12A\n" +
 	"\x06Verify\x12\x1a.journald.v1.VerifyRequest\x1a\x1b.journald.v1.VerifyResponse\x12V\n" +
 	"\rPutAttachment\x12!.journald.v1.PutAttachmentRequest\x1a\".journald.v1.PutAttachmentResponse\x12V\n" +
-	"\rGetAttachment\x12!.journald.v1.GetAttachmentRequest\x1a\".journald.v1.GetAttachmentResponseB?Z=github.com/journald/journald/clients/go/journaldv1;journaldv1b\x06proto3"
+	"\rGetAttachment\x12!.journald.v1.GetAttachmentRequest\x1a\".journald.v1.GetAttachmentResponse\x12D\n" +
+	"\aRecover\x12\x1b.journald.v1.RecoverRequest\x1a\x1c.journald.v1.RecoverResponseB?Z=github.com/journald/journald/clients/go/journaldv1;journaldv1b\x06proto3"
 
 var (
 	file_journald_v1_journal_proto_rawDescOnce sync.Once
@@ -6463,7 +6749,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -6523,38 +6809,41 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*HistoryResponse)(nil),          // 55: journald.v1.HistoryResponse
 	(*VerifyRequest)(nil),            // 56: journald.v1.VerifyRequest
 	(*VerifyResponse)(nil),           // 57: journald.v1.VerifyResponse
-	(*CheckpointMeta)(nil),           // 58: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 59: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 60: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 61: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 62: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 63: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 64: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 65: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 66: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 67: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 68: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 69: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 70: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 71: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 72: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 73: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 74: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 75: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 76: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 77: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 78: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 79: journald.v1.ErrorDetail
-	nil,                              // 80: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 81: journald.v1.RunState.LabelsEntry
-	nil,                              // 82: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 83: journald.v1.RunInfo.LabelsEntry
-	nil,                              // 84: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 85: journald.v1.ErrorDetail.MetadataEntry
+	(*RecoverRequest)(nil),           // 58: journald.v1.RecoverRequest
+	(*QuarantinedRecord)(nil),        // 59: journald.v1.QuarantinedRecord
+	(*RecoverResponse)(nil),          // 60: journald.v1.RecoverResponse
+	(*CheckpointMeta)(nil),           // 61: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 62: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 63: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 64: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 65: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 66: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 67: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 68: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 69: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 70: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 71: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 72: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 73: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 74: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 75: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 76: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 77: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 78: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 79: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 80: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 81: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 82: journald.v1.ErrorDetail
+	nil,                              // 83: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 84: journald.v1.RunState.LabelsEntry
+	nil,                              // 85: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 86: journald.v1.RunInfo.LabelsEntry
+	nil,                              // 87: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 88: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	8,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	80, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	83, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	10, // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	7,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	12, // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
@@ -6578,11 +6867,11 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	18, // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
 	25, // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
 	10, // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	81, // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	84, // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
 	26, // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
 	0,  // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
 	8,  // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	82, // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	85, // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
 	29, // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
 	9,  // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
 	27, // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
@@ -6599,74 +6888,78 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	7,  // 43: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
 	28, // 44: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
 	29, // 45: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	83, // 46: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	86, // 46: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
 	46, // 47: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	58, // 48: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	61, // 48: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
 	20, // 49: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
 	52, // 50: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
 	2,  // 51: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
 	7,  // 52: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
 	23, // 53: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	3,  // 54: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	58, // 55: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	58, // 56: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	37, // 57: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	32, // 58: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	7,  // 59: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	4,  // 60: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	16, // 61: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	37, // 62: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	84, // 63: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	27, // 64: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	58, // 65: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	85, // 66: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	30, // 67: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	33, // 68: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	38, // 69: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	40, // 70: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	42, // 71: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	44, // 72: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	47, // 73: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	49, // 74: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	51, // 75: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	54, // 76: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	59, // 77: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	61, // 78: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	63, // 79: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	65, // 80: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	67, // 81: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	69, // 82: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	71, // 83: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	73, // 84: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	56, // 85: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	75, // 86: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	77, // 87: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	36, // 88: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	34, // 89: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	39, // 90: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	41, // 91: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	43, // 92: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	45, // 93: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	48, // 94: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	50, // 95: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	53, // 96: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	55, // 97: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	60, // 98: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	62, // 99: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	64, // 100: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	66, // 101: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	68, // 102: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	70, // 103: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	72, // 104: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	74, // 105: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	57, // 106: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	76, // 107: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	78, // 108: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	88, // [88:109] is the sub-list for method output_type
-	67, // [67:88] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	59, // 54: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
+	16, // 55: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
+	3,  // 56: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	61, // 57: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	61, // 58: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	37, // 59: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	32, // 60: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	7,  // 61: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	4,  // 62: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	16, // 63: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	37, // 64: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	87, // 65: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	27, // 66: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	61, // 67: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	88, // 68: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	30, // 69: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	33, // 70: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	38, // 71: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	40, // 72: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	42, // 73: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	44, // 74: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	47, // 75: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	49, // 76: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	51, // 77: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	54, // 78: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	62, // 79: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	64, // 80: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	66, // 81: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	68, // 82: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	70, // 83: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	72, // 84: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	74, // 85: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	76, // 86: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	56, // 87: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	78, // 88: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	80, // 89: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	58, // 90: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	36, // 91: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	34, // 92: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	39, // 93: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	41, // 94: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	43, // 95: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	45, // 96: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	48, // 97: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	50, // 98: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	53, // 99: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	55, // 100: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	63, // 101: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	65, // 102: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	67, // 103: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	69, // 104: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	71, // 105: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	73, // 106: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	75, // 107: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	77, // 108: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	57, // 109: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	79, // 110: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	81, // 111: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	60, // 112: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	91, // [91:113] is the sub-list for method output_type
+	69, // [69:91] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -6698,7 +6991,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   79,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -64,6 +64,7 @@ const (
 	JournalService_Verify_FullMethodName           = "/journald.v1.JournalService/Verify"
 	JournalService_PutAttachment_FullMethodName    = "/journald.v1.JournalService/PutAttachment"
 	JournalService_GetAttachment_FullMethodName    = "/journald.v1.JournalService/GetAttachment"
+	JournalService_Recover_FullMethodName          = "/journald.v1.JournalService/Recover"
 )
 
 // JournalServiceClient is the client API for JournalService service.
@@ -122,6 +123,12 @@ type JournalServiceClient interface {
 	PutAttachment(ctx context.Context, in *PutAttachmentRequest, opts ...grpc.CallOption) (*PutAttachmentResponse, error)
 	// GetAttachment reads an attachment of a run back by its SHA-256.
 	GetAttachment(ctx context.Context, in *GetAttachmentRequest, opts ...grpc.CallOption) (*GetAttachmentResponse, error)
+	// Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+	// and records the hole in the run as a rebase with reason "quarantine" (the conversation
+	// rebuilt from the records that survived); every later Open warns about it. The daemon
+	// holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+	// without recovery (JetStream, memory).
+	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
 }
 
 type journalServiceClient struct {
@@ -372,6 +379,16 @@ func (c *journalServiceClient) GetAttachment(ctx context.Context, in *GetAttachm
 	return out, nil
 }
 
+func (c *journalServiceClient) Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecoverResponse)
+	err := c.cc.Invoke(ctx, JournalService_Recover_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JournalServiceServer is the server API for JournalService service.
 // All implementations must embed UnimplementedJournalServiceServer
 // for forward compatibility.
@@ -428,6 +445,12 @@ type JournalServiceServer interface {
 	PutAttachment(context.Context, *PutAttachmentRequest) (*PutAttachmentResponse, error)
 	// GetAttachment reads an attachment of a run back by its SHA-256.
 	GetAttachment(context.Context, *GetAttachmentRequest) (*GetAttachmentResponse, error)
+	// Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+	// and records the hole in the run as a rebase with reason "quarantine" (the conversation
+	// rebuilt from the records that survived); every later Open warns about it. The daemon
+	// holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+	// without recovery (JetStream, memory).
+	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
 	mustEmbedUnimplementedJournalServiceServer()
 }
 
@@ -500,6 +523,9 @@ func (UnimplementedJournalServiceServer) PutAttachment(context.Context, *PutAtta
 }
 func (UnimplementedJournalServiceServer) GetAttachment(context.Context, *GetAttachmentRequest) (*GetAttachmentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAttachment not implemented")
+}
+func (UnimplementedJournalServiceServer) Recover(context.Context, *RecoverRequest) (*RecoverResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Recover not implemented")
 }
 func (UnimplementedJournalServiceServer) mustEmbedUnimplementedJournalServiceServer() {}
 func (UnimplementedJournalServiceServer) testEmbeddedByValue()                        {}
@@ -868,6 +894,24 @@ func _JournalService_GetAttachment_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_Recover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecoverRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).Recover(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_Recover_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).Recover(ctx, req.(*RecoverRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JournalService_ServiceDesc is the grpc.ServiceDesc for JournalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -942,6 +986,10 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetAttachment",
 			Handler:    _JournalService_GetAttachment_Handler,
+		},
+		{
+			MethodName: "Recover",
+			Handler:    _JournalService_Recover_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -40,6 +40,7 @@ from journald_client.errors import (
     StorageFull,
     StoreCorrupted,
     TurnRunning,
+    Unsupported,
     VersionUnsupported,
 )
 from journald_client.fingerprint import Fingerprint, compute
@@ -57,6 +58,8 @@ from journald_client.state import (
     LeaseWarning,
     PendingResult,
     PendingTurn,
+    QuarantinedRecord,
+    RecoverResult,
     RestoreResult,
     RunInfo,
     RunState,
@@ -110,6 +113,8 @@ __all__ = [
     "PendingResult",
     "PendingTurn",
     "ProviderChanged",
+    "QuarantinedRecord",
+    "RecoverResult",
     "ResponseTooLarge",
     "RestoreResult",
     "Run",
@@ -127,6 +132,7 @@ __all__ = [
     "ToolCall",
     "ToolOutput",
     "TurnRunning",
+    "Unsupported",
     "VerifyResult",
     "VersionUnsupported",
     "Watch",

@@ -40,6 +40,7 @@ from journald_client.state import (
     HistoryPage,
     JournalRecord,
     Message,
+    RecoverResult,
     RestoreResult,
     RunInfo,
     RunState,
@@ -319,6 +320,11 @@ class AsyncClient:
 
     async def verify(self, run_id: str) -> VerifyResult:
         return codec.verify_from_pb(await self._unary("Verify", pb.VerifyRequest(run_id=run_id)))
+
+    async def recover(self, run_id: str) -> RecoverResult:
+        """As ``Client.recover``."""
+        resp = await self._unary("Recover", pb.RecoverRequest(run_id=run_id))
+        return codec.recover_from_pb(run_id, resp)
 
     async def watch(self, run_id: str, from_seq: int = 1) -> AsyncIterator[JournalRecord]:
         """A live tail of the run's records from ``from_seq`` (break out to stop it)."""

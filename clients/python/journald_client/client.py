@@ -42,6 +42,7 @@ from journald_client.state import (
     HistoryPage,
     JournalRecord,
     Message,
+    RecoverResult,
     RestoreResult,
     RunInfo,
     RunState,
@@ -362,6 +363,12 @@ class Client:
     def verify(self, run_id: str) -> VerifyResult:
         """Check the run's hash chain and schemas end to end (``store_corrupted`` if not)."""
         return codec.verify_from_pb(self._unary("Verify", pb.VerifyRequest(run_id=run_id)))
+
+    def recover(self, run_id: str) -> RecoverResult:
+        """Move the run's damaged records to the daemon's quarantine directory and record the
+        hole in the run (``locked`` while a writer holds it; ``unsupported`` on JetStream)."""
+        resp = self._unary("Recover", pb.RecoverRequest(run_id=run_id))
+        return codec.recover_from_pb(run_id, resp)
 
     def watch(self, run_id: str, from_seq: int = 1) -> Watch:
         """A live tail of the run's records from ``from_seq``; ``cancel()`` to stop."""

@@ -37,6 +37,8 @@ from journald_client.state import (
     Message,
     PendingResult,
     PendingTurn,
+    QuarantinedRecord,
+    RecoverResult,
     RestoreResult,
     RunInfo,
     RunState,
@@ -572,11 +574,29 @@ def run_info_from_pb(r: pb.RunInfo) -> RunInfo:
         ),
         labels=dict(r.labels),
         pending_calls=r.pending_calls if r.HasField("pending_calls") else None,
+        error=r.error,
     )
 
 
 def verify_from_pb(v: pb.VerifyResponse) -> VerifyResult:
     return VerifyResult(v.records, v.last_seq, v.last_hash, v.segments)
+
+
+def recover_from_pb(run_id: str, r: pb.RecoverResponse) -> RecoverResult:
+    return RecoverResult(
+        run_id,
+        r.quarantined,
+        [
+            QuarantinedRecord(q.file, q.line, q.seq, q.sha256, q.bytes, q.evidence, q.reason)
+            for q in r.records
+        ],
+        r.directory,
+        r.hole.from_seq,
+        r.hole.to_seq,
+        r.rebase_seq,
+        r.repaired,
+        r.last_seq,
+    )
 
 
 # --- checkpoints, history, attachments -------------------------------------------------

@@ -20,6 +20,7 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── BackendUnavailable: DaemonUnavailable
     ├── StorageFull
     ├── ResponseTooLarge
+    ├── Unsupported
     └── ConversationChanged (raised by the client itself, never by the daemon)
 
 The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
@@ -212,6 +213,12 @@ class DaemonUnavailable(BackendUnavailable):
 
 class StorageFull(JournaldError):
     code = "storage_full"
+
+
+class Unsupported(JournaldError):
+    """The daemon's backend cannot do this operation (e.g. recovery on JetStream)."""
+
+    code = "unsupported"
 
 
 class ConversationChanged(JournaldError):

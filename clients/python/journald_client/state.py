@@ -209,6 +209,8 @@ class RunInfo:
     holder: LeaseHolder | None = None  # set while a writer holds the lease
     labels: dict[str, str] = field(default_factory=dict)
     pending_calls: int | None = None  # known for held runs (else ask History, limit 0)
+    error: str = ""
+    """Why the run cannot be read when ``status`` is ``corrupted`` (else empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +219,36 @@ class VerifyResult:
     last_seq: int
     last_hash: str
     segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedRecord:
+    """A damaged line recovery moved out of a run: where it was, its hash, where it went."""
+
+    file: str
+    line: int
+    seq: int
+    sha256: str
+    bytes: int
+    evidence: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverResult:
+    """What ``recover`` did: ``quarantined`` records moved to ``directory``; the seqs
+    ``hole_from..hole_to`` are no longer in the run and the rebase at ``rebase_seq`` records
+    that (0: the run had no damage, nothing changed)."""
+
+    run_id: str
+    quarantined: int
+    records: list[QuarantinedRecord]
+    directory: str
+    hole_from: int
+    hole_to: int
+    rebase_seq: int
+    repaired: str
+    last_seq: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,8 @@ export class StorageFullError extends JournaldError {}
 export class InternalError extends JournaldError {}
 /** The answer exceeds the daemon's max message size: ask for less (pages, from a seq). */
 export class ResponseTooLargeError extends JournaldError {}
+/** The daemon's backend cannot do this operation (e.g. recovery on JetStream). */
+export class UnsupportedError extends JournaldError {}
 /** A failure without a journald code (transport errors, daemon down, ...). */
 export class TransportError extends JournaldError {}
 
@@ -111,6 +113,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   storage_full: StorageFullError,
   internal: InternalError,
   response_too_large: ResponseTooLargeError,
+  unsupported: UnsupportedError,
 };
 
 /** Rebuild a typed error from its wire form (unknown codes become JournaldError). */

@@ -263,6 +263,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """gRPC RESOURCE_EXHAUSTED: an answer would exceed the daemon's max message size; ask for
     less (a message window, History pages, Load from a seq).
     """
+    ERROR_CODE_UNSUPPORTED: _ErrorCode.ValueType  # 27
+    """gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
+    JetStream); retrying will not help.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
@@ -329,6 +333,10 @@ ERROR_CODE_INTERNAL: ErrorCode.ValueType  # 25
 ERROR_CODE_RESPONSE_TOO_LARGE: ErrorCode.ValueType  # 26
 """gRPC RESOURCE_EXHAUSTED: an answer would exceed the daemon's max message size; ask for
 less (a message window, History pages, Load from a seq).
+"""
+ERROR_CODE_UNSUPPORTED: ErrorCode.ValueType  # 27
+"""gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
+JetStream); retrying will not help.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
@@ -761,7 +769,9 @@ class RebasePayload(_message.Message):
     COVERED_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
-    history, e.g. a framework session removed its last item).
+    history, e.g. a framework session removed its last item), "quarantine" (written by
+    recovery: `covered` is the range of the damaged records moved out, `messages` the
+    conversation rebuilt from the records that survived).
     """
     checkpoint_id: _builtins.str
     """The checkpoint it came from, if any."""
@@ -2032,6 +2042,7 @@ class RunInfo(_message.Message):
     HELD_SINCE_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     PENDING_CALLS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     created: _builtins.str
@@ -2044,7 +2055,8 @@ class RunInfo(_message.Message):
     """The first characters of the initial prompt."""
     status: _builtins.str
     """A word of RunStatus (docs/protocol.md#enum-words): "open", "held" (a writer holds the
-    lease), a terminal reason such as "completed", or "corrupted".
+    lease), a terminal reason such as "completed", or "corrupted" (the run's stored bytes are
+    damaged: see `error`; `journald recover` quarantines the damage).
     """
     record_count: _builtins.int
     """Number of records."""
@@ -2058,6 +2070,10 @@ class RunInfo(_message.Message):
     """Unanswered tool calls of the run's open turn, when the daemon knows them without
     reading the run (it is held: the writer's state is in memory); unset otherwise (History
     with limit 0 tells them for any run).
+    """
+    error: _builtins.str
+    """Why the run cannot be read when `status` is "corrupted" (the `store_corrupted` message,
+    naming the file, line and seq); empty otherwise.
     """
     @_builtins.property
     def holder(self) -> Global___ClientInfo:
@@ -2083,10 +2099,11 @@ class RunInfo(_message.Message):
         held_since: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         pending_calls: _builtins.int | None = ...,
+        error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls", "holder", b"holder", "pending_calls", b"pending_calls"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls", "bytes", b"bytes", "created", b"created", "held_since", b"held_since", "holder", b"holder", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "pending_calls", b"pending_calls", "prompt_preview", b"prompt_preview", "record_count", b"record_count", "run_id", b"run_id", "status", b"status", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls", "bytes", b"bytes", "created", b"created", "error", b"error", "held_since", b"held_since", "holder", b"holder", "labels", b"labels", "last_seq", b"last_seq", "model", b"model", "pending_calls", b"pending_calls", "prompt_preview", b"prompt_preview", "record_count", b"record_count", "run_id", b"run_id", "status", b"status", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__pending_calls: _TypeAlias = _typing.Literal["pending_calls"]  # noqa: Y015
     _WhichOneofArgType__pending_calls: _TypeAlias = _typing.Literal["_pending_calls", b"_pending_calls"]  # noqa: Y015
@@ -2409,6 +2426,124 @@ class VerifyResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VerifyResponse: _TypeAlias = VerifyResponse  # noqa: Y015
+
+@_typing.final
+class RecoverRequest(_message.Message):
+    """RecoverRequest names the run to recover."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoverRequest: _TypeAlias = RecoverRequest  # noqa: Y015
+
+@_typing.final
+class QuarantinedRecord(_message.Message):
+    """QuarantinedRecord is one damaged line moved out of a run (positions and hashes, no text)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILE_FIELD_NUMBER: _builtins.int
+    LINE_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    file: _builtins.str
+    """The file it was in."""
+    line: _builtins.int
+    """Its 1-based line number there."""
+    seq: _builtins.int
+    """The seq it held (the one expected at that place)."""
+    sha256: _builtins.str
+    """SHA-256 of the line as stored."""
+    bytes: _builtins.int
+    """Its length in bytes."""
+    evidence: _builtins.str
+    """The file holding its bytes, in `RecoverResponse.directory`."""
+    reason: _builtins.str
+    """What was wrong with it."""
+    def __init__(
+        self,
+        *,
+        file: _builtins.str = ...,
+        line: _builtins.int = ...,
+        seq: _builtins.int = ...,
+        sha256: _builtins.str = ...,
+        bytes: _builtins.int = ...,
+        evidence: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "evidence", b"evidence", "file", b"file", "line", b"line", "reason", b"reason", "seq", b"seq", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuarantinedRecord: _TypeAlias = QuarantinedRecord  # noqa: Y015
+
+@_typing.final
+class RecoverResponse(_message.Message):
+    """RecoverResponse says what recovery moved where and how the hole is recorded."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUARANTINED_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    DIRECTORY_FIELD_NUMBER: _builtins.int
+    HOLE_FIELD_NUMBER: _builtins.int
+    REBASE_SEQ_FIELD_NUMBER: _builtins.int
+    REPAIRED_FIELD_NUMBER: _builtins.int
+    LAST_SEQ_FIELD_NUMBER: _builtins.int
+    quarantined: _builtins.int
+    """Damaged records moved out (0: the run had none; nothing changed)."""
+    directory: _builtins.str
+    """The directory holding their bytes (outside the run)."""
+    rebase_seq: _builtins.int
+    """The seq of the rebase that records the hole (0 when nothing was recovered)."""
+    repaired: _builtins.str
+    """A torn write cut on the way (a sentence), else empty."""
+    last_seq: _builtins.int
+    """The run's last seq now."""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuarantinedRecord]:
+        """Each of them."""
+
+    @_builtins.property
+    def hole(self) -> Global___SeqRange:
+        """The seqs no longer in the run (damaged, or lost with no bytes left); 0..0 when none."""
+
+    def __init__(
+        self,
+        *,
+        quarantined: _builtins.int = ...,
+        records: _abc.Iterable[Global___QuarantinedRecord] | None = ...,
+        directory: _builtins.str = ...,
+        hole: Global___SeqRange | None = ...,
+        rebase_seq: _builtins.int = ...,
+        repaired: _builtins.str = ...,
+        last_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["hole", b"hole"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory", b"directory", "hole", b"hole", "last_seq", b"last_seq", "quarantined", b"quarantined", "rebase_seq", b"rebase_seq", "records", b"records", "repaired", b"repaired"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoverResponse: _TypeAlias = RecoverResponse  # noqa: Y015
 
 @_typing.final
 class CheckpointMeta(_message.Message):

@@ -140,6 +140,11 @@ class JournalServiceStub:
                 request_serializer=journald_dot_v1_dot_journal__pb2.GetAttachmentRequest.SerializeToString,
                 response_deserializer=journald_dot_v1_dot_journal__pb2.GetAttachmentResponse.FromString,
                 _registered_method=True)
+        self.Recover = channel.unary_unary(
+                '/journald.v1.JournalService/Recover',
+                request_serializer=journald_dot_v1_dot_journal__pb2.RecoverRequest.SerializeToString,
+                response_deserializer=journald_dot_v1_dot_journal__pb2.RecoverResponse.FromString,
+                _registered_method=True)
 
 
 class JournalServiceServicer:
@@ -301,6 +306,17 @@ class JournalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Recover(self, request, context):
+        """Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+        and records the hole in the run as a rebase with reason "quarantine" (the conversation
+        rebuilt from the records that survived); every later Open warns about it. The daemon
+        holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+        without recovery (JetStream, memory).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JournalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -408,6 +424,11 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.GetAttachment,
                     request_deserializer=journald_dot_v1_dot_journal__pb2.GetAttachmentRequest.FromString,
                     response_serializer=journald_dot_v1_dot_journal__pb2.GetAttachmentResponse.SerializeToString,
+            ),
+            'Recover': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recover,
+                    request_deserializer=journald_dot_v1_dot_journal__pb2.RecoverRequest.FromString,
+                    response_serializer=journald_dot_v1_dot_journal__pb2.RecoverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -978,6 +999,33 @@ class JournalService:
             '/journald.v1.JournalService/GetAttachment',
             journald_dot_v1_dot_journal__pb2.GetAttachmentRequest.SerializeToString,
             journald_dot_v1_dot_journal__pb2.GetAttachmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/journald.v1.JournalService/Recover',
+            journald_dot_v1_dot_journal__pb2.RecoverRequest.SerializeToString,
+            journald_dot_v1_dot_journal__pb2.RecoverResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -112,6 +112,13 @@ class JournalServiceStub:
     """
     GetAttachment: _grpc.UnaryUnaryMultiCallable[_journal_pb2.GetAttachmentRequest, _journal_pb2.GetAttachmentResponse]
     """GetAttachment reads an attachment of a run back by its SHA-256."""
+    Recover: _grpc.UnaryUnaryMultiCallable[_journal_pb2.RecoverRequest, _journal_pb2.RecoverResponse]
+    """Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+    and records the hole in the run as a rebase with reason "quarantine" (the conversation
+    rebuilt from the records that survived); every later Open warns about it. The daemon
+    holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+    without recovery (JetStream, memory).
+    """
 
 @_typing.type_check_only
 class JournalServiceAsyncStub(JournalServiceStub):
@@ -174,6 +181,13 @@ class JournalServiceAsyncStub(JournalServiceStub):
     """
     GetAttachment: _aio.UnaryUnaryMultiCallable[_journal_pb2.GetAttachmentRequest, _journal_pb2.GetAttachmentResponse]  # type: ignore[assignment]
     """GetAttachment reads an attachment of a run back by its SHA-256."""
+    Recover: _aio.UnaryUnaryMultiCallable[_journal_pb2.RecoverRequest, _journal_pb2.RecoverResponse]  # type: ignore[assignment]
+    """Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+    and records the hole in the run as a rebase with reason "quarantine" (the conversation
+    rebuilt from the records that survived); every later Open warns about it. The daemon
+    holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+    without recovery (JetStream, memory).
+    """
 
 class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
     """JournalService is the whole daemon surface."""
@@ -359,5 +373,18 @@ class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_journal_pb2.GetAttachmentResponse, _abc.Awaitable[_journal_pb2.GetAttachmentResponse]]:
         """GetAttachment reads an attachment of a run back by its SHA-256."""
+
+    @_abc_1.abstractmethod
+    def Recover(
+        self,
+        request: _journal_pb2.RecoverRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_journal_pb2.RecoverResponse, _abc.Awaitable[_journal_pb2.RecoverResponse]]:
+        """Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+        and records the hole in the run as a rebase with reason "quarantine" (the conversation
+        rebuilt from the records that survived); every later Open warns about it. The daemon
+        holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+        without recovery (JetStream, memory).
+        """
 
 def add_JournalServiceServicer_to_server(servicer: JournalServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

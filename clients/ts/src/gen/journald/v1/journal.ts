@@ -384,6 +384,11 @@ export enum ErrorCode {
    * less (a message window, History pages, Load from a seq).
    */
   ERROR_CODE_RESPONSE_TOO_LARGE = 26,
+  /**
+   * ERROR_CODE_UNSUPPORTED - gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
+   * JetStream); retrying will not help.
+   */
+  ERROR_CODE_UNSUPPORTED = 27,
   UNRECOGNIZED = -1,
 }
 
@@ -470,6 +475,9 @@ export function errorCodeFromJSON(object: any): ErrorCode {
     case 26:
     case "ERROR_CODE_RESPONSE_TOO_LARGE":
       return ErrorCode.ERROR_CODE_RESPONSE_TOO_LARGE;
+    case 27:
+    case "ERROR_CODE_UNSUPPORTED":
+      return ErrorCode.ERROR_CODE_UNSUPPORTED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -533,6 +541,8 @@ export function errorCodeToJSON(object: ErrorCode): string {
       return "ERROR_CODE_INTERNAL";
     case ErrorCode.ERROR_CODE_RESPONSE_TOO_LARGE:
       return "ERROR_CODE_RESPONSE_TOO_LARGE";
+    case ErrorCode.ERROR_CODE_UNSUPPORTED:
+      return "ERROR_CODE_UNSUPPORTED";
     case ErrorCode.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -761,7 +771,9 @@ export interface SeqRange {
 export interface RebasePayload {
   /**
    * One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
-   * history, e.g. a framework session removed its last item).
+   * history, e.g. a framework session removed its last item), "quarantine" (written by
+   * recovery: `covered` is the range of the damaged records moved out, `messages` the
+   * conversation rebuilt from the records that survived).
    */
   reason: string;
   /** The conversation that replaces the folded history. */
@@ -1264,7 +1276,8 @@ export interface RunInfo {
   promptPreview: string;
   /**
    * A word of RunStatus (docs/protocol.md#enum-words): "open", "held" (a writer holds the
-   * lease), a terminal reason such as "completed", or "corrupted".
+   * lease), a terminal reason such as "completed", or "corrupted" (the run's stored bytes are
+   * damaged: see `error`; `journald recover` quarantines the damage).
    */
   status: string;
   /** Number of records. */
@@ -1286,7 +1299,14 @@ export interface RunInfo {
    * reading the run (it is held: the writer's state is in memory); unset otherwise (History
    * with limit 0 tells them for any run).
    */
-  pendingCalls?: number | undefined;
+  pendingCalls?:
+    | number
+    | undefined;
+  /**
+   * Why the run cannot be read when `status` is "corrupted" (the `store_corrupted` message,
+   * naming the file, line and seq); empty otherwise.
+   */
+  error: string;
 }
 
 export interface RunInfo_LabelsEntry {
@@ -1394,6 +1414,50 @@ export interface VerifyResponse {
   lastHash: string;
   /** Segments read. */
   segments: number;
+}
+
+/** RecoverRequest names the run to recover. */
+export interface RecoverRequest {
+  /** The run. */
+  runId: string;
+}
+
+/** QuarantinedRecord is one damaged line moved out of a run (positions and hashes, no text). */
+export interface QuarantinedRecord {
+  /** The file it was in. */
+  file: string;
+  /** Its 1-based line number there. */
+  line: number;
+  /** The seq it held (the one expected at that place). */
+  seq: number;
+  /** SHA-256 of the line as stored. */
+  sha256: string;
+  /** Its length in bytes. */
+  bytes: number;
+  /** The file holding its bytes, in `RecoverResponse.directory`. */
+  evidence: string;
+  /** What was wrong with it. */
+  reason: string;
+}
+
+/** RecoverResponse says what recovery moved where and how the hole is recorded. */
+export interface RecoverResponse {
+  /** Damaged records moved out (0: the run had none; nothing changed). */
+  quarantined: number;
+  /** Each of them. */
+  records: QuarantinedRecord[];
+  /** The directory holding their bytes (outside the run). */
+  directory: string;
+  /** The seqs no longer in the run (damaged, or lost with no bytes left); 0..0 when none. */
+  hole:
+    | SeqRange
+    | undefined;
+  /** The seq of the rebase that records the hole (0 when nothing was recovered). */
+  rebaseSeq: number;
+  /** A torn write cut on the way (a sentence), else empty. */
+  repaired: string;
+  /** The run's last seq now. */
+  lastSeq: number;
 }
 
 /** CheckpointMeta describes a checkpoint. */
@@ -7263,6 +7327,7 @@ function createBaseRunInfo(): RunInfo {
     heldSince: "",
     labels: {},
     pendingCalls: undefined,
+    error: "",
   };
 }
 
@@ -7306,6 +7371,9 @@ export const RunInfo: MessageFns<RunInfo> = {
     });
     if (message.pendingCalls !== undefined) {
       writer.uint32(104).uint32(message.pendingCalls);
+    }
+    if (message.error !== "") {
+      writer.uint32(114).string(message.error);
     }
     return writer;
   },
@@ -7430,6 +7498,14 @@ export const RunInfo: MessageFns<RunInfo> = {
             message.pendingCalls = reader.uint32();
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7494,6 +7570,7 @@ export const RunInfo: MessageFns<RunInfo> = {
         : isSet(object.pending_calls)
         ? globalThis.Number(object.pending_calls)
         : undefined,
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
     };
   },
 
@@ -7544,6 +7621,9 @@ export const RunInfo: MessageFns<RunInfo> = {
     if (message.pendingCalls !== undefined) {
       obj.pendingCalls = Math.round(message.pendingCalls);
     }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
     return obj;
   },
 
@@ -7575,6 +7655,7 @@ export const RunInfo: MessageFns<RunInfo> = {
       {},
     );
     message.pendingCalls = object.pendingCalls ?? undefined;
+    message.error = object.error ?? "";
     return message;
   },
 };
@@ -8681,6 +8762,419 @@ export const VerifyResponse: MessageFns<VerifyResponse> = {
     message.lastSeq = object.lastSeq ?? 0;
     message.lastHash = object.lastHash ?? "";
     message.segments = object.segments ?? 0;
+    return message;
+  },
+};
+
+function createBaseRecoverRequest(): RecoverRequest {
+  return { runId: "" };
+}
+
+export const RecoverRequest: MessageFns<RecoverRequest> = {
+  encode(message: RecoverRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.runId !== "") {
+      writer.uint32(10).string(message.runId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecoverRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecoverRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecoverRequest {
+    return {
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+    };
+  },
+
+  toJSON(message: RecoverRequest): unknown {
+    const obj: any = {};
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RecoverRequest>, I>>(base?: I): RecoverRequest {
+    return RecoverRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecoverRequest>, I>>(object: I): RecoverRequest {
+    const message = createBaseRecoverRequest();
+    message.runId = object.runId ?? "";
+    return message;
+  },
+};
+
+function createBaseQuarantinedRecord(): QuarantinedRecord {
+  return { file: "", line: 0, seq: 0, sha256: "", bytes: 0, evidence: "", reason: "" };
+}
+
+export const QuarantinedRecord: MessageFns<QuarantinedRecord> = {
+  encode(message: QuarantinedRecord, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.file !== "") {
+      writer.uint32(10).string(message.file);
+    }
+    if (message.line !== 0) {
+      writer.uint32(16).uint64(message.line);
+    }
+    if (message.seq !== 0) {
+      writer.uint32(24).uint64(message.seq);
+    }
+    if (message.sha256 !== "") {
+      writer.uint32(34).string(message.sha256);
+    }
+    if (message.bytes !== 0) {
+      writer.uint32(40).uint64(message.bytes);
+    }
+    if (message.evidence !== "") {
+      writer.uint32(50).string(message.evidence);
+    }
+    if (message.reason !== "") {
+      writer.uint32(58).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): QuarantinedRecord {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseQuarantinedRecord();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.file = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.line = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.bytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.evidence = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): QuarantinedRecord {
+    return {
+      file: isSet(object.file) ? globalThis.String(object.file) : "",
+      line: isSet(object.line) ? globalThis.Number(object.line) : 0,
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+      bytes: isSet(object.bytes) ? globalThis.Number(object.bytes) : 0,
+      evidence: isSet(object.evidence) ? globalThis.String(object.evidence) : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
+  },
+
+  toJSON(message: QuarantinedRecord): unknown {
+    const obj: any = {};
+    if (message.file !== "") {
+      obj.file = message.file;
+    }
+    if (message.line !== 0) {
+      obj.line = Math.round(message.line);
+    }
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    if (message.bytes !== 0) {
+      obj.bytes = Math.round(message.bytes);
+    }
+    if (message.evidence !== "") {
+      obj.evidence = message.evidence;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<QuarantinedRecord>, I>>(base?: I): QuarantinedRecord {
+    return QuarantinedRecord.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<QuarantinedRecord>, I>>(object: I): QuarantinedRecord {
+    const message = createBaseQuarantinedRecord();
+    message.file = object.file ?? "";
+    message.line = object.line ?? 0;
+    message.seq = object.seq ?? 0;
+    message.sha256 = object.sha256 ?? "";
+    message.bytes = object.bytes ?? 0;
+    message.evidence = object.evidence ?? "";
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBaseRecoverResponse(): RecoverResponse {
+  return { quarantined: 0, records: [], directory: "", hole: undefined, rebaseSeq: 0, repaired: "", lastSeq: 0 };
+}
+
+export const RecoverResponse: MessageFns<RecoverResponse> = {
+  encode(message: RecoverResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.quarantined !== 0) {
+      writer.uint32(8).uint64(message.quarantined);
+    }
+    for (const v of message.records) {
+      QuarantinedRecord.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.directory !== "") {
+      writer.uint32(26).string(message.directory);
+    }
+    if (message.hole !== undefined) {
+      SeqRange.encode(message.hole, writer.uint32(34).fork()).join();
+    }
+    if (message.rebaseSeq !== 0) {
+      writer.uint32(40).uint64(message.rebaseSeq);
+    }
+    if (message.repaired !== "") {
+      writer.uint32(50).string(message.repaired);
+    }
+    if (message.lastSeq !== 0) {
+      writer.uint32(56).uint64(message.lastSeq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecoverResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecoverResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.quarantined = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.records.push(QuarantinedRecord.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.directory = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.hole = SeqRange.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.rebaseSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.repaired = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.lastSeq = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecoverResponse {
+    return {
+      quarantined: isSet(object.quarantined) ? globalThis.Number(object.quarantined) : 0,
+      records: globalThis.Array.isArray(object?.records)
+        ? object.records.map((e: any) => QuarantinedRecord.fromJSON(e))
+        : [],
+      directory: isSet(object.directory) ? globalThis.String(object.directory) : "",
+      hole: isSet(object.hole) ? SeqRange.fromJSON(object.hole) : undefined,
+      rebaseSeq: isSet(object.rebaseSeq)
+        ? globalThis.Number(object.rebaseSeq)
+        : isSet(object.rebase_seq)
+        ? globalThis.Number(object.rebase_seq)
+        : 0,
+      repaired: isSet(object.repaired) ? globalThis.String(object.repaired) : "",
+      lastSeq: isSet(object.lastSeq)
+        ? globalThis.Number(object.lastSeq)
+        : isSet(object.last_seq)
+        ? globalThis.Number(object.last_seq)
+        : 0,
+    };
+  },
+
+  toJSON(message: RecoverResponse): unknown {
+    const obj: any = {};
+    if (message.quarantined !== 0) {
+      obj.quarantined = Math.round(message.quarantined);
+    }
+    if (message.records?.length) {
+      obj.records = message.records.map((e) => QuarantinedRecord.toJSON(e));
+    }
+    if (message.directory !== "") {
+      obj.directory = message.directory;
+    }
+    if (message.hole !== undefined) {
+      obj.hole = SeqRange.toJSON(message.hole);
+    }
+    if (message.rebaseSeq !== 0) {
+      obj.rebaseSeq = Math.round(message.rebaseSeq);
+    }
+    if (message.repaired !== "") {
+      obj.repaired = message.repaired;
+    }
+    if (message.lastSeq !== 0) {
+      obj.lastSeq = Math.round(message.lastSeq);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RecoverResponse>, I>>(base?: I): RecoverResponse {
+    return RecoverResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecoverResponse>, I>>(object: I): RecoverResponse {
+    const message = createBaseRecoverResponse();
+    message.quarantined = object.quarantined ?? 0;
+    message.records = object.records?.map((e) => QuarantinedRecord.fromPartial(e)) || [];
+    message.directory = object.directory ?? "";
+    message.hole = (object.hole !== undefined && object.hole !== null) ? SeqRange.fromPartial(object.hole) : undefined;
+    message.rebaseSeq = object.rebaseSeq ?? 0;
+    message.repaired = object.repaired ?? "";
+    message.lastSeq = object.lastSeq ?? 0;
     return message;
   },
 };
@@ -11538,6 +12032,22 @@ export const JournalServiceService = {
       Buffer.from(GetAttachmentResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetAttachmentResponse => GetAttachmentResponse.decode(value),
   },
+  /**
+   * Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+   * and records the hole in the run as a rebase with reason "quarantine" (the conversation
+   * rebuilt from the records that survived); every later Open warns about it. The daemon
+   * holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+   * without recovery (JetStream, memory).
+   */
+  recover: {
+    path: "/journald.v1.JournalService/Recover" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RecoverRequest): Buffer => Buffer.from(RecoverRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RecoverRequest => RecoverRequest.decode(value),
+    responseSerialize: (value: RecoverResponse): Buffer => Buffer.from(RecoverResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RecoverResponse => RecoverResponse.decode(value),
+  },
 } as const;
 
 export interface JournalServiceServer extends UntypedServiceImplementation {
@@ -11603,6 +12113,14 @@ export interface JournalServiceServer extends UntypedServiceImplementation {
   putAttachment: handleUnaryCall<PutAttachmentRequest, PutAttachmentResponse>;
   /** GetAttachment reads an attachment of a run back by its SHA-256. */
   getAttachment: handleUnaryCall<GetAttachmentRequest, GetAttachmentResponse>;
+  /**
+   * Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+   * and records the hole in the run as a rebase with reason "quarantine" (the conversation
+   * rebuilt from the records that survived); every later Open warns about it. The daemon
+   * holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+   * without recovery (JetStream, memory).
+   */
+  recover: handleUnaryCall<RecoverRequest, RecoverResponse>;
 }
 
 export interface JournalServiceClient extends Client {
@@ -11908,6 +12426,28 @@ export interface JournalServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetAttachmentResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Recover moves a run's damaged records out of it (to the daemon's quarantine directory)
+   * and records the hole in the run as a rebase with reason "quarantine" (the conversation
+   * rebuilt from the records that survived); every later Open warns about it. The daemon
+   * holds the run meanwhile: `locked` while a writer holds it. `unsupported` on backends
+   * without recovery (JetStream, memory).
+   */
+  recover(
+    request: RecoverRequest,
+    callback: (error: ServiceError | null, response: RecoverResponse) => void,
+  ): ClientUnaryCall;
+  recover(
+    request: RecoverRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RecoverResponse) => void,
+  ): ClientUnaryCall;
+  recover(
+    request: RecoverRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RecoverResponse) => void,
   ): ClientUnaryCall;
 }
 
