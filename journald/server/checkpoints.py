@@ -792,8 +792,9 @@ class CheckpointRpcs:
         run_id = validate_id(request.run_id)
         view = request.view
         tail = None
-        # fold marks count the fold's own messages, never the governed view with its pending
-        if view != pb.HISTORY_VIEW_GOVERNED and self.leases.held(run_id) is None:
+        # fold marks count the fold's own messages: they serve the stored view alone (the
+        # cleaned-up and governed views can drop and merge messages, so their indexes differ)
+        if view == pb.HISTORY_VIEW_STATE and self.leases.held(run_id) is None:
             tail = await self._tail_page(run_id, request.offset, request.limit)
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending

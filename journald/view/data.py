@@ -134,7 +134,7 @@ class Source:
             if calls is None and info.status in OPEN_STATUSES:
                 probe = self._probes.get(info.run_id)
                 if probe is None or probe.last_seq != info.last_seq:
-                    page = self.client.history(info.run_id, 0, 0)
+                    page = self.client.history(info.run_id, 0, 0, stored=True)
                     self.stats.history_calls += 1
                     n = len(page.pending.unanswered) if page.pending is not None else 0
                     probe = _PendingProbe(info.last_seq, n)
@@ -149,7 +149,7 @@ class Source:
     # --- the conversation ----------------------------------------------------------------
 
     def _history(self, run_id: str, offset: int, limit: int) -> tuple[list[Message], int, int]:
-        page = self.client.history(run_id, offset, limit)
+        page = self.client.history(run_id, offset, limit, stored=True)
         self.stats.history_calls += 1
         self.stats.messages_fetched += len(page.messages)
         return page.messages, page.offset, page.next_offset
@@ -158,14 +158,14 @@ class Source:
         """The conversation from ``from_offset`` (default: the last page) to its end, with
         the open turn and the seq it reflects."""
         if from_offset is None:
-            head = self.client.history(run_id, 0, 0)
+            head = self.client.history(run_id, 0, 0, stored=True)
             self.stats.history_calls += 1
             from_offset = max(0, head.total - self.page)
         messages: list[Message] = []
         start: int | None = None
         offset = from_offset
         for _ in range(1 << 16):  # bounded: each page moves forward or ends the loop
-            page = self.client.history(run_id, offset, max(self.page, 1))
+            page = self.client.history(run_id, offset, max(self.page, 1), stored=True)
             self.stats.history_calls += 1
             self.stats.messages_fetched += len(page.messages)
             if start is None:
@@ -190,7 +190,7 @@ class Source:
 
     def details(self, run_id: str) -> Details:
         state = self.client.fold(run_id, messages=False)
-        total = self.client.history(run_id, 0, 0).total
+        total = self.client.history(run_id, 0, 0, stored=True).total
         self.stats.history_calls += 1
         return Details(state, self.info(run_id), self.client.checkpoints(run_id), total)
 

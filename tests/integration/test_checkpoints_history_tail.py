@@ -56,7 +56,10 @@ def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
         big = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         s = pbg.JournalServiceStub(grpc.insecure_channel(d.target, options=big))
         # a read of a run the daemon did not write folds it (and writes nothing)
-        assert s.History(pb.HistoryRequest(run_id="long", limit=0)).total == MESSAGES - 1
+        assert (
+            s.History(pb.HistoryRequest(run_id="long", limit=0, view=pb.HISTORY_VIEW_STATE)).total
+            == MESSAGES - 1
+        )
         mark_file = data / "sessions" / "long" / "checkpoints" / "fold-mark.json"
         assert not mark_file.exists()
         lease = Lease(s, "long", mode=pb.OPEN_MODE_RESUME)  # a writer resumes the run ...
@@ -91,9 +94,15 @@ def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
 
     with Daemon(tmp_path, "file", data_dir=data) as d:
         s = stub(d.target)
-        total = s.History(pb.HistoryRequest(run_id="long", limit=0)).total
+        total = s.History(
+            pb.HistoryRequest(run_id="long", limit=0, view=pb.HISTORY_VIEW_STATE)
+        ).total
         assert total == MESSAGES
-        page = s.History(pb.HistoryRequest(run_id="long", offset=total - 50, limit=50))
+        page = s.History(
+            pb.HistoryRequest(
+                run_id="long", offset=total - 50, limit=50, view=pb.HISTORY_VIEW_STATE
+            )
+        )
         assert (page.offset, page.next_offset, page.total) == (total - 50, total, total)
         got = [(m.role, json.loads(m.content_json)[0]["text"]) for m in page.messages]
         want = [
@@ -102,5 +111,7 @@ def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
         ]
         assert got == want
         with pytest.raises(grpc.RpcError) as info:
-            s.History(pb.HistoryRequest(run_id="long", offset=0, limit=10))
+            s.History(
+                pb.HistoryRequest(run_id="long", offset=0, limit=10, view=pb.HISTORY_VIEW_STATE)
+            )
         assert error_of(info.value).code == "store_corrupted"

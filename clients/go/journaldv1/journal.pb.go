@@ -163,10 +163,13 @@ func (Durability) EnumDescriptor() ([]byte, []int) {
 type HistoryView int32
 
 const (
-	// The governed conversation of the folded messages (what checkpoints hold).
+	// The cleaned-up conversation of the folded messages (what checkpoints hold). The daemon
+	// folds the run once for it and keeps the fold while the run is idle.
 	HistoryView_HISTORY_VIEW_UNSPECIFIED HistoryView = 0
 	// RunState.messages exactly as Open and Fold return them: how a client fetches the
-	// messages before the window of an Open or Fold (`messages_offset`).
+	// messages before the window of an Open or Fold (`messages_offset`). On an idle run it is
+	// served from the fold marks of the run's last segments, so a page near the end costs
+	// what the distance from the end costs, not the run's length.
 	HistoryView_HISTORY_VIEW_STATE HistoryView = 1
 	// FoldResponse.governed_messages (the governed view, pending turn included): how a client
 	// fetches the messages before `governed_offset`.

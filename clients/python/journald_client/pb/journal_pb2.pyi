@@ -105,10 +105,14 @@ class _HistoryView:
 class _HistoryViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_HistoryView.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     HISTORY_VIEW_UNSPECIFIED: _HistoryView.ValueType  # 0
-    """The governed conversation of the folded messages (what checkpoints hold)."""
+    """The cleaned-up conversation of the folded messages (what checkpoints hold). The daemon
+    folds the run once for it and keeps the fold while the run is idle.
+    """
     HISTORY_VIEW_STATE: _HistoryView.ValueType  # 1
     """RunState.messages exactly as Open and Fold return them: how a client fetches the
-    messages before the window of an Open or Fold (`messages_offset`).
+    messages before the window of an Open or Fold (`messages_offset`). On an idle run it is
+    served from the fold marks of the run's last segments, so a page near the end costs
+    what the distance from the end costs, not the run's length.
     """
     HISTORY_VIEW_GOVERNED: _HistoryView.ValueType  # 2
     """FoldResponse.governed_messages (the governed view, pending turn included): how a client
@@ -119,10 +123,14 @@ class HistoryView(_HistoryView, metaclass=_HistoryViewEnumTypeWrapper):
     """HistoryView says which message list History pages."""
 
 HISTORY_VIEW_UNSPECIFIED: HistoryView.ValueType  # 0
-"""The governed conversation of the folded messages (what checkpoints hold)."""
+"""The cleaned-up conversation of the folded messages (what checkpoints hold). The daemon
+folds the run once for it and keeps the fold while the run is idle.
+"""
 HISTORY_VIEW_STATE: HistoryView.ValueType  # 1
 """RunState.messages exactly as Open and Fold return them: how a client fetches the
-messages before the window of an Open or Fold (`messages_offset`).
+messages before the window of an Open or Fold (`messages_offset`). On an idle run it is
+served from the fold marks of the run's last segments, so a page near the end costs
+what the distance from the end costs, not the run's length.
 """
 HISTORY_VIEW_GOVERNED: HistoryView.ValueType  # 2
 """FoldResponse.governed_messages (the governed view, pending turn included): how a client

@@ -155,11 +155,16 @@ export function durabilityToJSON(object: Durability): string {
 
 /** HistoryView says which message list History pages. */
 export enum HistoryView {
-  /** HISTORY_VIEW_UNSPECIFIED - The governed conversation of the folded messages (what checkpoints hold). */
+  /**
+   * HISTORY_VIEW_UNSPECIFIED - The cleaned-up conversation of the folded messages (what checkpoints hold). The daemon
+   * folds the run once for it and keeps the fold while the run is idle.
+   */
   HISTORY_VIEW_UNSPECIFIED = 0,
   /**
    * HISTORY_VIEW_STATE - RunState.messages exactly as Open and Fold return them: how a client fetches the
-   * messages before the window of an Open or Fold (`messages_offset`).
+   * messages before the window of an Open or Fold (`messages_offset`). On an idle run it is
+   * served from the fold marks of the run's last segments, so a page near the end costs
+   * what the distance from the end costs, not the run's length.
    */
   HISTORY_VIEW_STATE = 1,
   /**
