@@ -8,6 +8,7 @@ either view must see one total and pages that are slices of one list, never a mi
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from journald_client.pb import journal_pb2 as pb
 
@@ -16,12 +17,10 @@ from tests.daemon import Daemon
 from tests.integration.rpc import Lease, assistant_payload, blocks, stub, text
 
 
-def _pages(s: object, run_id: str, view: int, size: int) -> tuple[list[int], list[str]]:
+def _pages(s: Any, run_id: str, view: Any, size: int) -> tuple[list[int], list[str]]:
     totals, texts, offset = [], [], 0
     while True:
-        p = s.History(  # type: ignore[attr-defined]
-            pb.HistoryRequest(run_id=run_id, offset=offset, limit=size, view=view)
-        )
+        p = s.History(pb.HistoryRequest(run_id=run_id, offset=offset, limit=size, view=view))
         totals.append(p.total)
         texts += [m.role + ":" + m.content_json.decode() for m in p.messages]
         if p.next_offset >= p.total or p.next_offset <= offset:
@@ -32,7 +31,7 @@ def _pages(s: object, run_id: str, view: int, size: int) -> tuple[list[int], lis
 def test_each_view_pages_one_list_with_one_total_whichever_path_serves_it(daemon: Daemon) -> None:
     s = stub(daemon.target)
     lease = Lease(s, "views")
-    payloads = [
+    payloads: list[dict[str, Any]] = [
         {"assistant": assistant_payload([], "end_turn")},  # empty: the cleaned-up view drops it
         {"user": pb.UserPayload(content_json=blocks(text("go on")))},
         {"assistant": assistant_payload([text("done")], "end_turn")},
