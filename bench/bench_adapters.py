@@ -73,13 +73,16 @@ def langgraph_steps(saver: Any, thread: str, steps: int) -> dict[str, dict[str, 
 
 def bench_langgraph(tmp: Path, socket: str, steps: int) -> dict[str, Any]:
     from journald_client.langgraph import JournaldSaver
+    from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     out: dict[str, Any] = {}
     with JournaldSaver(socket=socket) as saver:
         out["JournaldSaver"] = langgraph_steps(saver, "bench-thread", steps)
         with JournaldSaver(socket=socket) as reader:  # does not hold the thread: one Fold
-            latest = {"configurable": {"thread_id": "bench-thread", "checkpoint_ns": ""}}
+            latest: RunnableConfig = {
+                "configurable": {"thread_id": "bench-thread", "checkpoint_ns": ""}
+            }
             out["JournaldSaver"]["get_tuple (other process)"] = timed(
                 lambda: reader.get_tuple(latest), 50
             )

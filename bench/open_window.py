@@ -71,10 +71,10 @@ def main() -> None:
                 run_id=run_id, mode=pb.OPEN_MODE_RESUME, fingerprint=fp, message_window=window
             )
             call = s.Open(req)
-            lease = next(call).lease
+            lease = next(iter(call)).lease
             size = pb.OpenResponse(lease=lease).ByteSize()
             s.Release(pb.ReleaseRequest(run_id=run_id, lease_id=lease.lease_id))
-            call.cancel()
+            call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel unannotated
             return size
 
         def fold_once(run_id: str, window: int) -> int:

@@ -5,23 +5,16 @@ durable checkpoint with its pending writes, and the next process resumes from th
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import journald_client as jc
 
 from tests.daemon import Daemon
 from tests.integration.clientbin.procs import Procs
+from tests.waiting import wait_until
 
 THREAD = "lg-thread-1"
 WORKER = "tests.integration.clientbin.langgraph_worker"
-
-
-def _wait(what: str, check: object, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def _writes_saved(client: jc.Client) -> bool:
@@ -44,7 +37,7 @@ def test_a_second_driver_is_refused_and_a_killed_driver_is_resumed_with_its_writ
         first = procs.module(WORKER, *worker("drive"), out=tmp_path / "drive.out")
         first.wait_for_line("SLOW-STARTED", 120)
         # fast finished in the same superstep: its write is durable before slow is done
-        _wait("fast's pending write", lambda: _writes_saved(client))
+        wait_until(lambda: _writes_saved(client), what="fast's pending write", timeout_s=60)
 
         second = procs.module(WORKER, *worker("intrude"), out=tmp_path / "intrude.out")
         refused = second.wait_for_line("LOCKED", 120).split()
@@ -52,7 +45,7 @@ def test_a_second_driver_is_refused_and_a_killed_driver_is_resumed_with_its_writ
         assert second.popen.wait(60) == 0
 
         first.kill9()  # mid-step: slow never returned
-        _wait("the lease to end", lambda: client.list()[0].status != "held")
+        wait_until(lambda: client.list()[0].status != "held", what="the lease to end", timeout_s=60)
         (tmp_path / "go").touch()
         third = procs.module(WORKER, *worker("resume"), out=tmp_path / "resume.out")
         done = json.loads(third.wait_for_line("DONE", 120).split(" ", 1)[1])

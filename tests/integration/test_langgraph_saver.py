@@ -9,12 +9,12 @@ from typing import Any
 import journald_client as jc
 import pytest
 from journald_client.langgraph import JournaldSaver
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import ChannelVersions, empty_checkpoint
 
 from tests.daemon import Daemon
 
 
-def checkpoint(values: dict[str, Any], versions: dict[str, int]) -> Any:
+def checkpoint(values: dict[str, Any], versions: ChannelVersions) -> Any:
     cp = empty_checkpoint()
     cp["channel_values"] = values
     cp["channel_versions"] = versions

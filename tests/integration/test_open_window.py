@@ -49,7 +49,7 @@ def open_first(s: pbg.JournalServiceStub, run_id: str, window: int) -> tuple[Any
             message_window=window,
         )
     )
-    return call, next(call).lease
+    return call, next(iter(call)).lease
 
 
 @pytest.fixture(scope="module")

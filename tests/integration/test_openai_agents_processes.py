@@ -5,7 +5,6 @@ call, every call has an output), and the conversation mirror stays model-ready."
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from journald_client.openai_agents import JournaldSession
 
 from tests.daemon import Daemon
 from tests.integration.clientbin.procs import Procs
+from tests.waiting import wait_until
 
 WORKER = "tests.integration.clientbin.agents_worker"
 
@@ -43,10 +43,11 @@ def test_a_session_killed_mid_tool_resumes_with_a_history_the_model_accepts(
         first.wait_for_line("TURN-1-DONE", 120)
         first.wait_for_line("TOOL-STARTED", 120)
         first.kill9()
-        deadline = time.monotonic() + 60
-        while any(r.status == "held" for r in client.list()):
-            assert time.monotonic() < deadline, "the killed writer's lease never ended"
-            time.sleep(0.02)
+        wait_until(
+            lambda: all(r.status != "held" for r in client.list()),
+            what="the killed writer's lease to end",
+            timeout_s=60,
+        )
         second = procs.module(WORKER, *args("resume"), out=tmp_path / "resume.out")
         sent = json.loads(second.wait_for_line("INPUT", 120).split(" ", 1)[1])
         assert second.wait_for_line("DONE", 60) == "DONE I am back"

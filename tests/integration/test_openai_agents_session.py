@@ -5,11 +5,11 @@ scripted model (agents.testing: no network)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import journald_client as jc
 import pytest
-from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents import Agent, Runner, TResponseInputItem, function_tool, set_tracing_disabled
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 from journald_client.openai_agents import JournaldSession
@@ -18,7 +18,7 @@ from tests.daemon import Daemon
 
 set_tracing_disabled(True)  # the SDK would otherwise export traces over the network
 
-ITEMS: list[dict[str, Any]] = [
+ITEMS: list[TResponseInputItem] = [
     {"role": "user", "content": "héllo ✓"},
     {
         "type": "function_call",
@@ -52,8 +52,14 @@ def session(daemon: Daemon, sid: str, **kw: Any) -> JournaldSession:
     return JournaldSession(sid, socket=str(daemon.socket), **kw)
 
 
+def contents(items: list[TResponseInputItem]) -> list[Any]:
+    """Each item's ``content`` (the SDK types an item as a union without that key)."""
+    return [cast(dict[str, Any], i)["content"] for i in items]
+
+
 def test_items_round_trip_exactly_through_a_fresh_session(daemon: Daemon) -> None:
-    big = {"role": "user", "content": "z" * 20_000}  # above the inline size: an attachment
+    # above the inline size: an attachment
+    big: TResponseInputItem = {"role": "user", "content": "z" * 20_000}
     s = session(daemon, "exact")
     assert isinstance(s, Session)
 
@@ -76,17 +82,17 @@ def test_limits_pop_order_empty_pop_and_isolation_behave_as_the_sdk_says(daemon:
         await a.add_items([{"role": "user", "content": f"m{i}"} for i in range(5)])
         await b.add_items([{"role": "user", "content": "only b"}])
         assert await a.get_items(limit=0) == []
-        assert [i["content"] for i in await a.get_items(limit=2)] == ["m3", "m4"]
+        assert contents(await a.get_items(limit=2)) == ["m3", "m4"]
         assert len(await a.get_items(limit=50)) == 5
-        assert [i["content"] for i in await b.get_items()] == ["only b"]
-        assert [(await a.pop_item() or {}).get("content") for _ in range(2)] == ["m4", "m3"]
-        assert [i["content"] for i in await a.get_items()] == ["m0", "m1", "m2"]
+        assert contents(await b.get_items()) == ["only b"]
+        assert [contents([p]) for _ in range(2) if (p := await a.pop_item())] == [["m4"], ["m3"]]
+        assert contents(await a.get_items()) == ["m0", "m1", "m2"]
         limited = session(daemon, "sess-a", session_settings=SessionSettings(limit=1))
-        assert [i["content"] for i in await limited.get_items()] == ["m2"]
+        assert contents(await limited.get_items()) == ["m2"]
         await a.clear_session()
         assert await a.get_items() == []
         assert await a.pop_item() is None
-        assert [i["content"] for i in await b.get_items()] == ["only b"]
+        assert contents(await b.get_items()) == ["only b"]
         for s in (a, b, limited):
             await s.close()
 

@@ -4,6 +4,7 @@ the same entry is byte-identical to what the daemon stored."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import journald_client as jc
 from journald_client import codec
@@ -140,7 +141,12 @@ def test_a_lost_create_is_recognised_only_by_the_meta_it_would_have_written() ->
         "labels": {"k": "v"},
     }
     assert codec.created_by(req, meta)
-    for change in ({"created": "2020-01-01T00:00:00.000000Z"}, {"prompt": []}, {"labels": {}}):
+    changes: list[dict[str, Any]] = [
+        {"created": "2020-01-01T00:00:00.000000Z"},
+        {"prompt": []},
+        {"labels": {}},
+    ]
+    for change in changes:
         assert not codec.created_by(req, {**meta, **change})
     assert codec.resume_of(req).mode == pb.OPEN_MODE_RESUME
     assert codec.open_request(params, create=None).mode == pb.OPEN_MODE_CREATE_OR_RESUME

@@ -15,12 +15,23 @@ from journald.records import Record
 from tests.builders import JournalBuilder
 from tests.unit.invariants import model_ready_problems
 
-USER = {"role": "user", "content": "hello"}
-CALL_A = {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}", "id": "fc_a"}
-CALL_B = {"type": "function_call", "call_id": "b", "name": "g", "arguments": '{"x":1.5}'}
-OUT_A = {"type": "function_call_output", "call_id": "a", "output": "1"}
-OUT_B = {"type": "function_call_output", "call_id": "b", "output": "2"}
-SAID = {
+USER: dict[str, Any] = {"role": "user", "content": "hello"}
+CALL_A: dict[str, Any] = {
+    "type": "function_call",
+    "call_id": "a",
+    "name": "f",
+    "arguments": "{}",
+    "id": "fc_a",
+}
+CALL_B: dict[str, Any] = {
+    "type": "function_call",
+    "call_id": "b",
+    "name": "g",
+    "arguments": '{"x":1.5}',
+}
+OUT_A: dict[str, Any] = {"type": "function_call_output", "call_id": "a", "output": "1"}
+OUT_B: dict[str, Any] = {"type": "function_call_output", "call_id": "b", "output": "2"}
+SAID: dict[str, Any] = {
     "type": "message",
     "role": "assistant",
     "id": "m1",

@@ -12,7 +12,7 @@ import builtins
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, cast
 
@@ -298,7 +298,7 @@ class AsyncClient:
             resp.governed_offset = 0
         return codec.governed_from_pb(resp)
 
-    async def load(self, run_id: str, from_seq: int = 1) -> AsyncIterator[JournalRecord]:
+    async def load(self, run_id: str, from_seq: int = 1) -> AsyncGenerator[JournalRecord, None]:
         """The run's stored records from ``from_seq``, streamed (``async for``)."""
         call: Any = self._stub.Load(
             pb.LoadRequest(run_id=run_id, from_seq=from_seq), metadata=codec.metadata()

@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -336,7 +336,7 @@ class Client:
             plan.add(page)
         return [codec.message_from_pb(m) for m in plan.messages]
 
-    def load(self, run_id: str, from_seq: int = 1) -> Iterator[JournalRecord]:
+    def load(self, run_id: str, from_seq: int = 1) -> Generator[JournalRecord, None, None]:
         """The run's stored records from ``from_seq`` (exact canonical bytes included),
         streamed as the daemon reads them: a long run is never held in memory whole. Errors
         (``session_not_found``) surface on the first ``next``; stop early with ``close()``."""

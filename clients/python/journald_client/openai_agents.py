@@ -30,8 +30,9 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from journald_client import errors
@@ -293,16 +294,21 @@ class JournaldSession:
 
     # --- the Session protocol ---------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[Item]:
+    # The SDK's item type is a union of TypedDicts; inside, an item is the plain dict it is
+    # at run time, so the protocol methods cast at this boundary only.
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The history, oldest first: the latest ``limit`` items (None: the session's
         settings, else all), paired so the model accepts it (see the module doc)."""
         wanted = resolve_session_limit(limit, self.session_settings)
-        return sendable(await self._call(self._stored), wanted)
+        items = sendable(await self._call(self._stored), wanted)
+        return cast(list[TResponseInputItem], items)
 
-    async def add_items(self, items: list[Item]) -> None:
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append items (and their conversation records) in one durable write."""
         if items:
-            await self._call(lambda: self._add(items))
+            plain = cast(list[Item], items)
+            await self._call(lambda: self._add(plain))
 
     def _add(self, items: Sequence[Item]) -> None:
         run = self._writer()
@@ -315,9 +321,9 @@ class JournaldSession:
         self._items.update(keyed)
         self._open_calls = open_calls
 
-    async def pop_item(self) -> Item | None:
+    async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the latest item; the conversation is rewritten without it."""
-        return await self._call(self._pop)
+        return cast("TResponseInputItem | None", await self._call(self._pop))
 
     def _pop(self) -> Item | None:
         run = self._writer()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 from agents import Agent, Runner, function_tool, set_tracing_disabled
@@ -18,6 +17,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from journald_client.openai_agents import JournaldSession
 
 from tests.integration.clientbin.common import say
+from tests.waiting import wait_until
 
 WAIT_S = 120.0
 
@@ -40,9 +40,7 @@ def main() -> None:
     def slow(q: str) -> str:
         """Take a long time."""
         say("TOOL-STARTED")
-        deadline = time.monotonic() + WAIT_S
-        while not (args.dir / "go").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until((args.dir / "go").exists, what="the test's go file", timeout_s=WAIT_S)
         return "slow result"
 
     session = JournaldSession(args.session, socket=args.socket, name=f"agent-{args.mode}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -26,6 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
 from tests.integration.clientbin.common import say
+from tests.waiting import wait_until
 
 WAIT_S = 120.0
 
@@ -48,11 +48,7 @@ def build(workdir: Path) -> Any:
 
     def slow(state: State) -> State:
         say("SLOW-STARTED")
-        deadline = time.monotonic() + WAIT_S
-        while not (workdir / "go").exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError("no go file")
-            time.sleep(0.02)
+        wait_until((workdir / "go").exists, what="the test's go file", timeout_s=WAIT_S)
         return {"messages": [ToolMessage("42", tool_call_id="call_1", id="tool-1")], "slow": "S"}
 
     def answer(state: State) -> State:
