@@ -22,7 +22,8 @@ import pytest
 
 from journald.errors import JournaldError, StoreCorrupted
 from journald.records import Record
-from journald.storage.file import FileJournal, FileStore
+from journald.storage.file import FileStore
+from journald.storage.file_journal import FileJournal
 from journald.storage.segments import JOURNAL, META_CACHE
 from tests.builders import JournalBuilder, assistant_payload, result_payload, text, tool_use
 

@@ -16,7 +16,7 @@ from journald.records import Record
 from journald.storage.segments import SECTOR, frame, tail_end
 from tests.builders import JournalBuilder, text, user_payload
 
-texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=120)
+texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=120)
 
 
 @st.composite
