@@ -183,7 +183,7 @@ class AsyncClient:
                 adopted = True
                 continue
             except errors.JournaldError as err:
-                if not codec.reopen_retryable(err):
+                if not codec.open_retryable(err):
                     raise
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + self.reconnect_timeout

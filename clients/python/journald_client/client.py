@@ -208,7 +208,7 @@ class Client:
                 adopted = True
                 continue
             except errors.JournaldError as err:
-                if not codec.reopen_retryable(err):
+                if not codec.open_retryable(err):
                     raise
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + self.reconnect_timeout

@@ -779,3 +779,11 @@ def locked_by_self(err: errors.JournaldError) -> bool:
 
 def reopen_retryable(err: errors.JournaldError) -> bool:
     return needs_reopen(err) or retry_in_place(err) or locked_by_self(err)
+
+
+def open_retryable(err: errors.JournaldError) -> bool:
+    """What a fresh start/open/resume retries: a daemon restarting. Not a ``locked`` naming
+    this process: only a writer reopening its own lease waits that out; for a fresh open it
+    is another client of this process holding the run, and waiting would only delay the
+    refusal by the reconnect timeout."""
+    return needs_reopen(err) or retry_in_place(err)
