@@ -267,7 +267,10 @@ def tail_end(data: bytes) -> int:
         run_end = found.start() if found else len(data)
         # a lone NUL inside the file is a changed byte, not a lost sector
         lost = run_end == len(data) or (run_end % SECTOR == 0 and run_end - nul > 1)
-        if lost and (nul == start or nul % SECTOR == 0) and torn_prefix(data[start:nul], False):
+        # a run of zeros longer than one byte is never one changed byte, so a whole record
+        # (and checksum) before it is a write cut by a lost sector, not an acked line
+        whole = run_end - nul > 1
+        if lost and (nul == start or nul % SECTOR == 0) and torn_prefix(data[start:nul], whole):
             return start
         return len(data)
     last = data.rfind(b"\n") + 1
