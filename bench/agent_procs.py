@@ -230,7 +230,7 @@ class Journald(Agent):
         )
 
     async def setup(self) -> None:
-        from journald.convert import fingerprint_to_pb
+        from journald.server.convert import fingerprint_to_pb
         from tests.builders import FP
 
         pb = self.pb
@@ -272,7 +272,7 @@ class NatsDirect(Agent):
     conn: Any = None
 
     def __init__(self, spec: dict[str, Any], agent_id: str) -> None:
-        from journald.records import GENESIS, make_record
+        from journald.core.records import GENESIS, make_record
 
         kind, payload = record_payload(2)
         self.body = make_record(2, kind, payload, GENESIS, TS).raw

@@ -64,7 +64,7 @@ def payload_text() -> str:
 
 async def in_process_file(directory: Path, seconds: float) -> dict[str, Any]:
     from journald.clock import utc_ts
-    from journald.records import GENESIS, make_record
+    from journald.core.records import GENESIS, make_record
     from journald.storage.file import FileStore
     from tests.builders import meta_payload
 
@@ -99,7 +99,7 @@ async def worker(target: str, runs: list[str], form: str, seconds: float) -> dic
     from journald_client.pb import journal_pb2_grpc as pbg
 
     from journald.clock import utc_ts
-    from journald.convert import fingerprint_to_pb
+    from journald.server.convert import fingerprint_to_pb
     from tests.builders import FP
 
     channel = grpc.aio.insecure_channel(target)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import nats  # noqa: E402
 
-from journald.records import GENESIS, Record, make_record  # noqa: E402
+from journald.core.records import GENESIS, Record, make_record  # noqa: E402
 from journald.storage.jetstream import JetStreamStore  # noqa: E402
 from tests.nats_server import NatsServer, create_stream  # noqa: E402
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import write_fdatasync_loop
 
-from journald.records import GENESIS, Record, make_record, sha256_hex
+from journald.core.records import GENESIS, Record, make_record, sha256_hex
 from journald.storage.file import FileStore
 
 TS = "2026-11-30T12:00:00.000000Z"

@@ -93,7 +93,7 @@ def hooks_ns(traced: bool, number: int) -> tuple[float, float]:
     from journald_client.pb import journal_pb2 as pb
 
     from journald import telemetry
-    from journald.records import make_record
+    from journald.core.records import make_record
     from tests.builders import TS, user_payload
 
     telemetry.reset()

@@ -106,7 +106,7 @@ class RunWriter:
     byte for byte against ``make_record``."""
 
     def __init__(self, size: int = RECORD_BYTES) -> None:
-        from journald.records import GENESIS, make_record
+        from journald.core.records import GENESIS, make_record
 
         self.size = size
         self._tmpl: dict[int, tuple[str, str]] = {}
@@ -121,7 +121,7 @@ class RunWriter:
             self._tmpl[parity] = (kind, text)
 
     def record(self, seq: int, prev: str) -> Any:
-        from journald.records import Record, sha256_hex
+        from journald.core.records import Record, sha256_hex
 
         kind, text = self._tmpl[seq % 2]
         tid = seq if seq % 2 == 0 else seq - 1
@@ -130,7 +130,7 @@ class RunWriter:
         return Record(seq, kind, TS, prev, payload, None, raw, sha256_hex(raw))
 
     def check(self) -> None:
-        from journald.records import GENESIS, make_record
+        from journald.core.records import GENESIS, make_record
 
         prev = GENESIS
         for seq in range(2, 6):
@@ -143,7 +143,7 @@ class RunWriter:
 
     async def write(self, store: Any, run_id: str, records: int, batch: int = 1000) -> None:
         """Create ``run_id`` with ``records`` records (meta included)."""
-        from journald.records import GENESIS, make_record
+        from journald.core.records import GENESIS, make_record
         from tests.builders import meta_payload
 
         journal = await store.create(make_record(1, "meta", meta_payload(run_id), GENESIS, TS))

@@ -50,7 +50,7 @@ def main() -> None:
     from journald_client.pb import journal_pb2 as pb
     from journald_client.pb import journal_pb2_grpc as pbg
 
-    from journald.convert import fingerprint_to_pb
+    from journald.server.convert import fingerprint_to_pb
     from tests.builders import FP
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -172,10 +172,10 @@ def stage_costs(n: int = 2000) -> list[tuple[str, float]]:
 
     from journald_client.pb import journal_pb2 as pb
 
-    from journald.admission import admit
-    from journald.convert import record_from_pb
-    from journald.fold import RunState, fold_into
-    from journald.records import GENESIS, make_record
+    from journald.core.admission import admit
+    from journald.core.fold import RunState, fold_into
+    from journald.core.records import GENESIS, make_record
+    from journald.server.convert import record_from_pb
     from journald.server.service import ack_pb
     from journald.storage.base import AppendResult
     from journald.validation import validate_record

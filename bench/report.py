@@ -505,7 +505,7 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
             "",
             "The same daemon started through `bench/whatif_daemon.py`, which swaps the "
             "validator: **jsonschema** evaluates every record with `jsonschema`, as journald "
-            "did before `journald/schema_predicate.py`; **off** skips schema validation (the "
+            "did before `journald/core/schema_predicate.py`; **off** skips schema validation (the "
             "bound for any faster validator). **shipped** is the daemon as built (the compiled "
             "predicate; jsonschema only names the field of a refused record). Same workloads, "
             "same run.",

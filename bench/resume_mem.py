@@ -70,7 +70,7 @@ def parse_files(run_dir: Path) -> tuple[float, int]:
 
 
 async def _open_once(stub: Any, pb: Any, run_id: str) -> tuple[float, int, int]:
-    from journald.convert import fingerprint_to_pb
+    from journald.server.convert import fingerprint_to_pb
     from tests.builders import FP
 
     t0 = time.perf_counter()
@@ -204,7 +204,7 @@ def lease_memory(target: str, pid: int, leases: int) -> dict[str, Any]:
     from journald_client.pb import journal_pb2 as pb
     from journald_client.pb import journal_pb2_grpc as pbg
 
-    from journald.convert import fingerprint_to_pb
+    from journald.server.convert import fingerprint_to_pb
     from tests.builders import FP
 
     idle, idle_threads = rss_mb(pid)
@@ -251,7 +251,7 @@ def lease_memory(target: str, pid: int, leases: int) -> dict[str, Any]:
 def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:
     """The steps of the daemon's Open of an existing run, timed in this process on the same
     code (ms): fold from disk, the store's open for append, the first response's encoding."""
-    from journald.convert import state_to_pb
+    from journald.server.convert import state_to_pb
     from journald.server.service import fold_store
     from journald.storage.file import FileStore
 

@@ -5,7 +5,7 @@ shipped):
     .venv/bin/python bench/whatif_daemon.py MODE serve --socket ... --data-dir ...
 
 * ``jsonschema``: every record evaluated by ``jsonschema`` against the published schema, as
-  the daemon did before the compiled predicate (``journald/schema_predicate.py``) replaced it
+  the daemon did before the compiled predicate (``journald/core/schema_predicate.py``) replaced it
   on the accept path; same errors, same float refusal;
 * ``off``: no schema validation at all (the bound for any faster validator);
 * ``noop``: ``Append`` and ``AppendStream`` answer an empty response at once (gRPC with

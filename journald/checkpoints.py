@@ -42,7 +42,7 @@ from typing import Any, Protocol, TypeVar
 
 from ulid import ULID
 
-from journald.errors import (
+from journald.core.errors import (
     AttachmentNotFound,
     CheckpointImportInvalid,
     CheckpointNotFound,
@@ -52,8 +52,8 @@ from journald.errors import (
     SessionNotFound,
     StoreCorrupted,
 )
-from journald.governance import sanitize
-from journald.records import (
+from journald.core.governance import sanitize
+from journald.core.records import (
     MAX_DOCUMENT_DEPTH,
     MAX_JSON_DEPTH,
     canonical_json,
@@ -302,7 +302,7 @@ class CheckpointStore(Protocol):
         ...
 
     async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
-        """Keep the run's latest fold mark (``journald.paging.FoldMark`` + the record hash at
+        """Keep the run's latest fold mark (``journald.core.paging.FoldMark`` + the record hash at
         its seq), which lets History serve pages from the run's tail. A cache, never truth."""
         ...
 
@@ -895,7 +895,7 @@ def pre_prune_hook(
     """The ``before`` callback of ``FileStore.prune``: a ``pre_prune`` checkpoint of what the
     prune drops, i.e. the conversation as it stood just before the run's latest rebase (its
     failure aborts the prune)."""
-    from journald.fold import fold
+    from journald.core.fold import fold
 
     async def before(run_id: str, records: Sequence[Any]) -> None:
         cut = max(i for i, r in enumerate(records) if r.kind == "rebase")

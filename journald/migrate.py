@@ -38,14 +38,14 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from journald.cli import add_nats_arguments, nats_options
-from journald.errors import (
+from journald.cli.main import add_nats_arguments, nats_options
+from journald.core.errors import (
     InvalidArgumentError,
     JournaldError,
     SessionExists,
     StoreCorrupted,
 )
-from journald.records import GENESIS, Record, validate_id
+from journald.core.records import GENESIS, Record, validate_id
 from journald.server.startup import EXIT_CONFIG, StartupRefused
 from journald.storage.base import Store
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError

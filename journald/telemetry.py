@@ -9,10 +9,10 @@ Spans
     ``journald.error.code`` on failure. A streaming RPC's span lasts as long as the stream
     (an ``Open`` span is the life of the lease).
     ``journald.store.append`` (child of the RPC span): ``journald.run_id``, ``journald.seq``
-    (first new seq), ``journald.seq.last``, ``journald.records``, ``journald.bytes``.
+    (first new seq), ``journald.seq.last``, ``journald.core.records``, ``journald.bytes``.
     ``journald.fsync`` (child of the append that started the write; one per group commit):
     ``journald.run_id``, ``journald.seq``, ``journald.bytes``.
-    ``journald.fold``: ``journald.run_id``, ``journald.records`` (when known),
+    ``journald.core.fold``: ``journald.run_id``, ``journald.core.records`` (when known),
     ``journald.seq.last``.
 
 Metrics (meter ``journald``)
@@ -60,7 +60,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, MeterProvider, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from journald.records import Record
+from journald.core.records import Record
 
 log = logging.getLogger("journald.telemetry")
 T = TypeVar("T")
@@ -508,7 +508,7 @@ def store_append(run_id: str, new: Sequence[Record]) -> _Timed | _NoOp:
     nbytes = sum(len(r.raw) + 1 for r in new)
     attrs: dict[str, Any] = {
         "journald.run_id": run_id,
-        "journald.records": len(new),
+        "journald.core.records": len(new),
         "journald.bytes": nbytes,
     }
     if new:
@@ -518,13 +518,13 @@ def store_append(run_id: str, new: Sequence[Record]) -> _Timed | _NoOp:
 
 
 def fold_span(run_id: str, records: int | None = None) -> _Timed | _NoOp:
-    """Around a fold: span ``journald.fold`` (``.set("journald.seq.last", n)`` when done)."""
+    """Around a fold: span ``journald.core.fold`` (``.set("journald.seq.last", n)`` when done)."""
     if _tracer is None:
         return _NOOP
     attrs: dict[str, Any] = {"journald.run_id": run_id}
     if records is not None:
-        attrs["journald.records"] = records
-    return _Timed("journald.fold", attrs, None)
+        attrs["journald.core.records"] = records
+    return _Timed("journald.core.fold", attrs, None)
 
 
 def fsync(fd: int, run_id: str = "", seq: int = 0, nbytes: int = 0) -> None:

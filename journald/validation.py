@@ -5,7 +5,7 @@ payload kind). Every record written through the daemon is validated here first: 
 record is refused with ``invalid_record`` naming the field, and nothing is written.
 
 Two evaluators of the one schema: the predicate compiled from it
-(``journald.schema_predicate``) decides, in a few µs per record; ``jsonschema`` runs only on a
+(``journald.core.schema_predicate``) decides, in a few µs per record; ``jsonschema`` runs only on a
 refused record, to name the field. Floats are refused separately (the schema cannot say
 "integer-valued but not 1.0" the way records need), and so are integers beyond ±(2^53-1)
 anywhere in a payload (the schema bounds the fields it names; content blocks may carry more).
@@ -21,9 +21,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from journald.errors import InvalidRecord, clip
-from journald.records import KINDS, MAX_SAFE_INT, Record
-from journald.schema_predicate import Predicate, compile_definition
+from journald.core.errors import InvalidRecord, clip
+from journald.core.records import KINDS, MAX_SAFE_INT, Record
+from journald.core.schema_predicate import Predicate, compile_definition
 
 SCHEMA_FILE = "records.v1.json"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from journald import fingerprint
-from journald.records import GENESIS, Record, make_record
+from journald.core import fingerprint
+from journald.core.records import GENESIS, Record, make_record
 
 TS = "2026-11-30T12:00:00.000000Z"
 FP = fingerprint.compute(

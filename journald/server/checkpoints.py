@@ -19,7 +19,7 @@ Idle only: Checkpoint, Compact, Restore and Fork of the head are refused with
 answers ``REJECTED``/``turn_running``; the others fail with the error).
 
 Everything handed back as a conversation (checkpoints, rebases of restore/fork/compaction,
-History pages) is the governed, paired view (``journald.governance.sanitize``).
+History pages) is the governed, paired view (``journald.core.governance.sanitize``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from journald_client.pb import journal_pb2 as pb
 
-from journald import governance
 from journald.checkpoints import (
     MAX_ATTACHMENT_BYTES,
     AttachmentStore,
@@ -56,8 +55,8 @@ from journald.checkpoints import (
     verify_export,
 )
 from journald.clock import utc_ts
-from journald.convert import message_from_pb, messages_to_pb, pending_to_pb, state_to_pb
-from journald.errors import (
+from journald.core import governance
+from journald.core.errors import (
     CheckpointNotFound,
     InvalidRecord,
     InvalidRequest,
@@ -69,8 +68,8 @@ from journald.errors import (
     StoreCorrupted,
     TurnRunning,
 )
-from journald.fold import Message, Pending, RunState, StateValue, fold_into
-from journald.paging import (
+from journald.core.fold import Message, Pending, RunState, StateValue, fold_into
+from journald.core.paging import (
     FoldMark,
     Page,
     Window,
@@ -79,7 +78,7 @@ from journald.paging import (
     page_window,
     tail_start,
 )
-from journald.records import (
+from journald.core.records import (
     GENESIS,
     Record,
     canonical_json,
@@ -87,6 +86,7 @@ from journald.records import (
     sha256_hex,
     validate_id,
 )
+from journald.server.convert import message_from_pb, messages_to_pb, pending_to_pb, state_to_pb
 from journald.server.edge import unary
 from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
 from journald.server.window import ASK_FOR_SMALLER_PAGE, check_fits
@@ -134,7 +134,7 @@ def ack_of(r: AppendResult) -> pb.Ack:
 
 
 def mark_of(st: RunState) -> dict[str, Any]:
-    """A fold mark (``journald.paging.FoldMark``) of a state without an open turn, plus the
+    """A fold mark (``journald.core.paging.FoldMark``) of a state without an open turn, plus the
     hash of its last record (a mark is used only while that record is still at its seq)."""
     return {
         "seq": st.last_seq,
@@ -145,7 +145,7 @@ def mark_of(st: RunState) -> dict[str, Any]:
 
 
 def naming_run(exc: StoreCorrupted, run_id: str) -> StoreCorrupted:
-    """A fold's refusal of stored records (``journald.fold`` is pure: it knows no run) with
+    """A fold's refusal of stored records (``journald.core.fold`` is pure: it knows no run) with
     the run named, as every other ``store_corrupted`` is; logged at ERROR the first time."""
     if exc.metadata.get("run_id") != run_id:
         exc.metadata["run_id"] = run_id

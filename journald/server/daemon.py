@@ -43,7 +43,7 @@ from journald.checkpoints import (
     MemoryAttachmentStore,
     MemoryCheckpointStore,
 )
-from journald.errors import BackendUnavailable, JournaldError
+from journald.core.errors import BackendUnavailable, JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.service import JournalService, Limits
 from journald.server.startup import (

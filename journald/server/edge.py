@@ -9,7 +9,7 @@ Every failed call carries:
   grpc + protobuf reads the code, the sentence, the metadata and the drift diff.
 
 Trailers stay under ``TRAILER_BUDGET_BYTES`` whatever a caller sent: messages, metadata
-values and diff lines are cut (``journald.errors.clip``) until they fit, far below the 8 KiB
+values and diff lines are cut (``journald.core.errors.clip``) until they fit, far below the 8 KiB
 a gRPC client accepts by default, so one client's long strings never turn another client's
 ``locked`` into a transport error.
 
@@ -44,7 +44,7 @@ from google.rpc import error_details_pb2, status_pb2
 from journald_client.pb import journal_pb2 as pb
 
 from journald import telemetry
-from journald.errors import (
+from journald.core.errors import (
     InvalidRequest,
     JournaldError,
     ResponseTooLarge,

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from journald_client.pb import journal_pb2 as pb
 
 from journald.clock import utc_ts
-from journald.errors import InvalidRequest, LeaseLost, Locked, clip
-from journald.fold import RunState
-from journald.records import Record
+from journald.core.errors import InvalidRequest, LeaseLost, Locked, clip
+from journald.core.fold import RunState
+from journald.core.records import Record
 from journald.storage.base import Journal
 from journald.storage.common import SeqTurnstile
 

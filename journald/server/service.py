@@ -12,8 +12,7 @@ import grpc
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 
-from journald import governance, telemetry
-from journald.admission import admit
+from journald import telemetry
 from journald.checkpoints import (
     AttachmentStore,
     CheckpointStore,
@@ -21,23 +20,25 @@ from journald.checkpoints import (
     MemoryCheckpointStore,
 )
 from journald.clock import utc_ts
-from journald.convert import (
+from journald.core import governance
+from journald.core.admission import admit
+from journald.core.errors import (
+    InvalidArgumentError,
+    InvalidRecord,
+    SessionExists,
+    SessionNotFound,
+)
+from journald.core.fingerprint import check_gates, diff
+from journald.core.fold import Message, RunState, fold_into, resume_warnings
+from journald.core.records import GENESIS, Record, validate_id
+from journald.server.checkpoints import CheckpointRpcs, fold_stored
+from journald.server.convert import (
     fingerprint_from_pb,
     governance_to_pb,
     record_from_pb,
     record_to_pb,
     state_to_pb,
 )
-from journald.errors import (
-    InvalidArgumentError,
-    InvalidRecord,
-    SessionExists,
-    SessionNotFound,
-)
-from journald.fingerprint import check_gates, diff
-from journald.fold import Message, RunState, fold_into, resume_warnings
-from journald.records import GENESIS, Record, validate_id
-from journald.server.checkpoints import CheckpointRpcs, fold_stored
 from journald.server.edge import streaming, unary
 from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left

@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from typing import IO
 
-from journald.errors import BackendUnavailable, JournaldError
+from journald.core.errors import BackendUnavailable, JournaldError
 from journald.storage.jetstream_config import NatsConfigError
 from journald.storage.jetstream_options import NatsOptionsError
 

@@ -3,7 +3,7 @@
 gRPC will not send a message over the daemon's ``--max-message-bytes``, and the folded state
 of a long run can be larger. So Open and Fold send the state with a *message window*: at
 most ``message_window`` trailing messages, starting at a clean tool-call boundary (the
-alignment History pages use, ``journald.paging.tail_start``) and moved later, to the next
+alignment History pages use, ``journald.core.paging.tail_start``) and moved later, to the next
 clean boundary, while the window would not fit; ``messages_offset`` says where the window
 starts and ``messages_total`` how many messages there are, and a client pages the rest
 through History. Only the message lists are windowed: the pending turn, the counters and
@@ -21,10 +21,10 @@ from collections.abc import MutableSequence, Sequence
 from google.protobuf.message import Message as ProtoMessage
 from journald_client.pb import journal_pb2 as pb
 
-from journald.convert import message_to_pb
-from journald.errors import ResponseTooLarge
-from journald.fold import Message
-from journald.paging import align_forward, tail_start
+from journald.core.errors import ResponseTooLarge
+from journald.core.fold import Message
+from journald.core.paging import align_forward, tail_start
+from journald.server.convert import message_to_pb
 
 # Room kept free for what grows once messages are added: the length prefixes of the nested
 # messages that hold the list (at most 10 bytes each) and the offset varint.

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from journald.records import Record
+from journald.core.records import Record
 
 MEMORY = "memory"
 FSYNC_LOCAL = "fsync_local"

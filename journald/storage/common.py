@@ -6,8 +6,8 @@ import asyncio
 import itertools
 from collections.abc import Mapping, Sequence
 
-from journald.errors import InvalidRecord, SeqGap
-from journald.records import APPEND, Record, check_append, make_record
+from journald.core.errors import InvalidRecord, SeqGap
+from journald.core.records import APPEND, Record, check_append, make_record
 
 
 def relink(rec: Record, prev: str) -> Record:

@@ -26,7 +26,7 @@ A record is stored as one line::
 
 ``checksum`` is the first 16 lowercase hex digits of the record's sha256 (the record's hash,
 already computed when it was built, so framing costs no hashing). The record bytes are
-exactly those of ``journald.records`` (the hash chain, JetStream message bodies and exports
+exactly those of ``journald.core.records`` (the hash chain, JetStream message bodies and exports
 do not change); canonical JSON never holds a raw tab or newline, so the first tab ends the
 record. The checksum is what vouches for the last record of a file, which no ``prev`` of a
 later record covers yet. A line without its newline is not a record. Lines written before
@@ -146,15 +146,15 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from journald import failpoints
-from journald.errors import (
+from journald.core.errors import (
     InvalidRecord,
     Locked,
     SessionExists,
     SessionNotFound,
     StoreCorrupted,
 )
+from journald.core.records import GENESIS, Record, validate_id
 from journald.paths import default_data_dir
-from journald.records import GENESIS, Record, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from journald import failpoints, telemetry
-from journald.errors import BackendUnavailable, JournaldError, Locked, SeqConflict
-from journald.records import Record
+from journald.core.errors import BackendUnavailable, JournaldError, Locked, SeqConflict
+from journald.core.records import Record
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
 from journald.storage.common import SeqTurnstile, plan_append
 from journald.storage.info import run_info_from

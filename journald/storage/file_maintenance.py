@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from journald import failpoints
 from journald.clock import utc_ts
-from journald.errors import JournaldError, StoreCorrupted
-from journald.fold import QUARANTINE, fold, rebuilt_after_quarantine
-from journald.records import GENESIS, Record, decode, make_record, sha256_hex
+from journald.core.errors import JournaldError, StoreCorrupted
+from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
+from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
 from journald.storage.base import QuarantineReport, RepairReport
 from journald.storage.file_journal import OpenState, read_file, unique_path
 from journald.storage.file_reads import Records, listed_last_seq

@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from journald.errors import BackendUnavailable, JournaldError, SessionNotFound, StoreCorrupted
-from journald.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
+from journald.core.errors import BackendUnavailable, JournaldError, SessionNotFound, StoreCorrupted
+from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, SegmentStats, read_file
 from journald.storage.info import corrupted_info, run_info_from

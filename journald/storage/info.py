@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from journald.errors import StoreCorrupted
-from journald.records import Record
+from journald.core.errors import StoreCorrupted
+from journald.core.records import Record
 from journald.storage.base import RunInfo
 
 CORRUPTED = "corrupted"

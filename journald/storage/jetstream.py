@@ -58,7 +58,7 @@ import nats.js.errors
 from nats.js import api as js_api
 
 from journald import failpoints
-from journald.errors import (
+from journald.core.errors import (
     BackendUnavailable,
     InvalidRecord,
     JournaldError,
@@ -70,7 +70,7 @@ from journald.errors import (
     StoreCorrupted,
     Unsupported,
 )
-from journald.records import GENESIS, Record, decode, validate_id
+from journald.core.records import GENESIS, Record, decode, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     JETSTREAM_ACK,

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from journald.errors import BackendUnavailable
+from journald.core.errors import BackendUnavailable
 
 RECORD_FLOOR = 1024 * 1024
 """The stream must accept messages of at least this size (max_msg_size -1 or >= 1 MiB): the

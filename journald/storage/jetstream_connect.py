@@ -22,7 +22,7 @@ import nats
 import nats.errors
 import nats.js.errors
 
-from journald.errors import BackendUnavailable
+from journald.core.errors import BackendUnavailable
 from journald.storage.jetstream_config import (
     ATOMIC_SERVER,
     RECORD_FLOOR,

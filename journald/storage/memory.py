@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from journald.errors import Locked, SessionExists, SessionNotFound, StoreCorrupted, Unsupported
-from journald.records import GENESIS, Record, validate_id
+from journald.core.errors import Locked, SessionExists, SessionNotFound, StoreCorrupted, Unsupported
+from journald.core.records import GENESIS, Record, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     MEMORY,

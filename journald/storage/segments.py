@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from journald import failpoints
-from journald.errors import BackendUnavailable, JournaldError, StorageFull, StoreCorrupted
-from journald.records import GENESIS, Record, decode, decode_stored, sha256_hex
+from journald.core.errors import BackendUnavailable, JournaldError, StorageFull, StoreCorrupted
+from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex
 from journald.validation import validate_record
 
 JOURNAL = "journal.jsonl"

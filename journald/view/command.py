@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from journald.cli_commands import EXIT_OK, EXIT_USAGE, Command, Context, register
+from journald.cli.commands import EXIT_OK, EXIT_USAGE, Command, Context
 
 
 def _add(p: argparse.ArgumentParser) -> None:
@@ -29,11 +29,11 @@ def _run(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-register(
+COMMANDS = (
     Command(
         "view",
         "full-screen live viewer: runs, transcripts, details (q quits)",
         _add,
         _run,
-    )
+    ),
 )

@@ -19,7 +19,7 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
-from journald.cli_commands import show_fields
+from journald.cli.commands import show_fields
 from journald.replay import one_line
 from journald.view.base import DaemonScreen, describe_error
 from journald.view.data import Details

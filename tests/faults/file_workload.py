@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from journald.records import GENESIS, Record, make_record
+from journald.core.records import GENESIS, Record, make_record
 from tests.builders import TS, assistant_payload, meta_payload, text, user_payload
 
 PAD = "x" * 40

@@ -26,8 +26,8 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 
 from journald.checkpoints import content_hash
-from journald.governance import sanitize
-from journald.paging import tail_start
+from journald.core.governance import sanitize
+from journald.core.paging import tail_start
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, stub, text, until_unlocked
 

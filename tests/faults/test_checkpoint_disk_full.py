@@ -12,7 +12,7 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 
 from journald.checkpoints import FileAttachmentStore, FileCheckpointStore, make_checkpoint
-from journald.errors import StorageFull
+from journald.core.errors import StorageFull
 from tests.builders import TS, text
 from tests.daemon import Daemon
 from tests.faults.test_file_disk_full import fill, small_disk

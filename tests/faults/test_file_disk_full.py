@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from journald import failpoints
-from journald.errors import StorageFull
+from journald.core.errors import StorageFull
 from journald.storage.file import FileStore
 from journald.storage.segments import JOURNAL
 from tests.builders import JournalBuilder, user_payload

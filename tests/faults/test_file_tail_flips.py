@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from journald.errors import JournaldError, StoreCorrupted
-from journald.records import Record
+from journald.core.errors import JournaldError, StoreCorrupted
+from journald.core.records import Record
 from journald.storage.file import FileStore
 from journald.storage.file_journal import FileJournal
 from journald.storage.segments import JOURNAL, META_CACHE

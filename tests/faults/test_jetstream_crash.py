@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from journald.errors import BackendUnavailable
-from journald.records import Record
+from journald.core.errors import BackendUnavailable
+from journald.core.records import Record
 from journald.storage.base import Journal
 from journald.storage.jetstream import JetStreamStore
 from tests.builders import JournalBuilder

@@ -13,7 +13,7 @@ import nats
 import pytest
 from nats.js.errors import NotFoundError
 
-from journald.errors import BackendUnavailable
+from journald.core.errors import BackendUnavailable
 from journald.storage.jetstream import JetStreamStore
 from tests.builders import JournalBuilder
 from tests.nats_server import AckDropProxy

@@ -19,8 +19,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a plain script
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from journald.fold import fold
-from journald.records import Record
+from journald.core.fold import fold
+from journald.core.records import Record
 from tests.builders import (
     JournalBuilder,
     assistant_payload,

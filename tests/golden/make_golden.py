@@ -20,9 +20,9 @@ from typing import Any
 if __package__ in (None, ""):  # run as a plain script
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from journald import governance
-from journald.fold import RunState, fold, resume_warnings
-from journald.records import Record, canonical_json
+from journald.core import governance
+from journald.core.fold import RunState, fold, resume_warnings
+from journald.core.records import Record, canonical_json
 from tests.builders import (
     JournalBuilder,
     assistant_payload,

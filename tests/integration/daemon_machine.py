@@ -36,9 +36,9 @@ from hypothesis.stateful import (
 )
 from journald_client.pb import journal_pb2 as pb
 
-from journald.convert import record_to_pb, state_to_pb
-from journald.fold import fold
-from journald.records import Record, decode, make_record
+from journald.core.fold import fold
+from journald.core.records import Record, decode, make_record
+from journald.server.convert import record_to_pb, state_to_pb
 from tests.builders import TS, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, error_of, stub, until_unlocked

@@ -10,8 +10,8 @@ import grpc
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.convert import fingerprint_to_pb
-from journald.fingerprint import Fingerprint
+from journald.core.fingerprint import Fingerprint
+from journald.server.convert import fingerprint_to_pb
 from tests.builders import FP, TS
 from tests.waiting import eventually
 

@@ -15,7 +15,7 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.convert import fingerprint_to_pb
+from journald.server.convert import fingerprint_to_pb
 from tests.builders import FP, TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked

@@ -16,8 +16,8 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 
 from journald.checkpoints import verify_export
-from journald.errors import CheckpointImportInvalid
-from journald.records import canonical_json, sha256_hex
+from journald.core.errors import CheckpointImportInvalid
+from journald.core.records import canonical_json, sha256_hex
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked

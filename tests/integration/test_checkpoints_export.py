@@ -13,7 +13,7 @@ from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
 from journald.checkpoints import EXPORT_FORMAT, verify_export
-from journald.errors import CheckpointImportInvalid
+from journald.core.errors import CheckpointImportInvalid
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked

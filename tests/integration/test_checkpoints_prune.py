@@ -7,8 +7,8 @@ from pathlib import Path
 
 from journald.checkpoints import FileCheckpointStore, pre_prune_hook
 from journald.clock import utc_ts
-from journald.fold import fold
-from journald.governance import sanitize
+from journald.core.fold import fold
+from journald.core.governance import sanitize
 from journald.storage.file import FileStore
 from tests.builders import JournalBuilder, text
 

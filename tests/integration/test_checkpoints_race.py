@@ -11,10 +11,10 @@ import grpc
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.fold import fold
-from journald.governance import sanitize
-from journald.paging import tail_start
-from journald.records import decode
+from journald.core.fold import fold
+from journald.core.governance import sanitize
+from journald.core.paging import tail_start
+from journald.core.records import decode
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text

@@ -24,8 +24,8 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.convert import record_to_pb
-from journald.records import Record, canonical_json, decode
+from journald.core.records import Record, canonical_json, decode
+from journald.server.convert import record_to_pb
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, until_unlocked
 

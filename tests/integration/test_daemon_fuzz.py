@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from journald_client.pb import journal_pb2 as pb
 
-from journald.errors import ERRORS_BY_CODE
-from journald.records import MAX_SAFE_INT
+from journald.core.errors import ERRORS_BY_CODE
+from journald.core.records import MAX_SAFE_INT
 from tests.daemon import Daemon
 from tests.integration.conftest import BACKEND
 from tests.integration.rpc import METHOD_PREFIX, RAW_BYTES, Lease, error_of, padded, stub

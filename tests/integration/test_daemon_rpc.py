@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from journald_client.pb import journal_pb2 as pb
 
-from journald import fingerprint
+from journald.core import fingerprint
 from tests.builders import FP
 from tests.daemon import Daemon
 from tests.integration.conftest import BACKEND

@@ -19,7 +19,7 @@ import grpc
 import pytest
 from journald_client.pb import journal_pb2 as pb
 
-from journald.records import Record
+from journald.core.records import Record
 from journald.storage.file import FileStore
 from journald.storage.segments import JOURNAL, META_CACHE
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload

@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.paging import answers_previous, tail_start
+from journald.core.paging import answers_previous, tail_start
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import (

@@ -36,8 +36,8 @@ from google.protobuf.json_format import MessageToDict
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 
-from journald.fingerprint import hash_system_prompt, hash_tools
-from journald.records import GENESIS, decode
+from journald.core.fingerprint import hash_system_prompt, hash_tools
+from journald.core.records import GENESIS, decode
 from tests.daemon import JOURNALD as JOURNALD_CLI
 from tests.daemon import Daemon
 from tests.integration.rpc import stub as rpc_stub

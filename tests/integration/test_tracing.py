@@ -145,7 +145,7 @@ async def test_the_agent_span_parents_the_rpc_span_which_parents_append_fsync_an
     assert fsync.attributes is not None
     assert fsync.attributes["journald.run_id"] == "traced-run"
 
-    fold = [s for s in by_name(spans, "journald.fold") if parent_id(s) == rpc.context.span_id]
+    fold = [s for s in by_name(spans, "journald.core.fold") if parent_id(s) == rpc.context.span_id]
     assert fold, "the append folds the new record into the run's state under the RPC span"
 
     # the record the agent wrote carries the agent's trace context

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from journald.checkpoints import Checkpoint
-from journald.fold import RunState, fold
-from journald.records import GENESIS, Record, make_record
+from journald.core.fold import RunState, fold
+from journald.core.records import GENESIS, Record, make_record
 from journald.storage.base import Journal
 from tests.builders import (
     TS,

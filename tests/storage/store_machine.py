@@ -46,7 +46,7 @@ from hypothesis.stateful import (
 
 from journald import failpoints
 from journald.checkpoints import governed, make_checkpoint
-from journald.errors import (
+from journald.core.errors import (
     JournaldError,
     Locked,
     SeqConflict,
@@ -54,9 +54,9 @@ from journald.errors import (
     SessionExists,
     SessionNotFound,
 )
-from journald.fold import fold
-from journald.paging import tail_start
-from journald.records import Record, make_record
+from journald.core.fold import fold
+from journald.core.paging import tail_start
+from journald.core.records import Record, make_record
 from journald.storage.base import Store
 from tests.builders import TS, text, user_payload
 from tests.storage.machine_backends import BACKENDS, Backend, MemoryBackend

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from journald.errors import (
+from journald.core.errors import (
     InvalidId,
     Locked,
     SeqConflict,
@@ -22,8 +22,8 @@ from journald.errors import (
     SessionNotFound,
     Unsupported,
 )
-from journald.fold import fold
-from journald.records import GENESIS, Record, make_record
+from journald.core.fold import fold
+from journald.core.records import GENESIS, Record, make_record
 from journald.storage.base import FSYNC_LOCAL, JETSTREAM_ACK, MEMORY, Journal, Store
 from tests.builders import (
     TS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from journald.records import GENESIS, Record, make_record, sha256_hex
+from journald.core.records import GENESIS, Record, make_record, sha256_hex
 from journald.storage.file import FileStore
 from tests.builders import TS, meta_payload
 

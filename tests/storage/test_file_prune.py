@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from journald import failpoints
-from journald.errors import Locked, SeqConflict, StoreCorrupted
-from journald.fold import fold
-from journald.records import Record
+from journald.core.errors import Locked, SeqConflict, StoreCorrupted
+from journald.core.fold import fold
+from journald.core.records import Record
 from journald.storage.file import FileStore
 from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS, STAGED, frame
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from journald import records
-from journald.errors import StoreCorrupted
-from journald.records import Record
+from journald.core import records
+from journald.core.errors import StoreCorrupted
+from journald.core.records import Record
 from journald.storage import segments
 from journald.storage.file import FileStore
 from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS

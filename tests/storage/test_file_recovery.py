@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from journald import failpoints
-from journald.errors import BackendUnavailable, StoreCorrupted
-from journald.records import Record
+from journald.core.errors import BackendUnavailable, StoreCorrupted
+from journald.core.records import Record
 from journald.storage.file import FileStore
 from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame, unframe
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from journald import failpoints
-from journald.errors import BackendUnavailable, InvalidId, Locked, StorageFull, StoreCorrupted
+from journald.core.errors import BackendUnavailable, InvalidId, Locked, StorageFull, StoreCorrupted
+from journald.core.records import Record
 from journald.paths import default_data_dir
-from journald.records import Record
 from journald.storage.file import FileStore
 from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame
 from tests.builders import JournalBuilder, user_payload

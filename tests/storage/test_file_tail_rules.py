@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journald.records import Record
+from journald.core.records import Record
 from journald.storage.segments import SECTOR, frame, tail_end
 from tests.builders import JournalBuilder, text, user_payload
 

@@ -6,7 +6,7 @@ import nats
 import pytest
 from nats.js.errors import NotFoundError
 
-from journald.errors import BackendUnavailable, InvalidRecord
+from journald.core.errors import BackendUnavailable, InvalidRecord
 from journald.storage.jetstream import (
     RECORD_FLOOR,
     JetStreamStore,

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import nats
 import pytest
 
-from journald.errors import Locked, SeqConflict, SeqGap, SessionExists, SessionNotFound
-from journald.records import GENESIS
+from journald.core.errors import Locked, SeqConflict, SeqGap, SessionExists, SessionNotFound
+from journald.core.records import GENESIS
 from journald.storage.base import JETSTREAM_ACK
 from journald.storage.jetstream import JetStreamStore, NatsOptions
 from tests.builders import JournalBuilder, result_payload, unlinked, user_payload

@@ -7,7 +7,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from journald.errors import BackendUnavailable, InvalidArgumentError, SessionExists
+from journald.core.errors import BackendUnavailable, InvalidArgumentError, SessionExists
 from journald.migrate import main, migrate, new_progress, parse_location
 from journald.storage.file import FileStore
 from journald.storage.jetstream import JetStreamStore

@@ -9,9 +9,9 @@ Reusable by every suite::
   duplicate and unknown-id results, follow-ups, rebases carrying arbitrary (even
   malformed-for-pairing) messages, and terminals followed by resumes; with ``state=True`` also
   framework state values (inline, attachment references, deletions of a key or a namespace)
-  at any point, even while tool calls are open. Every record is in the
-  normal form of ``journald.convert`` (so it survives a protobuf round trip) and valid against
-  the published schema.
+  at any point, even while tool calls are open. Every record is in the normal form of
+  ``journald.server.convert`` (so it survives a protobuf round trip) and valid against the
+  published schema.
 * ``message_lists()`` draws arbitrary provider-neutral message lists: consecutive same roles,
   orphan and duplicate tool_results, unanswered and repeated tool_use ids, empty messages,
   and now and then a block in the wrong role (a tool_result from the assistant, a tool_use
@@ -29,8 +29,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from journald.fingerprint import Fingerprint
-from journald.records import GENESIS, Record, make_record
+from journald.core.fingerprint import Fingerprint
+from journald.core.records import GENESIS, Record, make_record
 
 Block = dict[str, Any]
 Message = dict[str, Any]
@@ -272,7 +272,7 @@ state_keys = st.sampled_from(["k1", "k2", "ns|ch|00001", "😀"])
 
 @st.composite
 def state_payloads(draw: st.DrawFn) -> dict[str, Any]:
-    """A framework state record's payload, in the normal form of ``journald.convert``."""
+    """A framework state record's payload, in the normal form of ``journald.server.convert``."""
     ns = draw(state_namespaces)
     form = draw(st.sampled_from(["inline", "inline", "attachment", "delete_key", "delete_ns"]))
     if form == "delete_ns":

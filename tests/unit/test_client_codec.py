@@ -10,7 +10,7 @@ import journald_client as jc
 from journald_client import codec
 from journald_client.pb import journal_pb2 as pb
 
-from journald import convert
+from journald.server import convert
 from tests.integration.clientbin.common import FP
 
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

@@ -19,7 +19,7 @@ from journald_client import errors as cerr
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald import errors as derr
+from journald.core import errors as derr
 
 EXPECTED_CLASS = {
     "session_not_found": jc.SessionNotFound,

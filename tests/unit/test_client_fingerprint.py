@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from journald_client import fingerprint as cfp
 
-from journald import fingerprint as dfp
-from journald.records import canonical_json as daemon_canonical
+from journald.core import fingerprint as dfp
+from journald.core.records import canonical_json as daemon_canonical
 from tests.profiles import scaled
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"

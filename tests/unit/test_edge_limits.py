@@ -13,8 +13,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from journald.errors import InvalidRecord, JournaldError, Locked, clip
-from journald.records import (
+from journald.core.errors import InvalidRecord, JournaldError, Locked, clip
+from journald.core.records import (
     MAX_DOCUMENT_DEPTH,
     MAX_JSON_DEPTH,
     MAX_SAFE_INT,

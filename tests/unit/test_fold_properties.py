@@ -8,9 +8,11 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from journald import convert, governance, records, validation
-from journald.fold import RunState, fold
-from journald.records import GENESIS, Record, make_record
+from journald import validation
+from journald.core import governance, records
+from journald.core.fold import RunState, fold
+from journald.core.records import GENESIS, Record, make_record
+from journald.server import convert
 from tests.profiles import scaled
 from tests.unit.invariants import as_json, model_ready_problems
 from tests.unit.strategies import (

@@ -10,9 +10,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journald import errors, governance, validation
-from journald.fold import fold
-from journald.records import KINDS, Record, make_record
+from journald import validation
+from journald.core import errors, governance
+from journald.core.fold import fold
+from journald.core.records import KINDS, Record, make_record
 from tests.profiles import scaled
 from tests.unit.strategies import journals, json_values
 

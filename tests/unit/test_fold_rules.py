@@ -9,9 +9,10 @@ from typing import Any, cast
 
 import pytest
 
-from journald import convert, errors, fingerprint
-from journald.fold import ABANDONED_TEXT, fold, rebuilt_after_quarantine, resume_warnings
-from journald.records import GENESIS, Record, make_record
+from journald.core import errors, fingerprint
+from journald.core.fold import ABANDONED_TEXT, fold, rebuilt_after_quarantine, resume_warnings
+from journald.core.records import GENESIS, Record, make_record
+from journald.server import convert
 from tests.builders import (
     FP,
     TS,

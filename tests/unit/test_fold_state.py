@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from journald import convert
-from journald.admission import admit
-from journald.errors import InvalidRecord, StoreCorrupted
-from journald.fold import StateValue, fold
-from journald.records import make_record
+from journald.core.admission import admit
+from journald.core.errors import InvalidRecord, StoreCorrupted
+from journald.core.fold import StateValue, fold
+from journald.core.records import make_record
+from journald.server import convert
 from journald.validation import validate_record
 from tests.builders import (
     TS,

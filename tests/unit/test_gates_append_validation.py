@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from journald import errors, fingerprint, records, validation
-from journald.fingerprint import Fingerprint
-from journald.records import GENESIS, make_record
+from journald import validation
+from journald.core import errors, fingerprint, records
+from journald.core.fingerprint import Fingerprint
+from journald.core.records import GENESIS, make_record
 from tests.builders import (
     FP,
     TS,

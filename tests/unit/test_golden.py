@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from journald import errors, records
-from journald.fold import fold
+from journald.core import errors, records
+from journald.core.fold import fold
 from tests.golden import make_golden
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -10,10 +10,10 @@ from journald_client.codec import stamp
 from journald_client.langgraph._mirror import ABANDONED, Mirror
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from journald import convert
-from journald.admission import admit
-from journald.fold import RunState, fold
-from journald.records import Record
+from journald.core.admission import admit
+from journald.core.fold import RunState, fold
+from journald.core.records import Record
+from journald.server import convert
 from tests.builders import JournalBuilder
 from tests.unit.invariants import model_ready_problems
 

@@ -8,10 +8,10 @@ import pytest
 from journald_client.codec import stamp
 from journald_client.openai_agents import ABANDONED, conversation, mirror_entries, sendable
 
-from journald import convert
-from journald.admission import admit
-from journald.fold import fold
-from journald.records import Record
+from journald.core.admission import admit
+from journald.core.fold import fold
+from journald.core.records import Record
+from journald.server import convert
 from tests.builders import JournalBuilder
 from tests.unit.invariants import model_ready_problems
 

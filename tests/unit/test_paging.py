@@ -1,4 +1,4 @@
-"""History paging (journald.paging): every message once, every page self-paired."""
+"""History paging (journald.core.paging): every message once, every page self-paired."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journald.fold import fold
-from journald.governance import sanitize
-from journald.paging import MessageCounter, Page, fold_window, page, page_window, tail_start
-from journald.records import Record
+from journald.core.fold import fold
+from journald.core.governance import sanitize
+from journald.core.paging import MessageCounter, Page, fold_window, page, page_window, tail_start
+from journald.core.records import Record
 from tests.builders import JournalBuilder, text
 from tests.profiles import scaled
 from tests.unit.strategies import journals, message_lists, tool_result_block

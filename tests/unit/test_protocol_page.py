@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from journald import records
-from journald.records import decode, sha256_hex
+from journald.core import records
+from journald.core.records import decode, sha256_hex
 from journald.server.service import Limits
 from journald.validation import schema_document
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journald import errors, records
+from journald.core import errors, records
 from tests.profiles import scaled
 from tests.unit.strategies import journals, json_values
 

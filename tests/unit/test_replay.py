@@ -9,9 +9,10 @@ import pytest
 from journald_client import RunState
 from journald_client import codec as client_codec
 
-from journald import records, replay
-from journald.convert import state_to_pb
-from journald.fold import fold
+from journald import replay
+from journald.core import records
+from journald.core.fold import fold
+from journald.server.convert import state_to_pb
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "cli_replay.jsonl"
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from journald.records import KINDS
-from journald.schema_predicate import UnsupportedSchema, compile_definition
+from journald.core.records import KINDS
+from journald.core.schema_predicate import UnsupportedSchema, compile_definition
 from journald.validation import schema_document
 from tests.profiles import scaled
 from tests.unit.strategies import journals, json_values

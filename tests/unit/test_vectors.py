@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from journald import fingerprint, records, validation
-from journald.fold import fold
+from journald import validation
+from journald.core import fingerprint, records
+from journald.core.fold import fold
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 

@@ -21,8 +21,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a plain script
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from journald import fingerprint
-from journald.records import GENESIS, Record, canonical_json, make_record
+from journald.core import fingerprint
+from journald.core.records import GENESIS, Record, canonical_json, make_record
 
 HERE = Path(__file__).resolve().parent
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from journald.fold import (
+from journald.core.fold import (
     Message,
     RunState,
     abandoned_result,

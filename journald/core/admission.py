@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from journald.errors import InvalidRecord, TurnRunning
-from journald.fold import RunState, tool_calls_of
-from journald.records import Record
+from journald.core.errors import InvalidRecord, TurnRunning
+from journald.core.fold import RunState, tool_calls_of
+from journald.core.records import Record
 
 
 def admit(state: RunState, records: Sequence[Record]) -> None:

@@ -22,11 +22,11 @@ from typing import Any
 
 from journald_client.pb import journal_pb2 as pb
 
-from journald.errors import InvalidRecord
-from journald.fingerprint import Fingerprint
-from journald.fold import Message, Pending, RunState
-from journald.governance import GovernanceReport
-from journald.records import (
+from journald.core.errors import InvalidRecord
+from journald.core.fingerprint import Fingerprint
+from journald.core.fold import Message, Pending, RunState
+from journald.core.governance import GovernanceReport
+from journald.core.records import (
     KINDS,
     TYPE_OF,
     Record,
@@ -265,7 +265,7 @@ def record_to_pb(r: Record) -> pb.Record:
 def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = None) -> Record:
     """Build a record from its proto; ``prev``/``ts`` override (the daemon fills them)."""
     if rec.format_version not in (0, 1):
-        from journald.errors import VersionUnsupported
+        from journald.core.errors import VersionUnsupported
 
         raise VersionUnsupported(
             f"record format version {rec.format_version} is not supported (this daemon speaks "

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from journald.errors import (
+from journald.core.errors import (
     InvalidId,
     InvalidRecord,
     SeqConflict,

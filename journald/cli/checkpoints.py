@@ -2,7 +2,7 @@
 ``restore``, ``compact``, ``fork``, ``export``, ``import``, ``history``.
 
 They talk to the daemon through the public checkpoint methods of the CLI's
-``journald_client.Client`` (errors map to the exit codes of ``journald.cli_commands``).
+``journald_client.Client`` (errors map to the exit codes of ``journald.cli.commands``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from journald_client import CheckpointMeta
 
-from journald.cli_commands import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, Command, Context, register
+from journald.cli.commands import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, Command, Context
 from journald.replay import elide_end, one_line, result_text
 
 
@@ -253,7 +253,7 @@ def _run_history(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-for _cmd in (
+COMMANDS = (
     Command(
         "checkpoint", "take (or --delete) a checkpoint of a run", _add_checkpoint, _run_checkpoint
     ),
@@ -271,5 +271,4 @@ for _cmd in (
     Command("export", "export a checkpoint as self-contained bytes", _add_export, _run_export),
     Command("import", "import exported checkpoint bytes into a run", _add_import, _run_import),
     Command("history", "page through a run's conversation", _add_history, _run_history),
-):
-    register(_cmd)
+)

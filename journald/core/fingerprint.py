@@ -22,14 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from journald.errors import (
+from journald.core.errors import (
     Completed,
     FingerprintDrift,
     InteractivityMismatch,
     InvalidRecord,
     ProviderChanged,
 )
-from journald.records import canonical_json, sha256_hex
+from journald.core.records import canonical_json, sha256_hex
 
 DRIFT_FIELDS = (
     "model",

@@ -2,8 +2,9 @@
 ``verify``. Every one talks to the daemon through ``journald_client`` (never to the files).
 
 Adding a command: write ``add(parser)`` (its arguments) and ``run(ctx, args) -> exit code``,
-then ``register(Command("name", "help", add, run))`` (or append to ``COMMANDS`` before
-``journald.cli.build_parser`` runs). The dispatcher maps errors to exit codes once for all:
+then add ``Command("name", "help", add, run)`` to its module's ``COMMANDS`` (the modules are
+listed once, in ``journald.cli.main.command_modules``). The dispatcher maps errors to exit
+codes once for all:
 
 ====  ==========================================================================
 0     success
@@ -167,16 +168,6 @@ class Command:
     run: Callable[[Context, argparse.Namespace], int]
 
 
-COMMANDS: list[Command] = []
-
-
-def register(cmd: Command) -> Command:
-    """Add a client command (names are unique; a re-registration replaces the old one)."""
-    COMMANDS[:] = [c for c in COMMANDS if c.name != cmd.name]
-    COMMANDS.append(cmd)
-    return cmd
-
-
 def add_global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--socket",
@@ -188,9 +179,14 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add every registered command to the CLI's sub-parsers."""
-    for cmd in COMMANDS:
+def add_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], commands: Iterable[Command]
+) -> None:
+    """Add ``commands`` to the CLI's sub-parsers (names must be unique)."""
+    names = [c.name for c in commands]
+    if len(names) != len(set(names)):
+        raise ValueError(f"two CLI commands share a name: {sorted(names)}")
+    for cmd in commands:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         p.add_argument(
             "--socket",
@@ -625,7 +621,7 @@ def _run_verify(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-for _cmd in (
+COMMANDS = (
     Command("ls", "list runs, newest first", _add_ls, _run_ls),
     Command("show", "a run's status, model, counters and pending turn", _add_show, _run_show),
     Command(
@@ -637,5 +633,4 @@ for _cmd in (
     Command("tail", "print a run's last records; -f follows appends live", _add_tail, _run_tail),
     Command("rm", "delete a run and its co-located checkpoints", _add_rm, _run_rm),
     Command("verify", "check a run's hash chain and record schemas", _add_verify, _run_verify),
-):
-    register(_cmd)
+)

@@ -169,13 +169,13 @@ class Window:
     total: int
     partial_first: bool
     last_seq: int = 0  # of the last record folded
-    pending: Any = None  # the fold's open turn after that record (``journald.fold.Pending``)
+    pending: Any = None  # the fold's open turn after that record (``journald.core.fold.Pending``)
 
 
 def fold_window(mark: FoldMark, records: Sequence[Any]) -> Window:
     """Fold ``records`` (every record after ``mark.seq``, in order; ``mark.pending_seq`` must
     be 0: start at an earlier mark otherwise) continuing the message list of the mark."""
-    from journald.fold import RunState, fold_into
+    from journald.core.fold import RunState, fold_into
 
     if mark.pending_seq:
         raise ValueError("fold_window needs a mark without an open turn")

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from journald.paths import default_data_dir, default_socket_path
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES
@@ -186,11 +186,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run(cfg)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from journald import cli_checkpoints, cli_commands, cli_recover
-    from journald.view import command as view_command
+def command_modules() -> list[Any]:
+    """Every module that contributes client commands (each has a ``COMMANDS`` tuple); the one
+    place a new command module is added."""
+    from journald.cli import checkpoints, commands, recover
+    from journald.view import command as view
 
-    del cli_checkpoints, cli_recover, view_command  # imported for their command registrations
+    return [commands, checkpoints, recover, view]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from journald.cli import commands as cli_commands
+
     parser = argparse.ArgumentParser(prog="journald", description=__doc__)
     cli_commands.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -201,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="copy runs between file and JetStream stores (see migrate --help)",
     )
     mig.add_argument("rest", nargs=argparse.REMAINDER)
-    cli_commands.add_commands(sub)
+    cli_commands.add_commands(sub, [c for m in command_modules() for c in m.COMMANDS])
     return parser
 
 
@@ -215,12 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return cmd_serve(args)
     if getattr(args, "client_command", None) is not None:
-        from journald.cli_commands import dispatch
+        from journald.cli.commands import dispatch
 
         return dispatch(args)
     print(f"journald: unknown command {args.command}", file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

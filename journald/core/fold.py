@@ -36,9 +36,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from journald.errors import InvalidRecord, StoreCorrupted
-from journald.fingerprint import Fingerprint
-from journald.records import GENESIS, Record
+from journald.core.errors import InvalidRecord, StoreCorrupted
+from journald.core.fingerprint import Fingerprint
+from journald.core.records import GENESIS, Record
 
 Message = dict[str, Any]
 Block = dict[str, Any]

@@ -3,7 +3,7 @@
 The daemon holds the run for it (refused with ``locked`` while a writer holds it), moves each
 damaged line to its quarantine directory and records the hole in the run as a rebase with
 reason ``quarantine`` (see ``journald.storage.file``, "Recovery rules"). Errors map to the
-exit codes of ``journald.cli_commands``.
+exit codes of ``journald.cli.commands``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 from journald_client import RecoverResult
 
-from journald.cli_commands import EXIT_OK, Command, Context, register
+from journald.cli.commands import EXIT_OK, Command, Context
 from journald.replay import one_line
 
 
@@ -60,11 +60,11 @@ def _run_recover(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-register(
+COMMANDS = (
     Command(
         "recover",
         "move a run's damaged records to quarantine and record the hole in the run",
         _add_recover,
         _run_recover,
-    )
+    ),
 )
