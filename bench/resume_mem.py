@@ -252,7 +252,7 @@ def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:
     """The steps of the daemon's Open of an existing run, timed in this process on the same
     code (ms): fold from disk, the store's open for append, the first response's encoding."""
     from journald.server.convert import state_to_pb
-    from journald.server.service import fold_store
+    from journald.server.runs import fold_stored as fold_store
     from journald.storage.file import FileStore
 
     async def go() -> dict[str, float]:

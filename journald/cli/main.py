@@ -154,7 +154,7 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from journald.server.daemon import ServeConfig, run
-    from journald.server.service import Limits
+    from journald.server.runs import Limits
     from journald.server.startup import EXIT_CONFIG
     from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 

@@ -45,7 +45,8 @@ from journald.checkpoints import (
 )
 from journald.core.errors import BackendUnavailable, JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
-from journald.server.service import JournalService, Limits
+from journald.server.runs import Limits
+from journald.server.service import JournalService
 from journald.server.startup import (
     DataDirLocked,
     StartupRefused,
@@ -153,7 +154,7 @@ async def serve(
             ]
         )
         trimmer = memory.Trimmer()
-        edge.add_service(server, service, cfg.max_message_bytes, trimmer.note)
+        edge.add_service(server, service.parts(), cfg.max_message_bytes, trimmer.note)
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

@@ -33,7 +33,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -268,13 +268,13 @@ def _too_large(method: str, size: int, cap: int) -> ResponseTooLarge:
 
 
 class Edge:
-    """The handlers of one servicer, with the daemon's max message size; ``on_size`` sees the
-    size of every message in and out."""
+    """The handlers of the RPC parts (each RPC implemented by exactly one), with the daemon's
+    max message size; ``on_size`` sees the size of every message in and out."""
 
     def __init__(
-        self, servicer: Any, max_message_bytes: int, on_size: Callable[[int], None]
+        self, parts: Sequence[Any], max_message_bytes: int, on_size: Callable[[int], None]
     ) -> None:
-        self.servicer = servicer
+        self.parts = parts
         self.cap = max_message_bytes
         self.on_size = on_size
         self.undecodable = PeerLog()
@@ -293,7 +293,7 @@ class Edge:
 
     def handler(self, method: MethodDescriptor) -> grpc.RpcMethodHandler[Any, Any]:
         name = method.name
-        fn = getattr(self.servicer, name)
+        fn = implementation(self.parts, name)
         decode = decoder(getattr(pb, method.input_type.name), self.on_size)
 
         async def unary_unary(request: Any, context: Ctx) -> bytes | None:
@@ -340,14 +340,24 @@ class Edge:
         return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=decode)
 
 
+def implementation(parts: Sequence[Any], name: str) -> Any:
+    """The one part's method that implements RPC ``name``; refused at start-up when none or
+    several do (a forgotten or doubly defined RPC must not surface as UNIMPLEMENTED later)."""
+    found = [getattr(p, name) for p in parts if callable(getattr(p, name, None))]
+    if len(found) != 1:
+        owners = [type(p).__name__ for p in parts if callable(getattr(p, name, None))]
+        raise TypeError(f"RPC {name} must be implemented by exactly one part, not {owners}")
+    return found[0]
+
+
 def add_service(
     server: grpc.aio.Server,
-    servicer: Any,
+    parts: Sequence[Any],
     max_message_bytes: int,
     on_size: Callable[[int], None] = lambda size_bytes: None,
 ) -> None:
-    """Register ``servicer`` as journald.v1.JournalService (in place of the generated helper)."""
-    edge = Edge(servicer, max_message_bytes, on_size)
+    """Register ``parts`` as journald.v1.JournalService (in place of the generated helper)."""
+    edge = Edge(parts, max_message_bytes, on_size)
     handlers = {m.name: edge.handler(m) for m in SERVICE.methods}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)

@@ -1,16 +1,17 @@
-"""The gRPC servicer: decode, call the core or the store, encode. Nothing else lives here."""
+"""The lease, append and read RPCs; and ``JournalService``, the servicer the daemon serves: it
+builds the shared ``Runs`` and the RPC parts (this module, ``history``, ``checkpoints``,
+``attachments``) and hands them to ``edge.add_service``, which routes each RPC to the one part
+that implements it. Each part decodes, calls the core or the store through ``Runs``, encodes."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from journald_client.pb import journal_pb2 as pb
-from journald_client.pb import journal_pb2_grpc as pb_grpc
 
 from journald import telemetry
 from journald.checkpoints import (
@@ -21,7 +22,6 @@ from journald.checkpoints import (
 )
 from journald.clock import utc_ts
 from journald.core import governance
-from journald.core.admission import admit
 from journald.core.errors import (
     InvalidArgumentError,
     InvalidRecord,
@@ -31,7 +31,8 @@ from journald.core.errors import (
 from journald.core.fingerprint import check_gates, diff
 from journald.core.fold import Message, RunState, fold_into, resume_warnings
 from journald.core.records import GENESIS, Record, validate_id
-from journald.server.checkpoints import CheckpointRpcs, fold_stored
+from journald.server.attachments import AttachmentRpcs
+from journald.server.checkpoints import CheckpointRpcs
 from journald.server.convert import (
     fingerprint_from_pb,
     governance_to_pb,
@@ -40,48 +41,18 @@ from journald.server.convert import (
     state_to_pb,
 )
 from journald.server.edge import streaming, unary
-from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
+from journald.server.history import HistoryRpcs
+from journald.server.leases import END, Lease, new_holder
+from journald.server.runs import Limits, Runs, ack_pb, fold_stored
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
-from journald.storage.base import AppendResult, Store
-from journald.validation import validate_record
+from journald.storage.base import Store
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
-DURABILITY = {
-    "memory": pb.DURABILITY_MEMORY,
-    "fsync_local": pb.DURABILITY_FSYNC_LOCAL,
-    "jetstream_ack": pb.DURABILITY_JETSTREAM_ACK,
-}
 
 
-@dataclass
-class Limits:
-    max_record_bytes: int = 4 * 1024 * 1024
-    gap_wait_s: float = 0.5
-    # the largest answer gRPC sends (``serve`` sets it from --max-message-bytes)
-    max_message_bytes: int = 1 << 62
+class JournalService:
+    """The lease, append and read RPCs over one ``Runs``; ``parts()`` are every RPC part."""
 
-
-def ack_pb(r: AppendResult) -> pb.Ack:
-    return pb.Ack(
-        seq=r.seq,
-        hash=r.hash,
-        durability=DURABILITY.get(r.durability, pb.DURABILITY_UNSPECIFIED),
-        duplicate=r.duplicate,
-    )
-
-
-async def fold_store(
-    store: Store, run_id: str, marks: list[dict[str, Any]] | None = None
-) -> RunState:
-    """The run's state folded from its stored records (with ``marks``: collecting the fold
-    marks that index it for History, see ``fold_stored``)."""
-    with telemetry.fold_span(run_id) as span:
-        state = await fold_stored(store, run_id, marks)
-        span.set("journald.seq.last", state.last_seq)
-    return state
-
-
-class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     def __init__(
         self,
         store: Store,
@@ -90,14 +61,19 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         checkpoint_max: int = 0,
         attachments: AttachmentStore | None = None,
     ) -> None:
-        self.store = store
-        self.limits = limits or Limits()
-        self.checkpoints: CheckpointStore = checkpoints or MemoryCheckpointStore()
-        self.checkpoint_max = checkpoint_max
-        self.attachments: AttachmentStore = attachments or MemoryAttachmentStore()
-        self.leases = LeaseTable()
-        self.leases.on_close = self.save_fold_mark
-        self.hub = WatchHub()
+        self.runs = Runs(
+            store,
+            limits or Limits(),
+            checkpoints or MemoryCheckpointStore(),
+            checkpoint_max,
+            attachments or MemoryAttachmentStore(),
+        )
+        self.store, self.limits = self.runs.store, self.runs.limits
+        self.leases, self.hub = self.runs.leases, self.runs.hub
+
+    def parts(self) -> list[Any]:
+        runs = self.runs
+        return [self, HistoryRpcs(runs), CheckpointRpcs(runs), AttachmentRpcs(runs)]
 
     # --- leases -------------------------------------------------------------------------
 
@@ -125,7 +101,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             warnings: list[tuple[str, str]] = []
             if exists:
                 marks: list[dict[str, Any]] = []  # the writer indexes the run (see History)
-                state = await fold_store(self.store, run_id, marks)
+                state = await fold_stored(self.store, run_id, marks)
                 assert state.fingerprint is not None
                 current = fingerprint_from_pb(request.fingerprint)
                 check_gates(
@@ -152,8 +128,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                     warnings.append(("torn_tail_repaired", journal.repair.sentence()))
                 if journal.last_seq != state.last_seq:
                     marks = []
-                    state = await fold_store(self.store, run_id, marks)
-                self.index_on_close(run_id, marks)
+                    state = await fold_stored(self.store, run_id, marks)
+                self.runs.marks.index_on_close(run_id, marks)
                 warnings.extend(resume_warnings(state))
             else:
                 telemetry.stamp_open(request, context)
@@ -213,18 +189,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         if request.HasField("trace"):
             meta.trace.CopyFrom(request.trace)
         rec = record_from_pb(meta, prev=GENESIS, ts=request.created or utc_ts())
-        self._check(rec)
+        self.runs.check(rec)
         return rec
-
-    def _check(self, rec: Record) -> None:
-        if len(rec.raw) > self.limits.max_record_bytes:
-            raise InvalidRecord(
-                f"record seq {rec.seq} is {len(rec.raw)} bytes; the daemon's limit is "
-                f"{self.limits.max_record_bytes} bytes (--max-record-bytes): store large tool "
-                "output elsewhere and journal a reference",
-                metadata={"seq": rec.seq},
-            )
-        validate_record(rec)
 
     # --- appends ------------------------------------------------------------------------
 
@@ -243,23 +209,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 await telemetry.stamp_records(
                     request.records, lease.journal.last_seq, parent, stored
                 )
-            results = await self.commit(lease, self._decode(lease, request))
+            results = await self.runs.commit(lease, self._decode(lease, request))
         return pb.AppendResponse(acks=[ack_pb(r) for r in results])
-
-    async def commit(self, lease: Lease, records: list[Record]) -> list[AppendResult]:
-        """Admit, write, fold into the cached state, publish to tails (caller holds
-        ``lease.lock``). Every append path goes through here (appends, rebases)."""
-        new = [r for r in records if r.seq > lease.journal.last_seq]
-        admit(lease.state, new)
-        with telemetry.store_append(lease.run_id, new):
-            results = await lease.journal.append(records)
-        if new:
-            with telemetry.fold_span(lease.run_id, len(new)):
-                fold_into(lease.state, new)
-            self.note_fold_mark(lease.run_id, lease.state)
-            self.hub.publish(lease.run_id, new)
-        await lease.turnstile.advance(lease.journal.last_seq + 1)
-        return results
 
     def _decode(self, lease: Lease, request: pb.AppendRequest) -> list[Record]:
         """Build records; new ones are chained onto the journal's last hash, so the bytes
@@ -274,7 +225,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             except InvalidArgumentError as err:
                 err.message = f"records[{i}] (seq {r.seq}): {err.message}"
                 raise
-            self._check(rec)
+            self.runs.check(rec)
             out.append(rec)
             prev = rec.hash
         return out
@@ -309,18 +260,11 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         async for rec in self.store.iter_records(run_id, max(1, request.from_seq)):
             yield pb.LoadResponse(record=record_to_pb(rec))
 
-    async def state_of(self, run_id: str) -> RunState:
-        lease = self.leases.held(run_id)
-        if lease is not None:
-            return lease.state
-        return await fold_store(self.store, run_id)
-
     @unary
     async def Fold(self, request: pb.FoldRequest, context: Ctx) -> pb.FoldResponse:
         run_id = validate_id(request.run_id)
-        lease = self.leases.held(run_id)
         # a dormant run's fold is kept for the History pages that complete a window
-        state = lease.state if lease else (await self._dormant_state(run_id))[1]
+        state = await self.runs.state_of(run_id)
         out = pb.FoldResponse(state=state_to_pb(state, messages=False))
         governed: list[Message] = []
         if request.governed:
@@ -378,8 +322,8 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         async with self.leases.unheld(run_id):
             deleted = await self.store.delete(run_id)
             if deleted:
-                await self.checkpoints.drop_run(run_id)
-                await self.attachments.drop_run(run_id)
+                await self.runs.checkpoints.drop_run(run_id)
+                await self.runs.attachments.drop_run(run_id)
         if deleted:
             self.hub.close_run(run_id)
         return pb.DeleteResponse(deleted=deleted)

@@ -22,7 +22,7 @@ from journald_client.pb import journal_pb2 as pb
 from journald.checkpoints import TRIGGERS
 from journald.core import errors as daemon_errors
 from journald.server.checkpoints import TRIGGER_PB
-from journald.server.service import DURABILITY
+from journald.server.runs import DURABILITY
 from journald.storage.info import status_of
 from journald.validation import schema_document
 from tests.builders import JournalBuilder, terminal_payload

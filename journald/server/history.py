@@ -1,0 +1,131 @@
+"""The History RPC: pages of a run's conversation in one of three views
+(docs/protocol.md#history).
+
+* ``UNSPECIFIED`` (the cleaned-up view): the governed, paired messages, derived once per state
+  and kept while a client pages through it;
+* ``STATE``: the fold's own messages; on a run no lease holds, a page is folded from the newest
+  saved fold mark before it, so a tail page reads only the last segments;
+* ``GOVERNED``: what governance would send a model.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from journald_client.pb import journal_pb2 as pb
+
+from journald.checkpoints import governed
+from journald.core import governance
+from journald.core.fold import Message, Pending, RunState
+from journald.core.paging import FoldMark, Page, Window, fold_window, page, page_window
+from journald.core.records import validate_id
+from journald.server.convert import messages_to_pb, pending_to_pb
+from journald.server.edge import unary
+from journald.server.runs import Runs
+from journald.server.window import ASK_FOR_SMALLER_PAGE, check_fits
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+VIEW_CACHE_RUNS = 8  # (run, view) pairs whose derived message list is kept between pages
+TAIL_MARKS_TRIED = 4  # the newest usable marks a tail page tries before folding in full
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What History pages: the messages of a view, the seq they reflect, the open turn."""
+
+    messages: list[Message]
+    last_seq: int
+    pending: Pending | None
+
+
+class HistoryRpcs:
+    def __init__(self, runs: Runs) -> None:
+        self.runs = runs
+        self._views: OrderedDict[tuple[str, int], tuple[Any, list[Message]]] = OrderedDict()
+
+    async def conversation(
+        self, run_id: str, view: int = pb.HISTORY_VIEW_UNSPECIFIED
+    ) -> Conversation:
+        """The message list History pages (``view``) with the seq it reflects and the open
+        turn: from the lease's cached state when held, else from the dormant fold."""
+        lease = self.runs.leases.held(run_id)
+        if lease is not None:
+            st = lease.state
+            return self._view_of(run_id, view, (lease.lease_id, st.last_seq, st.last_hash), st)
+        key, st = await self.runs.dormant_state(run_id)
+        return self._view_of(run_id, view, key, st)
+
+    def _view_of(self, run_id: str, view: int, key: Any, st: RunState) -> Conversation:
+        pending = st.pending.copy() if st.pending is not None else None
+        if view == pb.HISTORY_VIEW_STATE:
+            return Conversation(st.messages, st.last_seq, pending)
+        # a client pages a governed view in many calls: derive it once per state
+        hit = self._views.get((run_id, view))
+        if key is not None and hit is not None and hit[0] == key:
+            self._views.move_to_end((run_id, view))
+            return Conversation(hit[1], st.last_seq, pending)
+        if view == pb.HISTORY_VIEW_GOVERNED:
+            msgs = governance.governed_messages(st)[0]
+        else:
+            msgs = governed(st.messages)
+        if key is not None:  # no key: the store cannot say when the run changes
+            self._views[(run_id, view)] = (key, msgs)
+            while len(self._views) > VIEW_CACHE_RUNS:
+                self._views.popitem(last=False)
+        return Conversation(msgs, st.last_seq, pending)
+
+    async def _tail_page(self, run_id: str, offset: int, limit: int) -> tuple[Page, Window] | None:
+        """A page folded from the newest usable fold mark before it: reads only the segments
+        from that mark's seq to the end. None when no mark serves (the caller folds in full)."""
+        marks = await self.runs.marks.load(run_id)
+        if limit > 0:
+            marks = [m for m in marks if m["messages"] < offset]
+        for m in reversed(marks[-TAIL_MARKS_TRIED:]):
+            mark = FoldMark(m["seq"], m["messages"], m["last_role"], 0)
+            records = [r async for r in self.runs.store.iter_records(run_id, mark.seq)]
+            if not records or records[0].seq != mark.seq or records[0].hash != m["hash"]:
+                continue  # the run changed under the mark (pruned, re-created)
+            w = fold_window(mark, records[1:])
+            p = page_window(w, offset, limit)
+            if p is None and limit <= 0:
+                at = min(offset, w.total)
+                p = Page([], w.total, at, at)
+            if p is not None:
+                return p, w
+        return None
+
+    @unary
+    async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
+        run_id = validate_id(request.run_id)
+        view = request.view
+        tail = None
+        # fold marks count the fold's own messages: they serve the stored view alone (the
+        # cleaned-up and governed views can drop and merge messages, so their indexes differ)
+        if view == pb.HISTORY_VIEW_STATE and self.runs.leases.held(run_id) is None:
+            tail = await self._tail_page(run_id, request.offset, request.limit)
+        if tail is not None:
+            p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
+        else:
+            conv = await self.conversation(run_id, view)
+            p = page(conv.messages, request.offset, request.limit)
+            last_seq, pending = conv.last_seq, conv.pending
+        out = pb.HistoryResponse(
+            messages=messages_to_pb(p.messages),
+            total=p.total,
+            offset=p.offset,
+            next_offset=p.next_offset,
+            last_seq=last_seq,
+        )
+        if pending is not None:
+            out.pending.CopyFrom(pending_to_pb(pending))
+        check_fits(
+            out,
+            self.runs.limits.max_message_bytes,
+            "the History page",
+            ASK_FOR_SMALLER_PAGE,
+            run_id,
+        )
+        return out

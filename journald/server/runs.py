@@ -1,0 +1,277 @@
+"""What every RPC part of the daemon shares: one ``Runs`` object.
+
+It holds the record store, the checkpoint and attachment stores, the lease table, the tail hub
+and the fold marks, and owns the operations more than one RPC needs: the one commit path
+(admission, write, fold into the lease's cached state, publish to tails), the one fold of a
+stored run, the state of a run whether held or dormant, and the daemon's own lease for an
+operation on a run no client holds. The RPC parts (``service``, ``history``,
+``checkpoints``, ``attachments``) each hold a ``Runs`` and nothing else of one another.
+
+Serialization (docs/design.md#checkpoints): every operation that reads the head of a run for a
+write or a checkpoint takes the run's lease lock (``head``), so it is ordered with the holder's
+appends:
+
+* a lease is held: the operation runs under ``lease.lock`` on the cached folded state; a write
+  goes through the held lease's journal (``commit``) and only for its holder (``lease_id``);
+  anyone else gets ``locked`` naming the holder;
+* no lease is held and the operation writes: the daemon takes the lease itself for the
+  operation (a concurrent ``Open`` gets ``locked`` naming the daemon), then releases it;
+* no lease is held and the operation only reads: it folds the stored records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from journald_client.pb import journal_pb2 as pb
+
+from journald import telemetry
+from journald.checkpoints import AttachmentStore, CheckpointStore
+from journald.core.admission import admit
+from journald.core.errors import (
+    InvalidRecord,
+    LeaseLost,
+    SessionExists,
+    SessionNotFound,
+    StoreCorrupted,
+)
+from journald.core.fold import RunState, fold_into
+from journald.core.records import Record
+from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
+from journald.server.marks import FoldMarks, mark_due, mark_of
+from journald.storage.base import AppendResult, Store
+from journald.validation import validate_record
+
+DAEMON_HOLDER = "journald daemon"
+DORMANT_CACHE_RUNS = 8  # dormant runs whose folded state reads keep
+_FOLD_REFUSALS: OrderedDict[tuple[str, str], None] = OrderedDict()  # logged at ERROR once
+log = logging.getLogger(__name__)
+DURABILITY = {
+    "memory": pb.DURABILITY_MEMORY,
+    "fsync_local": pb.DURABILITY_FSYNC_LOCAL,
+    "jetstream_ack": pb.DURABILITY_JETSTREAM_ACK,
+}
+
+
+@dataclass
+class Limits:
+    max_record_bytes: int = 4 * 1024 * 1024
+    gap_wait_s: float = 0.5
+    # the largest answer gRPC sends (``serve`` sets it from --max-message-bytes)
+    max_message_bytes: int = 1 << 62
+
+
+def ack_pb(r: AppendResult) -> pb.Ack:
+    return pb.Ack(
+        seq=r.seq,
+        hash=r.hash,
+        durability=DURABILITY.get(r.durability, pb.DURABILITY_UNSPECIFIED),
+        duplicate=r.duplicate,
+    )
+
+
+def naming_run(exc: StoreCorrupted, run_id: str) -> StoreCorrupted:
+    """A fold's refusal of stored records (``journald.core.fold`` is pure: it knows no run) with
+    the run named, logged at ERROR the first time it is seen and at DEBUG after."""
+    if exc.metadata.get("run_id") != run_id:
+        exc.metadata["run_id"] = run_id
+        exc.message = f"run {run_id}: {exc.message}"
+    key = (run_id, exc.metadata.get("seq", ""))
+    first = key not in _FOLD_REFUSALS
+    _FOLD_REFUSALS[key] = None
+    while len(_FOLD_REFUSALS) > 1024:
+        _FOLD_REFUSALS.popitem(last=False)
+    log.log(
+        logging.ERROR if first else logging.DEBUG,
+        "store_corrupted: run %s, seq %s: %s (the fold refuses the stored records; reads of "
+        "the run fail until it is restored or recovered)",
+        run_id,
+        key[1],
+        exc.message,
+    )
+    return exc
+
+
+async def fold_stored(
+    store: Store, run_id: str, marks: list[dict[str, Any]] | None = None
+) -> RunState:
+    """The one fold of a run's stored records; with ``marks``, collect a fold mark every
+    ``MARK_EVERY`` records (where no turn is open) on the way."""
+    state = RunState()
+    with telemetry.fold_span(run_id) as span:
+        async for rec in store.iter_records(run_id):
+            try:
+                fold_into(state, (rec,))
+            except StoreCorrupted as exc:
+                raise naming_run(exc, run_id) from None
+            if marks is not None and mark_due(marks, state):
+                marks.append(mark_of(state))
+        span.set("journald.seq.last", state.last_seq)
+    if state.last_seq == 0:
+        raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})
+    return state
+
+
+@dataclass(slots=True)
+class Held:
+    """The run's state for an operation, and the lease to append through (if writing)."""
+
+    state: RunState
+    lease: Lease | None
+    cwd: str
+
+
+class Runs:
+    def __init__(
+        self,
+        store: Store,
+        limits: Limits,
+        checkpoints: CheckpointStore,
+        checkpoint_max: int,
+        attachments: AttachmentStore,
+    ) -> None:
+        self.store = store
+        self.limits = limits
+        self.checkpoints = checkpoints
+        self.checkpoint_max = checkpoint_max
+        self.attachments = attachments
+        self.marks = FoldMarks(checkpoints)
+        self.leases = LeaseTable()
+        self.leases.on_close = self.marks.save_on_close
+        self.hub = WatchHub()
+        self._dormant: OrderedDict[str, tuple[Any, RunState]] = OrderedDict()
+
+    # --- records --------------------------------------------------------------------------
+
+    def check(self, rec: Record) -> None:
+        """The daemon's size limit and the record schema, before anything is written."""
+        if len(rec.raw) > self.limits.max_record_bytes:
+            raise InvalidRecord(
+                f"record seq {rec.seq} is {len(rec.raw)} bytes; the daemon's limit is "
+                f"{self.limits.max_record_bytes} bytes (--max-record-bytes): store large tool "
+                "output elsewhere and journal a reference",
+                metadata={"seq": rec.seq},
+            )
+        validate_record(rec)
+
+    async def commit(self, lease: Lease, records: list[Record]) -> list[AppendResult]:
+        """Admit, write, fold into the cached state, publish to tails (caller holds
+        ``lease.lock``). Every append path goes through here (appends, rebases)."""
+        new = [r for r in records if r.seq > lease.journal.last_seq]
+        admit(lease.state, new)
+        with telemetry.store_append(lease.run_id, new):
+            results = await lease.journal.append(records)
+        if new:
+            with telemetry.fold_span(lease.run_id, len(new)):
+                fold_into(lease.state, new)
+            self.marks.note(lease.run_id, lease.state)
+            self.hub.publish(lease.run_id, new)
+        await lease.turnstile.advance(lease.journal.last_seq + 1)
+        return results
+
+    # --- state ----------------------------------------------------------------------------
+
+    async def state_of(self, run_id: str) -> RunState:
+        """The run's folded state: the lease's cached one when held, else a dormant fold."""
+        lease = self.leases.held(run_id)
+        if lease is not None:
+            return lease.state
+        return (await self.dormant_state(run_id))[1]
+
+    async def dormant_state(self, run_id: str) -> tuple[Any, RunState]:
+        """The folded state of a run no lease holds, and its cache key (None when the store
+        cannot say; then it is folded every time). The key is what ``Store.info`` reports, so
+        any append, prune or re-creation changes it."""
+        try:
+            info = await self.store.info(run_id)
+        except (OSError, StoreCorrupted):  # the fold below names the damage precisely
+            return None, await fold_stored(self.store, run_id)
+        key = (info.created, info.updated, info.last_seq, info.record_count, info.bytes)
+        hit = self._dormant.get(run_id)
+        if hit is not None and hit[0] == key:
+            self._dormant.move_to_end(run_id)
+            return hit
+        # a read writes nothing: the fold marks that index a run for tail pages are taken
+        # when a writer (a lease, the daemon's own) folds it and saved when it ends
+        st = await fold_stored(self.store, run_id)
+        self._dormant[run_id] = (key, st)
+        while len(self._dormant) > DORMANT_CACHE_RUNS:
+            self._dormant.popitem(last=False)
+        return key, st
+
+    async def require_run(self, run_id: str) -> None:
+        if not await self.store.exists(run_id):
+            raise SessionNotFound(
+                f"run {run_id} does not exist; list runs with `journald ls`",
+                metadata={"run_id": run_id},
+            )
+
+    # --- the daemon's own lease -----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def daemon_lease(self, run_id: str, create: Record | None = None) -> AsyncIterator[Lease]:
+        """Hold ``run_id`` as the daemon for one operation (``create``: make the run first)."""
+        holder = new_holder(DAEMON_HOLDER, os.getpid(), socket.gethostname(), "")
+        async with self.leases.opening_lock(run_id):
+            self.leases.refuse_if_held(run_id)
+            await self.leases.wait_closed(run_id)
+            if create is not None:
+                if await self.store.exists(run_id):
+                    raise SessionExists(
+                        f"run {run_id} already exists; fork into another id",
+                        metadata={"run_id": run_id},
+                    )
+                journal = await self.store.create(create)
+                state = fold_into(RunState(), (create,))
+            else:
+                await self.require_run(run_id)
+                journal = await self.store.open(run_id)
+                marks: list[dict[str, Any]] = []
+                try:
+                    state = await fold_stored(self.store, run_id, marks)
+                except BaseException:
+                    await journal.close()
+                    raise
+                self.marks.index_on_close(run_id, marks)
+            lease = self.leases.grant(run_id, holder, journal, state)
+        try:
+            async with lease.lock:
+                yield lease
+        finally:
+            self.leases.release(lease)
+            await self.leases.wait_closed(run_id)
+
+    @contextlib.asynccontextmanager
+    async def head(self, run_id: str, lease_id: str, write: bool) -> AsyncIterator[Held]:
+        """The run's head, serialized with its appends (see the module doc)."""
+        lease = self.leases.held(run_id)
+        if lease is None and lease_id:
+            raise LeaseLost(
+                f"no live lease {lease_id} on run {run_id}: the lease ended; Open the run "
+                "again, or omit lease_id to let the daemon hold the run for the operation",
+                metadata={"run_id": run_id},
+            )
+        if lease is not None:
+            if write and lease.lease_id != lease_id:
+                self.leases.refuse_if_held(run_id)  # raises locked naming the holder
+            async with lease.lock:
+                if lease.ended.is_set():
+                    raise LeaseLost(
+                        f"the lease on run {run_id} ended during the operation; retry",
+                        metadata={"run_id": run_id},
+                    )
+                yield Held(lease.state, lease, lease.holder.cwd)
+            return
+        if write:
+            async with self.daemon_lease(run_id) as own:
+                yield Held(own.state, own, "")
+            return
+        await self.require_run(run_id)
+        yield Held(await fold_stored(self.store, run_id), None, "")
