@@ -27,12 +27,13 @@ from typing import Any
 
 import grpc
 
-from journald_client import codec, errors, retry, window
+from journald_client import codec, errors, inflight, retry, window
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import grpc_target
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
+from journald_client.pipelined import DEFAULT_WINDOW, PipelinedWriter
 from journald_client.state import (
     Ack,
     AttachmentRef,
@@ -609,8 +610,7 @@ class Run(codec.RunView):
         if not entries:
             return []
         with self._lock:
-            if self.closed:
-                raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+            self._check_unary()
             records = codec.stamp(entries, self.last_seq + 1, self.next_iteration)
             acks = self._send(records)
             self.last_seq = acks[-1].seq
@@ -735,6 +735,21 @@ class Run(codec.RunView):
     def _check_open(self) -> None:
         if self.closed:
             raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+
+    def _check_unary(self) -> None:
+        self._check_open()
+        if self._pipelined is not None:
+            raise inflight.busy_error(self.run_id)
+
+    def pipelined(self, window: int = DEFAULT_WINDOW) -> PipelinedWriter:
+        """A writer that keeps up to ``window`` appends in flight on one stream, each with
+        its own ack (``journald_client.pipelined``); use it as a ``with`` block. While it is
+        open, append through it only."""
+        with self._lock:
+            self._check_unary()
+            writer = PipelinedWriter(self, window)
+            self._pipelined = writer
+            return writer
 
     def _rebased(self, ack: Ack) -> None:
         """After a rebase appended under our lease at ``ack.seq`` (caller holds the lock)."""

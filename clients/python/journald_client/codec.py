@@ -336,6 +336,8 @@ class RunView:
         self._open_calls: list[ToolCall] = open_calls_of(self.state)
         self.reconnects = 0
         self.closed = False
+        self._pipelined: object | None = None
+        """The open pipelined writer, which alone numbers this run's seqs while it is open."""
 
     def _decode_state(self, st: pb.RunState, warnings: Sequence[pb.Warning]) -> RunState:
         """The state of a lease (the sync writer completes a message window lazily)."""

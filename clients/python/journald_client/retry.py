@@ -127,6 +127,12 @@ def after_append_error(err: errors.JournaldError) -> str:
     return GIVE_UP
 
 
+def ends_writer(err: errors.JournaldError) -> bool:
+    """Whether a writer whose append failed with ``err`` cannot append again: the run refused
+    to be re-opened (a gate, a terminal run) or lost acknowledged records."""
+    return isinstance(err, errors.GateError | errors.StoreCorrupted)
+
+
 def writer_closed(run_id: str) -> errors.LeaseLost:
     return errors.LeaseLost(f"run {run_id}: this writer was closed; open the run again")
 
