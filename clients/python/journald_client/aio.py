@@ -18,7 +18,8 @@ from typing import Any, cast
 import grpc
 import grpc.aio
 
-from journald_client import codec, errors, retry, window
+from journald_client import codec, errors, inflight, retry, window
+from journald_client.aio_pipelined import DEFAULT_WINDOW, AsyncPipelinedWriter
 from journald_client.client import (
     MAX_MESSAGE_BYTES,
     RELEASE_TIMEOUT_S,
@@ -540,8 +541,7 @@ class AsyncRun(codec.RunView):
         if not entries:
             return []
         async with self._lock:
-            if self.closed:
-                raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+            self._check_unary()
             records = codec.stamp(entries, self.last_seq + 1, self.next_iteration)
             acks = await self._send(records)
             self.last_seq = acks[-1].seq
@@ -664,6 +664,20 @@ class AsyncRun(codec.RunView):
     def _check_open(self) -> None:
         if self.closed:
             raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+
+    def _check_unary(self) -> None:
+        self._check_open()
+        if self._pipelined is not None:
+            raise inflight.busy_error(self.run_id)
+
+    def pipelined(self, window: int = DEFAULT_WINDOW) -> AsyncPipelinedWriter:
+        """A writer that keeps up to ``window`` appends in flight on one stream, each with
+        its own ack (``journald_client.aio_pipelined``); use it as an ``async with`` block.
+        While it is open, append through it only."""
+        self._check_unary()
+        writer = AsyncPipelinedWriter(self, window)
+        self._pipelined = writer
+        return writer
 
     async def _rebased(self, ack: Ack) -> None:
         self.last_seq = max(self.last_seq, ack.seq)
