@@ -35,6 +35,10 @@ def turn(step: int, calls: int) -> tuple[Entry, list[Entry]]:
     return assistant, results
 
 
+def stopped(stop_file: str) -> bool:
+    return os.path.exists(stop_file)
+
+
 def report(acks: Sequence[jc.Ack]) -> None:
     for ack in acks:
         say("ACK", ack.seq, ack.hash, ack.duplicate)
@@ -49,7 +53,7 @@ def run_sync(args: argparse.Namespace) -> None:
         streamed: list[jc.Pending[jc.Ack]] = []
         with run.pipelined(window=WINDOW) as w:
             for step in range(args.max_steps):
-                if os.path.exists(args.stop_file):
+                if stopped(args.stop_file):
                     break
                 assistant, results = turn(step, args.calls)
                 acked = w.append(assistant).ack()  # everything before it is acked too
@@ -71,7 +75,7 @@ async def run_async(args: argparse.Namespace) -> None:
         streamed: list[Any] = []
         async with run.pipelined(window=WINDOW) as w:
             for step in range(args.max_steps):
-                if os.path.exists(args.stop_file):
+                if stopped(args.stop_file):
                     break
                 assistant, results = turn(step, args.calls)
                 acked = await (await w.append(assistant))
