@@ -18,7 +18,7 @@ from typing import Any, cast
 import grpc
 import grpc.aio
 
-from journald_client import codec, errors, inflight, retry, window
+from journald_client import codec, errors, retry, window
 from journald_client.aio_pipelined import DEFAULT_WINDOW, AsyncPipelinedWriter
 from journald_client.client import (
     MAX_MESSAGE_BYTES,
@@ -660,15 +660,6 @@ class AsyncRun(codec.RunView):
             if result.ack is not None:
                 await self._rebased(result.ack)
             return result
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
-
-    def _check_unary(self) -> None:
-        self._check_open()
-        if self._pipelined is not None:
-            raise inflight.busy_error(self.run_id)
 
     def pipelined(self, window: int = DEFAULT_WINDOW) -> AsyncPipelinedWriter:
         """A writer that keeps up to ``window`` appends in flight on one stream, each with

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Generator, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import grpc
@@ -38,20 +37,10 @@ __all__ = ["DEFAULT_WINDOW", "AsyncPending", "AsyncPipelinedWriter"]
 Requests = asyncio.Queue[pb.AppendStreamRequest | None]
 
 
-class AsyncPending(Generic[T]):
+class AsyncPending(inflight.Handle, Generic[T]):
     """One submitted append: ``await`` it for its ack (or acks)."""
 
-    def __init__(self, item: inflight.Submitted, done: asyncio.Event) -> None:
-        self._item = item
-        self._done = done
-
-    @property
-    def seq(self) -> int:
-        """The seq of the append's first record (void if the append fails)."""
-        return self._item.records[0].seq
-
-    def done(self) -> bool:
-        return self._done.is_set()
+    _done: asyncio.Event
 
     async def ack(self) -> T:
         """Wait until the append is durable; raises its typed error if it failed (or a
@@ -76,8 +65,6 @@ class AsyncPipelinedWriter:
         self._book = inflight.InFlight(run.run_id, window, run.last_seq, run.next_iteration)
         self._changed = asyncio.Condition()
         self._queue: Requests | None = None
-        self._recovering = False
-        self._closed = False
         self._readers: list[asyncio.Task[None]] = []
         self._budget = retry.Budget(run._client.reconnect_timeout)
 
@@ -97,8 +84,6 @@ class AsyncPipelinedWriter:
 
     async def _submit(self, entries: Sequence[Entry], *, single: bool) -> AsyncPending[Any]:
         async with self._changed:
-            if self._closed:
-                raise inflight.closed_error(self._run.run_id)
             self._book.check()
             while self._book.full():
                 await self._changed.wait()
@@ -108,7 +93,7 @@ class AsyncPipelinedWriter:
             item.token = done
             if self._queue is not None:
                 self._queue.put_nowait(inflight.request(self._run.run_id, self._run.lease_id, item))
-            elif not self._recovering:
+            elif not self._book.recovering:
                 self._start_stream()
             return AsyncPending(item, done)
 
@@ -122,10 +107,10 @@ class AsyncPipelinedWriter:
     async def close(self) -> None:
         """Flush, then end the stream (idempotent)."""
         try:
-            if not self._closed:
+            if not self._book.closed:
                 await self.flush()
         finally:
-            self._closed = True
+            self._book.closed = True
             self._end_stream()
             for reader in self._readers:
                 with contextlib.suppress(asyncio.CancelledError):
@@ -167,11 +152,9 @@ class AsyncPipelinedWriter:
         await self._recover(failure)
 
     def _resolved(self, items: list[inflight.Submitted]) -> None:
-        """Acknowledged appends: the run follows them and their waiters wake."""
+        """Answered appends: the run follows the acknowledged ones and their waiters wake."""
+        inflight.follow(self._run, [i for i in items if i.error is None])
         for item in items:
-            assert item.acks is not None
-            self._run.last_seq = max(self._run.last_seq, item.acks[-1].seq)
-            self._run._appended(item.records)
             cast(asyncio.Event, item.token).set()
         self._budget.reset()
         self._changed.notify_all()
@@ -180,39 +163,32 @@ class AsyncPipelinedWriter:
         """After the stream failed: re-open and resend, or void what is in flight."""
         async with self._changed:
             self._queue = None
-            unacked = self._book.unacked()
-            if not unacked or self._closed:
-                return  # nothing lost; the next append starts a new stream
-            self._recovering = True
+            unacked = self._book.begin_recovery()
+        if not unacked:
+            return
         self._budget.start()
         try:
             steps = retry.recover(self._run._retry_writer(), failure, self._budget, unacked)
             adopted = await retry.drive_async(steps, self._run._recovery_step)
         except errors.JournaldError as final:
             async with self._changed:
-                self._recovering = False
-                broken = retry.ends_writer(final) or self._run.closed
-                for item in self._book.failed(final, self._run.next_iteration, broken=broken):
-                    cast(asyncio.Event, item.token).set()
-                self._changed.notify_all()
+                run = self._run
+                failed = self._book.recovery_failed(
+                    final, run.next_iteration, run_closed=run.closed
+                )
+                self._resolved(failed)
             return
         async with self._changed:
-            self._recovering = False
-            if adopted is not None:
-                self._resolved(self._book.adopted(adopted))
-            elif self._book.items and not self._closed:
+            found, resend = self._book.recovered(adopted)
+            self._resolved(found)
+            if resend:
                 self._start_stream()
 
     async def __aenter__(self) -> AsyncPipelinedWriter:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
+    async def __aexit__(self, *exc_info: object) -> None:
+        if exc_info[1] is None:
             await self.close()
             return
         with contextlib.suppress(errors.JournaldError):  # the block's own exception wins

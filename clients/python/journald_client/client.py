@@ -27,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from journald_client import codec, errors, inflight, retry, window
+from journald_client import codec, errors, retry, window
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import grpc_target
@@ -731,15 +731,6 @@ class Run(codec.RunView):
             if result.ack is not None:
                 self._rebased(result.ack)
             return result
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
-
-    def _check_unary(self) -> None:
-        self._check_open()
-        if self._pipelined is not None:
-            raise inflight.busy_error(self.run_id)
 
     def pipelined(self, window: int = DEFAULT_WINDOW) -> PipelinedWriter:
         """A writer that keeps up to ``window`` appends in flight on one stream, each with

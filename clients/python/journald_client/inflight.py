@@ -12,8 +12,9 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from journald_client import codec, errors
+from journald_client import codec, errors, retry
 from journald_client.codec import Entry
 from journald_client.pb import journal_pb2 as pb
 from journald_client.state import Ack
@@ -54,6 +55,9 @@ class InFlight:
         self.broken: errors.JournaldError | None = None
         """Set when the writer cannot go on (the lease is lost for good): every later call
         raises it."""
+        self.closed = False
+        self.recovering = False
+        """A lost stream is being recovered: new appends wait in ``items`` to be resent."""
 
     # --- submitting -----------------------------------------------------------------------
 
@@ -63,6 +67,8 @@ class InFlight:
     def check(self) -> None:
         """Raise the failure the caller has not been told about yet (once), or the reason
         this writer cannot be used any more (every time)."""
+        if self.closed:
+            raise closed_error(self.run_id)
         if self.broken is not None:
             raise self.broken
         err, self._error = self._error, None
@@ -131,6 +137,59 @@ class InFlight:
             self._error = err
         return out
 
+    # --- a lost stream ----------------------------------------------------------------------
+
+    def begin_recovery(self) -> list[pb.Record]:
+        """The stream failed: the records to recover (none: nothing was lost, and the next
+        append starts a new stream)."""
+        unacked = [] if self.closed else self.unacked()
+        self.recovering = bool(unacked)
+        return unacked
+
+    def recovery_failed(
+        self, err: errors.JournaldError, next_iteration: int, *, run_closed: bool
+    ) -> list[Submitted]:
+        """Recovery ended in ``err``: every append in flight fails with it."""
+        self.recovering = False
+        broken = run_closed or retry.ends_writer(err)
+        return self.failed(err, next_iteration, broken=broken)
+
+    def recovered(self, adopted: Sequence[Ack] | None) -> tuple[list[Submitted], bool]:
+        """Recovery succeeded: the appends it found stored, and whether a new stream must
+        carry the rest."""
+        self.recovering = False
+        if adopted is not None:
+            return self.adopted(adopted), False
+        return [], bool(self.items) and not self.closed
+
+
+class Flag(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class Handle:
+    """What both transports' handles share: the append and its done flag."""
+
+    def __init__(self, item: Submitted, done: Flag) -> None:
+        self._item = item
+        self._done = done
+
+    @property
+    def seq(self) -> int:
+        """The seq of the append's first record (void if the append fails)."""
+        return self._item.records[0].seq
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+
+def follow(run: codec.RunView, items: Sequence[Submitted]) -> None:
+    """The run follows its acknowledged appends (last seq, iteration, open calls)."""
+    for item in items:
+        assert item.acks is not None
+        run.last_seq = max(run.last_seq, item.acks[-1].seq)
+        run._appended(item.records)
+
 
 def request(run_id: str, lease_id: str, item: Submitted) -> pb.AppendStreamRequest:
     return pb.AppendStreamRequest(
@@ -149,11 +208,4 @@ def answer(item: Submitted) -> Ack | list[Ack]:
 def closed_error(run_id: str) -> errors.LeaseLost:
     return errors.LeaseLost(
         f"run {run_id}: this pipelined writer is closed; open a new one with run.pipelined()"
-    )
-
-
-def busy_error(run_id: str) -> errors.InvalidRequest:
-    return errors.InvalidRequest(
-        f"run {run_id}: a pipelined writer is open on this run; append through it, or leave "
-        "its block first (two writers would number the same seqs)"
     )

@@ -18,7 +18,6 @@ import contextlib
 import queue
 import threading
 from collections.abc import Iterator, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import grpc
@@ -37,20 +36,10 @@ DEFAULT_WINDOW = 16
 """Appends a pipelined writer keeps in flight unless told otherwise."""
 
 
-class Pending(Generic[T]):
+class Pending(inflight.Handle, Generic[T]):
     """One submitted append: ``ack()`` waits for it and gives its ack (or acks)."""
 
-    def __init__(self, item: inflight.Submitted, done: threading.Event) -> None:
-        self._item = item
-        self._done = done
-
-    @property
-    def seq(self) -> int:
-        """The seq of the append's first record (void if the append fails)."""
-        return self._item.records[0].seq
-
-    def done(self) -> bool:
-        return self._done.is_set()
+    _done: threading.Event
 
     def ack(self, timeout_s: float | None = None) -> T:
         """Wait until the append is durable; raises its typed error if it failed (or a
@@ -73,8 +62,6 @@ class PipelinedWriter:
         self._book = inflight.InFlight(run.run_id, window, run.last_seq, run.next_iteration)
         self._cond = threading.Condition()
         self._queue: queue.SimpleQueue[pb.AppendStreamRequest | None] | None = None
-        self._recovering = False
-        self._closed = False
         self._readers: list[threading.Thread] = []
         self._budget = retry.Budget(run._client.reconnect_timeout)
 
@@ -94,8 +81,6 @@ class PipelinedWriter:
 
     def _submit(self, entries: Sequence[Entry], *, single: bool) -> Pending[Any]:
         with self._cond:
-            if self._closed:
-                raise inflight.closed_error(self._run.run_id)
             self._book.check()
             while self._book.full():
                 self._cond.wait()
@@ -105,7 +90,7 @@ class PipelinedWriter:
             item.token = done
             if self._queue is not None:
                 self._queue.put(inflight.request(self._run.run_id, self._run.lease_id, item))
-            elif not self._recovering:
+            elif not self._book.recovering:
                 self._start_stream()
             return Pending(item, done)
 
@@ -120,11 +105,11 @@ class PipelinedWriter:
     def close(self) -> None:
         """Flush, then end the stream (idempotent)."""
         try:
-            if not self._closed:
+            if not self._book.closed:
                 self.flush()
         finally:
             with self._cond:
-                self._closed = True
+                self._book.closed = True
                 self._end_stream()
             for reader in self._readers:
                 reader.join(timeout=10)
@@ -168,11 +153,9 @@ class PipelinedWriter:
         self._recover(failure)
 
     def _resolved(self, items: list[inflight.Submitted]) -> None:
-        """Acknowledged appends: the run follows them and their waiters wake."""
+        """Answered appends: the run follows the acknowledged ones and their waiters wake."""
+        inflight.follow(self._run, [i for i in items if i.error is None])
         for item in items:
-            assert item.acks is not None
-            self._run.last_seq = max(self._run.last_seq, item.acks[-1].seq)
-            self._run._appended(item.records)
             cast(threading.Event, item.token).set()
         self._budget.reset()
         self._cond.notify_all()
@@ -180,43 +163,32 @@ class PipelinedWriter:
     def _recover(self, failure: errors.JournaldError) -> None:
         """After the stream failed: re-open and resend, or void what is in flight."""
         with self._cond:
-            if self._queue is not None:
-                self._queue = None
-            unacked = self._book.unacked()
-            if not unacked or self._closed:
-                return  # nothing lost; the next append starts a new stream
-            self._recovering = True
-        writer = self._run._retry_writer()
+            self._queue = None
+            unacked = self._book.begin_recovery()
+        if not unacked:
+            return
         self._budget.start()
         try:
-            steps = retry.recover(writer, failure, self._budget, unacked)
+            steps = retry.recover(self._run._retry_writer(), failure, self._budget, unacked)
             adopted = retry.drive(steps, self._run._recovery_step)
         except errors.JournaldError as final:
             with self._cond:
-                self._recovering = False
-                broken = retry.ends_writer(final) or self._run.closed
-                failed = self._book.failed(final, self._run.next_iteration, broken=broken)
-                for item in failed:
-                    cast(threading.Event, item.token).set()
-                self._cond.notify_all()
+                run = self._run
+                self._resolved(
+                    self._book.recovery_failed(final, run.next_iteration, run_closed=run.closed)
+                )
             return
         with self._cond:
-            self._recovering = False
-            if adopted is not None:
-                self._resolved(self._book.adopted(adopted))
-            elif self._book.items and not self._closed:
+            found, resend = self._book.recovered(adopted)
+            self._resolved(found)
+            if resend:
                 self._start_stream()
 
     def __enter__(self) -> PipelinedWriter:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
+    def __exit__(self, *exc_info: object) -> None:
+        if exc_info[1] is None:
             self.close()
             return
         with contextlib.suppress(errors.JournaldError):  # the block's own exception wins
