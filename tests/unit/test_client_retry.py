@@ -84,27 +84,24 @@ def test_a_reopened_lease_missing_acknowledged_records_is_store_corrupted() -> N
         retry.drive(retry.send(WRITER, RECORDS, 30.0), script)
 
 
-def test_a_completed_run_adopts_the_append_only_when_the_stored_records_are_ours() -> None:
-    ours = Script(
-        (retry.Call, jc.LeaseLost("gone")),
-        (retry.CancelLease, None),
-        (retry.Probe, True),
-        (retry.Reopen, jc.Completed("done")),
-        (retry.Load, stored(RECORDS)),
-    )
-    acks = retry.drive(retry.send(WRITER, RECORDS, 30.0), ours)
-    assert [(a.seq, a.hash, a.duplicate) for a in acks] == [(5, "h5", True), (6, "h6", True)]
-
+@pytest.mark.parametrize("theirs", [False, True])
+def test_a_completed_run_adopts_the_append_only_when_the_stored_records_are_ours(
+    theirs: bool,
+) -> None:
     other = stamp([Entry.user("a"), Entry.user("something else")], 5)
-    theirs = Script(
+    script = Script(
         (retry.Call, jc.LeaseLost("gone")),
         (retry.CancelLease, None),
         (retry.Probe, True),
         (retry.Reopen, jc.Completed("done")),
-        (retry.Load, stored(other)),
+        (retry.Load, stored(other if theirs else RECORDS)),
     )
-    with pytest.raises(jc.Completed):
-        retry.drive(retry.send(WRITER, RECORDS, 30.0), theirs)
+    if theirs:
+        with pytest.raises(jc.Completed):
+            retry.drive(retry.send(WRITER, RECORDS, 30.0), script)
+        return
+    acks = retry.drive(retry.send(WRITER, RECORDS, 30.0), script)
+    assert [(a.seq, a.hash, a.duplicate) for a in acks] == [(5, "h5", True), (6, "h6", True)]
 
 
 def test_the_retry_budget_ends_a_reconnect_that_never_succeeds() -> None:

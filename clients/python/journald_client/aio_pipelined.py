@@ -57,20 +57,17 @@ async def _requests(q: Requests) -> AsyncIterator[pb.AppendStreamRequest]:
         yield req
 
 
-class AsyncPipelinedWriter:
+class AsyncPipelinedWriter(inflight.WriterBase):
     """Appends of one run kept in flight on an ``AppendStream`` (``AsyncRun.pipelined``)."""
 
+    _cond: asyncio.Condition
+
     def __init__(self, run: AsyncRun, window: int = DEFAULT_WINDOW) -> None:
+        super().__init__(run, window, run._client.reconnect_timeout)
         self._run = run
-        self._book = inflight.InFlight(run.run_id, window, run.last_seq, run.next_iteration)
-        self._changed = asyncio.Condition()
+        self._cond = asyncio.Condition()
         self._queue: Requests | None = None
         self._readers: list[asyncio.Task[None]] = []
-        self._budget = retry.Budget(run._client.reconnect_timeout)
-
-    @property
-    def window(self) -> int:
-        return self._book.window
 
     async def append(self, entry: Entry) -> AsyncPending[Ack]:
         """Submit one record; returns at once unless ``window`` appends are in flight."""
@@ -83,10 +80,10 @@ class AsyncPipelinedWriter:
         return cast(AsyncPending[list[Ack]], await self._submit(entries, single=False))
 
     async def _submit(self, entries: Sequence[Entry], *, single: bool) -> AsyncPending[Any]:
-        async with self._changed:
+        async with self._cond:
             self._book.check()
             while self._book.full():
-                await self._changed.wait()
+                await self._cond.wait()
                 self._book.check()
             item = self._book.submit(entries, single=single)
             done = asyncio.Event()
@@ -100,8 +97,8 @@ class AsyncPipelinedWriter:
     async def flush(self) -> None:
         """Wait until every append in flight is answered; raises the first failure not
         reported yet."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: not self._book.items)
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._book.items)
             self._book.check()
 
     async def close(self) -> None:
@@ -138,8 +135,8 @@ class AsyncPipelinedWriter:
     async def _read(self, call: Any, q: Requests) -> None:
         try:
             async for resp in call:
-                async with self._changed:
-                    self._resolved([self._book.acked(resp.response)])
+                async with self._cond:
+                    self._follow(self._run, [self._book.acked(resp.response)])
             return
         except grpc.RpcError as exc:
             failure = self._run._client._error(exc)
@@ -151,17 +148,9 @@ class AsyncPipelinedWriter:
             q.put_nowait(None)
         await self._recover(failure)
 
-    def _resolved(self, items: list[inflight.Submitted]) -> None:
-        """Answered appends: the run follows the acknowledged ones and their waiters wake."""
-        inflight.follow(self._run, [i for i in items if i.error is None])
-        for item in items:
-            cast(asyncio.Event, item.token).set()
-        self._budget.reset()
-        self._changed.notify_all()
-
     async def _recover(self, failure: errors.JournaldError) -> None:
         """After the stream failed: re-open and resend, or void what is in flight."""
-        async with self._changed:
+        async with self._cond:
             self._queue = None
             unacked = self._book.begin_recovery()
         if not unacked:
@@ -171,16 +160,16 @@ class AsyncPipelinedWriter:
             steps = retry.recover(self._run._retry_writer(), failure, self._budget, unacked)
             adopted = await retry.drive_async(steps, self._run._recovery_step)
         except errors.JournaldError as final:
-            async with self._changed:
+            async with self._cond:
                 run = self._run
                 failed = self._book.recovery_failed(
                     final, run.next_iteration, run_closed=run.closed
                 )
-                self._resolved(failed)
+                self._follow(self._run, failed)
             return
-        async with self._changed:
+        async with self._cond:
             found, resend = self._book.recovered(adopted)
-            self._resolved(found)
+            self._follow(self._run, found)
             if resend:
                 self._start_stream()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from journald_client import codec, errors, retry
 from journald_client.codec import Entry
@@ -183,12 +183,37 @@ class Handle:
         return self._done.is_set()
 
 
-def follow(run: codec.RunView, items: Sequence[Submitted]) -> None:
-    """The run follows its acknowledged appends (last seq, iteration, open calls)."""
-    for item in items:
-        assert item.acks is not None
-        run.last_seq = max(run.last_seq, item.acks[-1].seq)
-        run._appended(item.records)
+class Waker(Protocol):
+    def set(self) -> None: ...
+
+
+class Notifier(Protocol):
+    def notify_all(self) -> None: ...
+
+
+class WriterBase:
+    """What the sync and the asyncio pipelined writer hold alike (their I/O aside)."""
+
+    _cond: Notifier
+
+    def __init__(self, run: codec.RunView, window: int, reconnect_timeout_s: float) -> None:
+        self._book = InFlight(run.run_id, window, run.last_seq, run.next_iteration)
+        self._budget = retry.Budget(reconnect_timeout_s)
+
+    @property
+    def window(self) -> int:
+        return self._book.window
+
+    def _follow(self, run: codec.RunView, items: Sequence[Submitted]) -> None:
+        """Answered appends (caller holds the condition): the run follows the acknowledged
+        ones (last seq, iteration, open calls) and every waiter wakes."""
+        for item in items:
+            if item.acks is not None:
+                run.last_seq = max(run.last_seq, item.acks[-1].seq)
+                run._appended(item.records)
+            cast(Waker, item.token).set()
+        self._budget.reset()
+        self._cond.notify_all()
 
 
 def request(run_id: str, lease_id: str, item: Submitted) -> pb.AppendStreamRequest:

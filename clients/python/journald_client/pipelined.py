@@ -54,20 +54,17 @@ def _requests(q: queue.SimpleQueue[pb.AppendStreamRequest | None]) -> Iterator[A
         yield req
 
 
-class PipelinedWriter:
+class PipelinedWriter(inflight.WriterBase):
     """Appends of one run kept in flight on an ``AppendStream`` (``Run.pipelined``)."""
 
+    _cond: threading.Condition
+
     def __init__(self, run: Run, window: int = DEFAULT_WINDOW) -> None:
+        super().__init__(run, window, run._client.reconnect_timeout)
         self._run = run
-        self._book = inflight.InFlight(run.run_id, window, run.last_seq, run.next_iteration)
         self._cond = threading.Condition()
         self._queue: queue.SimpleQueue[pb.AppendStreamRequest | None] | None = None
         self._readers: list[threading.Thread] = []
-        self._budget = retry.Budget(run._client.reconnect_timeout)
-
-    @property
-    def window(self) -> int:
-        return self._book.window
 
     def append(self, entry: Entry) -> Pending[Ack]:
         """Submit one record; returns at once unless ``window`` appends are in flight."""
@@ -140,7 +137,7 @@ class PipelinedWriter:
         try:
             for resp in responses:
                 with self._cond:
-                    self._resolved([self._book.acked(resp.response)])
+                    self._follow(self._run, [self._book.acked(resp.response)])
             return
         except grpc.RpcError as exc:
             failure = self._run._client._error(exc)
@@ -151,14 +148,6 @@ class PipelinedWriter:
         finally:
             q.put(None)  # lets gRPC's sending thread leave the request iterator
         self._recover(failure)
-
-    def _resolved(self, items: list[inflight.Submitted]) -> None:
-        """Answered appends: the run follows the acknowledged ones and their waiters wake."""
-        inflight.follow(self._run, [i for i in items if i.error is None])
-        for item in items:
-            cast(threading.Event, item.token).set()
-        self._budget.reset()
-        self._cond.notify_all()
 
     def _recover(self, failure: errors.JournaldError) -> None:
         """After the stream failed: re-open and resend, or void what is in flight."""
@@ -174,13 +163,14 @@ class PipelinedWriter:
         except errors.JournaldError as final:
             with self._cond:
                 run = self._run
-                self._resolved(
-                    self._book.recovery_failed(final, run.next_iteration, run_closed=run.closed)
+                self._follow(
+                    self._run,
+                    self._book.recovery_failed(final, run.next_iteration, run_closed=run.closed),
                 )
             return
         with self._cond:
             found, resend = self._book.recovered(adopted)
-            self._resolved(found)
+            self._follow(self._run, found)
             if resend:
                 self._start_stream()
 

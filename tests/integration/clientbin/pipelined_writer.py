@@ -18,7 +18,7 @@ from typing import Any
 import journald_client as jc
 from journald_client.codec import Entry
 
-from tests.integration.clientbin.common import FP, say
+from tests.integration.clientbin.common import FP, say, writer_args
 
 WINDOW = 16
 
@@ -87,12 +87,8 @@ async def run_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--socket", required=True)
-    ap.add_argument("--run-id", required=True)
-    ap.add_argument("--stop-file", required=True)
+    ap = writer_args()
     ap.add_argument("--calls", type=int, default=12)
-    ap.add_argument("--max-steps", type=int, default=2000)
     ap.add_argument("--aio", action="store_true")
     args = ap.parse_args()
     if args.aio:
