@@ -5,6 +5,7 @@ naturally, and a refused append voids only itself and what was in flight behind 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import journald_client as jc
@@ -208,3 +209,25 @@ def test_while_a_pipelined_writer_is_open_unary_appends_are_refused_with_a_reaso
         assert run.user("after the block").seq == 3
         with pytest.raises(jc.LeaseLost, match="closed"):
             w.append(Entry.user("too late"))
+
+
+def test_a_pipelined_writer_that_cannot_reopen_its_run_says_why_on_every_call(
+    tmp_path: Path,
+) -> None:
+    daemon = Daemon(tmp_path, "file").start()  # its own daemon: this test restarts it
+    try:
+        with jc.connect(str(daemon.socket)) as client, client.start("done-sync", FP, "x") as run:
+            with run.pipelined(window=4) as w:
+                w.append(Entry.terminal("completed")).ack()
+                daemon.kill9()
+                daemon.start()
+                # the lease died with the daemon, and a completed run cannot be re-opened
+                with pytest.raises(jc.Completed):
+                    w.append(Entry.user("after the end")).ack()
+                for _ in range(2):
+                    with pytest.raises(jc.Completed):
+                        w.append(Entry.user("again"))  # the writer cannot go on, and says why
+                assert run.last_seq == 2
+            assert [r.seq for r in client.load("done-sync")] == [1, 2]
+    finally:
+        daemon.stop()

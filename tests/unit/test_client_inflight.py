@@ -87,6 +87,8 @@ def test_a_failure_voids_every_append_in_flight_and_resumes_after_the_last_ack(
     else:
         with pytest.raises(jc.InvalidRecord):
             book.submit([Entry.user("again")], single=True)
+    # closing flushes, but does not repeat why a writer cannot go on once it has said so
+    assert book.flush_on_close() is not broken
 
 
 def test_appends_found_stored_after_a_lost_answer_take_their_acks_in_order() -> None:

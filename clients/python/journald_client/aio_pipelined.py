@@ -104,7 +104,7 @@ class AsyncPipelinedWriter(inflight.WriterBase):
     async def close(self) -> None:
         """Flush, then end the stream (idempotent)."""
         try:
-            if not self._book.closed:
+            if self._book.flush_on_close():
                 await self.flush()
         finally:
             self._book.closed = True

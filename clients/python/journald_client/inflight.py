@@ -55,6 +55,7 @@ class InFlight:
         self.broken: errors.JournaldError | None = None
         """Set when the writer cannot go on (the lease is lost for good): every later call
         raises it."""
+        self._broken_told = False
         self.closed = False
         self.recovering = False
         """A lost stream is being recovered: new appends wait in ``items`` to be resent."""
@@ -70,10 +71,16 @@ class InFlight:
         if self.closed:
             raise closed_error(self.run_id)
         if self.broken is not None:
+            self._broken_told = True
             raise self.broken
         err, self._error = self._error, None
         if err is not None:
             raise err
+
+    def flush_on_close(self) -> bool:
+        """Whether closing should flush: not when the writer is closed already, nor when it
+        cannot go on and has said why (closing would only repeat it)."""
+        return not self.closed and (self.broken is None or not self._broken_told)
 
     def submit(self, entries: Sequence[Entry], *, single: bool) -> Submitted:
         """Stamp the next seqs on ``entries`` and put them in flight."""

@@ -102,7 +102,7 @@ class PipelinedWriter(inflight.WriterBase):
     def close(self) -> None:
         """Flush, then end the stream (idempotent)."""
         try:
-            if not self._book.closed:
+            if self._book.flush_on_close():
                 self.flush()
         finally:
             with self._cond:
