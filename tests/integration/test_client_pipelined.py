@@ -209,6 +209,11 @@ def test_while_a_pipelined_writer_is_open_unary_appends_are_refused_with_a_reaso
         assert run.user("after the block").seq == 3
         with pytest.raises(jc.LeaseLost, match="closed"):
             w.append(Entry.user("too late"))
+        with (
+            run.pipelined(window=4),
+            pytest.raises(jc.InvalidRequest, match="pipelined writer is open"),
+        ):
+            run.compact("a summary")  # its rebase would take a seq the writer numbers
 
 
 def test_a_pipelined_writer_that_cannot_reopen_its_run_says_why_on_every_call(

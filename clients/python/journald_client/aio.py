@@ -628,7 +628,7 @@ class AsyncRun(codec.RunView):
         """``AsyncClient.restore`` as the lease holder: the next append follows the rebase;
         ``state`` is refreshed."""
         async with self._lock:
-            self._check_open()
+            self._check_unary()
             req = codec.restore_request(
                 self.run_id, checkpoint_id, checkpoint=checkpoint, lease_id=self.lease_id
             )
@@ -647,7 +647,7 @@ class AsyncRun(codec.RunView):
         """``AsyncClient.compact`` as the lease holder: when compacted, the next append
         follows the rebase; ``state`` is refreshed."""
         async with self._lock:
-            self._check_open()
+            self._check_unary()
             req = codec.compact_request(
                 self.run_id,
                 summary,

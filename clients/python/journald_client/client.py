@@ -699,7 +699,7 @@ class Run(codec.RunView):
         """``Client.restore`` as the lease holder: the rebase takes the next seq, and this
         writer's next append follows it; ``state`` is refreshed."""
         with self._lock:
-            self._check_open()
+            self._check_unary()
             req = codec.restore_request(
                 self.run_id, checkpoint_id, checkpoint=checkpoint, lease_id=self.lease_id
             )
@@ -718,7 +718,7 @@ class Run(codec.RunView):
         """``Client.compact`` as the lease holder: when compacted, the rebase takes the next
         seq, and this writer's next append follows it; ``state`` is refreshed."""
         with self._lock:
-            self._check_open()
+            self._check_unary()
             req = codec.compact_request(
                 self.run_id,
                 summary,

@@ -344,8 +344,8 @@ class RunView:
             raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
 
     def _check_unary(self) -> None:
-        """Before an append of the run's own: refused while a pipelined writer numbers
-        the seqs."""
+        """Before an append of the run's own (a record, or the rebase of a compact or a
+        restore): refused while a pipelined writer numbers the seqs."""
         self._check_open()
         if self._pipelined is not None:
             raise errors.InvalidRequest(
