@@ -12,8 +12,10 @@ waited for, and killed by its pid if it overruns.
 
 Systems (one call = one record unless stated):
 * ``echo``: the no-op gRPC echo (bench/echo_server.py), 1 KB request;
-* ``unary`` / ``batch`` / ``stream``: journald Append with 1 record, Append with 16 records,
-  AppendStream with 1 record a message (each agent its own run and lease);
+* ``unary`` / ``batch``: journald Append with 1 record, Append with 16 records (each agent
+  its own run and lease);
+* ``stream``: the client's pipelined writer, 1 record a message, up to 16 in flight on one
+  AppendStream (each agent its own run and lease);
 * ``sqlite``: SQLite WAL, synchronous=FULL, one INSERT + COMMIT per record, one connection
   per agent, one shared database file;
 * ``sqlitesaver``: LangGraph ``SqliteSaver.put`` of a checkpoint holding the message;
@@ -268,6 +270,57 @@ class Journald(Agent):
             self.lease_call.cancel()
 
 
+class Pipelined(Journald):
+    """``stream``: the client's pipelined writer (``AsyncRun.pipelined``), window 16: each
+    step submits one record (waiting only while 16 are in flight) and counts the records
+    acknowledged since the last step; ``latencies`` are submit-to-ack times."""
+
+    WINDOW = 16
+    client: Any = None
+
+    def __init__(self, spec: dict[str, Any], agent_id: str) -> None:
+        super().__init__(spec, agent_id, "stream")
+        self.target = spec["target"]
+        self.run: Any = None
+        self.writer: Any = None
+        self.in_flight: list[tuple[float, Any]] = []
+        self.latencies: list[float] = []
+
+    async def setup(self) -> None:
+        import journald_client as jc
+
+        from tests.integration.clientbin.common import FP
+
+        if Pipelined.client is None:
+            Pipelined.client = jc.AsyncClient(self.target, name="bench")
+        self.run = await Pipelined.client.start(self.run_id, FP, [])
+        self.seq = self.run.last_seq
+        self.writer = self.run.pipelined(window=self.WINDOW)
+
+    async def step(self) -> int:
+        from journald_client.codec import Entry
+
+        self.seq += 1
+        handle = await self.writer.append(Entry(self.record(self.seq)))
+        self.in_flight.append((time.perf_counter(), handle))
+        done = 0
+        while self.in_flight and self.in_flight[0][1].done():
+            t0, first = self.in_flight.pop(0)
+            await first  # raises a failed append's error
+            self.latencies.append(time.perf_counter() - t0)
+            done += 1
+        return done
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            await self.writer.close()
+        if self.run is not None:
+            await self.run.close()
+        if Pipelined.client is not None:
+            client, Pipelined.client = Pipelined.client, None
+            await client.close()
+
+
 class NatsDirect(Agent):
     conn: Any = None
 
@@ -309,7 +362,9 @@ def make_agent(spec: dict[str, Any], agent_id: str) -> Agent:
         return Session(spec, agent_id)
     if system == "echo":
         return Echo(spec, agent_id)
-    if system in ("unary", "batch", "stream"):
+    if system == "stream":
+        return Pipelined(spec, agent_id)
+    if system in ("unary", "batch"):
         return Journald(spec, agent_id, system)
     if system == "nats":
         return NatsDirect(spec, agent_id)
@@ -345,7 +400,11 @@ async def child_run(
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
             n = await agent.step()
-            lat.append(time.perf_counter() - t0)
+            if isinstance(agent, Pipelined):  # a step only submits: time the acks
+                lat.extend(agent.latencies)
+                agent.latencies.clear()
+            else:
+                lat.append(time.perf_counter() - t0)
             count += n
 
     await asyncio.gather(*(drive(a) for a in agents))

@@ -12,7 +12,7 @@ LABELS: dict[str, str] = {
     "inproc": "journald in-process FileStore.append",
     "unary": "journald daemon, unary Append (1 record)",
     "batch": "journald daemon, Append of 16 records",
-    "stream": "journald daemon, AppendStream (1 record/msg)",
+    "stream": "journald daemon, pipelined AppendStream (1 record/msg, 16 in flight)",
     "js-unary": "journald daemon on JetStream, unary Append",
     "nats": "direct nats-py js.publish (same stream)",
     "sqlite": "SQLite WAL synchronous=FULL, insert+commit",

@@ -5,6 +5,7 @@ every file; this package never touches the disk.
 """
 
 from journald_client.aio import AsyncClient, AsyncRun, connect_async
+from journald_client.aio_pipelined import AsyncPending, AsyncPipelinedWriter
 from journald_client.client import Client, Run, Watch, connect
 from journald_client.codec import Entry
 from journald_client.errors import (
@@ -45,6 +46,7 @@ from journald_client.errors import (
 )
 from journald_client.fingerprint import Fingerprint, compute
 from journald_client.paths import default_socket_path
+from journald_client.pipelined import Pending, PipelinedWriter
 from journald_client.state import (
     Ack,
     AttachmentRef,
@@ -76,6 +78,8 @@ __all__ = [
     "MESSAGE_WINDOW",
     "Ack",
     "AsyncClient",
+    "AsyncPending",
+    "AsyncPipelinedWriter",
     "AsyncRun",
     "AttachmentNotFound",
     "AttachmentRef",
@@ -110,8 +114,10 @@ __all__ = [
     "LeaseWarning",
     "Locked",
     "NotFoundError",
+    "Pending",
     "PendingResult",
     "PendingTurn",
+    "PipelinedWriter",
     "ProviderChanged",
     "QuarantinedRecord",
     "RecoverResult",

@@ -11,7 +11,6 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, cast
@@ -19,7 +18,8 @@ from typing import Any, cast
 import grpc
 import grpc.aio
 
-from journald_client import codec, errors, window
+from journald_client import codec, errors, retry, window
+from journald_client.aio_pipelined import DEFAULT_WINDOW, AsyncPipelinedWriter
 from journald_client.client import (
     MAX_MESSAGE_BYTES,
     RELEASE_TIMEOUT_S,
@@ -167,33 +167,27 @@ class AsyncClient:
     async def _open_retrying(
         self, params: OpenParams, req: pb.OpenRequest
     ) -> tuple[_AsyncLease, bool]:
-        """``Client._open_retrying`` for asyncio: the same Open, retried while the daemon
-        restarts; a create whose reply was lost resumes its own run."""
-        deadline: float | None = None
-        delays = codec.backoff()
-        attempted = adopted = False
-        while True:
-            try:
-                lease = await self._open_req(params, req)
-                return lease, lease.lease.created or adopted
-            except errors.SessionExists:
-                if not attempted or not await self._created_by(req):
-                    raise
-                req = codec.resume_of(req)
-                adopted = True
-                continue
-            except errors.JournaldError as err:
-                if not codec.open_retryable(err):
-                    raise
-                now = time.monotonic()
-                deadline = deadline if deadline is not None else now + self.reconnect_timeout
-                if now >= deadline:
-                    raise
-                if not await self._ready(min(deadline - now, 1.0)):
-                    continue
-                await asyncio.sleep(min(next(delays), max(0.0, deadline - time.monotonic())))
-            finally:
-                attempted = True
+        """``Client._open_retrying`` for asyncio (the same ``retry.open_run``)."""
+
+        async def do(step: retry.Step) -> Any:
+            if isinstance(step, retry.OpenCall):
+                return await self._open_req(params, step.request)
+            if isinstance(step, retry.CreatedBy):
+                return await self._created_by(step.request)
+            return await self._wait_step(step)
+
+        steps = retry.open_run(req, self.reconnect_timeout)
+        lease: tuple[_AsyncLease, bool] = await retry.drive_async(steps, do)
+        return lease
+
+    async def _wait_step(self, step: retry.Step) -> Any:
+        """The steps that only wait: ``Sleep`` and ``Probe``."""
+        if isinstance(step, retry.Sleep):
+            await asyncio.sleep(step.seconds)
+            return None
+        if isinstance(step, retry.Probe):
+            return await self._ready(step.timeout_s)
+        raise TypeError(f"unexpected retry step {step!r}")  # pragma: no cover - a bug
 
     async def _created_by(self, req: pb.OpenRequest) -> bool:
         try:
@@ -547,8 +541,7 @@ class AsyncRun(codec.RunView):
         if not entries:
             return []
         async with self._lock:
-            if self.closed:
-                raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+            self._check_unary()
             records = codec.stamp(entries, self.last_seq + 1, self.next_iteration)
             acks = await self._send(records)
             self.last_seq = acks[-1].seq
@@ -556,86 +549,42 @@ class AsyncRun(codec.RunView):
             return acks
 
     async def _send(self, records: list[pb.Record]) -> list[Ack]:
-        deadline: float | None = None
-        delays = codec.backoff()
-        while True:
-            req = pb.AppendRequest(run_id=self.run_id, lease_id=self.lease_id, records=records)
-            try:
-                resp = await self._client._stub.Append(req, metadata=codec.metadata())
+        async def do(step: retry.Step) -> Any:
+            if isinstance(step, retry.Call):
+                req = pb.AppendRequest(run_id=self.run_id, lease_id=self.lease_id, records=records)
+                try:
+                    resp = await self._client._stub.Append(req, metadata=codec.metadata())
+                except grpc.RpcError as exc:
+                    raise self._client._error(exc) from None
                 return codec.acks_from_pb(resp, records)
-            except grpc.RpcError as exc:
-                err = self._client._error(exc)
-            if not (codec.needs_reopen(err) or codec.retry_in_place(err)):
-                raise err
-            if deadline is None:
-                deadline = time.monotonic() + self._client.reconnect_timeout
-            if time.monotonic() >= deadline:
-                raise err
-            if codec.retry_in_place(err):
-                await asyncio.sleep(next(delays))
-                continue
-            adopted = await self._reopen(deadline, records, err)
-            if adopted is not None:
-                return adopted
+            return await self._recovery_step(step)
 
-    async def _reopen(
-        self, deadline: float, records: list[pb.Record], cause: errors.JournaldError
-    ) -> list[Ack] | None:
-        await self._lease.cancel()
-        last: errors.JournaldError = cause
-        for delay in codec.backoff():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise last
-            if self.closed:
-                raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
-            if not await self._client._ready(min(remaining, 1.0)):
-                last = errors.unreachable(self._client.target, "reconnecting")
-                continue
-            try:
-                lease = await self._client._open(self._params, create=False)
-            except errors.Completed as err:
-                adopted = await self._adopt(records)
-                if adopted is None:
-                    raise err from None
-                return adopted
-            except errors.JournaldError as err:
-                if not codec.reopen_retryable(err):
-                    raise
-                last = err
-                await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                continue
+        steps = retry.send(self._retry_writer(), records, self._client.reconnect_timeout)
+        acks: list[Ack] = await retry.drive_async(steps, do)
+        return acks
+
+    def _retry_writer(self) -> retry.Writer:
+        return retry.Writer(self.run_id, self._client.target, lambda: self.closed)
+
+    async def _recovery_step(self, step: retry.Step) -> Any:
+        """Do a step of ``retry.recover`` (see ``Run._recovery_step``)."""
+        if isinstance(step, retry.CancelLease):
+            await self._lease.cancel()
+            return None
+        if isinstance(step, retry.Reopen):
+            lease = await self._client._open(self._params, create=False)
             self._lease = lease
             self.reconnects += 1
             self._state_changed(codec.state_from_pb(lease.lease.state, lease.lease.warnings))
-            if self.closed:
-                await lease.cancel()
-                raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
-            stored = lease.lease.last_seq
-            if stored < records[0].seq - 1:
-                raise errors.StoreCorrupted(
-                    f"run {self.run_id}: after reconnecting, the daemon's last seq is {stored} "
-                    f"but seq {records[0].seq - 1} was acknowledged before; acknowledged "
-                    "records are missing",
-                    metadata={"run_id": self.run_id, "last_seq": str(stored)},
-                )
-            return None
-        raise last  # pragma: no cover
-
-    async def _adopt(self, records: list[pb.Record]) -> list[Ack] | None:
-        try:
-            call = self._client._stub.Load(
-                pb.LoadRequest(run_id=self.run_id, from_seq=records[0].seq),
-                metadata=codec.metadata(),
-            )
-            stored = [m.record async for m in call]
-        except grpc.RpcError:
-            return None
-        if len(stored) < len(records):
-            return None
-        if not all(codec.same_record(a, b) for a, b in zip(records, stored, strict=False)):
-            return None
-        return [Ack(s.seq, s.hash, "unspecified", True) for s in stored[: len(records)]]
+            return lease.lease.last_seq
+        if isinstance(step, retry.Load):
+            req = pb.LoadRequest(run_id=self.run_id, from_seq=step.from_seq)
+            try:
+                call = self._client._stub.Load(req, metadata=codec.metadata())
+                return [m.record async for m in call]
+            except grpc.RpcError:
+                return None
+        return await self._client._wait_step(step)
 
     async def fold(self) -> RunState:
         return await self._client.fold(self.run_id)
@@ -679,7 +628,7 @@ class AsyncRun(codec.RunView):
         """``AsyncClient.restore`` as the lease holder: the next append follows the rebase;
         ``state`` is refreshed."""
         async with self._lock:
-            self._check_open()
+            self._check_unary()
             req = codec.restore_request(
                 self.run_id, checkpoint_id, checkpoint=checkpoint, lease_id=self.lease_id
             )
@@ -698,7 +647,7 @@ class AsyncRun(codec.RunView):
         """``AsyncClient.compact`` as the lease holder: when compacted, the next append
         follows the rebase; ``state`` is refreshed."""
         async with self._lock:
-            self._check_open()
+            self._check_unary()
             req = codec.compact_request(
                 self.run_id,
                 summary,
@@ -712,9 +661,14 @@ class AsyncRun(codec.RunView):
                 await self._rebased(result.ack)
             return result
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+    def pipelined(self, window: int = DEFAULT_WINDOW) -> AsyncPipelinedWriter:
+        """A writer that keeps up to ``window`` appends in flight on one stream, each with
+        its own ack (``journald_client.aio_pipelined``); use it as an ``async with`` block.
+        While it is open, append through it only."""
+        self._check_unary()
+        writer = AsyncPipelinedWriter(self, window)
+        self._pipelined = writer
+        return writer
 
     async def _rebased(self, ack: Ack) -> None:
         self.last_seq = max(self.last_seq, ack.seq)

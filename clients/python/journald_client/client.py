@@ -27,12 +27,13 @@ from typing import Any
 
 import grpc
 
-from journald_client import codec, errors, window
+from journald_client import codec, errors, retry, window
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import grpc_target
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
+from journald_client.pipelined import DEFAULT_WINDOW, PipelinedWriter
 from journald_client.state import (
     Ack,
     AttachmentRef,
@@ -190,35 +191,27 @@ class Client:
         return _Lease(call, first.lease)
 
     def _open_retrying(self, params: OpenParams, req: pb.OpenRequest) -> tuple[_Lease, bool]:
-        """Open, retrying with backoff for ``reconnect_timeout`` while the daemon restarts
-        (as appends do). The request is built once, so every attempt is the same Open: a
-        create whose reply was lost finds its own run on the next attempt and resumes it.
-        Returns the lease and whether this call created the run."""
-        deadline: float | None = None
-        delays = codec.backoff()
-        attempted = adopted = False
-        while True:
-            try:
-                lease = self._open_req(params, req)
-                return lease, lease.lease.created or adopted
-            except errors.SessionExists:
-                if not attempted or not self._created_by(req):
-                    raise
-                req = codec.resume_of(req)  # our own create went through; only its reply was lost
-                adopted = True
-                continue
-            except errors.JournaldError as err:
-                if not codec.open_retryable(err):
-                    raise
-                now = time.monotonic()
-                deadline = deadline if deadline is not None else now + self.reconnect_timeout
-                if now >= deadline:
-                    raise
-                if not self._ready(min(deadline - now, 1.0)):
-                    continue
-                time.sleep(min(next(delays), max(0.0, deadline - time.monotonic())))
-            finally:
-                attempted = True
+        """Open, retrying while the daemon restarts (``retry.open_run``). Returns the lease
+        and whether this call created the run."""
+
+        def do(step: retry.Step) -> Any:
+            if isinstance(step, retry.OpenCall):
+                return self._open_req(params, step.request)
+            if isinstance(step, retry.CreatedBy):
+                return self._created_by(step.request)
+            return self._wait_step(step)
+
+        lease: tuple[_Lease, bool] = retry.drive(retry.open_run(req, self.reconnect_timeout), do)
+        return lease
+
+    def _wait_step(self, step: retry.Step) -> Any:
+        """The steps that only wait: ``Sleep`` and ``Probe``."""
+        if isinstance(step, retry.Sleep):
+            time.sleep(step.seconds)
+            return None
+        if isinstance(step, retry.Probe):
+            return self._ready(step.timeout_s)
+        raise TypeError(f"unexpected retry step {step!r}")  # pragma: no cover - a bug
 
     def _created_by(self, req: pb.OpenRequest) -> bool:
         try:
@@ -617,8 +610,7 @@ class Run(codec.RunView):
         if not entries:
             return []
         with self._lock:
-            if self.closed:
-                raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+            self._check_unary()
             records = codec.stamp(entries, self.last_seq + 1, self.next_iteration)
             acks = self._send(records)
             self.last_seq = acks[-1].seq
@@ -626,88 +618,42 @@ class Run(codec.RunView):
             return acks
 
     def _send(self, records: list[pb.Record]) -> list[Ack]:
-        deadline: float | None = None
-        delays = codec.backoff()
-        while True:
-            req = pb.AppendRequest(run_id=self.run_id, lease_id=self.lease_id, records=records)
-            try:
-                resp = self._client._stub.Append(req, metadata=codec.metadata())
+        def do(step: retry.Step) -> Any:
+            if isinstance(step, retry.Call):
+                req = pb.AppendRequest(run_id=self.run_id, lease_id=self.lease_id, records=records)
+                try:
+                    resp = self._client._stub.Append(req, metadata=codec.metadata())
+                except grpc.RpcError as exc:
+                    raise self._client._error(exc) from None
                 return codec.acks_from_pb(resp, records)
-            except grpc.RpcError as exc:
-                err = self._client._error(exc)
-            if not (codec.needs_reopen(err) or codec.retry_in_place(err)):
-                raise err
-            if deadline is None:
-                deadline = time.monotonic() + self._client.reconnect_timeout
-            if time.monotonic() >= deadline:
-                raise err
-            if codec.retry_in_place(err):
-                time.sleep(next(delays))
-                continue
-            adopted = self._reopen(deadline, records, err)
-            if adopted is not None:
-                return adopted
+            return self._recovery_step(step)
 
-    def _reopen(
-        self, deadline: float, records: list[pb.Record], cause: errors.JournaldError
-    ) -> list[Ack] | None:
-        """Reconnect and re-open in resume mode; returns acks only when the batch turns out
-        to be stored already and the run can no longer be opened (a lost ``completed`` ack)."""
-        self._lease.cancel()
-        last: errors.JournaldError = cause
-        for delay in codec.backoff():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise last
-            if self.closed:
-                raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
-            if not self._client._ready(min(remaining, 1.0)):
-                last = errors.unreachable(self._client.target, "reconnecting")
-                continue
-            try:
-                lease = self._client._open(self._params, create=False)
-            except errors.Completed as err:
-                adopted = self._adopt(records)
-                if adopted is None:
-                    raise err from None
-                return adopted
-            except errors.JournaldError as err:
-                if not codec.reopen_retryable(err):
-                    raise
-                last = err
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                continue
+        acks: list[Ack] = retry.drive(
+            retry.send(self._retry_writer(), records, self._client.reconnect_timeout), do
+        )
+        return acks
+
+    def _retry_writer(self) -> retry.Writer:
+        return retry.Writer(self.run_id, self._client.target, lambda: self.closed)
+
+    def _recovery_step(self, step: retry.Step) -> Any:
+        """Do a step of ``retry.recover``: re-open the lease, read what is stored, wait."""
+        if isinstance(step, retry.CancelLease):
+            self._lease.cancel()
+            return None
+        if isinstance(step, retry.Reopen):
+            lease = self._client._open(self._params, create=False)
             self._lease = lease
             self.reconnects += 1
             self._state_changed(self._decode_state(lease.lease.state, lease.lease.warnings))
-            if self.closed:  # closed while we were re-opening: do not keep the new lease
-                lease.cancel()
-                raise errors.LeaseLost(f"run {self.run_id}: this writer was closed") from cause
-            stored = lease.lease.last_seq
-            if stored < records[0].seq - 1:
-                raise errors.StoreCorrupted(
-                    f"run {self.run_id}: after reconnecting, the daemon's last seq is {stored} "
-                    f"but seq {records[0].seq - 1} was acknowledged before; acknowledged "
-                    "records are missing",
-                    metadata={"run_id": self.run_id, "last_seq": str(stored)},
-                )
-            return None
-        raise last  # pragma: no cover - backoff() never ends
-
-    def _adopt(self, records: list[pb.Record]) -> list[Ack] | None:
-        try:
-            call = self._client._stub.Load(
-                pb.LoadRequest(run_id=self.run_id, from_seq=records[0].seq),
-                metadata=codec.metadata(),
-            )
-            stored = [m.record for m in call]
-        except grpc.RpcError:
-            return None
-        if len(stored) < len(records):
-            return None
-        if not all(codec.same_record(a, b) for a, b in zip(records, stored, strict=False)):
-            return None
-        return [Ack(s.seq, s.hash, "unspecified", True) for s in stored[: len(records)]]
+            return lease.lease.last_seq
+        if isinstance(step, retry.Load):
+            req = pb.LoadRequest(run_id=self.run_id, from_seq=step.from_seq)
+            try:
+                return [m.record for m in self._client._stub.Load(req, metadata=codec.metadata())]
+            except grpc.RpcError:
+                return None
+        return self._client._wait_step(step)
 
     # --- reads and recovery ------------------------------------------------------------
 
@@ -753,7 +699,7 @@ class Run(codec.RunView):
         """``Client.restore`` as the lease holder: the rebase takes the next seq, and this
         writer's next append follows it; ``state`` is refreshed."""
         with self._lock:
-            self._check_open()
+            self._check_unary()
             req = codec.restore_request(
                 self.run_id, checkpoint_id, checkpoint=checkpoint, lease_id=self.lease_id
             )
@@ -772,7 +718,7 @@ class Run(codec.RunView):
         """``Client.compact`` as the lease holder: when compacted, the rebase takes the next
         seq, and this writer's next append follows it; ``state`` is refreshed."""
         with self._lock:
-            self._check_open()
+            self._check_unary()
             req = codec.compact_request(
                 self.run_id,
                 summary,
@@ -786,9 +732,15 @@ class Run(codec.RunView):
                 self._rebased(result.ack)
             return result
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+    def pipelined(self, window: int = DEFAULT_WINDOW) -> PipelinedWriter:
+        """A writer that keeps up to ``window`` appends in flight on one stream, each with
+        its own ack (``journald_client.pipelined``); use it as a ``with`` block. While it is
+        open, append through it only."""
+        with self._lock:
+            self._check_unary()
+            writer = PipelinedWriter(self, window)
+            self._pipelined = writer
+            return writer
 
     def _rebased(self, ack: Ack) -> None:
         """After a rebase appended under our lease at ``ack.seq`` (caller holds the lock)."""

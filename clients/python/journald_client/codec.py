@@ -336,6 +336,22 @@ class RunView:
         self._open_calls: list[ToolCall] = open_calls_of(self.state)
         self.reconnects = 0
         self.closed = False
+        self._pipelined: object | None = None
+        """The open pipelined writer, which alone numbers this run's seqs while it is open."""
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise errors.LeaseLost(f"run {self.run_id}: this writer is closed")
+
+    def _check_unary(self) -> None:
+        """Before an append of the run's own (a record, or the rebase of a compact or a
+        restore): refused while a pipelined writer numbers the seqs."""
+        self._check_open()
+        if self._pipelined is not None:
+            raise errors.InvalidRequest(
+                f"run {self.run_id}: a pipelined writer is open on this run; append through "
+                "it, or leave its block first (two writers would number the same seqs)"
+            )
 
     def _decode_state(self, st: pb.RunState, warnings: Sequence[pb.Warning]) -> RunState:
         """The state of a lease (the sync writer completes a message window lazily)."""

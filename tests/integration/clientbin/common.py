@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import journald_client as jc
@@ -20,3 +21,13 @@ FP = jc.compute(
 def say(*parts: object) -> None:
     print(*parts, flush=True)
     sys.stdout.flush()
+
+
+def writer_args() -> argparse.ArgumentParser:
+    """The arguments every writer program takes: where, which run, when to stop."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--stop-file", required=True)
+    ap.add_argument("--max-steps", type=int, default=2000)
+    return ap

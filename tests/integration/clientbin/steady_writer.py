@@ -6,20 +6,15 @@ run and resends the unacknowledged record at the same seq with the same bytes.""
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import journald_client as jc
 
-from tests.integration.clientbin.common import FP, say
+from tests.integration.clientbin.common import FP, say, writer_args
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--socket", required=True)
-    ap.add_argument("--run-id", required=True)
-    ap.add_argument("--stop-file", required=True)
-    ap.add_argument("--max-steps", type=int, default=2000)
+    ap = writer_args()
     args = ap.parse_args()
     with (
         jc.Client(args.socket, name="steady-writer", reconnect_timeout=60.0) as client,
