@@ -60,7 +60,9 @@ def replicated_stream(cluster: NatsCluster, name: str) -> None:
 async def bucket_leader(urls: list[str], bucket: str) -> str:
     nc = await nats.connect(urls)
     try:
-        return str((await nc.jsm().stream_info(stream_of(bucket))).cluster.leader)
+        info = await nc.jsm().stream_info(stream_of(bucket))
+        assert info.cluster is not None
+        return str(info.cluster.leader)
     finally:
         await nc.close()
 
