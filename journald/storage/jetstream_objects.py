@@ -49,6 +49,8 @@ WRONG_LAST_SEQUENCE = 10071
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_ROLLUP = "Nats-Rollup"
 HDR_EXPECT_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+MAX_SUBJECT_PAGES = 10_000
+"""Bound on the pages of one listing (a billion objects)."""
 
 TRANSIENT: tuple[type[BaseException], ...] = (
     nats.errors.TimeoutError,
@@ -92,6 +94,7 @@ class ObjectBucket:
         self.bucket = bucket
         self.stream = stream_of(bucket)
         self.retry_window_s = retry_window_s
+        self.ack_timeout_s = ack_timeout_s
 
     def meta_subject(self, name: str) -> str:
         return f"$O.{self.bucket}.M.{_b64(name.encode())}"
@@ -264,19 +267,35 @@ class ObjectBucket:
         await self._purge(self.chunk_subject(str(info.get("nuid", ""))))
         return True
 
+    async def _meta_subjects(self, meta_prefix: str) -> list[str]:
+        """Every meta subject of the bucket: stream info with a subject filter, page by page
+        (the server returns at most 100,000 subjects per answer)."""
+        out: list[str] = []
+        for _ in range(MAX_SUBJECT_PAGES):
+            request = {"subjects_filter": meta_prefix + ">", "offset": len(out)}
+
+            async def op(req: bytes = json.dumps(request).encode()) -> Any:
+                subject = f"$JS.API.STREAM.INFO.{self.stream}"
+                return await self._nc.request(subject, req, timeout=self.ack_timeout_s)
+
+            try:
+                msg = await self._retrying("listing objects", op)
+            except nats.errors.Error as exc:
+                raise self._api_error("listing objects", exc) from exc
+            answer = json.loads(msg.data)
+            if "error" in answer:
+                raise self._api_error("listing objects", ValueError(answer["error"]))
+            page = list((answer.get("state") or {}).get("subjects") or {})
+            out += page
+            if not page or len(out) >= int(answer.get("total") or 0):
+                break
+        return out
+
     async def names(self, prefix: str = "") -> list[str]:
         """Every object name starting with ``prefix``, sorted."""
         meta_prefix = f"$O.{self.bucket}.M."
-
-        async def op() -> Any:
-            return await self._jsm.stream_info(self.stream, subjects_filter=meta_prefix + ">")
-
-        try:
-            info = await self._retrying("listing objects", op)
-        except nats.js.errors.APIError as exc:
-            raise self._api_error("listing objects", exc) from exc
         out = []
-        for subject in info.state.subjects or {}:
+        for subject in await self._meta_subjects(meta_prefix):
             try:
                 name = base64.urlsafe_b64decode(subject[len(meta_prefix) :]).decode()
             except (ValueError, UnicodeDecodeError):
