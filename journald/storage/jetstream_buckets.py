@@ -8,9 +8,10 @@ beyond any single message (``max_payload``, 1 MiB by default); the Object Store 
 and ``journald.storage.jetstream_objects`` adds the write-once fence a KV ``create`` would
 have given.
 
-The buckets are bound like the stream (docs/design.md#jetstream-backend): journald never
-creates one. A missing bucket, or one whose settings could lose what the stream keeps, is
-refused with the ``nats object ...`` commands that fix it:
+The buckets are bound like the stream
+(docs/design.md#run-buckets-checkpoints-marks-and-attachments): journald never creates one.
+A missing bucket, or one whose settings could lose what the stream keeps, is refused with
+the ``nats object ...`` commands that fix it:
 
 * file storage (memory storage loses every checkpoint when the servers restart);
 * at least the stream's replicas (a checkpoint is as durable as the records it copies);

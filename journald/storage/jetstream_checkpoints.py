@@ -2,7 +2,8 @@
 
 With these stores a run on JetStream moves between hosts whole: host B lists and restores the
 checkpoints host A made and serves the attachments A's writer uploaded
-(docs/design.md#jetstream-backend). Layout (buckets: ``journald.storage.jetstream_buckets``):
+(docs/design.md#run-buckets-checkpoints-marks-and-attachments). Layout (buckets:
+``journald.storage.jetstream_buckets``):
 
 * ``<STREAM>_CHECKPOINTS``: ``<run>/<ULID>`` holds a checkpoint in the file store's document
   format (``encode_file``: canonical, so a checkpoint copied between backends is the same

@@ -9,6 +9,8 @@ checkpoint. Also here: what only the JetStream store promises beyond the shared 
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -31,8 +33,10 @@ from journald.storage.jetstream_checkpoints import bind_run_stores
 from journald.storage.jetstream_config import Cli
 from journald.storage.jetstream_objects import stream_of
 from tests.nats_server import NatsServer, create_stream, delete_stream
-from tests.natscli import printed_commands, run_all
+from tests.natscli import printed_commands, printed_env, run_all
 from tests.storage.test_checkpoint_contract import checkpoint
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats"
 
 pytestmark = pytest.mark.timeout(1800)  # building natscli the first time takes minutes
 
@@ -106,6 +110,26 @@ async def test_missing_buckets_are_refused_with_object_add_lines_that_work(
         for role in (CHECKPOINTS, ATTACHMENTS)
     ]
     run_all(fixes, natscli, tmp_path / "home")
+    await binds_and_stores(server.url, stream)
+
+
+async def test_the_deploy_script_creates_buckets_the_binding_accepts(
+    server: NatsServer, stream: str, natscli: str, tmp_path: Path
+) -> None:
+    await replace_bucket(server.url, stream, CHECKPOINTS)
+    await replace_bucket(server.url, stream, ATTACHMENTS)
+    env = printed_env(tmp_path / "home", server.url)
+    env["PATH"] = f"{Path(natscli).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(  # noqa: ASYNC221 - a short CLI run; nothing else runs meanwhile
+        [str(DEPLOY / "buckets.sh"), stream, "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
     await binds_and_stores(server.url, stream)
 
 
