@@ -39,6 +39,7 @@ import nats.js.errors
 
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, JournaldError, StorageFull
+from journald.storage.jetstream import _TRANSIENT as TRANSIENT
 
 T = TypeVar("T")
 
@@ -51,18 +52,6 @@ HDR_ROLLUP = "Nats-Rollup"
 HDR_EXPECT_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 MAX_SUBJECT_PAGES = 10_000
 """Bound on the pages of one listing (a billion objects)."""
-
-TRANSIENT: tuple[type[BaseException], ...] = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    nats.js.errors.NoStreamResponseError,
-    nats.js.errors.ServiceUnavailableError,
-    asyncio.TimeoutError,
-    ConnectionError,
-)
 
 
 class NameTaken(Exception):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +24,9 @@ from nats.js.api import ObjectStoreConfig, StorageType
 from journald.checkpoints import verify_export
 from journald.storage.jetstream_buckets import CHECKPOINTS, bucket_name
 from journald.storage.jetstream_objects import stream_of
-from tests.daemon import JOURNALD, Daemon
+from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.integration.test_serve_refusals import serve
 from tests.nats_server import NatsCluster, create_stream
 from tests.natscli import printed_commands, run_all
 from tests.waiting import eventually_async, wait_until
@@ -85,18 +85,12 @@ def test_a_bucket_with_fewer_replicas_than_the_stream_is_refused_with_an_edit_th
     asyncio.run(shrink())
     urls = ",".join(cluster.urls)
     flags = ["--backend", "jetstream", "--nats-url", urls, "--stream", "FEW"]
-    sock = f"/tmp/jd-few-{os.getpid()}/s"
-    refused = subprocess.run(
-        [*JOURNALD, "serve", "--data-dir", str(tmp_path / "d0"), "--socket", sock, *flags],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert refused.returncode == 2, refused.stderr
-    assert f"bucket {bucket} is not safe for journald: it has 1 replica(s)" in refused.stderr
-    assert "at least the stream's 3" in refused.stderr
-    fixes = printed_commands(refused.stderr)
+    code, err = serve(tmp_path, *flags)
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    assert f"journald: bucket {bucket} is not safe for journald: it has 1 replica(s)" in err
+    assert "at least the stream's 3" in err
+    fixes = printed_commands(err)
     assert fixes == [f"nats --server {urls} object edit {bucket} --replicas=3"]
     run_all(fixes, natscli, tmp_path / "home")
     (tmp_path / "after").mkdir()

@@ -1,6 +1,6 @@
 """The JetStream run buckets are bound like the stream: never created, refused with a fix.
 
-Each test makes a stream whose buckets are missing or unsafe on this module's nats-server,
+Each test makes a stream whose buckets are missing or unsafe on the session's nats-server,
 lets the binding refuse it, runs every printed fix with the pinned `nats` binary
 (tests/natscli.py, stdin closed) and shows that the binding then succeeds and stores a
 checkpoint. Also here: what only the JetStream store promises beyond the shared contract
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from journald.storage.jetstream_config import Cli
 from journald.storage.jetstream_objects import stream_of
 from tests.nats_server import NatsServer, create_stream, delete_stream
 from tests.natscli import printed_commands, printed_env, run_all
+from tests.storage.backend_jetstream import session_server
 from tests.storage.test_checkpoint_contract import checkpoint
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats"
@@ -41,14 +42,9 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats"
 pytestmark = pytest.mark.timeout(1800)  # building natscli the first time takes minutes
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    s = NatsServer(tmp_path_factory.mktemp("nats-buckets"))
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
+@pytest.fixture
+def server() -> NatsServer:
+    return session_server()
 
 
 @pytest.fixture
