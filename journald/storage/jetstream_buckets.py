@@ -30,8 +30,8 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 
-from journald.core.errors import BackendUnavailable
 from journald.storage.jetstream_config import Cli, NatsConfigError, _enum
+from journald.storage.jetstream_connect import no_answer
 from journald.storage.jetstream_objects import ObjectBucket, stream_of
 
 CHECKPOINTS = "CHECKPOINTS"
@@ -156,11 +156,7 @@ async def bind_buckets(
     try:
         replicas = int((await jsm.stream_info(stream)).config.num_replicas or 1)
     except (TimeoutError, nats.errors.Error, OSError) as exc:
-        raise BackendUnavailable(
-            f"NATS at {where} did not answer the stream info request for {stream} "
-            f"({type(exc).__name__}); retry when the server is healthy",
-            metadata={"url": where},
-        ) from exc
+        raise no_answer(where, f"the stream info request for {stream}", exc) from exc
     out: dict[str, ObjectBucket | None] = {}
     missing: list[str] = []
     for role in ROLES:
@@ -172,11 +168,7 @@ async def bind_buckets(
             out[role] = None
             continue
         except (TimeoutError, nats.errors.Error, OSError) as exc:
-            raise BackendUnavailable(
-                f"NATS at {where} did not answer the info request for bucket {name} "
-                f"({type(exc).__name__}); retry when the server is healthy",
-                metadata={"url": where, "bucket": name},
-            ) from exc
+            raise no_answer(where, f"the info request for bucket {name}", exc) from exc
         if required:
             check_bucket_config(
                 name, info.config, replicas, objects=int(info.state.messages or 0), cli=cli
