@@ -15,6 +15,9 @@ Grammar: ``name=action[:arg][@n]`` items separated by ``,`` or ``;``.
   for tests that crash a store without killing the test process. No error handler of the
   write path catches it, so nothing after the point runs (no truncate-back, no advance);
   the test then abandons the store and opens the data again, as a restarted daemon would
+* ``wait:PATH``   hold here until the file PATH exists (bounded: 120 s), after creating
+  ``PATH.reached`` so the test knows the point was reached (a test then acts, e.g. kills a
+  NATS node, and creates PATH to let the write go on)
 * ``on``          switch on a deliberately wrong variant (the ``bug_*`` points below); ``hit``
   ignores it, the code asks ``is_on``
 * ``@n``          fire only on the n-th hit of that point (1-based); without it, every hit
@@ -34,7 +37,9 @@ recorded in the manifest, staged volume not yet renamed in), ``after_prune_renam
 
 Points used by the JetStream backend (``journald.storage.jetstream``): ``before_write``
 (nothing of the append published yet) and ``after_fsync_before_advance`` (the server
-acknowledged every record, the journal has not advanced).
+acknowledged every record, the journal has not advanced); by its object buckets
+(``journald.storage.jetstream_objects``): ``js_object_before_meta`` (every chunk of a
+checkpoint, mark or attachment acknowledged, its meta message not yet published).
 
 Deliberately wrong variants (``=on``), which exist only to prove that the tests catch them:
 
@@ -64,9 +69,11 @@ POINTS = (
     "mid_prune_stage",
     "mid_prune_rename",
     "after_prune_rename",
+    "js_object_before_meta",
     "bug_ack_before_fsync",
 )
-ACTIONS = ("kill", "raise", "sleep", "crash", "on")
+ACTIONS = ("kill", "raise", "sleep", "crash", "wait", "on")
+WAIT_LIMIT_S = 120.0
 
 
 class Crash(BaseException):
@@ -112,6 +119,8 @@ def parse(spec: str) -> dict[str, _Point]:
             raise ValueError(f"{ENV}: unknown errno name {arg!r} in {item!r}")
         if act == "sleep":
             float(arg)
+        if act == "wait" and not arg:
+            raise ValueError(f"{ENV}: wait needs a file path (name=wait:PATH) in {item!r}")
         out[name] = _Point(act, arg, nth)
     return out
 
@@ -153,8 +162,18 @@ def hit(name: str) -> None:
         raise OSError(code, f"failpoint {name}: {os.strerror(code)}")
     elif point.action == "crash":
         raise Crash(f"failpoint {name}: simulated crash")
+    elif point.action == "wait":
+        _wait_for_release(point.arg)
     else:
         time.sleep(float(point.arg) / 1000.0)
+
+
+def _wait_for_release(path: str) -> None:
+    with open(path + ".reached", "w"):
+        pass
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 arm(os.environ.get(ENV, ""))

@@ -17,6 +17,15 @@ the chain. A run that already exists at the destination is refused before anythi
 written (nothing is ever overwritten); a copy that fails half-way is deleted from the
 destination so the migration can simply be run again. Writers should be stopped while their
 runs migrate: the copy is of what the source holds when it is read.
+
+A run moves with its side data (``SideStores``): every checkpoint (same id, same
+``encode_file`` bytes: read back from the destination and compared, and its content hash
+recomputed) and every attachment its records or checkpoints reference (read back and its
+SHA-256 checked). The file side is the run's own ``checkpoints/`` and ``attachments/``; the
+JetStream side is the stream's buckets (``journald.storage.jetstream_buckets``; a source stream
+without buckets has no side data). Checkpoints and attachments are write-once with the same
+bytes accepted again, so a migration interrupted after some of them is simply run again once
+the half copy has been deleted (which the failure does itself).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -38,14 +48,16 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from journald.checkpoints import AttachmentStore, CheckpointStore, content_hash, encode_file
 from journald.cli.main import add_nats_arguments, nats_options
 from journald.core.errors import (
+    AttachmentNotFound,
     InvalidArgumentError,
     JournaldError,
     SessionExists,
     StoreCorrupted,
 )
-from journald.core.records import GENESIS, Record, validate_id
+from journald.core.records import GENESIS, Record, sha256_hex, validate_id
 from journald.server.startup import EXIT_CONFIG, StartupRefused
 from journald.storage.base import Store
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
@@ -59,6 +71,71 @@ class MigratedRun:
     records: int
     bytes: int
     last_hash: str
+    checkpoints: int = 0
+    attachments: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SideStores:
+    """Where one location keeps its runs' checkpoints and attachments (None: it has none)."""
+
+    checkpoints: CheckpointStore | None = None
+    attachments: AttachmentStore | None = None
+
+
+def referenced_digests(value: object) -> set[str]:
+    """The SHA-256 of every attachment block anywhere in a record payload or message list."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("type") == "attachment" and isinstance(item.get("sha256"), str):
+                found.add(item["sha256"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+async def _copy_side(
+    run_id: str, records: Sequence[Record], src: SideStores, dst: SideStores
+) -> tuple[int, int]:
+    """Copy the run's checkpoints and referenced attachments; each is read back from the
+    destination and compared. Returns (checkpoints, attachments) copied."""
+    digests: set[str] = set()
+    for rec in records:
+        digests |= referenced_digests(rec.payload)
+    copied_cps = 0
+    if src.checkpoints is not None and dst.checkpoints is not None:
+        for meta in await src.checkpoints.list(run_id):
+            cp = await src.checkpoints.get(run_id, meta.checkpoint_id)
+            await dst.checkpoints.put(cp)
+            back = await dst.checkpoints.get(run_id, meta.checkpoint_id)
+            if encode_file(back) != encode_file(cp) or content_hash(back.messages) != meta.hash:
+                raise StoreCorrupted(
+                    f"run {run_id}: checkpoint {meta.checkpoint_id} reads back from the "
+                    "destination different from the source",
+                    metadata={"run_id": run_id, "checkpoint_id": meta.checkpoint_id},
+                )
+            digests |= referenced_digests(cp.messages)
+            copied_cps += 1
+    copied_atts = 0
+    if src.attachments is not None and dst.attachments is not None:
+        for digest in sorted(digests):
+            try:
+                data = await src.attachments.get(run_id, digest)
+            except AttachmentNotFound:
+                continue  # referenced but never uploaded: nothing to carry
+            await dst.attachments.put(run_id, data)
+            if sha256_hex(await dst.attachments.get(run_id, digest)) != digest:
+                raise StoreCorrupted(
+                    f"run {run_id}: attachment {digest} reads back from the destination "
+                    "with other bytes",
+                    metadata={"run_id": run_id, "sha256": digest},
+                )
+            copied_atts += 1
+    return copied_cps, copied_atts
 
 
 def new_progress(console: Console | None = None) -> Progress:
@@ -88,7 +165,12 @@ def _check_whole(run_id: str, records: Sequence[Record]) -> None:
 
 
 async def _copy_run(
-    src: Store, dst: Store, run_id: str, progress: Progress | None, overall: Any
+    src: Store,
+    dst: Store,
+    run_id: str,
+    progress: Progress | None,
+    overall: Any,
+    sides: tuple[SideStores, SideStores],
 ) -> MigratedRun:
     before = await src.verify(run_id)
     records = await src.load(run_id)
@@ -112,10 +194,15 @@ async def _copy_run(
             if progress is not None and task is not None:
                 progress.advance(task, len(batch))
         await journal.close()
+        side_counts = await _copy_side(run_id, records, *sides)
     except BaseException:
         await journal.close()
         with suppress(Exception):
             await dst.delete(run_id)  # leave nothing half-copied behind
+        for side in (sides[1].checkpoints, sides[1].attachments):
+            if side is not None:
+                with suppress(Exception):
+                    await side.drop_run(run_id)
         raise
     after = await dst.verify(run_id)
     if (after.last_seq, after.last_hash) != (before.last_seq, before.last_hash):
@@ -127,7 +214,8 @@ async def _copy_run(
         )
     if progress is not None and overall is not None:
         progress.advance(overall)
-    return MigratedRun(run_id, len(records), sum(len(r.raw) for r in records), after.last_hash)
+    size = sum(len(r.raw) for r in records)
+    return MigratedRun(run_id, len(records), size, after.last_hash, *side_counts)
 
 
 async def migrate(
@@ -135,8 +223,10 @@ async def migrate(
     dst: Store,
     run_ids: list[str] | None = None,
     progress: Progress | None = None,
+    sides: tuple[SideStores, SideStores] = (SideStores(), SideStores()),
 ) -> list[MigratedRun]:
-    """Copy ``run_ids`` (default: every run of ``src``) to ``dst``.
+    """Copy ``run_ids`` (default: every run of ``src``) to ``dst``, with their checkpoints and
+    attachments from ``sides[0]`` to ``sides[1]`` (``open_sides``).
 
     Refuses with ``SessionExists`` (naming every clash) before writing anything if any run
     already exists in ``dst``; raises ``StoreCorrupted`` if a chain does not verify on either
@@ -160,7 +250,7 @@ async def migrate(
     overall = progress.add_task("runs", total=len(ids)) if progress is not None else None
     out: list[MigratedRun] = []
     for run_id in ids:
-        out.append(await _copy_run(src, dst, run_id, progress, overall))
+        out.append(await _copy_run(src, dst, run_id, progress, overall, sides))
     return out
 
 
@@ -204,10 +294,34 @@ async def open_location(
     return await JetStreamStore.connect(where, stream, options=options, read_only=source)
 
 
+async def open_sides(
+    text: str, store: Store, options: NatsOptions | None = None, *, source: bool = False
+) -> SideStores:
+    """The checkpoint and attachment stores of an opened location (a JetStream destination
+    must have its buckets; a JetStream source without them has no side data)."""
+    kind, where, _ = parse_location(text)
+    if kind == "file":
+        from journald.checkpoints import FileAttachmentStore, FileCheckpointStore
+
+        sessions = str(Path(where) / "sessions")
+        return SideStores(
+            FileCheckpointStore.colocated_with(sessions),
+            FileAttachmentStore.colocated_with(sessions),
+        )
+    from journald.storage.jetstream import JetStreamStore
+    from journald.storage.jetstream_checkpoints import bind_run_stores
+
+    assert isinstance(store, JetStreamStore)
+    cli = (options or NatsOptions()).cli(where)
+    cps, blobs = await bind_run_stores(store, cli, required=not source)
+    return SideStores(cps, blobs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="journald migrate",
-        description="Copy runs between stores (file <-> JetStream), verified on both sides; "
+        description="Copy runs with their checkpoints and attachments between stores (file <-> "
+        "JetStream), verified on both sides; "
         "never overwrites a run that exists at the destination.",
     )
     p.add_argument("--from", dest="src", required=True, help="file:DIR or jetstream:URL/STREAM")
@@ -220,8 +334,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _main(args: argparse.Namespace, console: Console) -> int:
-    from pathlib import Path
-
     from journald.server.startup import lock_data_dir
 
     options = nats_options(args)
@@ -240,14 +352,23 @@ async def _main(args: argparse.Namespace, console: Console) -> int:
             )
         dst = await open_location(args.dst, options)
         stack.push_async_callback(dst.close)
+        sides = (
+            await open_sides(args.src, src, options, source=True),
+            await open_sides(args.dst, dst, options),
+        )
         ids = list(args.run_ids) or None
         if args.quiet:
-            done = await migrate(src, dst, ids)
+            done = await migrate(src, dst, ids, sides=sides)
         else:
             with new_progress(console) as progress:
-                done = await migrate(src, dst, ids, progress)
+                done = await migrate(src, dst, ids, progress, sides)
     total = sum(r.records for r in done)
-    console.print(f"migrated {len(done)} run(s), {total} record(s), verified on both sides")
+    cps = sum(r.checkpoints for r in done)
+    atts = sum(r.attachments for r in done)
+    console.print(
+        f"migrated {len(done)} run(s), {total} record(s), {cps} checkpoint(s), "
+        f"{atts} attachment(s), verified on both sides"
+    )
     return 0
 
 

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.waiting import wait_until
 
@@ -267,7 +268,8 @@ async def create_stream(
     **overrides: object,
 ) -> None:
     """Create a stream for journald with nats-py's JetStream management API (``connect``:
-    extra ``nats.connect`` options, e.g. credentials)."""
+    extra ``nats.connect`` options, e.g. credentials), and its checkpoint and attachment
+    buckets as deploy/nats/buckets.sh makes them (file storage, the stream's replicas)."""
     import nats
     from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
@@ -278,8 +280,22 @@ async def create_stream(
     nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=2, **(connect or {}))
     try:
         await nc.jetstream().add_stream(StreamConfig(name=name, **params))  # type: ignore[arg-type]
+        await create_buckets(nc, name, int(params["num_replicas"]))  # type: ignore[call-overload]
     finally:
         await nc.close()
+
+
+async def create_buckets(nc: Any, stream: str, replicas: int = 1, **overrides: object) -> None:
+    """The stream's Object Store buckets (``overrides``: ``ObjectStoreConfig`` fields)."""
+    from nats.js.api import ObjectStoreConfig, StorageType
+
+    from journald.storage.jetstream_buckets import ROLES, bucket_name
+
+    for role in ROLES:
+        fields: dict[str, Any] = {"storage": StorageType.FILE, "replicas": replicas, **overrides}
+        await nc.jetstream().create_object_store(
+            bucket_name(stream, role), ObjectStoreConfig(**fields)
+        )
 
 
 async def delete_stream(url: str | list[str], name: str) -> None:
@@ -289,6 +305,11 @@ async def delete_stream(url: str | list[str], name: str) -> None:
     try:
         with contextlib.suppress(Exception):
             await nc.jetstream().delete_stream(name)
+        from journald.storage.jetstream_buckets import ROLES, bucket_name
+
+        for role in ROLES:
+            with contextlib.suppress(Exception):
+                await nc.jetstream().delete_object_store(bucket_name(name, role))
     finally:
         await nc.close()
 

@@ -113,24 +113,37 @@ async def open_store(cfg: ServeConfig) -> Store:
 
 def open_checkpoints(cfg: ServeConfig, store: Store) -> CheckpointStore:
     """Co-located with the run (file backend) unless ``checkpoint_dir`` is set; in memory for
-    the memory backend; ``<data_dir>/checkpoints`` (this host only) for JetStream."""
+    the memory backend (JetStream: ``open_side_stores``)."""
     if cfg.checkpoint_dir is not None:
         return FileCheckpointStore.separate(str(cfg.checkpoint_dir))
     if cfg.backend == "file":
         return FileCheckpointStore.colocated_with(str(cfg.data_dir / "sessions"))
-    if cfg.backend == "jetstream":
-        return FileCheckpointStore.separate(str(cfg.data_dir / "checkpoints"))
     return MemoryCheckpointStore()
 
 
 def open_blobs(cfg: ServeConfig) -> AttachmentStore:
-    """Attachments live with the run (file backend), in memory (memory backend), or under
-    ``<data_dir>/attachments`` on this host (JetStream)."""
+    """Attachments live with the run (file backend) or in memory (memory backend)."""
     if cfg.backend == "file":
         return FileAttachmentStore.colocated_with(str(cfg.data_dir / "sessions"))
-    if cfg.backend == "jetstream":
-        return FileAttachmentStore.separate(str(cfg.data_dir / "attachments"))
     return MemoryAttachmentStore()
+
+
+async def open_side_stores(
+    cfg: ServeConfig, store: Store
+) -> tuple[CheckpointStore, AttachmentStore]:
+    """A run's checkpoints and attachments. On JetStream they live in the stream's buckets,
+    bound like the stream (refused when missing or unsafe), so any host serves them;
+    ``checkpoint_dir`` still sends checkpoints to that directory on this host."""
+    if cfg.backend != "jetstream":
+        return open_checkpoints(cfg, store), open_blobs(cfg)
+    from journald.storage.jetstream import JetStreamStore
+    from journald.storage.jetstream_checkpoints import bind_run_stores
+
+    assert isinstance(store, JetStreamStore)
+    cps, blobs = await bind_run_stores(store, cfg.nats.cli(cfg.nats_url))
+    assert cps is not None  # required: a missing bucket raised
+    assert blobs is not None
+    return (open_checkpoints(cfg, store) if cfg.checkpoint_dir else cps), blobs
 
 
 async def serve(
@@ -141,10 +154,13 @@ async def serve(
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         store = await open_store(cfg)
+        try:
+            checkpoints, blobs = await open_side_stores(cfg, store)
+        except BaseException:
+            await store.close()
+            raise
         limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
-        service = JournalService(
-            store, limits, open_checkpoints(cfg, store), cfg.checkpoint_max, open_blobs(cfg)
-        )
+        service = JournalService(store, limits, checkpoints, cfg.checkpoint_max, blobs)
         telemetry.observe_leases(lambda: len(service.leases))
         server = grpc.aio.server(
             options=[

@@ -352,6 +352,11 @@ class JetStreamStore:
         store.unsafe = bound.unsafe
         return store
 
+    @property
+    def connection(self) -> Any:
+        """The nats-py client, shared with the run's buckets (``jetstream_checkpoints``)."""
+        return self._nc
+
     # -- subjects ----------------------------------------------------------------------
 
     def record_subject(self, run_id: str, seq: int) -> str:

@@ -150,6 +150,15 @@ async def open_connection(
     raise _refusal(where, last, list(seen))
 
 
+def no_answer(where: str, request: str, exc: BaseException) -> BackendUnavailable:
+    """A request at bind time that got no answer: the servers are unhealthy, not misconfigured."""
+    return BackendUnavailable(
+        f"NATS at {where} did not answer {request} ({type(exc).__name__}); retry when the "
+        "server is healthy",
+        metadata={"url": where},
+    )
+
+
 @dataclass
 class Binding:
     """What the store learned about its stream."""
@@ -202,11 +211,7 @@ async def bind_stream(
             metadata={"url": where},
         ) from exc
     except (TimeoutError, nats.errors.Error, OSError) as exc:
-        raise BackendUnavailable(
-            f"NATS at {where} did not answer the stream info request for {stream} "
-            f"({type(exc).__name__}); retry when the server is healthy",
-            metadata={"url": where},
-        ) from exc
+        raise no_answer(where, f"the stream info request for {stream}", exc) from exc
     cfg = info.config
     retention = str(getattr(cfg.retention, "value", cfg.retention) or "limits")
     unsafe: list[Problem] = []

@@ -128,13 +128,20 @@ class JetStreamBackend(Backend):
 
     async def start(self) -> Store:
         from journald.storage.jetstream import JetStreamStore
+        from journald.storage.jetstream_checkpoints import bind_run_stores
+        from journald.storage.jetstream_config import Cli
         from tests.storage.backend_jetstream import fresh_stream
 
         if not self.stream:
             self.url, self.stream, _ = await fresh_stream(allow_atomic=True)
-        return await JetStreamStore.connect(
+        store = await JetStreamStore.connect(
             self.url, self.stream, gap_wait_s=GAP_WAIT_S, ack_timeout_s=5.0, retry_window_s=10.0
         )
+        # the stream's own checkpoint bucket, bound on the new connection as a daemon does
+        cps, _ = await bind_run_stores(store, Cli(self.url))
+        assert cps is not None
+        self.checkpoints = cps
+        return store
 
     async def crash(self, store: Store) -> Store:
         # A JetStream journal holds nothing the server does not: dropping the connection is

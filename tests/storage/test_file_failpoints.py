@@ -7,6 +7,7 @@ import errno
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from journald import failpoints
 from journald.storage.file import FileStore
 from tests.builders import JournalBuilder
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,11 +53,29 @@ def test_raise_defaults_to_enospc_on_every_hit() -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    ["nosuchpoint=kill", "before_write", "before_write=explode", "before_write=raise:ENOPE"],
+    [
+        "nosuchpoint=kill",
+        "before_write",
+        "before_write=explode",
+        "before_write=raise:ENOPE",
+        "before_write=wait",
+    ],
 )
 def test_a_malformed_spec_is_refused_with_the_valid_names(spec: str) -> None:
     with pytest.raises(ValueError, match="JOURNALD_FAILPOINTS"):
         failpoints.arm(spec)
+
+
+def test_wait_holds_the_caller_until_the_release_file_exists(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    failpoints.arm(f"js_object_before_meta=wait:{release}")
+    held = threading.Thread(target=failpoints.hit, args=("js_object_before_meta",))
+    held.start()
+    wait_until(lambda: Path(f"{release}.reached").exists(), what="the point to be reached")
+    assert held.is_alive()  # still held: the release file does not exist yet
+    release.touch()
+    held.join(30)
+    assert not held.is_alive()
 
 
 def test_kill_from_the_environment_is_a_real_sigkill() -> None:

@@ -11,8 +11,10 @@ from journald.core.errors import BackendUnavailable, InvalidArgumentError, Sessi
 from journald.migrate import main, migrate, new_progress, parse_location
 from journald.storage.file import FileStore
 from journald.storage.jetstream import JetStreamStore
+from journald.storage.jetstream_checkpoints import bind_run_stores
+from journald.storage.jetstream_config import Cli
 from journald.storage.segments import frame
-from tests.builders import JournalBuilder, user_payload
+from tests.builders import JournalBuilder, assistant_payload, text, tool_use, user_payload
 from tests.storage.backend_jetstream import fresh_stream
 
 
@@ -141,3 +143,83 @@ async def test_a_read_only_store_reads_a_work_queue_stream_without_consuming_and
         assert info.state.consumer_count == 0
     finally:
         await nc.close()
+
+
+async def run_with_side_data(data_dir: Path, run_id: str) -> dict[str, bytes]:
+    """A file run with an attachment a tool result references and two checkpoints; returns
+    every file of the run (journal, checkpoint files, attachment) by its relative path."""
+    from journald.checkpoints import (
+        FileAttachmentStore,
+        FileCheckpointStore,
+        attachment_block,
+        make_checkpoint,
+    )
+    from journald.core.fold import fold
+
+    store = FileStore(data_dir, segmentation=False)
+    sessions = str(data_dir / "sessions")
+    blobs = FileAttachmentStore.colocated_with(sessions)
+    cps = FileCheckpointStore.colocated_with(sessions)
+    picture = bytes(range(256)) * 1200  # 300 KiB: several Object Store chunks
+    b = JournalBuilder(run_id, prompt="look at this")
+    b.add("assistant", assistant_payload([tool_use("t1", "snap")]))
+    journal = await store.create(b.records[0])
+    digest, _ = await blobs.put(run_id, picture)
+    block = attachment_block(digest, len(picture), "image/png", "snap.png")
+    b.add(
+        "tool_result", {"tool_use_id": "t1", "content": [block], "is_error": False, "remote": False}
+    )
+    b.add("assistant", assistant_payload([text("a picture")]))
+    for i in range(2):
+        b.add("user", user_payload(f"question {i}"))
+        b.add("assistant", assistant_payload([text(f"answer {i}")]))
+        st = fold(b.records)
+        await cps.put(
+            make_checkpoint(
+                run_id=run_id,
+                trigger="manual",
+                label=f"cp {i}",
+                seq=st.last_seq,
+                messages=st.messages,
+                created="2026-12-01T12:00:00Z",
+                model="m",
+                cwd="/w",
+            )
+        )
+    await journal.append(b.records[1:])
+    await journal.close()
+    await store.close()
+    return run_files(data_dir / "sessions" / run_id)
+
+
+def run_files(root: Path) -> dict[str, bytes]:
+    """The journal, checkpoint files and attachments of a file run, by relative path."""
+    keep = ("checkpoints", "attachments")
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and (p.parent.name in keep or p.name == "journal.jsonl")
+    }
+
+
+async def test_a_run_with_checkpoints_and_an_attachment_round_trips_byte_identical(
+    tmp_path: Path,
+) -> None:
+    before = await run_with_side_data(tmp_path / "a", "side-run")
+    assert sum(k.startswith("checkpoints/") for k in before) == 2
+    assert sum(k.startswith("attachments/") for k in before) == 1
+    url, name, _ = await fresh_stream()
+    there = f"jetstream:{url}/{name}"
+    assert await_main(["--quiet", "--from", f"file:{tmp_path / 'a'}", "--to", there]) == 0
+    js = await JetStreamStore.connect(url, name)
+    try:
+        cps, blobs = await bind_run_stores(js, Cli(url))
+        assert cps is not None
+        assert blobs is not None
+        assert len(await cps.list("side-run")) == 2
+        [digest] = [k.removeprefix("attachments/") for k in before if "attachments/" in k]
+        assert await blobs.get("side-run", digest) == before[f"attachments/{digest}"]
+    finally:
+        await js.close()
+    assert await_main(["--quiet", "--from", there, "--to", f"file:{tmp_path / 'b'}"]) == 0
+    assert run_files(tmp_path / "b" / "sessions" / "side-run") == before

@@ -1,0 +1,241 @@
+"""One contract for every checkpoint and attachment store: memory, file and JetStream.
+
+Each factory opens a pair of empty stores (checkpoints, attachments) the way the daemon does
+for that backend; the JetStream pair binds the buckets of a fresh stream on this session's
+shared nats-server (tests/storage/backend_jetstream.py), through the same binding the daemon
+uses. The file pair is the ``--checkpoint-dir`` layout: a co-located store forgets nothing on
+``drop_run`` (the run's directory goes with the run), which the file backend's Delete tests
+cover.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from journald.checkpoints import (
+    AttachmentStore,
+    Checkpoint,
+    CheckpointStore,
+    FileAttachmentStore,
+    FileCheckpointStore,
+    MemoryAttachmentStore,
+    MemoryCheckpointStore,
+    make_checkpoint,
+    new_id,
+)
+from journald.core.errors import (
+    AttachmentNotFound,
+    CheckpointNotFound,
+    InvalidDigest,
+)
+from journald.core.records import sha256_hex
+
+Pair = tuple[CheckpointStore, AttachmentStore]
+Closer = Callable[[], Awaitable[None]]
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def memory_pair(tmp_path: Path) -> tuple[Pair, Closer]:
+    return (MemoryCheckpointStore(), MemoryAttachmentStore()), _nothing
+
+
+async def file_pair(tmp_path: Path) -> tuple[Pair, Closer]:
+    cps = FileCheckpointStore.separate(str(tmp_path / "checkpoints"))
+    return (cps, FileAttachmentStore.separate(str(tmp_path / "attachments"))), _nothing
+
+
+async def jetstream_pair(tmp_path: Path) -> tuple[Pair, Closer]:
+    from journald.storage.jetstream import JetStreamStore
+    from journald.storage.jetstream_checkpoints import bind_run_stores
+    from journald.storage.jetstream_config import Cli
+    from tests.storage.backend_jetstream import fresh_stream
+
+    url, name, _ = await fresh_stream()
+    store = await JetStreamStore.connect(url, name, ack_timeout_s=2.0)
+    cps, blobs = await bind_run_stores(store, Cli(url))
+    assert cps is not None
+    assert blobs is not None
+    return (cps, blobs), store.close
+
+
+FACTORIES: dict[str, Callable[[Path], Awaitable[tuple[Pair, Closer]]]] = {
+    "memory": memory_pair,
+    "file": file_pair,
+    "jetstream": jetstream_pair,
+}
+
+
+@pytest.fixture(params=sorted(FACTORIES))
+async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pair]:
+    stores, close = await FACTORIES[request.param](tmp_path)
+    try:
+        yield stores
+    finally:
+        await close()
+
+
+def conversation(words: str, turns: int = 2) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(turns):
+        out.append({"role": "user", "content": [{"type": "text", "text": f"{words} {i} ✓"}]})
+        out.append({"role": "assistant", "content": [{"type": "text", "text": f"re {i}"}]})
+    return out
+
+
+def checkpoint(run_id: str, label: str = "", turns: int = 2) -> Checkpoint:
+    return make_checkpoint(
+        run_id=run_id,
+        trigger="manual",
+        label=label,
+        seq=turns * 2,
+        messages=conversation(label or run_id, turns),
+        created="2026-12-01T12:00:00Z",
+        model="m-1",
+        cwd="/w",
+    )
+
+
+async def test_a_stored_checkpoint_reads_back_equal(pair: Pair) -> None:
+    cps, _ = pair
+    cp = checkpoint("run-a", "first")
+    await cps.put(cp)
+    got = await cps.get("run-a", cp.checkpoint_id)
+    assert got.meta == cp.meta
+    assert got.messages == cp.messages
+    assert got.provenance == cp.provenance
+
+
+async def test_a_conversation_larger_than_one_nats_message_round_trips(pair: Pair) -> None:
+    cps, _ = pair
+    big = "x" * 4096
+    cp = checkpoint("run-big", big, turns=400)  # about 3 MiB of messages
+    await cps.put(cp)
+    assert (await cps.get("run-big", cp.checkpoint_id)).messages == cp.messages
+
+
+async def test_listing_gives_one_runs_checkpoints_oldest_first(pair: Pair) -> None:
+    cps, _ = pair
+    made = [checkpoint("run-l", f"n{i}") for i in range(3)]
+    await cps.put(checkpoint("run-other"))
+    for cp in reversed(made):
+        await cps.put(cp)
+    assert await cps.list("run-l") == [cp.meta for cp in made]
+    assert await cps.list("run-none") == []
+
+
+async def test_putting_the_same_checkpoint_again_changes_nothing(pair: Pair) -> None:
+    cps, _ = pair
+    cp = checkpoint("run-i")
+    await cps.put(cp)
+    await cps.put(cp)
+    assert await cps.list("run-i") == [cp.meta]
+
+
+async def test_a_deleted_checkpoint_is_gone_and_a_second_delete_says_so(pair: Pair) -> None:
+    cps, _ = pair
+    keep, drop = checkpoint("run-d", "keep"), checkpoint("run-d", "drop")
+    await cps.put(keep)
+    await cps.put(drop)
+    assert await cps.delete("run-d", drop.checkpoint_id) is True
+    assert await cps.delete("run-d", drop.checkpoint_id) is False
+    with pytest.raises(CheckpointNotFound):
+        await cps.get("run-d", drop.checkpoint_id)
+    assert await cps.list("run-d") == [keep.meta]
+
+
+async def test_a_checkpoint_the_run_does_not_hold_is_not_found(pair: Pair) -> None:
+    cps, _ = pair
+    other = checkpoint("run-n")
+    await cps.put(other)
+    with pytest.raises(CheckpointNotFound):
+        await cps.get("run-m", new_id())
+    with pytest.raises(CheckpointNotFound):
+        await cps.get("run-m", other.checkpoint_id)
+
+
+async def test_the_owner_of_a_checkpoint_is_found_across_runs(pair: Pair) -> None:
+    cps, _ = pair
+    a, b = checkpoint("run-o1"), checkpoint("run-o2")
+    await cps.put(a)
+    await cps.put(b)
+    assert await cps.owner(b.checkpoint_id) == "run-o2"
+    assert await cps.owner(a.checkpoint_id) == "run-o1"
+    assert await cps.owner(new_id()) is None
+
+
+async def test_a_fold_mark_is_kept_replaced_and_may_be_several_megabytes(pair: Pair) -> None:
+    cps, _ = pair
+    assert await cps.load_mark("run-k") is None
+    await cps.save_mark("run-k", {"seq": 3, "hash": "h3"})
+    assert await cps.load_mark("run-k") == {"seq": 3, "hash": "h3"}
+    snapshot = {"seq": 9, "hash": "h9", "state": ["é" * 1000] * 3000}  # about 6 MB of JSON
+    await cps.save_mark("run-k", snapshot)
+    assert await cps.load_mark("run-k") == snapshot
+    assert await cps.load_mark("run-other") is None
+
+
+async def test_dropping_a_run_forgets_its_checkpoints_and_mark_and_nothing_else(
+    pair: Pair,
+) -> None:
+    cps, _ = pair
+    gone, kept = checkpoint("run-x"), checkpoint("run-y")
+    await cps.put(gone)
+    await cps.put(kept)
+    await cps.save_mark("run-x", {"seq": 1})
+    await cps.drop_run("run-x")
+    assert await cps.list("run-x") == []
+    assert await cps.owner(gone.checkpoint_id) is None
+    assert await cps.load_mark("run-x") is None
+    assert await cps.list("run-y") == [kept.meta]
+
+
+async def test_an_attachment_is_stored_once_per_run_and_reads_back_byte_identical(
+    pair: Pair,
+) -> None:
+    _, blobs = pair
+    data = os.urandom(300 * 1024)  # several Object Store chunks
+    digest, existed = await blobs.put("run-a", data)
+    assert (digest, existed) == (sha256_hex(data), False)
+    assert await blobs.put("run-a", data) == (digest, True)
+    assert await blobs.put("run-b", data) == (digest, False)  # per run
+    assert await blobs.get("run-a", digest) == data
+    assert await blobs.get("run-b", digest) == data
+
+
+async def test_an_empty_attachment_round_trips(pair: Pair) -> None:
+    _, blobs = pair
+    digest, existed = await blobs.put("run-e", b"")
+    assert not existed
+    assert await blobs.get("run-e", digest) == b""
+
+
+async def test_a_missing_or_malformed_attachment_address_is_refused_by_kind(
+    pair: Pair,
+) -> None:
+    _, blobs = pair
+    digest, _ = await blobs.put("run-a", b"bytes of run a")
+    with pytest.raises(AttachmentNotFound):
+        await blobs.get("run-other", digest)
+    with pytest.raises(AttachmentNotFound):
+        await blobs.get("run-a", sha256_hex(b"never uploaded"))
+    with pytest.raises(InvalidDigest):
+        await blobs.get("run-a", "ABC")
+
+
+async def test_dropping_a_run_forgets_its_attachments_and_nothing_else(pair: Pair) -> None:
+    _, blobs = pair
+    gone, _ = await blobs.put("run-x", b"of x")
+    kept, _ = await blobs.put("run-y", b"of y")
+    await blobs.drop_run("run-x")
+    with pytest.raises(AttachmentNotFound):
+        await blobs.get("run-x", gone)
+    assert await blobs.get("run-y", kept) == b"of y"
+    assert await blobs.put("run-x", b"of x") == (gone, False)
