@@ -321,9 +321,10 @@ class JournalService:
         run_id = validate_id(request.run_id)
         async with self.leases.unheld(run_id):
             deleted = await self.store.delete(run_id)
-            if deleted:
-                await self.runs.checkpoints.drop_run(run_id)
-                await self.runs.attachments.drop_run(run_id)
+            # even when the records were already gone: a Delete re-issued after a crash
+            # between the two steps removes what the first one left behind
+            await self.runs.checkpoints.drop_run(run_id)
+            await self.runs.attachments.drop_run(run_id)
         if deleted:
             self.hub.close_run(run_id)
         return pb.DeleteResponse(deleted=deleted)

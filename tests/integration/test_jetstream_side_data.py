@@ -56,3 +56,36 @@ def test_deleting_a_run_removes_its_objects_and_a_new_run_of_that_id_starts_bare
             run.assistant("fresh", stop_reason="end_turn")
         assert client.checkpoints("doomed") == []
         assert client.checkpoints("kept") == [kept]
+
+
+async def purge_records(url: str, stream: str, run_id: str) -> None:
+    """Remove a run's records from the stream behind the daemon (what a Delete that died
+    between its two steps leaves: the objects without the records)."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(stream)
+        prefix = info.config.subjects[0].removesuffix(".>")
+        await js.purge_stream(stream, subject=f"{prefix}.{run_id}.*")
+    finally:
+        await nc.close()
+
+
+def test_a_delete_of_a_run_whose_records_are_gone_still_removes_its_objects(
+    tmp_path: Path,
+) -> None:
+    url, stream, _ = asyncio.run(fresh_stream())
+    sock = Path(f"/tmp/jd-side-{os.getpid()}-{stream}/s")
+    with (
+        Daemon(tmp_path, "jetstream", "--nats-url", url, "--stream", stream, socket=sock) as d,
+        jc.connect(str(d.socket)) as client,
+    ):
+        with client.start("half", FP, "hello") as run:
+            run.assistant("hi", stop_reason="end_turn")
+        client.put_attachment("half", b"\x89PNG bytes", "image/png")
+        client.checkpoint("half", label="one")
+        asyncio.run(purge_records(url, stream, "half"))
+        assert asyncio.run(objects_of(url, stream, "half"))
+
+        assert client.delete("half") is False
+        assert asyncio.run(objects_of(url, stream, "half")) == []
