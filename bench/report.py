@@ -570,7 +570,7 @@ def anatomy_table(an: dict[str, Any]) -> list[str]:
         L += [
             "",
             f"Inside the shipped daemon, per durable write (medians of {legs['writes']:,}): "
-            f"{legs['to_writer_ms']:.3f} ms from the event loop to the run's writer thread, "
+            f"{legs['to_writer_ms']:.3f} ms from the event loop to a writer thread of the pool, "
             f"{legs['write_fdatasync_ms']:.3f} ms in `pwrite` + `fdatasync`, "
             f"{legs['back_ms']:.3f} ms back to the event loop. A raw `write + fdatasync` loop "
             f"on the same disk took {an['raw_fdatasync_p50_ms']:.3f} ms back to back and "
@@ -717,7 +717,7 @@ def analysis(res: dict[str, Any]) -> list[str]:
         else:
             text += (
                 " The rest is the servicer's CPU (decode, canonical JSON, validation, fold) "
-                "and the hand-off of each write to the run's writer thread and back."
+                "and the hand-off of each write to a writer thread of the pool and back."
             )
         out.append(text)
     s16, u16 = _g(res, "sqlite", 16, "rate"), _g(res, "unary", 16, "rate")
@@ -809,7 +809,7 @@ def analysis(res: dict[str, Any]) -> list[str]:
         per = (mem["held_mb"] - mem["idle_mb"]) / max(1, mem["leases"]) * 1024
         out.append(
             f"**Memory.** {mem['leases']:,} open leases cost ~{per:,.0f} KiB each "
-            f"({mem['held_threads']} threads: the file store gives every open journal its "
-            "own writer thread, whose stack is mostly untouched and so barely counts in RSS)."
+            f"({mem['held_threads']} threads: the file store's writes share one fixed pool "
+            "of threads however many journals are open)."
         )
     return ["\n\n".join(out)]

@@ -400,7 +400,8 @@ def step_profile(ctx: Ctx, progress: Callable[[str], None]) -> None:
         "with the clients). Shares below are of the event-loop thread's on-CPU samples; time "
         "in C code with no Python frame above it (uvloop's loop, the gRPC core, syscalls) is "
         "attributed to the last Python frame, `Runner.run`: the second pass below splits it. "
-        "The file writer threads (one per open run, doing write + fdatasync) are listed apart."
+        "The file writer threads (the store's shared I/O pool, doing write + fdatasync) are "
+        "listed apart."
     )
     progress("profile: second pass with native (C) frames")
     try:

@@ -146,6 +146,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from journald import failpoints
+from journald.clock import utc_ts
 from journald.core.errors import (
     InvalidRecord,
     Locked,
@@ -166,7 +167,6 @@ from journald.storage.file_journal import (
     FileJournal,
     OpenState,
     SegmentStats,
-    now_utc,
     read_file,
 )
 from journald.storage.file_maintenance import FileMaintenance, PruneReport  # noqa: F401
@@ -177,6 +177,7 @@ from journald.storage.file_reads import (
     missing_active,
     records_missing,
 )
+from journald.storage.io_pool import DEFAULT_IO_THREADS, IOPool
 from journald.storage.segments import (
     DIR_MODE,
     FILE_MODE,
@@ -220,11 +221,9 @@ class FileStore(FileReads, FileMaintenance):
         segment_max_records: int = 5000,
         segmentation: bool = True,
         gap_wait_s: float = DEFAULT_GAP_WAIT_S,
-        io: str = "thread",
+        io_threads: int = DEFAULT_IO_THREADS,
         quarantine_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if io not in ("thread", "executor"):
-            raise ValueError("io must be 'thread' or 'executor'")
         self.data_dir = os.path.abspath(data_dir if data_dir is not None else default_data_dir())
         self.sessions_dir = os.path.join(self.data_dir, "sessions")
         self.quarantine_dir = os.path.abspath(
@@ -236,7 +235,8 @@ class FileStore(FileReads, FileMaintenance):
         self.segment_max_records = segment_max_records
         self.segmentation = segmentation
         self.gap_wait_s = gap_wait_s
-        self.io = io
+        # every open journal's writes and fdatasyncs, on io_threads threads at most
+        self.io_pool = IOPool(io_threads, "journald-writer")
         self._init_reads()
         for d in (self.data_dir, self.sessions_dir):
             if not os.path.isdir(d):
@@ -316,7 +316,7 @@ class FileStore(FileReads, FileMaintenance):
         except BaseException:
             os.close(fd)
             raise
-        info = f"pid={os.getpid()} host={socket.gethostname()} since={now_utc()}\n".encode()
+        info = f"pid={os.getpid()} host={socket.gethostname()} since={utc_ts()}\n".encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
         return fd
@@ -550,6 +550,7 @@ class FileStore(FileReads, FileMaintenance):
     async def close(self) -> None:
         for journal in list(self._open.values()):
             await journal.close()
+        self.io_pool.stop()
 
     # -- explicit maintenance --------------------------------------------------------------
 
