@@ -192,11 +192,13 @@ from journald.storage.segments import (
     SegmentInfo,
     atomic_write,
     corrupted,
+    fds_exhausted,
     file_lines,
     fsync_dir,
     read_manifest,
     split_complete,
     tail_end,
+    unmake_run_dir,
     write_manifest,
 )
 
@@ -444,10 +446,13 @@ class FileStore(FileReads, FileMaintenance):
                 metadata={"run_id": run_id, "seq": meta.seq},
             )
         run_dir = self.run_dir(run_id)
+        made = False
 
         def prepare() -> tuple[int, OpenState]:
+            nonlocal made
             try:
                 os.mkdir(run_dir, DIR_MODE)
+                made = True
             except FileExistsError:
                 if self._has_records(run_dir):
                     raise SessionExists(
@@ -466,13 +471,26 @@ class FileStore(FileReads, FileMaintenance):
                     f"run {run_id} already exists; resume it or pick another id",
                     metadata={"run_id": run_id},
                 )
-            fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
-            os.ftruncate(fd, 0)  # a create that crashed before its meta was durable
-            os.close(fd)
+            try:
+                fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
+                os.ftruncate(fd, 0)  # a create that crashed before its meta was durable
+                os.close(fd)
+            except BaseException:
+                os.close(lock)
+                raise
             return lock, OpenState(Manifest(), 0, SegmentStats(), 0, GENESIS, None)
 
-        lock, st = await asyncio.to_thread(prepare)
-        journal = FileJournal(self, run_id, lock, st, first=True)
+        try:
+            lock, st = await asyncio.to_thread(prepare)
+            try:
+                journal = FileJournal(self, run_id, lock, st, first=True)
+            except BaseException:
+                os.close(lock)
+                raise
+        except OSError as exc:
+            if made:  # the run is not there yet: nothing of it stays
+                unmake_run_dir(run_dir)
+            raise fds_exhausted(exc, run_id) or exc from exc
         self._open[run_id] = journal
         try:
             await journal.append([meta])
@@ -499,15 +517,18 @@ class FileStore(FileReads, FileMaintenance):
 
     async def open(self, run_id: str) -> FileJournal:
         run_dir = self.run_dir(run_id)
-        lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
         try:
-            st = await self._checked(self._open_state, run_id, run_dir)
-            if st.last_seq == 0:
-                raise self._not_found(run_id)
-            journal = FileJournal(self, run_id, lock, st, first=False)
-        except BaseException:
-            os.close(lock)
-            raise
+            lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
+            try:
+                st = await self._checked(self._open_state, run_id, run_dir)
+                if st.last_seq == 0:
+                    raise self._not_found(run_id)
+                journal = FileJournal(self, run_id, lock, st, first=False)
+            except BaseException:
+                os.close(lock)
+                raise
+        except OSError as exc:
+            raise fds_exhausted(exc, run_id) or exc from exc
         self._open[run_id] = journal
         return journal
 

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import re
+import resource
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -99,6 +100,41 @@ def storage_error(
         f"acknowledged. Check the disk, then retry {retry}",
         metadata=meta,
     )
+
+
+def fds_exhausted(exc: OSError, run_id: str) -> BackendUnavailable | None:
+    """The error an open that ran out of file descriptors answers (None for any other
+    error): which limit was reached and how to get under it."""
+    if exc.errno == errno.EMFILE:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        what = f"its limit of {soft} open files (RLIMIT_NOFILE; hard limit {hard})"
+        fix = "raise the daemon's limit (LimitNOFILE= in its systemd unit, or `ulimit -n`"
+        fix += " before `journald serve`) and restart it"
+    elif exc.errno == errno.ENFILE:
+        soft = -1
+        what = "the system's limit of open files (fs.file-max)"
+        fix = "raise fs.file-max or stop what else holds files on this host"
+    else:
+        return None
+    return BackendUnavailable(
+        f"run {run_id}: cannot open the run: the daemon has reached {what}; every open "
+        f"lease holds two. Nothing was opened or changed. End leases that are idle, or {fix}",
+        metadata={
+            "run_id": run_id,
+            "errno": errno.errorcode[exc.errno],
+            **({"limit": str(soft)} if soft >= 0 else {}),
+        },
+    )
+
+
+def unmake_run_dir(run_dir: str) -> None:
+    """Remove the files a create made before it failed, without opening any (the create may
+    have failed for want of a descriptor)."""
+    for name in (JOURNAL, LOCK):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(run_dir, name))
+    with contextlib.suppress(OSError):
+        os.rmdir(run_dir)
 
 
 # --- manifest ----------------------------------------------------------------------------
