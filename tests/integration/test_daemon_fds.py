@@ -44,7 +44,8 @@ class LimitedDaemon(Daemon):
 
 
 def test_the_daemon_raises_its_open_files_soft_limit_to_the_hard_limit(tmp_path: Path) -> None:
-    with LimitedDaemon(tmp_path, 256, 2048) as daemon:
+    daemon = LimitedDaemon(tmp_path, 256, 2048)
+    with daemon:
         assert daemon.soft_nofile() == 2048
 
 
@@ -52,7 +53,8 @@ async def test_an_open_past_the_open_files_limit_fails_naming_it_and_holds_nothi
     tmp_path: Path,
 ) -> None:
     limit = 128
-    with LimitedDaemon(tmp_path, limit, limit) as daemon:
+    daemon = LimitedDaemon(tmp_path, limit, limit)
+    with daemon:
         client = await jc.connect_async(str(daemon.socket), name="fds", reconnect_timeout=0)
         runs = []
         try:
