@@ -4,8 +4,6 @@ descriptor left fails with a typed error naming the limit and holds nothing
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import journald_client as jc
@@ -16,45 +14,24 @@ from tests.integration.clientbin.common import FP
 from tests.waiting import wait_until_async
 
 
-class LimitedDaemon(Daemon):
-    """A daemon started under RLIMIT_NOFILE (soft, hard)."""
-
-    def __init__(self, tmp_path: Path, soft: int, hard: int) -> None:
-        super().__init__(tmp_path, "file")
-        self.nofile = (soft, hard)
-
-    def command(self) -> list[str]:
-        soft, hard = self.nofile
-        set_limit_then_exec = (
-            "import os, resource, sys; "
-            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
-            "os.execv(sys.executable, sys.argv[1:])"
-        )
-        return [sys.executable, "-c", set_limit_then_exec, *super().command()]
-
-    def open_fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def soft_nofile(self) -> int:
-        with open(f"/proc/{self.pid}/limits", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Max open files"):
-                    return int(line.split()[3])
-        raise AssertionError("no open-files line in /proc/PID/limits")
+def soft_nofile(pid: int) -> int:
+    with open(f"/proc/{pid}/limits", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    raise AssertionError("no open-files line in /proc/PID/limits")
 
 
 def test_the_daemon_raises_its_open_files_soft_limit_to_the_hard_limit(tmp_path: Path) -> None:
-    daemon = LimitedDaemon(tmp_path, 256, 2048)
-    with daemon:
-        assert daemon.soft_nofile() == 2048
+    with Daemon(tmp_path, "file", nofile=(256, 2048)) as daemon:
+        assert soft_nofile(daemon.pid) == 2048
 
 
 async def test_an_open_past_the_open_files_limit_fails_naming_it_and_holds_nothing(
     tmp_path: Path,
 ) -> None:
     limit = 128
-    daemon = LimitedDaemon(tmp_path, limit, limit)
-    with daemon:
+    with Daemon(tmp_path, "file", nofile=(limit, limit)) as daemon:
         client = await jc.connect_async(str(daemon.socket), name="fds", reconnect_timeout=0)
         runs = []
         try:
