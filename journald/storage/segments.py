@@ -21,7 +21,7 @@ from typing import Any
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, JournaldError, StorageFull, StoreCorrupted
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex
-from journald.validation import validate_record
+from journald.storage.verify import record_problem
 
 JOURNAL = "journal.jsonl"
 MANIFEST = "manifest.json"
@@ -408,7 +408,7 @@ class ChainReader:
         strict: bool = False,
     ) -> None:
         self.run_id = run_id
-        self._decode = decode if strict else decode_stored
+        self._decode = decode_stored
         self._strict = strict
         self._lines = lines
         self._peeked: Line | None = None
@@ -460,11 +460,9 @@ class ChainReader:
             )
         if self._strict or (last and check is None):
             # a legacy line has no checksum: the schema is all that checks a last one
-            try:
-                validate_record(rec)
-            except JournaldError as exc:
-                what = f"not a valid record ({exc.message})"
-                raise corrupted(self.run_id, line, expected, what) from None
+            problem = record_problem(rec)
+            if problem is not None:
+                raise corrupted(self.run_id, line, expected, problem)
         anchor = self._anchors.get(self.seq)
         jumped = (
             anchor is not None
