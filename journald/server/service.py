@@ -307,7 +307,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     async def Load(self, request: pb.LoadRequest, context: Ctx) -> AsyncIterator[pb.LoadResponse]:
         run_id = validate_id(request.run_id)
         async for rec in self.store.iter_records(run_id, max(1, request.from_seq)):
-            yield pb.LoadResponse(record=record_to_pb(rec))
+            yield pb.LoadResponse(record=record_to_pb(rec, payload=False))
 
     async def state_of(self, run_id: str) -> RunState:
         lease = self.leases.held(run_id)
@@ -432,7 +432,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         try:
             last = max(1, request.from_seq) - 1
             async for rec in self.store.iter_records(run_id, last + 1):
-                yield pb.WatchResponse(record=record_to_pb(rec))
+                yield pb.WatchResponse(record=record_to_pb(rec, payload=False))
                 last = rec.seq
             while True:
                 batch = await queue.get()
@@ -441,10 +441,10 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
                 if isinstance(batch, pb.CheckpointEvent):
                     yield pb.WatchResponse(checkpoint=batch)
                     continue
-                for rec in batch:
-                    if rec.seq > last:
-                        yield pb.WatchResponse(record=record_to_pb(rec))
-                        last = rec.seq
+                for seq, response in batch:  # encoded once by the hub for every tail
+                    if seq > last:
+                        yield response
+                        last = seq
         finally:
             self.hub.unsubscribe(run_id, queue)
 
