@@ -249,10 +249,10 @@ def payload_to_pb(kind: str, p: Mapping[str, Any], rec: pb.Record) -> None:
 
 
 def record_to_pb(r: Record, *, payload: bool = True) -> pb.Record:
-    """A record's proto. ``payload=False``, as reads send a stored record (``Load``,
-    ``Watch``): the envelope, the stored bytes (``canonical``) and their hash, and the payload
-    oneof naming the kind with an empty message, since the payload is in ``canonical``
-    already (docs/protocol.md#reads); sending it twice doubled what every read carried."""
+    """A record's proto. ``payload=False``, as ``Watch`` sends a stored record: the envelope,
+    the stored bytes (``canonical``) and their hash, and the payload oneof naming the kind
+    with an empty message, since the payload is in ``canonical`` already
+    (docs/protocol.md#reads); sending it twice doubled what every tail carried."""
     out = pb.Record(
         format_version=1, seq=r.seq, type=r.type, ts=r.ts, prev=r.prev, canonical=r.raw, hash=r.hash
     )

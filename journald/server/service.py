@@ -307,7 +307,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     async def Load(self, request: pb.LoadRequest, context: Ctx) -> AsyncIterator[pb.LoadResponse]:
         run_id = validate_id(request.run_id)
         async for rec in self.store.iter_records(run_id, max(1, request.from_seq)):
-            yield pb.LoadResponse(record=record_to_pb(rec, payload=False))
+            yield pb.LoadResponse(record=record_to_pb(rec))
 
     async def state_of(self, run_id: str) -> RunState:
         lease = self.leases.held(run_id)

@@ -1,6 +1,7 @@
-"""What Load and Watch send for a stored record: its stored bytes and hash, the payload
-oneof naming the kind, no second re-encoded copy of the payload; and a record published to
-several tails is encoded once for all of them (docs/protocol.md#reads)."""
+"""What Watch sends for a stored record: its stored bytes and hash, the payload oneof naming
+the kind, no second re-encoded copy of the payload; a record published to several tails is
+encoded once for all of them. Load keeps the typed payload: a writer's lost-ack adoption
+compares it (docs/protocol.md#reads)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def sent_once(rec: pb.Record) -> None:
     assert getattr(rec, kind).ByteSize() == 0
 
 
-def test_load_and_watch_send_each_payload_once_in_the_stored_bytes(daemon: Daemon) -> None:
+def test_watch_sends_each_payload_once_in_the_stored_bytes(daemon: Daemon) -> None:
     with jc.connect(str(daemon.socket)) as client:
         with client.start("once", FP, "hello") as run:
             run.user("a follow-up with some text in it")
@@ -41,12 +42,17 @@ def test_load_and_watch_send_each_payload_once_in_the_stored_bytes(daemon: Daemo
             watched = [m.record for _, m in zip(range(3), tail, strict=False)]
             tail.cancel()
         assert [r.seq for r in loaded] == [r.seq for r in watched] == [1, 2, 3]
-        for rec in loaded + watched:
+        for rec in watched:
             sent_once(rec)
-        # the Python client reads kind and payload as before
-        records = list(client.load("once"))
-        assert [r.kind for r in records] == ["meta", "user", "terminal"]
-        assert records[1].payload["content"] == [
+        assert [r.canonical for r in loaded] == [r.canonical for r in watched]
+        assert loaded[1].user.content_json  # Load: the typed payload too
+        # the Python client reads kind and payload from a watched record as from a loaded one
+        with client.watch("once") as tailing:
+            tailed = [rec for _, rec in zip(range(3), tailing, strict=False)]
+        assert [(r.kind, r.payload) for r in tailed] == [
+            (r.kind, r.payload) for r in client.load("once")
+        ]
+        assert tailed[1].payload["content"] == [
             {"type": "text", "text": "a follow-up with some text in it"}
         ]
 
