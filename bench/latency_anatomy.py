@@ -8,7 +8,7 @@ AppendStream with one ~1 KB record a call):
 
 * ``noop``: Append answers at once: gRPC, journald's protobuf messages and the client;
 * ``nostore``: plus the servicer's own work (decode, validate, admit, fold, ack);
-* ``shipped``: plus the store: group commit, the hand-off to the run's writer thread, the
+* ``shipped``: plus the store: group commit, the hand-off to a writer thread of the pool, the
   write + fdatasync, and the way back to the event loop (whose legs the ``timed`` daemon
   measures from inside, as medians);
 * beside them, a raw ``write + fdatasync`` loop on the same disk, back to back and paced

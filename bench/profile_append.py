@@ -115,7 +115,7 @@ def summarize(path: Path, top: int = 12) -> dict[str, Any]:
         frames = _frames(stack)
         thread = frames[1] if len(frames) > 1 and frames[0].startswith("process") else frames[0]
         body = [f for f in frames if FRAME.match(f)]
-        if "journald-writer" in thread or any("_loop (journald/storage" in f for f in body):
+        if "journald-writer" in thread or any("_work (journald/storage" in f for f in body):
             writer_total += count
             writer[_short(body[-1]) if body else "(native)"] += count
             continue

@@ -4,7 +4,6 @@
 * ``open_times``: ``Open`` (resume) of each run: time to the lease, bytes the daemon read
   (``rchar`` of /proc/PID/io), beside reading + JSON-parsing the run's files in a loop;
 * ``history_tail``: ``History`` of the last page of a run (the daemon holds no lease on it);
-* ``lease_memory``: daemon RSS idle and with N open leases.
 """
 
 from __future__ import annotations
@@ -184,68 +183,6 @@ def open_probe(target: str, run_id: str) -> str:
             return "ok"
 
     return asyncio.run(go())
-
-
-def rss_mb(pid: int) -> tuple[float, int]:
-    """(resident set size in MiB, thread count) from /proc/PID/status."""
-    rss_kb, threads = 0, 0
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                rss_kb = int(line.split()[1])
-            elif line.startswith("Threads:"):
-                threads = int(line.split()[1])
-    return rss_kb / 1024, threads
-
-
-def lease_memory(target: str, pid: int, leases: int) -> dict[str, Any]:
-    """RSS of an idle daemon, then with ``leases`` runs open (each a new run with a lease)."""
-    import grpc
-    from journald_client.pb import journal_pb2 as pb
-    from journald_client.pb import journal_pb2_grpc as pbg
-
-    from journald.server.convert import fingerprint_to_pb
-    from tests.builders import FP
-
-    idle, idle_threads = rss_mb(pid)
-    out: dict[str, Any] = {"idle_mb": idle, "idle_threads": idle_threads, "leases": leases}
-
-    async def go() -> None:
-        channels = [grpc.aio.insecure_channel(target) for _ in range(8)]
-        calls: list[Any] = []
-        gate = asyncio.Semaphore(64)
-        try:
-
-            async def one(i: int) -> None:
-                stub = pbg.JournalServiceStub(channels[i % len(channels)])
-                async with gate:
-                    call = stub.Open(
-                        pb.OpenRequest(
-                            run_id=f"lease-{i}",
-                            mode=pb.OPEN_MODE_CREATE,
-                            fingerprint=fingerprint_to_pb(FP),
-                            prompt_json=b"[]",
-                        )
-                    )
-                    calls.append(call)
-                    await call.read()
-
-            t0 = time.perf_counter()
-            await asyncio.gather(*(one(i) for i in range(leases)))
-            out["open_s"] = time.perf_counter() - t0
-            await asyncio.sleep(0.5)
-            held, threads = rss_mb(pid)
-            out["held_mb"], out["held_threads"] = held, threads
-        finally:
-            for c in calls:
-                c.cancel()
-            for ch in channels:
-                await ch.close(None)  # grpc-stubs lacks the default grace
-        await asyncio.sleep(1.0)
-        out["after_mb"], out["after_threads"] = rss_mb(pid)
-
-    asyncio.run(go())
-    return out
 
 
 def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:

@@ -59,15 +59,18 @@ def patch(mode: str) -> None:
 
         file_journal.FileJournal.append = append_unstored  # type: ignore[method-assign]
     elif mode == "timed":
-        _instrument_writer(file_journal, os.environ["JOURNALD_BENCH_TIMINGS"])
+        _instrument_writer(os.environ["JOURNALD_BENCH_TIMINGS"])
     else:
         raise SystemExit(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
 
 
-def _instrument_writer(file_journal: Any, out: str) -> None:
-    """Time the three legs of ``_ThreadIO``: queue -> writer thread, the call, -> event loop."""
+def _instrument_writer(out: str) -> None:
+    """Time the three legs of the I/O pool: queue -> pool thread, the call, -> event loop."""
     import asyncio
+    import contextlib
     import contextvars
+
+    from journald.storage import io_pool
 
     legs: dict[str, list[float]] = {"to_writer_ms": [], "write_fdatasync_ms": [], "back_ms": []}
 
@@ -79,37 +82,40 @@ def _instrument_writer(file_journal: Any, out: str) -> None:
             med = {k: sorted(v)[len(v) // 2] for k, v in legs.items()}
             Path(out).write_text(json.dumps({"writes": len(legs["back_ms"]), **med}))
 
-    def loop(self: Any) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            fn, args, ev_loop, fut, put = item
-            start = time.perf_counter()
-            try:
-                res = fn(*args)
-            except BaseException as exc:
-                ev_loop.call_soon_threadsafe(file_journal._settle_exc, fut, exc)
-                continue
-            end = time.perf_counter()
-
-            def settle(
-                fut: Any = fut, res: Any = res, t: tuple[float, ...] = (put, start, end)
-            ) -> None:
-                record(*t)
-                file_journal._settle_ok(fut, res)
-
-            ev_loop.call_soon_threadsafe(settle)
-
     async def run(self: Any, fn: Any, *args: Any) -> Any:
         ev_loop = asyncio.get_running_loop()
         fut = ev_loop.create_future()
-        ctx_run = contextvars.copy_context().run
-        self._q.put((ctx_run, (fn, *args), ev_loop, fut, time.perf_counter()))
+        put = time.perf_counter()
+        times: list[float] = []
+
+        def timed(*a: Any) -> Any:
+            times.append(time.perf_counter())
+            try:
+                return fn(*a)
+            finally:
+                times.append(time.perf_counter())
+
+        def settle(res: Any) -> None:
+            if len(times) == 2:
+                record(put, *times)
+            io_pool.settle_ok(fut, res)
+
+        def call(*a: Any) -> None:
+            try:
+                res = contextvars.copy_context().run(timed, *a)
+            except BaseException as exc:
+                with contextlib.suppress(RuntimeError):
+                    ev_loop.call_soon_threadsafe(io_pool.settle_exc, fut, exc)
+                return
+            with contextlib.suppress(RuntimeError):
+                ev_loop.call_soon_threadsafe(settle, res)
+
+        # the pool settles ``done`` itself; ``fut`` is settled by ``call`` with the timings
+        done = ev_loop.create_future()
+        self._submit((call, args, ev_loop, done))
         return await fut
 
-    file_journal._ThreadIO._loop = loop
-    file_journal._ThreadIO.run = run
+    io_pool.IOPool.run = run  # type: ignore[method-assign]
 
 
 def main() -> int:

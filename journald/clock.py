@@ -1,10 +1,11 @@
-"""UTC timestamps in the record format (RFC 3339, microseconds, ``Z``)."""
+"""UTC timestamps in the record format (RFC 3339, microseconds, ``Z``).
+
+One clock for the daemon and the Python client: the daemon stamps records with the client
+package's function, so a record stamped on either side reads the same.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from journald_client.codec import now_ts as utc_ts
 
-
-def utc_ts(dt: datetime | None = None) -> str:
-    dt = (dt or datetime.now(UTC)).astimezone(UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+__all__ = ["utc_ts"]

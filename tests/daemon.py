@@ -29,6 +29,7 @@ class Daemon:
         data_dir: Path | None = None,
         socket: Path | None = None,
         env: dict[str, str] | None = None,
+        nofile: tuple[int, int] | None = None,
     ) -> None:
         self.tmp_path = tmp_path
         self.backend = backend
@@ -39,6 +40,8 @@ class Daemon:
             f"/tmp/jd-{os.getpid()}-{abs(hash(str(tmp_path))) % 10**8}/journald.sock"
         )
         self.env = env
+        self.nofile = nofile
+        """RLIMIT_NOFILE (soft, hard) to start the daemon under (None: this process's)."""
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = tmp_path / "daemon.log"
 
@@ -52,7 +55,17 @@ class Daemon:
         return f"unix://{self.socket}"
 
     def command(self) -> list[str]:
+        limit: list[str] = []
+        if self.nofile is not None:  # set in the child, then exec the daemon
+            limit = [
+                sys.executable,
+                "-c",
+                "import os, resource, sys; "
+                f"resource.setrlimit(resource.RLIMIT_NOFILE, {self.nofile}); "
+                "os.execv(sys.executable, sys.argv[1:])",
+            ]
         return [
+            *limit,
             *JOURNALD,
             "serve",
             "--socket",
@@ -106,6 +119,10 @@ class Daemon:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         raise AssertionError(f"no VmRSS for pid {self.pid}")
+
+    def open_fds(self) -> int:
+        """How many file descriptors the daemon holds now (/proc/PID/fd)."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -24,6 +24,16 @@ def _size(text: str) -> int:
     return int(t)
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return n
+
+
 def _octal_mode(text: str) -> int:
     try:
         mode = int(text, 8)
@@ -103,6 +113,7 @@ def nats_options(args: argparse.Namespace) -> NatsOptions:
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from journald.server.startup import EXIT_CODES
+    from journald.storage.io_pool import DEFAULT_EXECUTOR_THREADS, DEFAULT_IO_THREADS
 
     p = sub.add_parser(
         "serve",
@@ -141,6 +152,20 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--segment-max-bytes", type=_size, default=16 * 1024 * 1024)
     p.add_argument("--segment-max-records", type=int, default=5000)
     p.add_argument("--no-segments", action="store_true", help="never seal segments")
+    p.add_argument(
+        "--io-threads",
+        type=_positive,
+        default=DEFAULT_IO_THREADS,
+        help="threads that write and fdatasync the file backend's runs, shared by every open "
+        f"run (default {DEFAULT_IO_THREADS})",
+    )
+    p.add_argument(
+        "--blocking-threads",
+        type=_positive,
+        default=DEFAULT_EXECUTOR_THREADS,
+        help="threads for the daemon's other blocking calls: reads, lock files (default "
+        f"{DEFAULT_EXECUTOR_THREADS})",
+    )
     p.add_argument(
         "--checkpoint-dir",
         type=Path,
@@ -182,6 +207,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         segmentation=not args.no_segments,
         checkpoint_dir=args.checkpoint_dir.absolute() if args.checkpoint_dir else None,
         checkpoint_max=args.checkpoint_max,
+        io_threads=args.io_threads,
+        blocking_threads=args.blocking_threads,
     )
     return run(cfg)
 

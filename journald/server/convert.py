@@ -248,7 +248,11 @@ def payload_to_pb(kind: str, p: Mapping[str, Any], rec: pb.Record) -> None:
         rec.terminal.CopyFrom(pb.TerminalPayload(reason=p["reason"], message=p.get("message", "")))
 
 
-def record_to_pb(r: Record) -> pb.Record:
+def record_to_pb(r: Record, *, payload: bool = True) -> pb.Record:
+    """A record's proto. ``payload=False``, as ``Watch`` sends a stored record: the envelope,
+    the stored bytes (``canonical``) and their hash, and the payload oneof naming the kind
+    with an empty message, since the payload is in ``canonical`` already
+    (docs/protocol.md#reads); sending it twice doubled what every tail carried."""
     out = pb.Record(
         format_version=1, seq=r.seq, type=r.type, ts=r.ts, prev=r.prev, canonical=r.raw, hash=r.hash
     )
@@ -258,7 +262,10 @@ def record_to_pb(r: Record) -> pb.Record:
                 trace_id=r.trace.get("trace_id", ""), span_id=r.trace.get("span_id", "")
             )
         )
-    payload_to_pb(r.kind, r.payload, out)
+    if payload:
+        payload_to_pb(r.kind, r.payload, out)
+    else:
+        getattr(out, r.kind).SetInParent()
     return out
 
 

@@ -52,9 +52,15 @@ from journald.server.startup import (
     StartupRefused,
     lock_data_dir,
     prepare_socket,
+    raise_fd_limit,
     refusal,
 )
 from journald.storage.base import Store
+from journald.storage.io_pool import (
+    DEFAULT_EXECUTOR_THREADS,
+    DEFAULT_IO_THREADS,
+    bound_default_executor,
+)
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 
 __all__ = ["DataDirLocked", "ServeConfig", "lock_data_dir", "run", "serve", "tune_gc"]
@@ -81,6 +87,8 @@ class ServeConfig:
     shutdown_grace_s: float = 10.0
     checkpoint_dir: Path | None = None
     checkpoint_max: int = 0
+    io_threads: int = DEFAULT_IO_THREADS
+    blocking_threads: int = DEFAULT_EXECUTOR_THREADS
 
 
 async def open_store(cfg: ServeConfig) -> Store:
@@ -97,6 +105,7 @@ async def open_store(cfg: ServeConfig) -> Store:
             segment_max_records=cfg.segment_max_records,
             segmentation=cfg.segmentation,
             gap_wait_s=cfg.limits.gap_wait_s,
+            io_threads=cfg.io_threads,
         )
     if cfg.backend == "jetstream":
         from journald.storage.jetstream import JetStreamStore
@@ -151,6 +160,9 @@ async def serve(
 ) -> int:
     """Serve until SIGTERM/SIGINT (or until ``stop`` is set, for in-process use)."""
     lock = lock_data_dir(cfg.data_dir)
+    # Reads, lock files and every other asyncio.to_thread queue on a fixed number of threads
+    # (docs/design.md#io-threads-and-file-descriptors).
+    bound_default_executor(asyncio.get_running_loop(), cfg.blocking_threads)
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         store = await open_store(cfg)
@@ -261,6 +273,8 @@ def run(cfg: ServeConfig) -> int:
     log.info(telemetry.configure_from_env())
     tune_gc()
     memory.pin_mmap_threshold()
+    before, now = raise_fd_limit()
+    log.info("open files limit (RLIMIT_NOFILE soft): %s, was %s", now, before)
     try:
         return uvloop.run(serve(cfg))
     except (StartupRefused, NatsOptionsError, JournaldError) as exc:

@@ -21,6 +21,7 @@ from journald.clock import utc_ts
 from journald.core.errors import InvalidRequest, LeaseLost, Locked, clip
 from journald.core.fold import RunState
 from journald.core.records import Record
+from journald.server.convert import record_to_pb
 from journald.storage.base import Journal
 from journald.storage.common import SeqTurnstile
 
@@ -190,7 +191,9 @@ def new_holder(name: str, pid: int, host: str, cwd: str) -> Holder:
 
 END = None
 log = logging.getLogger("journald.server")
-HubItem = Sequence[Record] | pb.CheckpointEvent | None
+Published = tuple[int, pb.WatchResponse]
+"""A record as every tail sends it: (seq, the response built once for all of them)."""
+HubItem = Sequence[Published] | pb.CheckpointEvent | None
 
 
 class WatchHub:
@@ -213,8 +216,12 @@ class WatchHub:
                 del self._subs[run_id]
 
     def publish(self, run_id: str, records: Sequence[Record]) -> None:
-        for q in self._subs.get(run_id, ()):
-            q.put_nowait(records)
+        subs = self._subs.get(run_id)
+        if not subs:
+            return  # no tail: nothing to encode
+        out = [(r.seq, pb.WatchResponse(record=record_to_pb(r, payload=False))) for r in records]
+        for q in subs:
+            q.put_nowait(out)
 
     def publish_checkpoint(self, run_id: str, event: pb.CheckpointEvent) -> None:
         for q in self._subs.get(run_id, ()):

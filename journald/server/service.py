@@ -377,7 +377,7 @@ class JournalService:
         try:
             last = max(1, request.from_seq) - 1
             async for rec in self.store.iter_records(run_id, last + 1):
-                yield pb.WatchResponse(record=record_to_pb(rec))
+                yield pb.WatchResponse(record=record_to_pb(rec, payload=False))
                 last = rec.seq
             while True:
                 batch = await queue.get()
@@ -386,10 +386,10 @@ class JournalService:
                 if isinstance(batch, pb.CheckpointEvent):
                     yield pb.WatchResponse(checkpoint=batch)
                     continue
-                for rec in batch:
-                    if rec.seq > last:
-                        yield pb.WatchResponse(record=record_to_pb(rec))
-                        last = rec.seq
+                for seq, response in batch:  # encoded once by the hub for every tail
+                    if seq > last:
+                        yield response
+                        last = seq
         finally:
             self.hub.unsubscribe(run_id, queue)
 

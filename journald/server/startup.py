@@ -16,6 +16,7 @@ import errno
 import fcntl
 import grp
 import os
+import resource
 import socket
 from pathlib import Path
 from typing import IO
@@ -130,3 +131,23 @@ def refusal(exc: StartupRefused | NatsOptionsError | JournaldError) -> tuple[int
     if isinstance(exc, BackendUnavailable) and not isinstance(exc, NatsConfigError):
         return EXIT_BACKEND_UNREACHABLE, exc.message
     return EXIT_CONFIG, exc.message
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft limit of open files (RLIMIT_NOFILE) to the hard one: every open lease
+    holds a lock fd and a journal fd, so the usual soft limit of 1,024 would cap a daemon at
+    a few hundred leases. Returns (soft limit before, soft limit now)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # the soft limit must be a number: the kernel's cap
+        try:
+            target = int(Path("/proc/sys/fs/nr_open").read_text("ascii").strip())
+        except (OSError, ValueError):
+            target = soft
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        return soft, soft
+    return soft, target

@@ -146,6 +146,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from journald import failpoints
+from journald.clock import utc_ts
 from journald.core.errors import (
     InvalidRecord,
     Locked,
@@ -166,7 +167,6 @@ from journald.storage.file_journal import (
     FileJournal,
     OpenState,
     SegmentStats,
-    now_utc,
     read_file,
 )
 from journald.storage.file_maintenance import FileMaintenance, PruneReport  # noqa: F401
@@ -177,6 +177,7 @@ from journald.storage.file_reads import (
     missing_active,
     records_missing,
 )
+from journald.storage.io_pool import DEFAULT_IO_THREADS, IOPool
 from journald.storage.segments import (
     DIR_MODE,
     FILE_MODE,
@@ -191,11 +192,13 @@ from journald.storage.segments import (
     SegmentInfo,
     atomic_write,
     corrupted,
+    fds_exhausted,
     file_lines,
     fsync_dir,
     read_manifest,
     split_complete,
     tail_end,
+    unmake_run_dir,
     write_manifest,
 )
 
@@ -220,11 +223,9 @@ class FileStore(FileReads, FileMaintenance):
         segment_max_records: int = 5000,
         segmentation: bool = True,
         gap_wait_s: float = DEFAULT_GAP_WAIT_S,
-        io: str = "thread",
+        io_threads: int = DEFAULT_IO_THREADS,
         quarantine_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if io not in ("thread", "executor"):
-            raise ValueError("io must be 'thread' or 'executor'")
         self.data_dir = os.path.abspath(data_dir if data_dir is not None else default_data_dir())
         self.sessions_dir = os.path.join(self.data_dir, "sessions")
         self.quarantine_dir = os.path.abspath(
@@ -236,7 +237,8 @@ class FileStore(FileReads, FileMaintenance):
         self.segment_max_records = segment_max_records
         self.segmentation = segmentation
         self.gap_wait_s = gap_wait_s
-        self.io = io
+        # every open journal's writes and fdatasyncs, on io_threads threads at most
+        self.io_pool = IOPool(io_threads, "journald-writer")
         self._init_reads()
         for d in (self.data_dir, self.sessions_dir):
             if not os.path.isdir(d):
@@ -316,7 +318,7 @@ class FileStore(FileReads, FileMaintenance):
         except BaseException:
             os.close(fd)
             raise
-        info = f"pid={os.getpid()} host={socket.gethostname()} since={now_utc()}\n".encode()
+        info = f"pid={os.getpid()} host={socket.gethostname()} since={utc_ts()}\n".encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
         return fd
@@ -444,10 +446,13 @@ class FileStore(FileReads, FileMaintenance):
                 metadata={"run_id": run_id, "seq": meta.seq},
             )
         run_dir = self.run_dir(run_id)
+        made = False
 
         def prepare() -> tuple[int, OpenState]:
+            nonlocal made
             try:
                 os.mkdir(run_dir, DIR_MODE)
+                made = True
             except FileExistsError:
                 if self._has_records(run_dir):
                     raise SessionExists(
@@ -466,13 +471,26 @@ class FileStore(FileReads, FileMaintenance):
                     f"run {run_id} already exists; resume it or pick another id",
                     metadata={"run_id": run_id},
                 )
-            fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
-            os.ftruncate(fd, 0)  # a create that crashed before its meta was durable
-            os.close(fd)
+            try:
+                fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
+                os.ftruncate(fd, 0)  # a create that crashed before its meta was durable
+                os.close(fd)
+            except BaseException:
+                os.close(lock)
+                raise
             return lock, OpenState(Manifest(), 0, SegmentStats(), 0, GENESIS, None)
 
-        lock, st = await asyncio.to_thread(prepare)
-        journal = FileJournal(self, run_id, lock, st, first=True)
+        try:
+            lock, st = await asyncio.to_thread(prepare)
+            try:
+                journal = FileJournal(self, run_id, lock, st, first=True)
+            except BaseException:
+                os.close(lock)
+                raise
+        except OSError as exc:
+            if made:  # the run is not there yet: nothing of it stays
+                unmake_run_dir(run_dir)
+            raise fds_exhausted(exc, run_id) or exc from exc
         self._open[run_id] = journal
         try:
             await journal.append([meta])
@@ -499,15 +517,18 @@ class FileStore(FileReads, FileMaintenance):
 
     async def open(self, run_id: str) -> FileJournal:
         run_dir = self.run_dir(run_id)
-        lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
         try:
-            st = await self._checked(self._open_state, run_id, run_dir)
-            if st.last_seq == 0:
-                raise self._not_found(run_id)
-            journal = FileJournal(self, run_id, lock, st, first=False)
-        except BaseException:
-            os.close(lock)
-            raise
+            lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
+            try:
+                st = await self._checked(self._open_state, run_id, run_dir)
+                if st.last_seq == 0:
+                    raise self._not_found(run_id)
+                journal = FileJournal(self, run_id, lock, st, first=False)
+            except BaseException:
+                os.close(lock)
+                raise
+        except OSError as exc:
+            raise fds_exhausted(exc, run_id) or exc from exc
         self._open[run_id] = journal
         return journal
 
@@ -550,6 +571,7 @@ class FileStore(FileReads, FileMaintenance):
     async def close(self) -> None:
         for journal in list(self._open.values()):
             await journal.close()
+        self.io_pool.stop()
 
     # -- explicit maintenance --------------------------------------------------------------
 

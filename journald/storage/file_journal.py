@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import json
 import logging
 import os
-import queue
-import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from journald import failpoints, telemetry
 from journald.core.errors import BackendUnavailable, JournaldError, Locked, SeqConflict
@@ -26,6 +22,7 @@ from journald.core.records import Record
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
 from journald.storage.common import SeqTurnstile, plan_append
 from journald.storage.info import run_info_from
+from journald.storage.io_pool import settle_exc, settle_ok
 from journald.storage.segments import (
     DIR_MODE,
     FILE_MODE,
@@ -46,64 +43,8 @@ from journald.storage.segments import (
 if TYPE_CHECKING:
     from journald.storage.file import FileStore
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 RECENT = 1024  # records kept in memory per journal for idempotent-retry comparisons
-
-
-# --- blocking I/O off the event loop -------------------------------------------------------
-
-
-class _ThreadIO:
-    """A dedicated writer thread per journal (FIFO, so writes keep their order)."""
-
-    def __init__(self, name: str) -> None:
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._t = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._t.start()
-
-    def _loop(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            fn, args, loop, fut = item
-            try:
-                res = fn(*args)
-            except BaseException as exc:
-                loop.call_soon_threadsafe(_settle_exc, fut, exc)
-            else:
-                loop.call_soon_threadsafe(_settle_ok, fut, res)
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
-        self._q.put((contextvars.copy_context().run, (fn, *args), loop, fut))  # spans
-        return await fut
-
-    def stop(self) -> None:
-        self._q.put(None)
-        self._t.join(timeout=5)
-
-
-class _ExecutorIO:
-    """``asyncio.to_thread`` on the loop's default executor."""
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(fn, *args)
-
-    def stop(self) -> None:
-        pass
-
-
-def _settle_ok(fut: asyncio.Future[Any], res: Any) -> None:
-    if not fut.done():
-        fut.set_result(res)
-
-
-def _settle_exc(fut: asyncio.Future[Any], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
 
 
 # --- per-run state -----------------------------------------------------------------------
@@ -154,10 +95,6 @@ class OpenState:
     repair: RepairReport | None = None
 
 
-def now_utc() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -201,9 +138,7 @@ class FileJournal:
         self._queue: list[tuple[list[Record], asyncio.Future[None]]] = []
         self._tail: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
-        self._io: _ThreadIO | _ExecutorIO = (
-            _ThreadIO(f"journald-writer-{run_id[:32]}") if store.io == "thread" else _ExecutorIO()
-        )
+        self._io = store.io_pool.lane()  # this journal's writes, in order, on shared threads
         self._poisoned: JournaldError | None = None
         self.commits = 0
         """Durable writes (write + fdatasync) done; group commit makes it < appends."""
@@ -313,12 +248,12 @@ class FileJournal:
                     except Exception as exc:
                         log.warning("run %s: sealing a segment failed: %r", self.run_id, exc)
                 for _, fut in group:
-                    _settle_ok(fut, None)
+                    settle_ok(fut, None)
         except BaseException as exc:
             # The flusher itself is dying (cancelled, or a simulated crash): no append may
             # wait forever for a write whose outcome it will never learn.
             for _, fut in group + self._queue:
-                _settle_exc(fut, exc)
+                settle_exc(fut, exc)
             raise
         finally:
             self._flusher = None
@@ -334,7 +269,7 @@ class FileJournal:
             else BackendUnavailable(f"run {self.run_id}: write failed: {exc!r}")
         )
         for _, fut in group + self._queue:
-            _settle_exc(fut, err)
+            settle_exc(fut, err)
         self._queue = []
         self._q_seq, self._q_hash = self._last_seq, self._last_hash
         await self._turn.reset(self._last_seq + 1)
@@ -454,7 +389,6 @@ class FileJournal:
         try:
             await self._io.run(self._write_cache)
         finally:
-            self._io.stop()
             os.close(self._fd)
             os.close(self._lock_fd)
             self._store.forget(self.run_id, self)

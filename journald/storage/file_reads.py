@@ -53,6 +53,7 @@ from journald.storage.segments import (
     tail_end,
     unframe,
 )
+from journald.storage.verify import VerifyWalk
 
 MISSING = b"\0missing"
 Files = list[tuple[str, bytes, SegmentInfo | None]]
@@ -125,13 +126,12 @@ class FileReads:
         lines: Iterator[Line],
         start_seq: int,
         start_hash: str,
-        strict: bool = False,
     ) -> ChainReader:
         pos = None
         if m.segments and start_seq == m.segments[-1].last_seq:
             last = m.segments[-1]
             pos = Line(self._seg_path(run_id, last.file), last.records, b"")
-        return ChainReader(run_id, lines, start_seq, start_hash, pos, m.anchor_after(), strict)
+        return ChainReader(run_id, lines, start_seq, start_hash, pos, m.anchor_after())
 
     def _active_tail(self, run_id: str, m: Manifest, path: str, active: bytes) -> ActiveTail:
         """The ``ActiveTail`` of ``active`` (the active segment's complete lines under the
@@ -223,10 +223,10 @@ class FileReads:
         )
 
     def _iter_checked(
-        self, run_id: str, from_seq: int, strict: bool = False
+        self, run_id: str, from_seq: int, where: dict[int, Line] | None = None
     ) -> tuple[Manifest, Files, Records]:
-        """Read and check a snapshot; records with seq >= ``from_seq``. ``strict``: give
-        every record the full canonical check (``ChainReader``) and skip no line."""
+        """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
+        filled with the line each record was read from, and no line is skipped."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
         m, files, start_seq, start_hash = self._snapshot(run_id, from_seq)
         for name, data, info in files:
@@ -247,7 +247,7 @@ class FileReads:
                     "a sealed segment ends in a partial line",
                 )
         skip, rest = 0, files[0][1]
-        if not strict and from_seq > 1:
+        if where is None and from_seq > 1:
             skip, rest, start_seq, start_hash = _skip_to(
                 m, files[0], from_seq, start_seq, start_hash
             )
@@ -255,7 +255,7 @@ class FileReads:
             file_lines(files[0][0], rest, skip + 1),
             itertools.chain.from_iterable(file_lines(name, data) for name, data, _ in files[1:]),
         )
-        reader = self._chain(run_id, m, lines, start_seq, start_hash, strict)
+        reader = self._chain(run_id, m, lines, start_seq, start_hash)
         first_info = files[0][2]
         if skip:
             reader.pos = Line(files[0][0], skip, b"")
@@ -273,6 +273,8 @@ class FileReads:
             t[1] = rec.hash
             if rec.seq >= from_seq:
                 out.append(rec)
+            if where is not None:
+                where[rec.seq] = line
             if tail is not None and line.file == active_name:
                 tail.add(rec)
         if reader.seq < floor:
@@ -397,7 +399,10 @@ class FileReads:
         )
 
     def _verify(self, run_id: str) -> VerifyReport:
-        m, _, recs = self._iter_checked(run_id, 1, strict=True)
+        """The files' own checks (framing, checksums, chain, manifest) as every read makes
+        them, then the walk every backend's verify makes, naming the file and line."""
+        where: dict[int, Line] = {}
+        m, _, recs = self._iter_checked(run_id, 1, where)
         if not recs:
             raise self._not_found(run_id)
         self._check_segment_files(run_id)
@@ -412,7 +417,17 @@ class FileReads:
                     s.first_seq,
                     "the segment's first record or message count disagrees with the manifest",
                 )
-        return VerifyReport(len(recs), recs[-1].seq, recs[-1].hash, len(m.segments) + 1)
+        walk = VerifyWalk(run_id, lambda r, seq, what: corrupted(run_id, where[r.seq], seq, what))
+        anchors = m.anchor_after()
+        for rec in recs:
+            a = anchors.get(walk.seq)
+            jumped = a is not None and (a.after_hash, a.resume_seq, a.resume_prev) == (
+                walk.hash,
+                rec.seq,
+                rec.prev,
+            )
+            walk.add(rec, jumped)
+        return walk.report(len(m.segments) + 1)
 
 
 def listed_last_seq(run_dir: str) -> int:

@@ -95,6 +95,7 @@ from journald.storage.jetstream_config import (
 from journald.storage.jetstream_connect import bind_stream, open_connection, split_servers
 from journald.storage.jetstream_options import NatsOptions
 from journald.storage.jetstream_sync import check_fsync_policy
+from journald.storage.verify import verify_stream
 
 __all__ = [
     "RECORD_FLOOR",
@@ -864,30 +865,7 @@ class JetStreamStore:
         )
 
     async def verify(self, run_id: str) -> VerifyReport:
-        from journald.validation import validate_record
-
-        prev = GENESIS
-        count = 0
-        last: Record | None = None
-        async for rec in self.iter_records(run_id):
-            if rec.prev != prev:
-                raise StoreCorrupted(
-                    f"run {run_id}: hash chain breaks at seq {rec.seq}",
-                    metadata={"run_id": run_id, "seq": rec.seq},
-                )
-            try:
-                validate_record(rec)
-            except JournaldError as exc:
-                raise StoreCorrupted(
-                    f"run {run_id}: record seq {rec.seq} does not match its schema: {exc.message}",
-                    metadata={"run_id": run_id, "seq": rec.seq},
-                ) from exc
-            prev = rec.hash
-            count += 1
-            last = rec
-        if last is None:
-            raise SessionNotFound(f"run {run_id} does not exist", metadata={"run_id": run_id})
-        return VerifyReport(count, last.seq, last.hash)
+        return await verify_stream(run_id, self.iter_records(run_id))
 
     async def close(self) -> None:
         if self._closed:

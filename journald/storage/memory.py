@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from journald.core.errors import Locked, SessionExists, SessionNotFound, StoreCorrupted, Unsupported
+from journald.core.errors import Locked, SessionExists, SessionNotFound, Unsupported
 from journald.core.records import GENESIS, Record, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
@@ -19,6 +19,7 @@ from journald.storage.base import (
 )
 from journald.storage.common import SeqTurnstile, plan_append
 from journald.storage.info import run_info_from
+from journald.storage.verify import verify_records
 
 
 @dataclass
@@ -162,16 +163,7 @@ class MemoryStore:
         )
 
     async def verify(self, run_id: str) -> VerifyReport:
-        recs = self._get(run_id).records
-        prev = recs[0].prev
-        for r in recs:
-            if r.prev != prev:
-                raise StoreCorrupted(
-                    f"run {run_id}: hash chain breaks at seq {r.seq}",
-                    metadata={"run_id": run_id, "seq": r.seq},
-                )
-            prev = r.hash
-        return VerifyReport(len(recs), recs[-1].seq, recs[-1].hash)
+        return verify_records(run_id, self._get(run_id).records)
 
     async def close(self) -> None:
         self._runs.clear()

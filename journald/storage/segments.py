@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import re
+import resource
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, JournaldError, StorageFull, StoreCorrupted
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex
-from journald.validation import validate_record
+from journald.storage.verify import record_problem
 
 JOURNAL = "journal.jsonl"
 MANIFEST = "manifest.json"
@@ -99,6 +100,41 @@ def storage_error(
         f"acknowledged. Check the disk, then retry {retry}",
         metadata=meta,
     )
+
+
+def fds_exhausted(exc: OSError, run_id: str) -> BackendUnavailable | None:
+    """The error an open that ran out of file descriptors answers (None for any other
+    error): which limit was reached and how to get under it."""
+    if exc.errno == errno.EMFILE:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        what = f"its limit of {soft} open files (RLIMIT_NOFILE; hard limit {hard})"
+        fix = "raise the daemon's limit (LimitNOFILE= in its systemd unit, or `ulimit -n`"
+        fix += " before `journald serve`) and restart it"
+    elif exc.errno == errno.ENFILE:
+        soft = -1
+        what = "the system's limit of open files (fs.file-max)"
+        fix = "raise fs.file-max or stop what else holds files on this host"
+    else:
+        return None
+    return BackendUnavailable(
+        f"run {run_id}: cannot open the run: the daemon has reached {what}; every open "
+        f"lease holds two. Nothing was opened or changed. End leases that are idle, or {fix}",
+        metadata={
+            "run_id": run_id,
+            "errno": errno.errorcode[exc.errno],
+            **({"limit": str(soft)} if soft >= 0 else {}),
+        },
+    )
+
+
+def unmake_run_dir(run_dir: str) -> None:
+    """Remove the files a create made before it failed, without opening any (the create may
+    have failed for want of a descriptor)."""
+    for name in (JOURNAL, LOCK):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(run_dir, name))
+    with contextlib.suppress(OSError):
+        os.rmdir(run_dir)
 
 
 # --- manifest ----------------------------------------------------------------------------
@@ -372,7 +408,7 @@ class ChainReader:
         strict: bool = False,
     ) -> None:
         self.run_id = run_id
-        self._decode = decode if strict else decode_stored
+        self._decode = decode_stored
         self._strict = strict
         self._lines = lines
         self._peeked: Line | None = None
@@ -424,11 +460,9 @@ class ChainReader:
             )
         if self._strict or (last and check is None):
             # a legacy line has no checksum: the schema is all that checks a last one
-            try:
-                validate_record(rec)
-            except JournaldError as exc:
-                what = f"not a valid record ({exc.message})"
-                raise corrupted(self.run_id, line, expected, what) from None
+            problem = record_problem(rec)
+            if problem is not None:
+                raise corrupted(self.run_id, line, expected, problem)
         anchor = self._anchors.get(self.seq)
         jumped = (
             anchor is not None

@@ -76,11 +76,11 @@ def abandon_file_store(store: FileStore) -> None:
     """Do to a file store what the kernel does to a killed daemon: its descriptors are closed
     (so its flocks are released) and nothing more is written (no cache, no close)."""
     for journal in list(store._open.values()):
-        journal._io.stop()
         for fd in (journal._fd, journal._lock_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
     store._open.clear()
+    store.io_pool.stop()
 
 
 class FileBackend(Backend):

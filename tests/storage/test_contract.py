@@ -20,6 +20,7 @@ from journald.core.errors import (
     SeqGap,
     SessionExists,
     SessionNotFound,
+    StoreCorrupted,
     Unsupported,
 )
 from journald.core.fold import fold
@@ -399,6 +400,18 @@ async def test_verify_walks_the_whole_chain(store: Store) -> None:
     assert report.last_seq == len(records)
     assert report.last_hash == records[-1].hash
     assert report.segments >= 1
+
+
+async def test_verify_refuses_a_stored_record_that_breaks_its_schema(store: Store) -> None:
+    records = scenario()
+    # a writer bug: the store keeps what it is given, verify must not vouch for it
+    bad = make_record(len(records) + 1, "user", {"content": 5}, records[-1].hash, TS)
+    journal = await create_with(store, [*records, bad])
+    await journal.close()
+    with pytest.raises(StoreCorrupted) as refused:
+        await store.verify("run-1")
+    assert refused.value.metadata["seq"] == str(bad.seq)
+    assert "not a valid record" in refused.value.message
 
 
 @pytest.mark.parametrize("bad", BAD_IDS)

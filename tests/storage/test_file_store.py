@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -308,16 +309,26 @@ async def test_a_failed_create_leaves_no_run_behind(tmp_path: Path) -> None:
     await journal.close()
 
 
-async def test_writer_thread_and_executor_io_store_the_same_bytes(tmp_path: Path) -> None:
-    records = records_of(5)
-    raws = []
-    for io in ("thread", "executor"):
-        store = FileStore(tmp_path / io, io=io)
-        journal = await store.create(records[0])
-        await asyncio.gather(*(journal.append([r]) for r in records[1:]))
+async def test_fifty_open_runs_write_their_records_in_order_on_two_writer_threads(
+    tmp_path: Path,
+) -> None:
+    before = set(threading.enumerate())  # other tests' stores may keep idle writers
+    store = FileStore(tmp_path, io_threads=2)
+    runs = [records_of(3, f"run-{i}") for i in range(50)]
+    journals = [await store.create(records[0]) for records in runs]
+
+    async def one_by_one(journal: Any, records: list[Record]) -> None:
+        for r in records[1:]:
+            await journal.append([r])
+
+    await asyncio.gather(*(one_by_one(j, r) for j, r in zip(journals, runs, strict=True)))
+    started = set(threading.enumerate()) - before
+    assert len([t for t in started if t.name.startswith("journald-writer")]) <= 2
+    for journal in journals:
         await journal.close()
-        raws.append(read(tmp_path / io / "sessions" / RUN / JOURNAL))
-    assert raws[0] == raws[1] == b"".join(frame(r) for r in records)
+    await store.close()
+    for i, records in enumerate(runs):
+        assert read(tmp_path / "sessions" / f"run-{i}" / JOURNAL) == b"".join(map(frame, records))
 
 
 async def test_readers_racing_seals_and_a_prune_always_see_a_whole_volume(

@@ -1,0 +1,243 @@
+"""The daemon with many open leases: its threads, RSS and open fds, and whether a 16-run append
+benchmark beside them runs as fast as without them.
+
+    .venv/bin/python bench/many_leases.py [--leases 10000] [--seconds 3] [--quick] [--json OUT]
+
+One daemon (file backend, temp data dir; it raises its soft RLIMIT_NOFILE to the hard limit,
+and each lease holds two descriptors: where the hard limit is too low for ``--leases``, the
+leases are capped to what fits and the output says so; the shipped systemd unit sets
+``LimitNOFILE=65536``) does, in order:
+1. idle: threads, RSS, fds;
+2. the 16-run append benchmark (bench/agent_procs.py, unary Append, 16 runs), alone;
+3. ``--leases`` new runs opened with a lease each, from ``--holders`` client processes (one
+   asyncio loop each, several channels); threads, RSS, fds with them all held;
+4. the same 16-run benchmark beside the held leases;
+5. the leases ended; the benchmark alone again; threads, RSS, fds.
+The ratio compares step 4 with the mean of steps 2 and 5 (the disk's weather drifts).
+Goals (issue 14): threads <= 64, RSS <= 300 MB, ratio within 1.2x. ``--quick``: 200 leases,
+short benchmarks (the bench smoke test). Every process is stopped by its own pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT
+
+BENCH = Path(__file__).resolve().parent
+FDS_PER_LEASE = 2  # the run's lock file and its journal
+FDS_SPARE = 400  # the daemon's own, the benchmark's runs and connections
+CHANNELS = 16  # per holder process: streams spread over several connections
+OPENS_IN_FLIGHT = 64  # per holder process
+HOLD_TIMEOUT_S = 900.0
+
+
+def proc_figures(pid: int) -> dict[str, float]:
+    """Threads, RSS (MiB) and open fds of a process, from /proc."""
+    out: dict[str, float] = {"fds": len(list(Path(f"/proc/{pid}/fd").iterdir()))}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            out["rss_mb"] = int(line.split()[1]) / 1024
+        elif line.startswith("Threads:"):
+            out["threads"] = int(line.split()[1])
+    return out
+
+
+# --- a holder process: opens its share of the leases and keeps them until stdin closes ------
+
+
+async def hold(target: str, first: int, count: int) -> None:
+    import grpc
+    from journald_client.pb import journal_pb2 as pb
+    from journald_client.pb import journal_pb2_grpc as pbg
+
+    from journald.server.convert import fingerprint_to_pb
+    from tests.builders import FP
+
+    channels = [grpc.aio.insecure_channel(target) for _ in range(CHANNELS)]
+    calls: list[Any] = []
+    gate = asyncio.Semaphore(OPENS_IN_FLIGHT)
+
+    async def one(i: int) -> None:
+        stub = pbg.JournalServiceStub(channels[i % CHANNELS])
+        req = pb.OpenRequest(
+            run_id=f"lease-{i}",
+            mode=pb.OPEN_MODE_CREATE,
+            fingerprint=fingerprint_to_pb(FP),
+            prompt_json=b"[]",
+        )
+        async with gate:
+            call = stub.Open(req)
+            calls.append(call)
+            await call.read()
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(first, first + count)))
+        print(f"held {count}", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    finally:
+        for c in calls:
+            c.cancel()
+        for ch in channels:
+            await ch.close(None)
+
+
+class Holders:
+    """``n`` holder processes sharing ``leases`` between them."""
+
+    def __init__(self, target: str, leases: int, n: int) -> None:
+        share = [leases // n + (1 if i < leases % n else 0) for i in range(n)]
+        firsts = [sum(share[:i]) for i in range(n)]
+        self.procs = [
+            subprocess.Popen(
+                [PY, str(Path(__file__).resolve()), "--hold", target, str(f), str(c)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                cwd=ROOT,
+            )
+            for f, c in zip(firsts, share, strict=True)
+            if c
+        ]
+
+    def wait_held(self) -> None:
+        for p in self.procs:
+            assert p.stdout is not None
+            line = p.stdout.readline().decode().strip()
+            if not line.startswith("held"):
+                raise RuntimeError(f"a lease holder (pid {p.pid}) failed: exit {p.wait(30)}")
+
+    def release(self) -> None:
+        for p in self.procs:
+            if p.stdin is not None:
+                with contextlib.suppress(OSError):
+                    p.stdin.close()
+        for p in self.procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+PY = sys.executable
+
+
+def measure(
+    leases: int, seconds: float, holders: int, work: Path, procs: int = 4
+) -> dict[str, Any]:
+    """The whole sequence of the module docstring, on a new daemon under ``work``."""
+    from run_all import Config, Ctx, run_agents
+
+    from tests.daemon import Daemon
+
+    cfg = Config.make(quick=True, seconds=seconds, skip=set())
+    cfg.procs = procs
+    ctx = Ctx(cfg, work)
+    out: dict[str, Any] = {"leases": leases, "holders": holders, "seconds": seconds}
+    (work / "daemon").mkdir()
+    with Daemon(work / "daemon", "file") as d:
+        out["nofile_soft"] = _soft_nofile(d.pid)
+        fits = (out["nofile_soft"] - FDS_SPARE) // FDS_PER_LEASE
+        if leases > fits:
+            out["capped_from"], leases = leases, fits
+            out["leases"] = leases
+        out["idle"] = proc_figures(d.pid)
+        out["alone_before"] = run_agents(ctx, "unary", 16, d.target, tag="alone-before")
+        group = Holders(d.target, leases, holders)
+        try:
+            t0 = time.perf_counter()
+            group.wait_held()
+            out["open_s"] = time.perf_counter() - t0
+            out["held"] = proc_figures(d.pid)
+            out["beside"] = run_agents(ctx, "unary", 16, d.target, tag="beside")
+            out["held_after_bench"] = proc_figures(d.pid)
+        finally:
+            group.release()
+        out["alone_after"] = run_agents(ctx, "unary", 16, d.target, tag="alone-after")
+        out["after"] = proc_figures(d.pid)
+    alone = (out["alone_before"]["rate"] + out["alone_after"]["rate"]) / 2
+    out["alone_rate"] = alone
+    out["ratio"] = alone / out["beside"]["rate"] if out["beside"]["rate"] else float("nan")
+    return out
+
+
+def _soft_nofile(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    return -1
+
+
+def show(m: dict[str, Any]) -> str:
+    def fig(name: str, f: dict[str, float]) -> str:
+        return (
+            f"  {name:<34} threads {f['threads']:>4.0f}  RSS {f['rss_mb']:7.1f} MB  "
+            f"fds {f['fds']:>6.0f}"
+        )
+
+    def bench(name: str, r: dict[str, Any]) -> str:
+        return (
+            f"  {name:<34} {r['rate']:8.0f} rec/s  p50 {r['p50_ms']:6.2f} ms  "
+            f"p99 {r['p99_ms']:6.2f} ms"
+        )
+
+    capped = ""
+    if "capped_from" in m:
+        capped = (
+            f" (capped from {m['capped_from']:,}: the daemon's open-files limit is "
+            f"{m['nofile_soft']:,} and each lease holds {FDS_PER_LEASE})"
+        )
+    return "\n".join(
+        [
+            f"daemon with {m['leases']:,} open leases{capped} ({m['holders']} holder processes, "
+            f"opened in {m['open_s']:.1f} s; RLIMIT_NOFILE soft {m['nofile_soft']})",
+            fig("idle", m["idle"]),
+            fig(f"{m['leases']:,} leases held", m["held"]),
+            fig("leases held, after the benchmark", m["held_after_bench"]),
+            fig("leases ended", m["after"]),
+            "16-run unary Append benchmark (bench/agent_procs.py):",
+            bench("alone, before the leases", m["alone_before"]),
+            bench(f"beside {m['leases']:,} leases", m["beside"]),
+            bench("alone, after the leases ended", m["alone_after"]),
+            f"  alone / beside: x{m['ratio']:.2f} (goal <= 1.2)",
+            f"goals: threads {m['held_after_bench']['threads']:.0f} <= 64, "
+            f"RSS {m['held_after_bench']['rss_mb']:.0f} MB <= 300, ratio {m['ratio']:.2f} <= 1.2",
+        ]
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--leases", type=int, default=10_000)
+    ap.add_argument("--holders", type=int, default=4, help="client processes holding leases")
+    ap.add_argument("--seconds", type=float, default=3.0, help="per append benchmark")
+    ap.add_argument("--quick", action="store_true", help="200 leases, 0.5 s benchmarks")
+    ap.add_argument("--dir", type=Path, default=None, help="parent of the work dir (the disk)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--hold", nargs=3, metavar=("TARGET", "FIRST", "COUNT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.hold:
+        target, first, count = args.hold
+        asyncio.run(asyncio.wait_for(hold(target, int(first), int(count)), HOLD_TIMEOUT_S))
+        return 0
+    leases, seconds = (200, 0.5) if args.quick else (args.leases, args.seconds)
+    with tempfile.TemporaryDirectory(prefix="journald-leases-", dir=args.dir) as tmp:
+        m = measure(leases, seconds, args.holders, Path(tmp))
+    print(show(m))
+    if args.json is not None:
+        args.json.write_text(json.dumps(m, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
