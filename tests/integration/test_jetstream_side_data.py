@@ -65,7 +65,8 @@ async def purge_records(url: str, stream: str, run_id: str) -> None:
     try:
         js = nc.jetstream()
         info = await js.stream_info(stream)
-        prefix = info.config.subjects[0].removesuffix(".>")
+        subjects = info.config.subjects or []
+        prefix = subjects[0].removesuffix(".>")
         await js.purge_stream(stream, subject=f"{prefix}.{run_id}.*")
     finally:
         await nc.close()
