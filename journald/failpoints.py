@@ -36,6 +36,13 @@ Points used by the JetStream backend (``journald.storage.jetstream``): ``before_
 (nothing of the append published yet) and ``after_fsync_before_advance`` (the server
 acknowledged every record, the journal has not advanced).
 
+Points of checkpoints (``journald.storage.checkpoints_file`` and ``checkpoints_memory``,
+``journald.server.checkpoints``): ``cp_before_write`` (nothing of the checkpoint written yet),
+``cp_after_temp_write`` (temp file written and synced, not renamed), ``cp_after_rename``
+(renamed in, directory not yet synced), ``op_after_checkpoint`` (compaction/restore: the
+pre-operation checkpoint is durable, no rebase yet), ``op_after_rebase`` (the rebase is
+durable, the response not yet sent).
+
 Deliberately wrong variants (``=on``), which exist only to prove that the tests catch them:
 
 ``bug_ack_before_fsync`` the file journal acknowledges a group (and advances ``last_seq``)
@@ -64,6 +71,11 @@ POINTS = (
     "mid_prune_stage",
     "mid_prune_rename",
     "after_prune_rename",
+    "cp_before_write",
+    "cp_after_temp_write",
+    "cp_after_rename",
+    "op_after_checkpoint",
+    "op_after_rebase",
     "bug_ack_before_fsync",
 )
 ACTIONS = ("kill", "raise", "sleep", "crash", "on")

@@ -36,26 +36,21 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import (
+from journald import failpoints
+from journald.clock import utc_ts
+from journald.core import governance
+from journald.core.checkpoints import (
     MAX_ATTACHMENT_BYTES,
-    AttachmentStore,
     Checkpoint,
     CheckpointMeta,
-    CheckpointStore,
     attachment_block,
     attachment_refs,
     export_bytes,
-    failpoint,
     governed,
-    imported,
-    make_checkpoint,
-    new_id,
     valid_checkpoint_id,
     valid_sha256,
     verify_export,
 )
-from journald.clock import utc_ts
-from journald.core import governance
 from journald.core.errors import (
     CheckpointNotFound,
     InvalidRecord,
@@ -91,6 +86,13 @@ from journald.server.edge import unary
 from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
 from journald.server.window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.storage.base import AppendResult, Store
+from journald.storage.checkpoint_base import (
+    AttachmentStore,
+    CheckpointStore,
+    imported,
+    make_checkpoint,
+    new_id,
+)
 from journald.validation import validate_payload
 
 if TYPE_CHECKING:
@@ -462,11 +464,13 @@ class CheckpointRpcs:
             pre = None
             if not request.skip_checkpoint:
                 pre = await self._take(held, "pre_restore", f"before restoring {cp.checkpoint_id}")
-                failpoint("op_after_checkpoint")
+                if failpoints.ARMED:
+                    failpoints.hit("op_after_checkpoint")
             msgs = governed(cp.messages)
             rec = self._rebase(held.lease, "restore", msgs, cp, (1, st.last_seq))
             results = await self.commit(held.lease, [rec])
-            failpoint("op_after_rebase")
+            if failpoints.ARMED:
+                failpoints.hit("op_after_rebase")
             after = len(held.lease.state.messages)
         return pb.RestoreResponse(
             from_messages=before,
@@ -498,7 +502,8 @@ class CheckpointRpcs:
             if not request.skip_checkpoint:
                 label = request.checkpoint_label or "before compaction"
                 pre = await self._take(held, "pre_compaction", label)
-                failpoint("op_after_checkpoint")
+                if failpoints.ARMED:
+                    failpoints.hit("op_after_checkpoint")
             covered = (1, st.last_seq)
             try:
                 rec = self._rebase(held.lease, "compaction", new, None, covered)
@@ -509,7 +514,8 @@ class CheckpointRpcs:
                     reason=err.code,
                     checkpoint_id=pre.checkpoint_id if pre else "",
                 )
-            failpoint("op_after_rebase")
+            if failpoints.ARMED:
+                failpoints.hit("op_after_rebase")
         return pb.CompactResponse(
             status=pb.COMPACT_STATUS_COMPACTED,
             checkpoint_id=pre.checkpoint_id if pre else "",
@@ -601,7 +607,9 @@ class CheckpointRpcs:
         self, request: pb.ImportCheckpointRequest, context: Ctx
     ) -> pb.ImportCheckpointResponse:
         run_id = validate_id(request.run_id)
-        ex = verify_export(request.data)  # everything is checked before anything is written
+        ex = verify_export(
+            request.data, validate_payload
+        )  # everything is checked before anything is written
         async with self._head(run_id, "", write=False) as held:
             cp = imported(ex, run_id=run_id, seq=held.state.last_seq, created=utc_ts())
             for data in ex.attachments.values():  # content-addressed: idempotent

@@ -35,14 +35,6 @@ from grpc_reflection.v1alpha import reflection
 from journald_client.pb import journal_pb2 as pb
 
 from journald import telemetry
-from journald.checkpoints import (
-    AttachmentStore,
-    CheckpointStore,
-    FileAttachmentStore,
-    FileCheckpointStore,
-    MemoryAttachmentStore,
-    MemoryCheckpointStore,
-)
 from journald.core.errors import BackendUnavailable, JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.service import JournalService, Limits
@@ -54,6 +46,9 @@ from journald.server.startup import (
     refusal,
 )
 from journald.storage.base import Store
+from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
+from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
+from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 
 __all__ = ["DataDirLocked", "ServeConfig", "lock_data_dir", "run", "serve", "tune_gc"]

@@ -13,12 +13,6 @@ from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 
 from journald import telemetry
-from journald.checkpoints import (
-    AttachmentStore,
-    CheckpointStore,
-    MemoryAttachmentStore,
-    MemoryCheckpointStore,
-)
 from journald.clock import utc_ts
 from journald.core import governance
 from journald.core.admission import admit
@@ -43,6 +37,8 @@ from journald.server.edge import streaming, unary
 from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import AppendResult, Store
+from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
+from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.validation import validate_record
 
 Ctx = grpc.aio.ServicerContext[Any, Any]

@@ -13,8 +13,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from journald.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
 from journald.storage.base import Store
+from journald.storage.checkpoint_base import CheckpointStore
+from journald.storage.checkpoints_file import FileCheckpointStore
+from journald.storage.checkpoints_memory import MemoryCheckpointStore
 from journald.storage.file import FileStore
 from journald.storage.memory import MemoryStore
 
