@@ -103,6 +103,7 @@ def nats_options(args: argparse.Namespace) -> NatsOptions:
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from journald.server.startup import EXIT_CODES
+    from journald.storage import registry
 
     p = sub.add_parser(
         "serve",
@@ -124,7 +125,12 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="data directory (default: $XDG_STATE_HOME/journald or ~/.local/state/journald)",
     )
-    p.add_argument("--backend", choices=["file", "jetstream", "memory"], default="file")
+    p.add_argument(
+        "--backend",
+        choices=registry.names(),
+        default="file",
+        help="; ".join(f"{b.name}: {b.summary}" for b in registry.BACKENDS.values()),
+    )
     add_nats_arguments(p, stream=True)
     p.add_argument(
         "--socket-mode", type=_octal_mode, default=0o600, help="socket file mode (octal, 0600)"

@@ -35,7 +35,7 @@ from grpc_reflection.v1alpha import reflection
 from journald_client.pb import journal_pb2 as pb
 
 from journald import telemetry
-from journald.core.errors import BackendUnavailable, JournaldError
+from journald.core.errors import JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.service import JournalService, Limits
 from journald.server.startup import (
@@ -45,11 +45,8 @@ from journald.server.startup import (
     prepare_socket,
     refusal,
 )
-from journald.storage.base import Store
-from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
-from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
-from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+from journald.storage.registry import BackendOptions, open_backend
 
 __all__ = ["DataDirLocked", "ServeConfig", "lock_data_dir", "run", "serve", "tune_gc"]
 
@@ -77,54 +74,19 @@ class ServeConfig:
     checkpoint_max: int = 0
 
 
-async def open_store(cfg: ServeConfig) -> Store:
-    if cfg.backend == "memory":
-        from journald.storage.memory import MemoryStore
-
-        return MemoryStore(gap_wait_s=cfg.limits.gap_wait_s)
-    if cfg.backend == "file":
-        from journald.storage.file import FileStore
-
-        return FileStore(
-            cfg.data_dir,
-            segment_max_bytes=cfg.segment_max_bytes,
-            segment_max_records=cfg.segment_max_records,
-            segmentation=cfg.segmentation,
-            gap_wait_s=cfg.limits.gap_wait_s,
-        )
-    if cfg.backend == "jetstream":
-        from journald.storage.jetstream import JetStreamStore
-
-        return await JetStreamStore.connect(
-            cfg.nats_url,
-            cfg.stream,
-            options=cfg.nats,
-            check_fsync=True,
-            gap_wait_s=cfg.limits.gap_wait_s,
-        )
-    raise BackendUnavailable(f"unknown backend {cfg.backend!r}; use file, jetstream or memory")
-
-
-def open_checkpoints(cfg: ServeConfig, store: Store) -> CheckpointStore:
-    """Co-located with the run (file backend) unless ``checkpoint_dir`` is set; in memory for
-    the memory backend; ``<data_dir>/checkpoints`` (this host only) for JetStream."""
-    if cfg.checkpoint_dir is not None:
-        return FileCheckpointStore.separate(str(cfg.checkpoint_dir))
-    if cfg.backend == "file":
-        return FileCheckpointStore.colocated_with(str(cfg.data_dir / "sessions"))
-    if cfg.backend == "jetstream":
-        return FileCheckpointStore.separate(str(cfg.data_dir / "checkpoints"))
-    return MemoryCheckpointStore()
-
-
-def open_blobs(cfg: ServeConfig) -> AttachmentStore:
-    """Attachments live with the run (file backend), in memory (memory backend), or under
-    ``<data_dir>/attachments`` on this host (JetStream)."""
-    if cfg.backend == "file":
-        return FileAttachmentStore.colocated_with(str(cfg.data_dir / "sessions"))
-    if cfg.backend == "jetstream":
-        return FileAttachmentStore.separate(str(cfg.data_dir / "attachments"))
-    return MemoryAttachmentStore()
+def backend_options(cfg: ServeConfig) -> BackendOptions:
+    return BackendOptions(
+        data_dir=cfg.data_dir,
+        checkpoint_dir=cfg.checkpoint_dir,
+        gap_wait_s=cfg.limits.gap_wait_s,
+        segment_max_bytes=cfg.segment_max_bytes,
+        segment_max_records=cfg.segment_max_records,
+        segmentation=cfg.segmentation,
+        nats_url=cfg.nats_url,
+        stream=cfg.stream,
+        nats=cfg.nats,
+        check_fsync=True,
+    )
 
 
 async def serve(
@@ -134,10 +96,10 @@ async def serve(
     lock = lock_data_dir(cfg.data_dir)
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
-        store = await open_store(cfg)
+        opened = await open_backend(cfg.backend, backend_options(cfg))
         limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
         service = JournalService(
-            store, limits, open_checkpoints(cfg, store), cfg.checkpoint_max, open_blobs(cfg)
+            opened.records, limits, opened.checkpoints, cfg.checkpoint_max, opened.attachments
         )
         telemetry.observe_leases(lambda: len(service.leases))
         server = grpc.aio.server(
@@ -207,7 +169,7 @@ async def serve(
         await health_servicer.enter_graceful_shutdown()
         await service.shutdown()
         await server.stop(cfg.shutdown_grace_s)
-        await store.close()
+        await opened.close()
         with contextlib.suppress(FileNotFoundError):
             cfg.socket_path.unlink()
         return 0

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from journald.storage.jetstream import JetStreamStore
+from journald.storage.base import Store
+from journald.storage.registry import BackendOptions, open_backend
 from tests.nats_server import NatsServer, create_stream
 
 _server: NatsServer | None = None
@@ -41,15 +42,21 @@ async def fresh_stream(**overrides: Any) -> tuple[str, str, str]:
     return server.url, name, prefix
 
 
-async def make_store(tmp_path: Path) -> JetStreamStore:
+async def make_store(tmp_path: Path) -> Store:
     # The contract suite runs with atomic batches on (as deploy/nats/stream.json); the
     # per-record path is exercised by the test_jetstream_* suites on default streams.
     url, name, _ = await fresh_stream(allow_atomic=True)
     (tmp_path / "jetstream-stream").write_text(f"{url}\n{name}\n")
-    return await JetStreamStore.connect(url, name, gap_wait_s=0.2, ack_timeout_s=2.0)
+    return (await open_backend("jetstream", options(tmp_path))).records
 
 
-async def reopen_store(store: JetStreamStore, tmp_path: Path) -> JetStreamStore:
+def options(tmp_path: Path) -> BackendOptions:
+    """The stream ``make_store`` created for this test (its URL and name are kept in
+    ``tmp_path``, so a reopen binds the same one)."""
     url, name = (tmp_path / "jetstream-stream").read_text().split()
+    return BackendOptions(nats_url=url, stream=name, gap_wait_s=0.2, ack_timeout_s=2.0)
+
+
+async def reopen_store(store: Store, tmp_path: Path) -> Store:
     await store.close()
-    return await JetStreamStore.connect(url, name, gap_wait_s=0.2, ack_timeout_s=2.0)
+    return (await open_backend("jetstream", options(tmp_path))).records

@@ -1,9 +1,10 @@
-"""The shared storage contract runs against every backend registered here.
+"""The shared storage contract runs against every backend of the registry.
 
-Each backend has a factory module ``tests/storage/backend_<name>.py`` exposing
+Each backend ``NAME`` of ``journald.storage.registry`` has a factory module
+``tests/storage/backend_NAME.py`` that opens it through the registry with test settings:
 ``async def make_store(tmp_path: Path) -> Store`` and ``async def reopen_store(store, tmp_path)
--> Store`` (a fresh store over the same data, as after a daemon restart). A backend whose
-module is missing is simply not part of the suite yet.
+-> Store`` (a fresh store over the same data, as after a daemon restart). A registered backend
+without one fails the collection (tests/unit/test_backend_registry.py names it).
 """
 
 from __future__ import annotations
@@ -15,25 +16,10 @@ from typing import Any
 
 import pytest
 
+from journald.storage import registry
 from journald.storage.base import Store
 
-ALL_BACKENDS = ["memory", "file", "jetstream"]
-
-
-def _available() -> list[str]:
-    out = []
-    for name in ALL_BACKENDS:
-        try:
-            importlib.import_module(f"tests.storage.backend_{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"tests.storage.backend_{name}":
-                raise
-            continue
-        out.append(name)
-    return out
-
-
-BACKENDS = _available()
+BACKENDS = registry.names()
 
 
 def factory(name: str) -> Any:

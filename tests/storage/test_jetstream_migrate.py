@@ -8,9 +8,10 @@ import nats
 import pytest
 
 from journald.core.errors import BackendUnavailable, InvalidArgumentError, SessionExists
-from journald.migrate import main, migrate, new_progress, parse_location
+from journald.migrate import main, migrate, new_progress
 from journald.storage.file import FileStore
 from journald.storage.jetstream import JetStreamStore
+from journald.storage.registry import BackendOptions, parse_location
 from journald.storage.segments import frame
 from tests.builders import JournalBuilder, user_payload
 from tests.storage.backend_jetstream import fresh_stream
@@ -100,13 +101,13 @@ def await_main(argv: list[str]) -> int:
         return pool.submit(main, argv).result(timeout=60)
 
 
-def test_store_locations_parse_into_kind_url_and_stream() -> None:
-    assert parse_location("file:/var/x") == ("file", "/var/x", "")
+def test_store_locations_parse_into_backend_and_options() -> None:
+    assert parse_location("file:/var/x") == ("file", BackendOptions(data_dir=Path("/var/x")))
     assert parse_location("jetstream:nats://h:4222/JOURNALD") == (
         "jetstream",
-        "nats://h:4222",
-        "JOURNALD",
+        BackendOptions(nats_url="nats://h:4222", stream="JOURNALD"),
     )
+    assert parse_location("memory:") == ("memory", BackendOptions())
     for bad in ("jetstream:nats://h:4222", "jetstream:nats://h:4222/", "s3:x", "file:"):
         with pytest.raises(InvalidArgumentError, match="use"):
             parse_location(bad)
