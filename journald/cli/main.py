@@ -162,11 +162,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from journald.server.daemon import ServeConfig, run
     from journald.server.service import Limits
     from journald.server.startup import EXIT_CONFIG
+    from journald.storage import registry
     from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 
     os.umask(0o077)  # every file and directory the daemon creates is private to its user
-    try:  # the NATS flags matter (and are checked) only for the JetStream backend
-        nats = nats_options(args) if args.backend == "jetstream" else NatsOptions()
+    try:  # the NATS flags matter (and are checked) only for a backend on NATS
+        nats = nats_options(args) if registry.backend(args.backend).nats else NatsOptions()
     except NatsOptionsError as exc:
         print(f"journald: {exc}", file=sys.stderr)
         return EXIT_CONFIG

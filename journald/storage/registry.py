@@ -78,6 +78,10 @@ class Backend:
     saying the right form when it names none)."""
     owns_data_dir: bool = False
     """Its runs live in ``data_dir`` (``migrate`` locks it as a daemon does)."""
+    durable: bool = True
+    """What it keeps outlives the process."""
+    nats: bool = False
+    """It connects to NATS (``serve`` checks the NATS flags only for such a backend)."""
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -188,6 +192,7 @@ BACKENDS: dict[str, Backend] = {
             "jetstream:URL/STREAM",
             _open_jetstream,
             _jetstream_at,
+            nats=True,
         ),
         Backend(
             "memory",
@@ -195,6 +200,7 @@ BACKENDS: dict[str, Backend] = {
             "memory:",
             _open_memory,
             _memory_at,
+            durable=False,
         ),
     )
 }

@@ -41,8 +41,7 @@ def test_every_registered_backend_is_a_serve_choice_a_migrate_location_and_a_con
     assert registry.parse_location(entry.location)[0] == name
     assert name in contract.BACKENDS
     factory = importlib.import_module(f"tests.storage.backend_{name}")
-    assert callable(factory.make_store)
-    assert callable(factory.reopen_store)
+    assert callable(factory.options)
     assert name in MACHINE_BACKENDS
 
 
