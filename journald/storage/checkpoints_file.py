@@ -47,11 +47,38 @@ MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save
 T = TypeVar("T")
 
 
-def _make_dir(d: str) -> None:
-    """Create a store directory, durably named in its parent."""
-    if not os.path.isdir(d):
-        os.makedirs(d, DIR_MODE, exist_ok=True)
-        fsync_dir(os.path.dirname(d))
+def _run_missing(run_id: str) -> SessionNotFound:
+    return SessionNotFound(
+        f"run {run_id} does not exist; list the runs with `journald ls`",
+        metadata={"run_id": run_id},
+    )
+
+
+def _make_dir(d: str, run_id: str, *, inside_run: bool) -> None:
+    """Create a store directory, durably named in its parent. Inside a run directory only
+    ``d`` itself is made, so a run deleted meanwhile is ``SessionNotFound`` and never comes
+    back as a directory without a journal."""
+    if os.path.isdir(d):
+        return
+    try:
+        if inside_run:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, DIR_MODE)
+        else:
+            os.makedirs(d, DIR_MODE, exist_ok=True)
+    except FileNotFoundError:
+        raise _run_missing(run_id) from None
+    fsync_dir(os.path.dirname(d))
+
+
+def _remove_dir(d: str) -> None:
+    """Remove a separate store's directory of a deleted run and every file in it (the run
+    went first, so what is left is only ever unreachable)."""
+    for n in os.listdir(d) if os.path.isdir(d) else ():
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(d, n))
+    with contextlib.suppress(OSError):
+        os.rmdir(d)
 
 
 async def _writing(where: str, run_id: str, retry: str, fn: Callable[..., T], *args: Any) -> T:
@@ -106,10 +133,10 @@ class FileCheckpointStore:
     def _put(self, cp: Checkpoint) -> None:
         run_id = cp.meta.run_id
         if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
-            raise SessionNotFound(f"run {run_id} does not exist", metadata={"run_id": run_id})
+            raise _run_missing(run_id)
         if failpoints.ARMED:
             failpoints.hit("cp_before_write")
-        _make_dir(self._dir_of(run_id))
+        _make_dir(self._dir_of(run_id), run_id, inside_run=self._run_dir_of is not None)
         atomic_write(
             self._path(run_id, cp.checkpoint_id),
             encode_file(cp),
@@ -182,26 +209,18 @@ class FileCheckpointStore:
         return await asyncio.to_thread(self._owner, checkpoint_id)
 
     def _drop_run(self, run_id: str) -> None:
-        if self._colocated:
-            return
-        d = self._dir_of(run_id)
-        for cid in self._ids(run_id):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(d, cid + SUFFIX))
-        for n in os.listdir(d) if os.path.isdir(d) else ():
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(d, n))
-        with contextlib.suppress(OSError):
-            os.rmdir(d)
+        if not self._colocated:
+            _remove_dir(self._dir_of(run_id))
 
     async def drop_run(self, run_id: str) -> None:
         await asyncio.to_thread(self._drop_run, run_id)
 
     def _save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
-        if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
-            return
         d = self._dir_of(run_id)
-        _make_dir(d)
+        try:
+            _make_dir(d, run_id, inside_run=self._run_dir_of is not None)
+        except SessionNotFound:
+            return  # the run is gone, and its index with it
         atomic_write(os.path.join(d, MARK_FILE), canonical_json(mark))
 
     async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
@@ -250,13 +269,13 @@ class FileAttachmentStore:
 
     def _put(self, run_id: str, data: bytes) -> tuple[str, bool]:
         if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
-            raise SessionNotFound(f"run {run_id} does not exist", metadata={"run_id": run_id})
+            raise _run_missing(run_id)
         digest = sha256_hex(data)
         d = self._dir_of(run_id)
         path = os.path.join(d, digest)
         if os.path.exists(path):
             return digest, True
-        _make_dir(d)
+        _make_dir(d, run_id, inside_run=self._run_dir_of is not None)
         atomic_write(path, data)
         return digest, False
 
@@ -283,14 +302,8 @@ class FileAttachmentStore:
         return await asyncio.to_thread(self._get, run_id, digest)
 
     def _drop_run(self, run_id: str) -> None:
-        if self._colocated:
-            return
-        d = self._dir_of(run_id)
-        for n in os.listdir(d) if os.path.isdir(d) else ():
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(d, n))
-        with contextlib.suppress(OSError):
-            os.rmdir(d)
+        if not self._colocated:
+            _remove_dir(self._dir_of(run_id))
 
     async def drop_run(self, run_id: str) -> None:
         await asyncio.to_thread(self._drop_run, run_id)

@@ -36,6 +36,14 @@ async def new_run(opened: OpenedBackend, run_id: str = RUN) -> None:
     await journal.close()
 
 
+@pytest.fixture
+async def runs(opened_backend: OpenedBackend) -> OpenedBackend:
+    """The backend with two runs, ``RUN`` and ``OTHER``."""
+    await new_run(opened_backend)
+    await new_run(opened_backend, OTHER)
+    return opened_backend
+
+
 def checkpoint(run_id: str = RUN, words: str = "hello", seq: int = 1) -> Checkpoint:
     return make_checkpoint(
         run_id=run_id,
@@ -50,11 +58,9 @@ def checkpoint(run_id: str = RUN, words: str = "hello", seq: int = 1) -> Checkpo
 
 
 async def test_a_stored_checkpoint_reads_back_equal_and_lists_in_creation_order(
-    opened_backend: OpenedBackend,
+    runs: OpenedBackend,
 ) -> None:
-    await new_run(opened_backend)
-    await new_run(opened_backend, OTHER)
-    cps = opened_backend.checkpoints
+    cps = runs.checkpoints
     first, second, elsewhere = checkpoint(), checkpoint(words="later"), checkpoint(OTHER)
     for cp in (second, elsewhere, first):  # stored out of order; listed by id
         await cps.put(cp)
@@ -64,22 +70,17 @@ async def test_a_stored_checkpoint_reads_back_equal_and_lists_in_creation_order(
     assert await cps.owner(new_id()) is None
 
 
-async def test_a_checkpoint_of_another_run_or_a_bad_id_is_not_found(
-    opened_backend: OpenedBackend,
-) -> None:
-    await new_run(opened_backend)
-    await new_run(opened_backend, OTHER)
+async def test_a_checkpoint_of_another_run_or_a_bad_id_is_not_found(runs: OpenedBackend) -> None:
     cp = checkpoint(OTHER)
-    await opened_backend.checkpoints.put(cp)
+    await runs.checkpoints.put(cp)
     with pytest.raises(CheckpointNotFound, match=f"journald checkpoints {RUN}"):
-        await opened_backend.checkpoints.get(RUN, cp.checkpoint_id)
+        await runs.checkpoints.get(RUN, cp.checkpoint_id)
     with pytest.raises((InvalidCheckpointId, CheckpointNotFound)):
-        await opened_backend.checkpoints.get(RUN, "../../etc/passwd")
+        await runs.checkpoints.get(RUN, "../../etc/passwd")
 
 
-async def test_delete_removes_one_checkpoint_once(opened_backend: OpenedBackend) -> None:
-    await new_run(opened_backend)
-    cps = opened_backend.checkpoints
+async def test_delete_removes_one_checkpoint_once(runs: OpenedBackend) -> None:
+    cps = runs.checkpoints
     kept, gone = checkpoint(), checkpoint(words="bye")
     await cps.put(kept)
     await cps.put(gone)
@@ -88,11 +89,8 @@ async def test_delete_removes_one_checkpoint_once(opened_backend: OpenedBackend)
     assert await cps.list(RUN) == [kept.meta]
 
 
-async def test_a_fold_mark_is_kept_per_run_and_replaced_by_the_next(
-    opened_backend: OpenedBackend,
-) -> None:
-    await new_run(opened_backend)
-    cps = opened_backend.checkpoints
+async def test_a_fold_mark_is_kept_per_run_and_replaced_by_the_next(runs: OpenedBackend) -> None:
+    cps = runs.checkpoints
     assert await cps.load_mark(RUN) is None
     await cps.save_mark(RUN, {"seq": 3, "hash": "a" * 64})
     await cps.save_mark(RUN, {"seq": 5, "hash": "b" * 64})
@@ -100,12 +98,8 @@ async def test_a_fold_mark_is_kept_per_run_and_replaced_by_the_next(
     assert await cps.load_mark(OTHER) is None
 
 
-async def test_attachments_are_stored_once_per_run_by_their_sha256(
-    opened_backend: OpenedBackend,
-) -> None:
-    await new_run(opened_backend)
-    await new_run(opened_backend, OTHER)
-    blobs = opened_backend.attachments
+async def test_attachments_are_stored_once_per_run_by_their_sha256(runs: OpenedBackend) -> None:
+    blobs = runs.attachments
     data = os.urandom(3000)
     assert await blobs.put(RUN, data) == (sha256_hex(data), False)
     assert await blobs.put(RUN, data) == (sha256_hex(data), True)
@@ -116,22 +110,19 @@ async def test_attachments_are_stored_once_per_run_by_their_sha256(
         await blobs.get(RUN, "../" + "a" * 61)
 
 
-async def test_a_deleted_run_leaves_no_checkpoint_mark_or_attachment(
-    opened_backend: OpenedBackend,
-) -> None:
-    await new_run(opened_backend)
+async def test_a_deleted_run_leaves_no_checkpoint_mark_or_attachment(runs: OpenedBackend) -> None:
     cp = checkpoint()
-    await opened_backend.checkpoints.put(cp)
-    await opened_backend.checkpoints.save_mark(RUN, {"seq": 1})
-    digest, _ = await opened_backend.attachments.put(RUN, b"bytes")
-    assert await opened_backend.records.delete(RUN)  # what DeleteRun does, in its order
-    await opened_backend.checkpoints.drop_run(RUN)
-    await opened_backend.attachments.drop_run(RUN)
-    assert await opened_backend.checkpoints.list(RUN) == []
-    assert await opened_backend.checkpoints.owner(cp.checkpoint_id) is None
-    assert await opened_backend.checkpoints.load_mark(RUN) is None
+    await runs.checkpoints.put(cp)
+    await runs.checkpoints.save_mark(RUN, {"seq": 1})
+    digest, _ = await runs.attachments.put(RUN, b"bytes")
+    assert await runs.records.delete(RUN)  # what DeleteRun does, in its order
+    await runs.checkpoints.drop_run(RUN)
+    await runs.attachments.drop_run(RUN)
+    assert await runs.checkpoints.list(RUN) == []
+    assert await runs.checkpoints.owner(cp.checkpoint_id) is None
+    assert await runs.checkpoints.load_mark(RUN) is None
     with pytest.raises(AttachmentNotFound):
-        await opened_backend.attachments.get(RUN, digest)
+        await runs.attachments.get(RUN, digest)
 
 
 @pytest.mark.parametrize("name", [n for n in registry.names() if registry.backend(n).durable])
