@@ -20,7 +20,7 @@ import glob
 import json
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from journald import failpoints
 from journald.core.checkpoints import (
@@ -90,53 +90,74 @@ async def _writing(where: str, run_id: str, retry: str, fn: Callable[..., T], *a
         raise storage_error(exc, run_id, where, 0, retry) from exc
 
 
-class FileCheckpointStore:
-    """``<dir>/<ULID>.json`` per checkpoint; ``dir_of(run_id)`` says where a run's live.
+class RunDirs:
+    """Where a store keeps each run's files: beside the run (``colocated_with``:
+    ``<sessions>/<run>/<KIND>/``, deleted with the run; ``run_dir_of`` says where the run
+    lives, and a write never creates it) or under a root of its own (``separate``:
+    ``<root>/<run>/``, removed by ``drop_run``)."""
 
-    ``colocated``: ``dir_of`` is inside the run directory (``run_dir_of(run_id)`` must exist:
-    a checkpoint never creates a run directory), and deleting the run deletes them.
-    """
+    KIND = ""
 
     def __init__(
         self,
         dir_of: Callable[[str], str],
         *,
-        colocated: bool,
         run_dir_of: Callable[[str], str] | None = None,
         pattern: str = "",
     ) -> None:
         self._dir_of = dir_of
-        self._colocated = colocated
         self._run_dir_of = run_dir_of
-        self._pattern = pattern  # glob of every checkpoint dir, for ``owner``
+        self._pattern = pattern  # glob of every run's directory of this store
 
-    @staticmethod
-    def colocated_with(sessions_dir: str) -> FileCheckpointStore:
-        return FileCheckpointStore(
-            lambda run: os.path.join(sessions_dir, validate_id(run), "checkpoints"),
-            colocated=True,
+    @property
+    def _colocated(self) -> bool:
+        return self._run_dir_of is not None
+
+    @classmethod
+    def colocated_with(cls, sessions_dir: str) -> Self:
+        return cls(
+            lambda run: os.path.join(sessions_dir, validate_id(run), cls.KIND),
             run_dir_of=lambda run: os.path.join(sessions_dir, validate_id(run)),
-            pattern=os.path.join(glob.escape(sessions_dir), "*", "checkpoints"),
+            pattern=os.path.join(glob.escape(sessions_dir), "*", cls.KIND),
         )
 
-    @staticmethod
-    def separate(root: str) -> FileCheckpointStore:
-        return FileCheckpointStore(
+    @classmethod
+    def separate(cls, root: str) -> Self:
+        return cls(
             lambda run: os.path.join(root, validate_id(run)),
-            colocated=False,
             pattern=os.path.join(glob.escape(root), "*"),
         )
+
+    def _ready_dir(self, run_id: str) -> str:
+        """The run's directory of this store, made if needed (``SessionNotFound`` when the
+        run is gone)."""
+        if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
+            raise _run_missing(run_id)
+        d = self._dir_of(run_id)
+        _make_dir(d, run_id, inside_run=self._colocated)
+        return d
+
+    def _drop_run(self, run_id: str) -> None:
+        if not self._colocated:
+            _remove_dir(self._dir_of(run_id))
+
+    async def drop_run(self, run_id: str) -> None:
+        await asyncio.to_thread(self._drop_run, run_id)
+
+
+class FileCheckpointStore(RunDirs):
+    """``<dir>/<ULID>.json`` per checkpoint and ``<dir>/fold-mark.json``."""
+
+    KIND = "checkpoints"
 
     def _path(self, run_id: str, checkpoint_id: str) -> str:
         return os.path.join(self._dir_of(run_id), valid_checkpoint_id(checkpoint_id) + SUFFIX)
 
     def _put(self, cp: Checkpoint) -> None:
         run_id = cp.meta.run_id
-        if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
-            raise _run_missing(run_id)
         if failpoints.ARMED:
             failpoints.hit("cp_before_write")
-        _make_dir(self._dir_of(run_id), run_id, inside_run=self._run_dir_of is not None)
+        self._ready_dir(run_id)
         atomic_write(
             self._path(run_id, cp.checkpoint_id),
             encode_file(cp),
@@ -208,17 +229,9 @@ class FileCheckpointStore:
     async def owner(self, checkpoint_id: str) -> str | None:
         return await asyncio.to_thread(self._owner, checkpoint_id)
 
-    def _drop_run(self, run_id: str) -> None:
-        if not self._colocated:
-            _remove_dir(self._dir_of(run_id))
-
-    async def drop_run(self, run_id: str) -> None:
-        await asyncio.to_thread(self._drop_run, run_id)
-
     def _save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
-        d = self._dir_of(run_id)
         try:
-            _make_dir(d, run_id, inside_run=self._run_dir_of is not None)
+            d = self._ready_dir(run_id)
         except SessionNotFound:
             return  # the run is gone, and its index with it
         atomic_write(os.path.join(d, MARK_FILE), canonical_json(mark))
@@ -239,43 +252,17 @@ class FileCheckpointStore:
         return await asyncio.to_thread(self._load_mark, run_id)
 
 
-class FileAttachmentStore:
-    """``<dir>/<sha256>`` per attachment (0600, durable); ``dir_of`` as for checkpoints."""
+class FileAttachmentStore(RunDirs):
+    """``<dir>/<sha256>`` per attachment."""
 
-    def __init__(
-        self,
-        dir_of: Callable[[str], str],
-        *,
-        colocated: bool,
-        run_dir_of: Callable[[str], str] | None = None,
-    ) -> None:
-        self._dir_of = dir_of
-        self._colocated = colocated
-        self._run_dir_of = run_dir_of
-
-    @staticmethod
-    def colocated_with(sessions_dir: str) -> FileAttachmentStore:
-        return FileAttachmentStore(
-            lambda run: os.path.join(sessions_dir, validate_id(run), "attachments"),
-            colocated=True,
-            run_dir_of=lambda run: os.path.join(sessions_dir, validate_id(run)),
-        )
-
-    @staticmethod
-    def separate(root: str) -> FileAttachmentStore:
-        return FileAttachmentStore(
-            lambda run: os.path.join(root, validate_id(run)), colocated=False
-        )
+    KIND = "attachments"
 
     def _put(self, run_id: str, data: bytes) -> tuple[str, bool]:
-        if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
-            raise _run_missing(run_id)
         digest = sha256_hex(data)
-        d = self._dir_of(run_id)
+        d = self._ready_dir(run_id)
         path = os.path.join(d, digest)
         if os.path.exists(path):
             return digest, True
-        _make_dir(d, run_id, inside_run=self._run_dir_of is not None)
         atomic_write(path, data)
         return digest, False
 
@@ -300,10 +287,3 @@ class FileAttachmentStore:
 
     async def get(self, run_id: str, digest: str) -> bytes:
         return await asyncio.to_thread(self._get, run_id, digest)
-
-    def _drop_run(self, run_id: str) -> None:
-        if not self._colocated:
-            _remove_dir(self._dir_of(run_id))
-
-    async def drop_run(self, run_id: str) -> None:
-        await asyncio.to_thread(self._drop_run, run_id)

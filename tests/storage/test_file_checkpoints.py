@@ -30,12 +30,8 @@ async def test_a_write_after_the_run_check_but_after_the_delete_creates_no_run_d
     def seen_alive(run: str) -> str:
         return str(sessions / "alive")
 
-    checkpoints = FileCheckpointStore(
-        lambda run: dir_of("checkpoints"), colocated=True, run_dir_of=seen_alive
-    )
-    attachments = FileAttachmentStore(
-        lambda run: dir_of("attachments"), colocated=True, run_dir_of=seen_alive
-    )
+    checkpoints = FileCheckpointStore(lambda run: dir_of("checkpoints"), run_dir_of=seen_alive)
+    attachments = FileAttachmentStore(lambda run: dir_of("attachments"), run_dir_of=seen_alive)
     cp = make_checkpoint(
         run_id=RUN,
         trigger="manual",
