@@ -93,6 +93,29 @@ async def test_the_command_line_migrates_both_ways(tmp_path: Path) -> None:
     assert on_disk(tmp_path / "c", "cli-run") == b"".join(frame(r) for r in b.records)
 
 
+async def test_a_migration_to_memory_verifies_the_runs_and_writes_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "a"
+    src = FileStore(data)
+    await fill(src, "ok-run", 2)
+    await fill(src, "bad-run", 1)
+    await src.close()
+
+    def files() -> dict[str, bytes]:
+        return {
+            str(p.relative_to(data)): p.read_bytes()
+            for p in sorted(data.rglob("*"))
+            if p.is_file() and p.name != "daemon.lock"
+        }
+
+    before = files()
+    assert await_main(["--quiet", "--from", f"file:{data}", "--to", "memory:"]) == 0
+    journal = data / "sessions" / "bad-run" / "journal.jsonl"
+    damaged = journal.read_bytes().replace(b"prompt of bad-run", b"prompt of BAD-run")
+    journal.write_bytes(damaged)
+    assert await_main(["--quiet", "--from", f"file:{data}", "--to", "memory:"]) == 1
+    assert files() == {**before, "sessions/bad-run/journal.jsonl": damaged}
+
+
 def await_main(argv: list[str]) -> int:
     # main() runs its own event loop; run it in a worker thread from this async test.
     import concurrent.futures
