@@ -41,6 +41,13 @@ acknowledged every record, the journal has not advanced); by its object buckets
 (``journald.storage.jetstream_objects``): ``js_object_before_meta`` (every chunk of a
 checkpoint, mark or attachment acknowledged, its meta message not yet published).
 
+Points of checkpoints (``journald.storage.checkpoints_file`` and ``checkpoints_memory``,
+``journald.server.checkpoints``): ``cp_before_write`` (nothing of the checkpoint written yet),
+``cp_after_temp_write`` (temp file written and synced, not renamed), ``cp_after_rename``
+(renamed in, directory not yet synced), ``op_after_checkpoint`` (compaction/restore: the
+pre-operation checkpoint is durable, no rebase yet), ``op_after_rebase`` (the rebase is
+durable, the response not yet sent).
+
 Deliberately wrong variants (``=on``), which exist only to prove that the tests catch them:
 
 ``bug_ack_before_fsync`` the file journal acknowledges a group (and advances ``last_seq``)
@@ -70,6 +77,11 @@ POINTS = (
     "mid_prune_rename",
     "after_prune_rename",
     "js_object_before_meta",
+    "cp_before_write",
+    "cp_after_temp_write",
+    "cp_after_rename",
+    "op_after_checkpoint",
+    "op_after_rebase",
     "bug_ack_before_fsync",
 )
 ACTIONS = ("kill", "raise", "sleep", "crash", "wait", "on")

@@ -2,7 +2,9 @@
 
 ``journald migrate --from file:DIR --to jetstream:URL/STREAM [RUN_ID ...]`` (and the reverse,
 or stream to stream; the NATS flags are ``journald serve``'s: ``--nats-creds``, ``--nats-user``,
-``--nats-tls-*``, secrets from the environment).
+``--nats-tls-*``, secrets from the environment). A location is ``NAME:REST`` of any backend
+of ``journald.storage.registry``; ``--to memory:`` copies into memory, so it verifies every
+run on both sides and writes nothing.
 
 A JetStream source is opened read-only: its configuration is not checked for writing (each
 problem is printed as a note), and a stream whose retention is not ``limits`` is read with
@@ -35,8 +37,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.console import Console
@@ -48,11 +49,10 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from journald.checkpoints import AttachmentStore, CheckpointStore, content_hash, encode_file
 from journald.cli.main import add_nats_arguments, nats_options
+from journald.core.checkpoints import content_hash, encode_file
 from journald.core.errors import (
     AttachmentNotFound,
-    InvalidArgumentError,
     JournaldError,
     SessionExists,
     StoreCorrupted,
@@ -60,7 +60,9 @@ from journald.core.errors import (
 from journald.core.records import GENESIS, Record, sha256_hex, validate_id
 from journald.server.startup import EXIT_CONFIG, StartupRefused
 from journald.storage.base import Store
+from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+from journald.storage.registry import BACKENDS, OpenedBackend, open_backend, parse_location
 
 BATCH = 64
 
@@ -81,6 +83,10 @@ class SideStores:
 
     checkpoints: CheckpointStore | None = None
     attachments: AttachmentStore | None = None
+
+    @classmethod
+    def of(cls, opened: OpenedBackend) -> SideStores:
+        return cls(opened.checkpoints, opened.attachments)
 
 
 def referenced_digests(value: object) -> set[str]:
@@ -226,7 +232,7 @@ async def migrate(
     sides: tuple[SideStores, SideStores] = (SideStores(), SideStores()),
 ) -> list[MigratedRun]:
     """Copy ``run_ids`` (default: every run of ``src``) to ``dst``, with their checkpoints and
-    attachments from ``sides[0]`` to ``sides[1]`` (``open_sides``).
+    attachments from ``sides[0]`` to ``sides[1]`` (``SideStores.of`` an opened location).
 
     Refuses with ``SessionExists`` (naming every clash) before writing anything if any run
     already exists in ``dst``; raises ``StoreCorrupted`` if a chain does not verify on either
@@ -257,64 +263,14 @@ async def migrate(
 # --- command line -----------------------------------------------------------------------
 
 
-def parse_location(text: str) -> tuple[str, str, str]:
-    """``file:DIR`` → ("file", DIR, ""); ``jetstream:URL/STREAM`` → ("jetstream", URL, STREAM)."""
-    kind, sep, rest = text.partition(":")
-    if not sep or not rest:
-        raise InvalidArgumentError(
-            f"{text!r} is not a store location; use file:DIR or jetstream:URL/STREAM "
-            "(e.g. jetstream:nats://127.0.0.1:4222/JOURNALD)"
-        )
-    if kind == "file":
-        return "file", rest, ""
-    if kind == "jetstream":
-        url, slash, stream = rest.rpartition("/")
-        if not slash or not stream or not url or url.endswith(":/") or url.endswith("/"):
-            raise InvalidArgumentError(
-                f"{text!r} names no stream; use jetstream:URL/STREAM "
-                "(e.g. jetstream:nats://127.0.0.1:4222/JOURNALD)"
-            )
-        return "jetstream", url, stream
-    raise InvalidArgumentError(f"unknown store kind {kind!r} in {text!r}; use file: or jetstream:")
-
-
 async def open_location(
     text: str, options: NatsOptions | None = None, *, source: bool = False
-) -> Store:
-    """Open a store location; a JetStream source is bound read-only, so runs can be copied
-    out of a stream journald would refuse to write (its refusal prints that route)."""
-    kind, where, stream = parse_location(text)
-    if kind == "file":
-        from journald.storage.file import FileStore
-
-        store: Store = FileStore(where)
-        return store
-    from journald.storage.jetstream import JetStreamStore
-
-    return await JetStreamStore.connect(where, stream, options=options, read_only=source)
-
-
-async def open_sides(
-    text: str, store: Store, options: NatsOptions | None = None, *, source: bool = False
-) -> SideStores:
-    """The checkpoint and attachment stores of an opened location (a JetStream destination
-    must have its buckets; a JetStream source without them has no side data)."""
-    kind, where, _ = parse_location(text)
-    if kind == "file":
-        from journald.checkpoints import FileAttachmentStore, FileCheckpointStore
-
-        sessions = str(Path(where) / "sessions")
-        return SideStores(
-            FileCheckpointStore.colocated_with(sessions),
-            FileAttachmentStore.colocated_with(sessions),
-        )
-    from journald.storage.jetstream import JetStreamStore
-    from journald.storage.jetstream_checkpoints import bind_run_stores
-
-    assert isinstance(store, JetStreamStore)
-    cli = (options or NatsOptions()).cli(where)
-    cps, blobs = await bind_run_stores(store, cli, required=not source)
-    return SideStores(cps, blobs)
+) -> OpenedBackend:
+    """Open a store location (``NAME:REST`` of a registered backend); a JetStream source is
+    bound read-only, so runs can be copied out of a stream journald would refuse to write
+    (its refusal prints that route)."""
+    name, opts = parse_location(text)
+    return await open_backend(name, replace(opts, nats=options, read_only=source))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -324,8 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
         "JetStream), verified on both sides; "
         "never overwrites a run that exists at the destination.",
     )
-    p.add_argument("--from", dest="src", required=True, help="file:DIR or jetstream:URL/STREAM")
-    p.add_argument("--to", dest="dst", required=True, help="file:DIR or jetstream:URL/STREAM")
+    forms = " or ".join(b.location for b in BACKENDS.values())
+    p.add_argument("--from", dest="src", required=True, help=forms)
+    p.add_argument("--to", dest="dst", required=True, help=f"{forms} (memory: verifies only)")
     p.add_argument("--creds", dest="nats_creds", default=None, help=argparse.SUPPRESS)
     add_nats_arguments(p, stream=False)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -339,11 +296,13 @@ async def _main(args: argparse.Namespace, console: Console) -> int:
     options = nats_options(args)
     async with AsyncExitStack() as stack:
         for loc in (args.src, args.dst):
-            if loc.startswith("file:"):  # a daemon must not write the dir while we copy it
-                stack.callback(lock_data_dir(Path(loc.removeprefix("file:"))).close)
+            name, opts = parse_location(loc)
+            if BACKENDS[name].owns_data_dir and opts.data_dir is not None:
+                # a daemon must not write the directory while we copy it
+                stack.callback(lock_data_dir(opts.data_dir).close)
         src = await open_location(args.src, options, source=True)
         stack.push_async_callback(src.close)
-        for problem in getattr(src, "unsafe", []):
+        for problem in getattr(src.records, "unsafe", []):
             console.print(
                 f"journald migrate: note: the source stream is unsafe to write "
                 f"({problem.what}); reading it only",
@@ -352,16 +311,13 @@ async def _main(args: argparse.Namespace, console: Console) -> int:
             )
         dst = await open_location(args.dst, options)
         stack.push_async_callback(dst.close)
-        sides = (
-            await open_sides(args.src, src, options, source=True),
-            await open_sides(args.dst, dst, options),
-        )
+        sides = (SideStores.of(src), SideStores.of(dst))
         ids = list(args.run_ids) or None
         if args.quiet:
-            done = await migrate(src, dst, ids, sides=sides)
+            done = await migrate(src.records, dst.records, ids, sides=sides)
         else:
             with new_progress(console) as progress:
-                done = await migrate(src, dst, ids, progress, sides)
+                done = await migrate(src.records, dst.records, ids, progress, sides)
     total = sum(r.records for r in done)
     cps = sum(r.checkpoints for r in done)
     atts = sum(r.attachments for r in done)

@@ -113,6 +113,7 @@ def nats_options(args: argparse.Namespace) -> NatsOptions:
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from journald.server.startup import EXIT_CODES
+    from journald.storage import registry
     from journald.storage.io_pool import DEFAULT_EXECUTOR_THREADS, DEFAULT_IO_THREADS
 
     p = sub.add_parser(
@@ -135,7 +136,12 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="data directory (default: $XDG_STATE_HOME/journald or ~/.local/state/journald)",
     )
-    p.add_argument("--backend", choices=["file", "jetstream", "memory"], default="file")
+    p.add_argument(
+        "--backend",
+        choices=registry.names(),
+        default="file",
+        help="; ".join(f"{b.name}: {b.summary}" for b in registry.BACKENDS.values()),
+    )
     add_nats_arguments(p, stream=True)
     p.add_argument(
         "--socket-mode", type=_octal_mode, default=0o600, help="socket file mode (octal, 0600)"
@@ -181,11 +187,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from journald.server.daemon import ServeConfig, run
     from journald.server.runs import Limits
     from journald.server.startup import EXIT_CONFIG
+    from journald.storage import registry
     from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 
     os.umask(0o077)  # every file and directory the daemon creates is private to its user
-    try:  # the NATS flags matter (and are checked) only for the JetStream backend
-        nats = nats_options(args) if args.backend == "jetstream" else NatsOptions()
+    try:  # the NATS flags matter (and are checked) only for a backend on NATS
+        nats = nats_options(args) if registry.backend(args.backend).nats else NatsOptions()
     except NatsOptionsError as exc:
         print(f"journald: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -10,9 +10,8 @@ from typing import Any
 import grpc
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import (
+from journald.core.checkpoints import (
     MAX_ATTACHMENT_BYTES,
-    AttachmentStore,
     attachment_block,
     attachment_refs,
     valid_sha256,
@@ -22,6 +21,7 @@ from journald.core.fold import Message
 from journald.core.records import canonical_json, sha256_hex, validate_id
 from journald.server.edge import unary
 from journald.server.runs import Runs
+from journald.storage.checkpoint_base import AttachmentStore
 from journald.validation import validate_payload
 
 Ctx = grpc.aio.ServicerContext[Any, Any]

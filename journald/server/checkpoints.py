@@ -19,20 +19,17 @@ from typing import Any
 import grpc
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import (
+from journald import failpoints
+from journald.clock import utc_ts
+from journald.core.checkpoints import (
     Checkpoint,
     CheckpointMeta,
     attachment_refs,
     export_bytes,
-    failpoint,
     governed,
-    imported,
-    make_checkpoint,
-    new_id,
     valid_checkpoint_id,
     verify_export,
 )
-from journald.clock import utc_ts
 from journald.core.errors import (
     CheckpointNotFound,
     InvalidRecord,
@@ -49,6 +46,7 @@ from journald.server.convert import message_from_pb, state_to_pb
 from journald.server.edge import unary
 from journald.server.leases import Lease
 from journald.server.runs import Held, Runs, ack_pb
+from journald.storage.checkpoint_base import imported, make_checkpoint, new_id
 from journald.validation import validate_payload
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -247,11 +245,13 @@ class CheckpointRpcs:
             pre = None
             if not request.skip_checkpoint:
                 pre = await self._take(held, "pre_restore", f"before restoring {cp.checkpoint_id}")
-                failpoint("op_after_checkpoint")
+                if failpoints.ARMED:
+                    failpoints.hit("op_after_checkpoint")
             msgs = governed(cp.messages)
             rec = self._rebase(held.lease, "restore", msgs, cp, (1, st.last_seq))
             results = await self.runs.commit(held.lease, [rec])
-            failpoint("op_after_rebase")
+            if failpoints.ARMED:
+                failpoints.hit("op_after_rebase")
             after = len(held.lease.state.messages)
         return pb.RestoreResponse(
             from_messages=before,
@@ -283,7 +283,8 @@ class CheckpointRpcs:
             if not request.skip_checkpoint:
                 label = request.checkpoint_label or "before compaction"
                 pre = await self._take(held, "pre_compaction", label)
-                failpoint("op_after_checkpoint")
+                if failpoints.ARMED:
+                    failpoints.hit("op_after_checkpoint")
             covered = (1, st.last_seq)
             try:
                 rec = self._rebase(held.lease, "compaction", new, None, covered)
@@ -294,7 +295,8 @@ class CheckpointRpcs:
                     reason=err.code,
                     checkpoint_id=pre.checkpoint_id if pre else "",
                 )
-            failpoint("op_after_rebase")
+            if failpoints.ARMED:
+                failpoints.hit("op_after_rebase")
         return pb.CompactResponse(
             status=pb.COMPACT_STATUS_COMPACTED,
             checkpoint_id=pre.checkpoint_id if pre else "",
@@ -388,7 +390,8 @@ class CheckpointRpcs:
         self, request: pb.ImportCheckpointRequest, context: Ctx
     ) -> pb.ImportCheckpointResponse:
         run_id = validate_id(request.run_id)
-        ex = verify_export(request.data)  # everything is checked before anything is written
+        # everything is checked before anything is written
+        ex = verify_export(request.data, validate_payload)
         async with self.runs.head(run_id, "", write=False) as held:
             cp = imported(ex, run_id=run_id, seq=held.state.last_seq, created=utc_ts())
             for data in ex.attachments.values():  # content-addressed: idempotent

@@ -35,15 +35,7 @@ from grpc_reflection.v1alpha import reflection
 from journald_client.pb import journal_pb2 as pb
 
 from journald import telemetry
-from journald.checkpoints import (
-    AttachmentStore,
-    CheckpointStore,
-    FileAttachmentStore,
-    FileCheckpointStore,
-    MemoryAttachmentStore,
-    MemoryCheckpointStore,
-)
-from journald.core.errors import BackendUnavailable, JournaldError
+from journald.core.errors import JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.runs import Limits
 from journald.server.service import JournalService
@@ -55,13 +47,13 @@ from journald.server.startup import (
     raise_fd_limit,
     refusal,
 )
-from journald.storage.base import Store
 from journald.storage.io_pool import (
     DEFAULT_EXECUTOR_THREADS,
     DEFAULT_IO_THREADS,
     bound_default_executor,
 )
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+from journald.storage.registry import BackendOptions, open_backend
 
 __all__ = ["DataDirLocked", "ServeConfig", "lock_data_dir", "run", "serve", "tune_gc"]
 
@@ -91,68 +83,20 @@ class ServeConfig:
     blocking_threads: int = DEFAULT_EXECUTOR_THREADS
 
 
-async def open_store(cfg: ServeConfig) -> Store:
-    if cfg.backend == "memory":
-        from journald.storage.memory import MemoryStore
-
-        return MemoryStore(gap_wait_s=cfg.limits.gap_wait_s)
-    if cfg.backend == "file":
-        from journald.storage.file import FileStore
-
-        return FileStore(
-            cfg.data_dir,
-            segment_max_bytes=cfg.segment_max_bytes,
-            segment_max_records=cfg.segment_max_records,
-            segmentation=cfg.segmentation,
-            gap_wait_s=cfg.limits.gap_wait_s,
-            io_threads=cfg.io_threads,
-        )
-    if cfg.backend == "jetstream":
-        from journald.storage.jetstream import JetStreamStore
-
-        return await JetStreamStore.connect(
-            cfg.nats_url,
-            cfg.stream,
-            options=cfg.nats,
-            check_fsync=True,
-            gap_wait_s=cfg.limits.gap_wait_s,
-        )
-    raise BackendUnavailable(f"unknown backend {cfg.backend!r}; use file, jetstream or memory")
-
-
-def open_checkpoints(cfg: ServeConfig, store: Store) -> CheckpointStore:
-    """Co-located with the run (file backend) unless ``checkpoint_dir`` is set; in memory for
-    the memory backend (JetStream: ``open_side_stores``)."""
-    if cfg.checkpoint_dir is not None:
-        return FileCheckpointStore.separate(str(cfg.checkpoint_dir))
-    if cfg.backend == "file":
-        return FileCheckpointStore.colocated_with(str(cfg.data_dir / "sessions"))
-    return MemoryCheckpointStore()
-
-
-def open_blobs(cfg: ServeConfig) -> AttachmentStore:
-    """Attachments live with the run (file backend) or in memory (memory backend)."""
-    if cfg.backend == "file":
-        return FileAttachmentStore.colocated_with(str(cfg.data_dir / "sessions"))
-    return MemoryAttachmentStore()
-
-
-async def open_side_stores(
-    cfg: ServeConfig, store: Store
-) -> tuple[CheckpointStore, AttachmentStore]:
-    """A run's checkpoints and attachments. On JetStream they live in the stream's buckets,
-    bound like the stream (refused when missing or unsafe), so any host serves them;
-    ``checkpoint_dir`` still sends checkpoints to that directory on this host."""
-    if cfg.backend != "jetstream":
-        return open_checkpoints(cfg, store), open_blobs(cfg)
-    from journald.storage.jetstream import JetStreamStore
-    from journald.storage.jetstream_checkpoints import bind_run_stores
-
-    assert isinstance(store, JetStreamStore)
-    cps, blobs = await bind_run_stores(store, cfg.nats.cli(cfg.nats_url))
-    assert cps is not None  # required: a missing bucket raised
-    assert blobs is not None
-    return (open_checkpoints(cfg, store) if cfg.checkpoint_dir else cps), blobs
+def backend_options(cfg: ServeConfig) -> BackendOptions:
+    return BackendOptions(
+        data_dir=cfg.data_dir,
+        checkpoint_dir=cfg.checkpoint_dir,
+        gap_wait_s=cfg.limits.gap_wait_s,
+        segment_max_bytes=cfg.segment_max_bytes,
+        segment_max_records=cfg.segment_max_records,
+        segmentation=cfg.segmentation,
+        nats_url=cfg.nats_url,
+        stream=cfg.stream,
+        nats=cfg.nats,
+        check_fsync=True,
+        io_threads=cfg.io_threads,
+    )
 
 
 async def serve(
@@ -165,14 +109,11 @@ async def serve(
     bound_default_executor(asyncio.get_running_loop(), cfg.blocking_threads)
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
-        store = await open_store(cfg)
-        try:
-            checkpoints, blobs = await open_side_stores(cfg, store)
-        except BaseException:
-            await store.close()
-            raise
+        opened = await open_backend(cfg.backend, backend_options(cfg))
         limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
-        service = JournalService(store, limits, checkpoints, cfg.checkpoint_max, blobs)
+        service = JournalService(
+            opened.records, limits, opened.checkpoints, cfg.checkpoint_max, opened.attachments
+        )
         telemetry.observe_leases(lambda: len(service.leases))
         server = grpc.aio.server(
             options=[
@@ -241,7 +182,7 @@ async def serve(
         await health_servicer.enter_graceful_shutdown()
         await service.shutdown()
         await server.stop(cfg.shutdown_grace_s)
-        await store.close()
+        await opened.close()
         with contextlib.suppress(FileNotFoundError):
             cfg.socket_path.unlink()
         return 0

@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import governed
 from journald.core import governance
+from journald.core.checkpoints import governed
 from journald.core.fold import Message, Pending, RunState
 from journald.core.paging import FoldMark, Page, Window, fold_window, page, page_window
 from journald.core.records import validate_id

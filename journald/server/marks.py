@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from journald.checkpoints import CheckpointStore
 from journald.core.fold import RunState
 from journald.server.leases import Lease
+from journald.storage.checkpoint_base import CheckpointStore
 
 MARK_EVERY = 1000  # records between the fold marks History pages from
 MARKS_KEPT = 256  # per run (the newest); older pages fold from the oldest kept or in full

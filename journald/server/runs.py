@@ -33,7 +33,6 @@ from typing import Any
 from journald_client.pb import journal_pb2 as pb
 
 from journald import telemetry
-from journald.checkpoints import AttachmentStore, CheckpointStore
 from journald.core.admission import admit
 from journald.core.errors import (
     InvalidRecord,
@@ -47,6 +46,7 @@ from journald.core.records import Record
 from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
 from journald.server.marks import FoldMarks, mark_due, mark_of
 from journald.storage.base import AppendResult, Store
+from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.validation import validate_record
 
 DAEMON_HOLDER = "journald daemon"

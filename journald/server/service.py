@@ -14,12 +14,6 @@ import grpc
 from journald_client.pb import journal_pb2 as pb
 
 from journald import telemetry
-from journald.checkpoints import (
-    AttachmentStore,
-    CheckpointStore,
-    MemoryAttachmentStore,
-    MemoryCheckpointStore,
-)
 from journald.clock import utc_ts
 from journald.core import governance
 from journald.core.errors import (
@@ -46,6 +40,8 @@ from journald.server.leases import END, Lease, new_holder
 from journald.server.runs import Limits, Runs, ack_pb, fold_stored
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import Store
+from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
+from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 

@@ -1,1 +1,2 @@
-"""Storage backends behind one protocol (see ``journald.storage.base``)."""
+"""Storage backends behind one protocol (see ``journald.storage.base``), opened by name
+through ``journald.storage.registry``."""

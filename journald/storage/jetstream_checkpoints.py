@@ -23,20 +23,20 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from journald.checkpoints import (
-    MARK_FILE,
+from journald import failpoints
+from journald.core.checkpoints import (
     Checkpoint,
     CheckpointMeta,
-    _attachment_missing,
+    attachment_missing,
+    checkpoint_missing,
     decode_file,
     encode_file,
-    failpoint,
-    not_found,
     valid_checkpoint_id,
     valid_sha256,
 )
 from journald.core.errors import CheckpointNotFound, StoreCorrupted
 from journald.core.records import canonical_json, sha256_hex, validate_id
+from journald.storage.checkpoints_file import MARK_FILE
 from journald.storage.jetstream_buckets import ATTACHMENTS, CHECKPOINTS, bind_buckets
 from journald.storage.jetstream_config import Cli
 from journald.storage.jetstream_objects import NameTaken, ObjectBucket
@@ -73,7 +73,8 @@ class JetStreamCheckpointStore:
         return f"{validate_id(run_id)}/{valid_checkpoint_id(checkpoint_id)}"
 
     async def put(self, cp: Checkpoint) -> None:
-        failpoint("cp_before_write")
+        if failpoints.ARMED:
+            failpoints.hit("cp_before_write")
         name = self._name(cp.meta.run_id, cp.checkpoint_id)
         try:
             await self.bucket.write(name, encode_file(cp), once=True)
@@ -90,7 +91,7 @@ class JetStreamCheckpointStore:
         name = self._name(run_id, checkpoint_id)
         data = await _read(self.bucket, name)
         if data is None:
-            raise not_found(run_id, checkpoint_id)
+            raise checkpoint_missing(run_id, checkpoint_id)
         cp = decode_file(data, f"{self.bucket.bucket}/{name}")
         if cp.meta.run_id != run_id or cp.checkpoint_id != checkpoint_id:
             raise _damaged(self.bucket, name, ValueError("its meta names another checkpoint"))
@@ -161,7 +162,7 @@ class JetStreamAttachmentStore:
         name = f"{validate_id(run_id)}/{valid_sha256(digest)}"
         data = await _read(self.bucket, name)
         if data is None:
-            raise _attachment_missing(run_id, digest)
+            raise attachment_missing(run_id, digest)
         if sha256_hex(data) != digest:
             raise _damaged(self.bucket, name, ValueError("its bytes do not match its SHA-256"))
         return data

@@ -56,8 +56,11 @@ def write_all(fd: int, data: bytes, offset: int) -> int:
     return offset
 
 
-def atomic_write(path: str, data: bytes, *, failpoint: str = "", sync: bool = True) -> None:
-    """temp file (unique name), write, fsync, rename over ``path``, fsync the directory."""
+def atomic_write(
+    path: str, data: bytes, *, failpoint: str = "", renamed_failpoint: str = "", sync: bool = True
+) -> None:
+    """temp file (unique name), write, fsync, rename over ``path``, fsync the directory
+    (``failpoint`` fires before the rename, ``renamed_failpoint`` after it)."""
     directory = os.path.dirname(path)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
@@ -75,6 +78,8 @@ def atomic_write(path: str, data: bytes, *, failpoint: str = "", sync: bool = Tr
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if renamed_failpoint and failpoints.ARMED:
+        failpoints.hit(renamed_failpoint)
     if sync:
         fsync_dir(directory)
 

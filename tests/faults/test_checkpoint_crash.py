@@ -10,8 +10,8 @@ daemon dies), then starts a clean daemon on the same directory and checks:
 * every listed checkpoint is intact (it exports, so its bytes match its hash), the prepared
   one is unchanged, and a new checkpoint, if any, holds the pre-operation conversation.
 
-Checkpoint steps are armed with ``JOURNALD_CHECKPOINT_FAILPOINTS``; the rebase append's steps
-with the file backend's ``JOURNALD_FAILPOINTS`` (the rebase is the daemon's first write).
+Every step is armed with ``JOURNALD_FAILPOINTS``: the checkpoint's ``cp_*`` and ``op_*``
+points, and the rebase append's journal points (the rebase is the daemon's first write).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import grpc
 import pytest
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import content_hash
+from journald.core.checkpoints import content_hash
 from journald.core.governance import sanitize
 from journald.core.paging import tail_start
 from tests.daemon import Daemon
@@ -37,12 +37,12 @@ KEEP = 3
 
 CP_STEPS = ["cp_before_write", "cp_after_temp_write", "cp_after_rename"]
 OP_STEPS = [
-    ("JOURNALD_CHECKPOINT_FAILPOINTS", "cp_after_temp_write=kill"),
-    ("JOURNALD_CHECKPOINT_FAILPOINTS", "op_after_checkpoint=kill"),
-    ("JOURNALD_FAILPOINTS", "before_write=kill@1"),
-    ("JOURNALD_FAILPOINTS", "after_write_before_fsync=kill@1"),
-    ("JOURNALD_FAILPOINTS", "after_fsync_before_advance=kill@1"),
-    ("JOURNALD_CHECKPOINT_FAILPOINTS", "op_after_rebase=kill"),
+    "cp_after_temp_write=kill",
+    "op_after_checkpoint=kill",
+    "before_write=kill@1",
+    "after_write_before_fsync=kill@1",
+    "after_fsync_before_advance=kill@1",
+    "op_after_rebase=kill",
 ]
 
 Conversation = list[dict[str, Any]]
@@ -162,16 +162,16 @@ def crash_and_check(
 def test_a_crash_while_writing_a_checkpoint_leaves_no_half_checkpoint(
     prepared: Prepared, tmp_path: Path, step: str
 ) -> None:
-    env = {"JOURNALD_CHECKPOINT_FAILPOINTS": f"{step}=kill"}
+    env = {"JOURNALD_FAILPOINTS": f"{step}=kill"}
     assert crash_and_check(prepared, tmp_path, env, "checkpoint") == "before"
 
 
-@pytest.mark.parametrize(("var", "spec"), OP_STEPS)
+@pytest.mark.parametrize("spec", OP_STEPS)
 @pytest.mark.parametrize("op", ["compact", "restore"])
 def test_a_crash_during_compaction_or_restore_leaves_the_state_before_or_after(
-    prepared: Prepared, tmp_path: Path, op: str, var: str, spec: str
+    prepared: Prepared, tmp_path: Path, op: str, spec: str
 ) -> None:
-    outcome = crash_and_check(prepared, tmp_path, {var: spec}, op)
+    outcome = crash_and_check(prepared, tmp_path, {"JOURNALD_FAILPOINTS": spec}, op)
     durable = spec.startswith(("after_fsync", "op_after_rebase"))
     not_yet = spec.startswith(("cp_", "op_after_checkpoint", "before_write"))
     if durable:

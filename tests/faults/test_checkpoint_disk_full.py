@@ -11,8 +11,9 @@ import grpc
 import pytest
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import FileAttachmentStore, FileCheckpointStore, make_checkpoint
 from journald.core.errors import StorageFull
+from journald.storage.checkpoint_base import make_checkpoint
+from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
 from tests.builders import TS, text
 from tests.daemon import Daemon
 from tests.faults.test_file_disk_full import fill, small_disk
@@ -23,7 +24,7 @@ RUN = "cp-full"
 
 
 def test_a_checkpoint_write_failing_with_eio_is_backend_unavailable(tmp_path: Path) -> None:
-    env = {"JOURNALD_CHECKPOINT_FAILPOINTS": "cp_after_temp_write=raise"}
+    env = {"JOURNALD_FAILPOINTS": "cp_after_temp_write=raise:EIO"}
     with Daemon(tmp_path, "file", env=env) as d:
         s = stub(d.target)
         lease = Lease(s, RUN)

@@ -21,9 +21,10 @@ import nats
 import pytest
 from nats.js.api import ObjectStoreConfig, StorageType
 
-from journald.checkpoints import verify_export
+from journald.core.checkpoints import verify_export
 from journald.storage.jetstream_buckets import CHECKPOINTS, bucket_name
 from journald.storage.jetstream_objects import stream_of
+from journald.validation import validate_payload
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.integration.test_serve_refusals import serve
@@ -156,7 +157,9 @@ def test_a_checkpoint_written_while_its_bucket_leader_is_killed_is_whole_or_clea
     try:
         with host_b, jc.connect(str(host_b.socket)) as client_b:
             assert client_b.checkpoints("held") == [result]
-            exported = verify_export(client_b.export_checkpoint("held", result.checkpoint_id))
+            exported = verify_export(
+                client_b.export_checkpoint("held", result.checkpoint_id), validate_payload
+            )
             assert exported.meta.hash == result.hash
             assert client_b.restore("held", result.checkpoint_id).to_messages == (
                 result.message_count

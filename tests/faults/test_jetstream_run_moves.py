@@ -16,7 +16,8 @@ from typing import Any
 import journald_client as jc
 import pytest
 
-from journald.checkpoints import verify_export
+from journald.core.checkpoints import verify_export
+from journald.validation import validate_payload
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.storage.backend_jetstream import fresh_stream
@@ -68,7 +69,9 @@ def test_a_run_resumed_on_another_host_keeps_its_checkpoints_and_attachments(
             forked, fork_state = client_b.fork("moving", checkpoint_id=second.checkpoint_id)
             assert len(fork_state.messages) == second.message_count
             assert client_b.get_attachment(forked, ref.sha256) == picture
-            exported = verify_export(client_b.export_checkpoint("moving", second.checkpoint_id))
+            exported = verify_export(
+                client_b.export_checkpoint("moving", second.checkpoint_id), validate_payload
+            )
             assert exported.attachments == {ref.sha256: picture}
             assert exported.meta.hash == second.hash
             assert [c.trigger for c in client_b.checkpoints("moving")] == [

@@ -15,9 +15,10 @@ import grpc
 import pytest
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import verify_export
+from journald.core.checkpoints import verify_export
 from journald.core.errors import CheckpointImportInvalid
 from journald.core.records import canonical_json, sha256_hex
+from journald.validation import validate_payload
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked
@@ -140,7 +141,7 @@ def test_attachments_are_stored_once_referenced_and_travel_with_checkpoints(
         for edit in (swap, drop, extra):
             bad = rehash(data, edit)
             with pytest.raises(CheckpointImportInvalid):
-                verify_export(bad)
+                verify_export(bad, validate_payload)
             with pytest.raises(grpc.RpcError) as info:
                 s.ImportCheckpoint(pb.ImportCheckpointRequest(run_id="att-dst", data=bad))
             assert error_of(info.value).code == "checkpoint_import_invalid"

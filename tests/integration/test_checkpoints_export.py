@@ -12,8 +12,9 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.checkpoints import EXPORT_FORMAT, verify_export
+from journald.core.checkpoints import EXPORT_FORMAT, verify_export
 from journald.core.errors import CheckpointImportInvalid
+from journald.validation import validate_payload
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked
@@ -124,16 +125,16 @@ def test_changing_any_byte_of_a_small_export_is_detected(s: pbg.JournalServiceSt
         pb.ExportCheckpointRequest(run_id="ex-sweep", checkpoint_id=mark.checkpoint_id)
     ).data
     lease.close()
-    verify_export(data)  # the untouched bytes pass
+    verify_export(data, validate_payload)  # the untouched bytes pass
     for i in range(len(data)):
         for bad in flips(data, i):
             with pytest.raises(CheckpointImportInvalid):
-                verify_export(bad)
+                verify_export(bad, validate_payload)
     for cut in (0, 1, len(data) // 2, len(data) - 1):
         with pytest.raises(CheckpointImportInvalid):
-            verify_export(data[:cut])
+            verify_export(data[:cut], validate_payload)
     with pytest.raises(CheckpointImportInvalid):
-        verify_export(data + b"\n")
+        verify_export(data + b"\n", validate_payload)
 
 
 def test_a_sampled_tampered_large_export_is_refused_with_nothing_written(
@@ -149,7 +150,7 @@ def test_a_sampled_tampered_large_export_is_refused_with_nothing_written(
     for i in rng.sample(range(len(data)), 400):
         for bad in flips(data, i):
             with pytest.raises(CheckpointImportInvalid):
-                verify_export(bad)
+                verify_export(bad, validate_payload)
     before = snapshot(s, "ex-large")
     for i in rng.sample(range(len(data)), 12):
         bad = next(flips(data, i))
@@ -163,7 +164,7 @@ def test_a_sampled_tampered_large_export_is_refused_with_nothing_written(
 
 def test_exports_that_are_consistent_but_unsound_are_refused(s: pbg.JournalServiceStub) -> None:
     """Re-hashed edits (a forger who recomputes every hash) still fail the shape checks."""
-    from journald.checkpoints import Checkpoint, CheckpointMeta, content_hash, export_bytes
+    from journald.core.checkpoints import Checkpoint, CheckpointMeta, content_hash, export_bytes
 
     def forged(messages: list[dict[str, Any]], fmt: str = EXPORT_FORMAT) -> bytes:
         meta = CheckpointMeta(
@@ -194,11 +195,11 @@ def test_exports_that_are_consistent_but_unsound_are_refused(s: pbg.JournalServi
     before = snapshot(s, "ex-forged")
     for name, msgs in cases.items():
         with pytest.raises(CheckpointImportInvalid):
-            verify_export(forged(msgs))
+            verify_export(forged(msgs), validate_payload)
         with pytest.raises(grpc.RpcError) as info:
             s.ImportCheckpoint(pb.ImportCheckpointRequest(run_id="ex-forged", data=forged(msgs)))
         assert error_of(info.value).code == "checkpoint_import_invalid", name
     with pytest.raises(CheckpointImportInvalid, match="format"):
-        verify_export(forged([user], "journald-checkpoint/2"))
+        verify_export(forged([user], "journald-checkpoint/2"), validate_payload)
     assert snapshot(s, "ex-forged") == before
     lease.close()

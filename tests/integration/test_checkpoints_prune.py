@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from journald.checkpoints import FileCheckpointStore, pre_prune_hook
 from journald.clock import utc_ts
 from journald.core.fold import fold
 from journald.core.governance import sanitize
+from journald.storage.checkpoint_base import pre_prune_hook
+from journald.storage.checkpoints_file import FileCheckpointStore
 from journald.storage.file import FileStore
 from tests.builders import JournalBuilder, text
 

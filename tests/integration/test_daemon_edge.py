@@ -17,7 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import MAX_ATTACHMENT_BYTES
+from journald.core.checkpoints import MAX_ATTACHMENT_BYTES
 from journald.core.records import MAX_JSON_DEPTH, MAX_SAFE_INT
 from journald.server.convert import fingerprint_to_pb
 from journald.server.daemon import ServeConfig, serve

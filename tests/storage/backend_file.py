@@ -1,16 +1,11 @@
-"""Contract-suite factory for the file backend."""
+"""Contract-suite factory for the file backend: the options the registry opens it with."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from journald.storage.file import FileStore
+from journald.storage.registry import BackendOptions
 
 
-async def make_store(tmp_path: Path) -> FileStore:
-    return FileStore(tmp_path / "data", gap_wait_s=0.2, segment_max_records=4)
-
-
-async def reopen_store(store: FileStore, tmp_path: Path) -> FileStore:
-    await store.close()
-    return FileStore(tmp_path / "data", gap_wait_s=0.2, segment_max_records=4)
+async def options(tmp_path: Path) -> BackendOptions:
+    return BackendOptions(data_dir=tmp_path / "data", gap_wait_s=0.2, segment_max_records=4)

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from journald.storage.jetstream import JetStreamStore
+from journald.storage.registry import BackendOptions
 from tests.nats_server import NatsServer, create_stream
 
 _server: NatsServer | None = None
@@ -41,15 +41,16 @@ async def fresh_stream(**overrides: Any) -> tuple[str, str, str]:
     return server.url, name, prefix
 
 
-async def make_store(tmp_path: Path) -> JetStreamStore:
-    # The contract suite runs with atomic batches on (as deploy/nats/stream.json); the
-    # per-record path is exercised by the test_jetstream_* suites on default streams.
-    url, name, _ = await fresh_stream(allow_atomic=True)
-    (tmp_path / "jetstream-stream").write_text(f"{url}\n{name}\n")
-    return await JetStreamStore.connect(url, name, gap_wait_s=0.2, ack_timeout_s=2.0)
-
-
-async def reopen_store(store: JetStreamStore, tmp_path: Path) -> JetStreamStore:
-    url, name = (tmp_path / "jetstream-stream").read_text().split()
-    await store.close()
-    return await JetStreamStore.connect(url, name, gap_wait_s=0.2, ack_timeout_s=2.0)
+async def options(tmp_path: Path) -> BackendOptions:
+    """A fresh stream for this test, created on the first call; later calls (a reopen) bind
+    the same one (its URL and name are kept in ``tmp_path``). The contract suite runs with
+    atomic batches on (as deploy/nats/stream.json); the per-record path is exercised by the
+    test_jetstream_* suites on default streams."""
+    kept = tmp_path / "jetstream-stream"
+    if not kept.exists():
+        url, name, _ = await fresh_stream(allow_atomic=True)
+        kept.write_text(f"{url}\n{name}\n")
+    url, name = kept.read_text().split()
+    return BackendOptions(
+        data_dir=tmp_path / "data", nats_url=url, stream=name, gap_wait_s=0.2, ack_timeout_s=2.0
+    )

@@ -1,16 +1,11 @@
-"""Contract-suite factory for the in-memory backend."""
+"""Contract-suite factory for the in-memory backend: the options the registry opens it with."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from journald.storage.memory import MemoryStore
+from journald.storage.registry import BackendOptions
 
 
-async def make_store(tmp_path: Path) -> MemoryStore:
-    return MemoryStore(gap_wait_s=0.2)
-
-
-async def reopen_store(store: MemoryStore, tmp_path: Path) -> MemoryStore:
-    # Memory has no persistence; the same object stands for "after restart".
-    return store
+async def options(tmp_path: Path) -> BackendOptions:
+    return BackendOptions(gap_wait_s=0.2)

@@ -13,10 +13,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from journald.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
 from journald.storage.base import Store
+from journald.storage.checkpoint_base import CheckpointStore
+from journald.storage.checkpoints_memory import MemoryCheckpointStore
 from journald.storage.file import FileStore
-from journald.storage.memory import MemoryStore
+from journald.storage.registry import BackendOptions, OpenedBackend, open_backend
 
 GAP_WAIT_S = 0.01
 SEGMENT_MAX_RECORDS = 4  # small, so runs seal segments often
@@ -63,10 +64,13 @@ class MemoryBackend(Backend):
 
     def __init__(self) -> None:
         super().__init__()
-        self.store = MemoryStore(gap_wait_s=GAP_WAIT_S)
+        self.opened: OpenedBackend | None = None
 
     async def start(self) -> Store:
-        return self.store
+        if self.opened is None:
+            self.opened = await open_backend("memory", BackendOptions(gap_wait_s=GAP_WAIT_S))
+            self.checkpoints = self.opened.checkpoints
+        return self.opened.records
 
     async def restart(self, store: Store) -> Store:
         return store  # nothing outlives the process: the same object stands for "after"
@@ -94,15 +98,16 @@ class FileBackend(Backend):
         super().__init__()
         self.data_dir = self.workdir / "data"
 
-    def _store(self) -> FileStore:
-        return FileStore(
-            self.data_dir, gap_wait_s=GAP_WAIT_S, segment_max_records=SEGMENT_MAX_RECORDS
+    async def _open(self) -> OpenedBackend:
+        opts = BackendOptions(
+            data_dir=self.data_dir, gap_wait_s=GAP_WAIT_S, segment_max_records=SEGMENT_MAX_RECORDS
         )
+        return await open_backend("file", opts)
 
     async def start(self) -> Store:
-        store = self._store()
-        self.checkpoints = FileCheckpointStore.colocated_with(store.sessions_dir)
-        return store
+        opened = await self._open()
+        self.checkpoints = opened.checkpoints
+        return opened.records
 
     async def crash(self, store: Store) -> Store:
         assert isinstance(store, FileStore)
@@ -110,7 +115,7 @@ class FileBackend(Backend):
         return await self.start()
 
     async def second_reader(self) -> Store | None:
-        return self._store()
+        return (await self._open()).records
 
     def active_segment(self, store: Store, run_id: str) -> Path:
         assert isinstance(store, FileStore)
@@ -127,21 +132,21 @@ class JetStreamBackend(Backend):
         self.url = self.stream = ""
 
     async def start(self) -> Store:
-        from journald.storage.jetstream import JetStreamStore
-        from journald.storage.jetstream_checkpoints import bind_run_stores
-        from journald.storage.jetstream_config import Cli
         from tests.storage.backend_jetstream import fresh_stream
 
         if not self.stream:
             self.url, self.stream, _ = await fresh_stream(allow_atomic=True)
-        store = await JetStreamStore.connect(
-            self.url, self.stream, gap_wait_s=GAP_WAIT_S, ack_timeout_s=5.0, retry_window_s=10.0
+        opts = BackendOptions(
+            nats_url=self.url,
+            stream=self.stream,
+            gap_wait_s=GAP_WAIT_S,
+            ack_timeout_s=5.0,
+            retry_window_s=10.0,
         )
         # the stream's own checkpoint bucket, bound on the new connection as a daemon does
-        cps, _ = await bind_run_stores(store, Cli(self.url))
-        assert cps is not None
-        self.checkpoints = cps
-        return store
+        opened = await open_backend("jetstream", opts)
+        self.checkpoints = opened.checkpoints
+        return opened.records
 
     async def crash(self, store: Store) -> Store:
         # A JetStream journal holds nothing the server does not: dropping the connection is

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from journald.checkpoints import Checkpoint
+from journald.core.checkpoints import Checkpoint
 from journald.core.fold import RunState, fold
 from journald.core.records import GENESIS, Record, make_record
 from journald.storage.base import Journal

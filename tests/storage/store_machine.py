@@ -45,7 +45,7 @@ from hypothesis.stateful import (
 )
 
 from journald import failpoints
-from journald.checkpoints import governed, make_checkpoint
+from journald.core.checkpoints import governed
 from journald.core.errors import (
     JournaldError,
     Locked,
@@ -58,6 +58,7 @@ from journald.core.fold import fold
 from journald.core.paging import tail_start
 from journald.core.records import Record, make_record
 from journald.storage.base import Store
+from journald.storage.checkpoint_base import make_checkpoint
 from tests.builders import TS, text, user_payload
 from tests.storage.machine_backends import BACKENDS, Backend, MemoryBackend
 from tests.storage.run_model import CHOICES, RunModel, meta_record, next_records

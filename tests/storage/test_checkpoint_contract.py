@@ -1,11 +1,14 @@
-"""One contract for every checkpoint and attachment store: memory, file and JetStream.
+"""One contract for every checkpoint and attachment store (journald/storage/checkpoint_base.py):
+memory, file and JetStream.
 
-Each factory opens a pair of empty stores (checkpoints, attachments) the way the daemon does
-for that backend; the JetStream pair binds the buckets of a fresh stream on this session's
-shared nats-server (tests/storage/backend_jetstream.py), through the same binding the daemon
-uses. The file pair is the ``--checkpoint-dir`` layout: a co-located store forgets nothing on
-``drop_run`` (the run's directory goes with the run), which the file backend's Delete tests
-cover.
+Two fixtures drive the same protocol. ``runs`` opens each backend of the registry as the
+daemon does (records plus the stores beside them: a file store never creates a run directory
+for a checkpoint, so its runs are created through the record store; a restart is a second
+open). ``pair`` opens bare store pairs for the protocol's edge cases across many runs: the
+JetStream pair binds the buckets of a fresh stream on this session's shared nats-server
+through the daemon's binding; the file pair is the ``--checkpoint-dir`` layout (a co-located
+store forgets nothing on ``drop_run``: the run's directory goes with the run, which the
+``runs`` tests and the file backend's Delete tests cover).
 """
 
 from __future__ import annotations
@@ -17,23 +20,146 @@ from typing import Any
 
 import pytest
 
-from journald.checkpoints import (
-    AttachmentStore,
-    Checkpoint,
-    CheckpointStore,
-    FileAttachmentStore,
-    FileCheckpointStore,
-    MemoryAttachmentStore,
-    MemoryCheckpointStore,
-    make_checkpoint,
-    new_id,
-)
+from journald.core.checkpoints import Checkpoint
 from journald.core.errors import (
     AttachmentNotFound,
     CheckpointNotFound,
+    InvalidCheckpointId,
     InvalidDigest,
 )
 from journald.core.records import sha256_hex
+from journald.storage import registry
+from journald.storage.checkpoint_base import (
+    AttachmentStore,
+    CheckpointStore,
+    make_checkpoint,
+    new_id,
+)
+from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
+from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.registry import OpenedBackend
+from tests.builders import TS, JournalBuilder, text
+from tests.storage.conftest import factory
+
+RUN = "cp-run"
+OTHER = "cp-other"
+
+
+async def new_run(opened: OpenedBackend, run_id: str = RUN) -> None:
+    journal = await opened.records.create(JournalBuilder(run_id).records[0])
+    await journal.close()
+
+
+@pytest.fixture
+async def runs(opened_backend: OpenedBackend) -> OpenedBackend:
+    """The backend with two runs, ``RUN`` and ``OTHER``."""
+    await new_run(opened_backend)
+    await new_run(opened_backend, OTHER)
+    return opened_backend
+
+
+def checkpoint(run_id: str = RUN, words: str = "hello", seq: int = 1) -> Checkpoint:
+    return make_checkpoint(
+        run_id=run_id,
+        trigger="manual",
+        label=words,
+        seq=seq,
+        messages=[{"role": "user", "content": [text(words)]}],
+        created=TS,
+        model="m",
+        cwd="/w",
+    )
+
+
+async def test_a_stored_checkpoint_reads_back_equal_and_lists_in_creation_order(
+    runs: OpenedBackend,
+) -> None:
+    cps = runs.checkpoints
+    first, second, elsewhere = checkpoint(), checkpoint(words="later"), checkpoint(OTHER)
+    for cp in (second, elsewhere, first):  # stored out of order; listed by id
+        await cps.put(cp)
+    assert await cps.get(RUN, first.checkpoint_id) == first
+    assert await cps.list(RUN) == [first.meta, second.meta]
+    assert await cps.owner(elsewhere.checkpoint_id) == OTHER
+    assert await cps.owner(new_id()) is None
+
+
+async def test_a_checkpoint_of_another_run_or_a_bad_id_is_not_found(runs: OpenedBackend) -> None:
+    cp = checkpoint(OTHER)
+    await runs.checkpoints.put(cp)
+    with pytest.raises(CheckpointNotFound, match=f"journald checkpoints {RUN}"):
+        await runs.checkpoints.get(RUN, cp.checkpoint_id)
+    with pytest.raises((InvalidCheckpointId, CheckpointNotFound)):
+        await runs.checkpoints.get(RUN, "../../etc/passwd")
+
+
+async def test_delete_removes_one_checkpoint_once(runs: OpenedBackend) -> None:
+    cps = runs.checkpoints
+    kept, gone = checkpoint(), checkpoint(words="bye")
+    await cps.put(kept)
+    await cps.put(gone)
+    assert await cps.delete(RUN, gone.checkpoint_id) is True
+    assert await cps.delete(RUN, gone.checkpoint_id) is False
+    assert await cps.list(RUN) == [kept.meta]
+
+
+async def test_a_fold_mark_is_kept_per_run_and_replaced_by_the_next(runs: OpenedBackend) -> None:
+    cps = runs.checkpoints
+    assert await cps.load_mark(RUN) is None
+    await cps.save_mark(RUN, {"seq": 3, "hash": "a" * 64})
+    await cps.save_mark(RUN, {"seq": 5, "hash": "b" * 64})
+    assert await cps.load_mark(RUN) == {"seq": 5, "hash": "b" * 64}
+    assert await cps.load_mark(OTHER) is None
+
+
+async def test_attachments_are_stored_once_per_run_by_their_sha256(runs: OpenedBackend) -> None:
+    blobs = runs.attachments
+    data = os.urandom(3000)
+    assert await blobs.put(RUN, data) == (sha256_hex(data), False)
+    assert await blobs.put(RUN, data) == (sha256_hex(data), True)
+    assert await blobs.get(RUN, sha256_hex(data)) == data
+    with pytest.raises(AttachmentNotFound, match="PutAttachment"):
+        await blobs.get(OTHER, sha256_hex(data))
+    with pytest.raises(InvalidDigest):
+        await blobs.get(RUN, "../" + "a" * 61)
+
+
+async def test_a_deleted_run_leaves_no_checkpoint_mark_or_attachment(runs: OpenedBackend) -> None:
+    cp = checkpoint()
+    await runs.checkpoints.put(cp)
+    await runs.checkpoints.save_mark(RUN, {"seq": 1})
+    digest, _ = await runs.attachments.put(RUN, b"bytes")
+    assert await runs.records.delete(RUN)  # what DeleteRun does, in its order
+    await runs.checkpoints.drop_run(RUN)
+    await runs.attachments.drop_run(RUN)
+    assert await runs.checkpoints.list(RUN) == []
+    assert await runs.checkpoints.owner(cp.checkpoint_id) is None
+    assert await runs.checkpoints.load_mark(RUN) is None
+    with pytest.raises(AttachmentNotFound):
+        await runs.attachments.get(RUN, digest)
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names() if registry.backend(n).durable])
+async def test_checkpoints_marks_and_attachments_outlive_a_restart(
+    name: str, tmp_path: Path
+) -> None:
+    opened = await factory(name).open(tmp_path)
+    await new_run(opened)
+    cp = checkpoint()
+    await opened.checkpoints.put(cp)
+    await opened.checkpoints.save_mark(RUN, {"seq": 1})
+    digest, _ = await opened.attachments.put(RUN, b"kept bytes")
+    await opened.close()
+    again = await factory(name).open(tmp_path)
+    try:
+        assert await again.checkpoints.get(RUN, cp.checkpoint_id) == cp
+        assert await again.checkpoints.load_mark(RUN) == {"seq": 1}
+        assert await again.attachments.get(RUN, digest) == b"kept bytes"
+    finally:
+        await again.close()
+
+
+# --- protocol edge cases on bare store pairs ---------------------------------------------
 
 Pair = tuple[CheckpointStore, AttachmentStore]
 Closer = Callable[[], Awaitable[None]]
@@ -90,7 +216,7 @@ def conversation(words: str, turns: int = 2) -> list[dict[str, Any]]:
     return out
 
 
-def checkpoint(run_id: str, label: str = "", turns: int = 2) -> Checkpoint:
+def checkpoint_of(run_id: str, label: str = "", turns: int = 2) -> Checkpoint:
     return make_checkpoint(
         run_id=run_id,
         trigger="manual",
@@ -105,7 +231,7 @@ def checkpoint(run_id: str, label: str = "", turns: int = 2) -> Checkpoint:
 
 async def test_a_stored_checkpoint_reads_back_equal(pair: Pair) -> None:
     cps, _ = pair
-    cp = checkpoint("run-a", "first")
+    cp = checkpoint_of("run-a", "first")
     await cps.put(cp)
     got = await cps.get("run-a", cp.checkpoint_id)
     assert got.meta == cp.meta
@@ -116,15 +242,15 @@ async def test_a_stored_checkpoint_reads_back_equal(pair: Pair) -> None:
 async def test_a_conversation_larger_than_one_nats_message_round_trips(pair: Pair) -> None:
     cps, _ = pair
     big = "x" * 4096
-    cp = checkpoint("run-big", big, turns=400)  # about 3 MiB of messages
+    cp = checkpoint_of("run-big", big, turns=400)  # about 3 MiB of messages
     await cps.put(cp)
     assert (await cps.get("run-big", cp.checkpoint_id)).messages == cp.messages
 
 
 async def test_listing_gives_one_runs_checkpoints_oldest_first(pair: Pair) -> None:
     cps, _ = pair
-    made = [checkpoint("run-l", f"n{i}") for i in range(3)]
-    await cps.put(checkpoint("run-other"))
+    made = [checkpoint_of("run-l", f"n{i}") for i in range(3)]
+    await cps.put(checkpoint_of("run-other"))
     for cp in reversed(made):
         await cps.put(cp)
     assert await cps.list("run-l") == [cp.meta for cp in made]
@@ -133,7 +259,7 @@ async def test_listing_gives_one_runs_checkpoints_oldest_first(pair: Pair) -> No
 
 async def test_putting_the_same_checkpoint_again_changes_nothing(pair: Pair) -> None:
     cps, _ = pair
-    cp = checkpoint("run-i")
+    cp = checkpoint_of("run-i")
     await cps.put(cp)
     await cps.put(cp)
     assert await cps.list("run-i") == [cp.meta]
@@ -141,7 +267,7 @@ async def test_putting_the_same_checkpoint_again_changes_nothing(pair: Pair) -> 
 
 async def test_a_deleted_checkpoint_is_gone_and_a_second_delete_says_so(pair: Pair) -> None:
     cps, _ = pair
-    keep, drop = checkpoint("run-d", "keep"), checkpoint("run-d", "drop")
+    keep, drop = checkpoint_of("run-d", "keep"), checkpoint_of("run-d", "drop")
     await cps.put(keep)
     await cps.put(drop)
     assert await cps.delete("run-d", drop.checkpoint_id) is True
@@ -153,7 +279,7 @@ async def test_a_deleted_checkpoint_is_gone_and_a_second_delete_says_so(pair: Pa
 
 async def test_a_checkpoint_the_run_does_not_hold_is_not_found(pair: Pair) -> None:
     cps, _ = pair
-    other = checkpoint("run-n")
+    other = checkpoint_of("run-n")
     await cps.put(other)
     with pytest.raises(CheckpointNotFound):
         await cps.get("run-m", new_id())
@@ -163,7 +289,7 @@ async def test_a_checkpoint_the_run_does_not_hold_is_not_found(pair: Pair) -> No
 
 async def test_the_owner_of_a_checkpoint_is_found_across_runs(pair: Pair) -> None:
     cps, _ = pair
-    a, b = checkpoint("run-o1"), checkpoint("run-o2")
+    a, b = checkpoint_of("run-o1"), checkpoint_of("run-o2")
     await cps.put(a)
     await cps.put(b)
     assert await cps.owner(b.checkpoint_id) == "run-o2"
@@ -186,7 +312,7 @@ async def test_dropping_a_run_forgets_its_checkpoints_and_mark_and_nothing_else(
     pair: Pair,
 ) -> None:
     cps, _ = pair
-    gone, kept = checkpoint("run-x"), checkpoint("run-y")
+    gone, kept = checkpoint_of("run-x"), checkpoint_of("run-y")
     await cps.put(gone)
     await cps.put(kept)
     await cps.save_mark("run-x", {"seq": 1})

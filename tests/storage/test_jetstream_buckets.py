@@ -20,7 +20,7 @@ import nats
 import pytest
 from nats.js.api import ObjectStoreConfig, StorageType
 
-from journald.checkpoints import Checkpoint
+from journald.core.checkpoints import Checkpoint
 from journald.core.errors import StoreCorrupted
 from journald.storage.jetstream import JetStreamStore
 from journald.storage.jetstream_buckets import (

@@ -8,11 +8,12 @@ import nats
 import pytest
 
 from journald.core.errors import BackendUnavailable, InvalidArgumentError, SessionExists
-from journald.migrate import main, migrate, new_progress, parse_location
+from journald.migrate import main, migrate, new_progress
 from journald.storage.file import FileStore
 from journald.storage.jetstream import JetStreamStore
 from journald.storage.jetstream_checkpoints import bind_run_stores
 from journald.storage.jetstream_config import Cli
+from journald.storage.registry import BackendOptions, parse_location
 from journald.storage.segments import frame
 from tests.builders import JournalBuilder, assistant_payload, text, tool_use, user_payload
 from tests.storage.backend_jetstream import fresh_stream
@@ -94,6 +95,29 @@ async def test_the_command_line_migrates_both_ways(tmp_path: Path) -> None:
     assert on_disk(tmp_path / "c", "cli-run") == b"".join(frame(r) for r in b.records)
 
 
+async def test_a_migration_to_memory_verifies_the_runs_and_writes_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "a"
+    src = FileStore(data)
+    await fill(src, "ok-run", 2)
+    await fill(src, "bad-run", 1)
+    await src.close()
+
+    def files() -> dict[str, bytes]:
+        return {
+            str(p.relative_to(data)): p.read_bytes()
+            for p in sorted(data.rglob("*"))
+            if p.is_file() and p.name != "daemon.lock"
+        }
+
+    before = files()
+    assert await_main(["--quiet", "--from", f"file:{data}", "--to", "memory:"]) == 0
+    journal = data / "sessions" / "bad-run" / "journal.jsonl"
+    damaged = journal.read_bytes().replace(b"prompt of bad-run", b"prompt of BAD-run")
+    journal.write_bytes(damaged)
+    assert await_main(["--quiet", "--from", f"file:{data}", "--to", "memory:"]) == 1
+    assert files() == {**before, "sessions/bad-run/journal.jsonl": damaged}
+
+
 def await_main(argv: list[str]) -> int:
     # main() runs its own event loop; run it in a worker thread from this async test.
     import concurrent.futures
@@ -102,13 +126,13 @@ def await_main(argv: list[str]) -> int:
         return pool.submit(main, argv).result(timeout=60)
 
 
-def test_store_locations_parse_into_kind_url_and_stream() -> None:
-    assert parse_location("file:/var/x") == ("file", "/var/x", "")
+def test_store_locations_parse_into_backend_and_options() -> None:
+    assert parse_location("file:/var/x") == ("file", BackendOptions(data_dir=Path("/var/x")))
     assert parse_location("jetstream:nats://h:4222/JOURNALD") == (
         "jetstream",
-        "nats://h:4222",
-        "JOURNALD",
+        BackendOptions(nats_url="nats://h:4222", stream="JOURNALD"),
     )
+    assert parse_location("memory:") == ("memory", BackendOptions())
     for bad in ("jetstream:nats://h:4222", "jetstream:nats://h:4222/", "s3:x", "file:"):
         with pytest.raises(InvalidArgumentError, match="use"):
             parse_location(bad)
@@ -148,13 +172,10 @@ async def test_a_read_only_store_reads_a_work_queue_stream_without_consuming_and
 async def run_with_side_data(data_dir: Path, run_id: str) -> dict[str, bytes]:
     """A file run with an attachment a tool result references and two checkpoints; returns
     every file of the run (journal, checkpoint files, attachment) by its relative path."""
-    from journald.checkpoints import (
-        FileAttachmentStore,
-        FileCheckpointStore,
-        attachment_block,
-        make_checkpoint,
-    )
+    from journald.core.checkpoints import attachment_block
     from journald.core.fold import fold
+    from journald.storage.checkpoint_base import make_checkpoint
+    from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
 
     store = FileStore(data_dir, segmentation=False)
     sessions = str(data_dir / "sessions")

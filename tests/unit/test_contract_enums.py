@@ -19,8 +19,8 @@ from journald_client import errors as client_errors
 from journald_client.codec import TERMINAL_REASONS
 from journald_client.pb import journal_pb2 as pb
 
-from journald.checkpoints import TRIGGERS
 from journald.core import errors as daemon_errors
+from journald.core.checkpoints import TRIGGERS
 from journald.server.checkpoints import TRIGGER_PB
 from journald.server.runs import DURABILITY
 from journald.storage.info import status_of

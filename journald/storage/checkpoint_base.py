@@ -1,0 +1,152 @@
+"""What a checkpoint store and an attachment store are, and how checkpoints get their ids.
+
+Every backend opens one of each (``journald.storage.registry``): ``checkpoints_memory``,
+``checkpoints_file``, or a backend's own. The model and the stored byte form are pure
+(``journald.core.checkpoints``); a store keeps ``encode_file`` bytes per checkpoint, or the
+objects themselves when it lives in memory.
+
+Ids are ULIDs minted here (``new_id``), strictly increasing within the process, so listing a
+run's checkpoints by id lists them in creation order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ulid import ULID
+
+from journald.core.checkpoints import (
+    Checkpoint,
+    CheckpointMeta,
+    Exported,
+    Message,
+    content_hash,
+    governed,
+)
+from journald.core.fold import fold
+
+
+class CheckpointStore(Protocol):
+    """Where checkpoints live. Every method may raise ``SessionNotFound`` for a missing run
+    directory (file) and ``StoreCorrupted`` for a damaged checkpoint."""
+
+    async def put(self, cp: Checkpoint) -> None: ...
+
+    async def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+        """``CheckpointNotFound`` if the run has no such checkpoint."""
+        ...
+
+    async def list(self, run_id: str) -> list[CheckpointMeta]:
+        """Ordered by id (oldest first)."""
+        ...
+
+    async def delete(self, run_id: str, checkpoint_id: str) -> bool: ...
+
+    async def owner(self, checkpoint_id: str) -> str | None:
+        """The run holding ``checkpoint_id``, if any (for ``session_mismatch``)."""
+        ...
+
+    async def drop_run(self, run_id: str) -> None:
+        """Forget every checkpoint of a deleted run (no-op when co-located with it)."""
+        ...
+
+    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
+        """Keep the run's latest fold mark (``journald.core.paging.FoldMark`` + the record hash at
+        its seq), which lets History serve pages from the run's tail. A cache, never truth."""
+        ...
+
+    async def load_mark(self, run_id: str) -> dict[str, Any] | None: ...
+
+
+class AttachmentStore(Protocol):
+    """Binary tool outputs, stored once per run, addressed by the SHA-256 of their bytes.
+    Attachments are never deleted on their own: they go with their run, so every checkpoint
+    of the run keeps what it references."""
+
+    async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:
+        """Store ``data``; (its sha256, whether the run already held it)."""
+        ...
+
+    async def get(self, run_id: str, digest: str) -> bytes:
+        """The bytes (verified); ``AttachmentNotFound`` if the run does not hold them."""
+        ...
+
+    async def drop_run(self, run_id: str) -> None: ...
+
+
+_ulid_lock = threading.Lock()
+_last_ulid = 0
+
+
+def new_id() -> str:
+    """A ULID, strictly increasing within this process (listing order = creation order)."""
+    global _last_ulid
+    with _ulid_lock:
+        value = int(ULID())
+        if value <= _last_ulid:
+            value = _last_ulid + 1
+        _last_ulid = value
+        return str(ULID.from_int(value))
+
+
+def make_checkpoint(
+    *,
+    run_id: str,
+    trigger: str,
+    label: str,
+    seq: int,
+    messages: Sequence[Message],
+    created: str,
+    model: str,
+    cwd: str,
+) -> Checkpoint:
+    msgs = governed(messages)
+    meta = CheckpointMeta(
+        new_id(), run_id, trigger, label, seq, len(msgs), created, model, content_hash(msgs), cwd
+    )
+    return Checkpoint(meta, msgs)
+
+
+def imported(ex: Exported, *, run_id: str, seq: int, created: str) -> Checkpoint:
+    """A new checkpoint owned by ``run_id`` holding a verified export's conversation."""
+    meta = replace(
+        ex.meta,
+        checkpoint_id=new_id(),
+        run_id=run_id,
+        trigger="import",
+        seq=seq,
+        created=created,
+    )
+    return Checkpoint(
+        meta,
+        ex.messages,
+        {"run_id": ex.meta.run_id, "checkpoint_id": ex.meta.checkpoint_id, "seq": ex.meta.seq},
+    )
+
+
+def pre_prune_hook(
+    store: CheckpointStore, created: Callable[[], str]
+) -> Callable[[str, Sequence[Any]], Any]:
+    """The ``before`` callback of ``FileStore.prune``: a ``pre_prune`` checkpoint of what the
+    prune drops, i.e. the conversation as it stood just before the run's latest rebase (its
+    failure aborts the prune)."""
+
+    async def before(run_id: str, records: Sequence[Any]) -> None:
+        cut = max(i for i, r in enumerate(records) if r.kind == "rebase")
+        st = fold(records[:cut])
+        cp = make_checkpoint(
+            run_id=run_id,
+            trigger="pre_prune",
+            label=f"before pruning seqs up to {st.last_seq}",
+            seq=st.last_seq,
+            messages=st.messages,
+            created=created(),
+            model=st.fingerprint.model if st.fingerprint else "",
+            cwd="",
+        )
+        await store.put(cp)
+
+    return before

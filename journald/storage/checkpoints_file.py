@@ -1,0 +1,289 @@
+"""Checkpoints, attachments and fold marks as files (the file backend's, and any backend's
+when the daemon is given ``--checkpoint-dir``; see docs/design.md#checkpoints).
+
+* checkpoints: ``<dir>/<ULID>.json`` per checkpoint (``journald-checkpoint-file/1``);
+* the fold mark: ``<dir>/fold-mark.json`` (History's tail index, a cache);
+* attachments: ``<dir>/<sha256>`` per attachment.
+
+Each is written whole with ``segments.atomic_write`` (temp file 0600, fsync, rename, directory
+fsync), so a crash leaves the old file or the new one, never part of one. ``<dir>`` is inside
+the run directory (``colocated_with``: deleted with the run, and a write never creates a run
+directory) or under a separate root (``separate``: dropped with ``drop_run``). An OS error of a
+write is ``storage_full`` or ``backend_unavailable`` (``segments.storage_error``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import json
+import os
+from collections.abc import Callable
+from typing import Any, Self, TypeVar
+
+from journald import failpoints
+from journald.core.checkpoints import (
+    Checkpoint,
+    CheckpointMeta,
+    attachment_missing,
+    checkpoint_missing,
+    decode_file,
+    encode_file,
+    valid_checkpoint_id,
+    valid_sha256,
+)
+from journald.core.errors import (
+    CheckpointNotFound,
+    InvalidCheckpointId,
+    SessionNotFound,
+    StoreCorrupted,
+)
+from journald.core.records import canonical_json, sha256_hex, validate_id
+from journald.storage.segments import DIR_MODE, atomic_write, fsync_dir, storage_error
+
+SUFFIX = ".json"
+MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
+T = TypeVar("T")
+
+
+def _run_missing(run_id: str) -> SessionNotFound:
+    return SessionNotFound(
+        f"run {run_id} does not exist; list the runs with `journald ls`",
+        metadata={"run_id": run_id},
+    )
+
+
+def _make_dir(d: str, run_id: str, *, inside_run: bool) -> None:
+    """Create a store directory, durably named in its parent. Inside a run directory only
+    ``d`` itself is made, so a run deleted meanwhile is ``SessionNotFound`` and never comes
+    back as a directory without a journal."""
+    if os.path.isdir(d):
+        return
+    try:
+        if inside_run:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, DIR_MODE)
+        else:
+            os.makedirs(d, DIR_MODE, exist_ok=True)
+    except FileNotFoundError:
+        raise _run_missing(run_id) from None
+    fsync_dir(os.path.dirname(d))
+
+
+def _remove_dir(d: str) -> None:
+    """Remove a separate store's directory of a deleted run and every file in it (the run
+    went first, so what is left is only ever unreachable)."""
+    for n in os.listdir(d) if os.path.isdir(d) else ():
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(d, n))
+    with contextlib.suppress(OSError):
+        os.rmdir(d)
+
+
+async def _writing(where: str, run_id: str, retry: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on a worker thread; an OS error is ``storage_full`` (ENOSPC, EDQUOT) or
+    ``backend_unavailable`` naming ``where``, as for the journal's own writes."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except OSError as exc:
+        raise storage_error(exc, run_id, where, 0, retry) from exc
+
+
+class RunDirs:
+    """Where a store keeps each run's files: beside the run (``colocated_with``:
+    ``<sessions>/<run>/<KIND>/``, deleted with the run; ``run_dir_of`` says where the run
+    lives, and a write never creates it) or under a root of its own (``separate``:
+    ``<root>/<run>/``, removed by ``drop_run``)."""
+
+    KIND = ""
+
+    def __init__(
+        self,
+        dir_of: Callable[[str], str],
+        *,
+        run_dir_of: Callable[[str], str] | None = None,
+        pattern: str = "",
+    ) -> None:
+        self._dir_of = dir_of
+        self._run_dir_of = run_dir_of
+        self._pattern = pattern  # glob of every run's directory of this store
+
+    @property
+    def _colocated(self) -> bool:
+        return self._run_dir_of is not None
+
+    @classmethod
+    def colocated_with(cls, sessions_dir: str) -> Self:
+        return cls(
+            lambda run: os.path.join(sessions_dir, validate_id(run), cls.KIND),
+            run_dir_of=lambda run: os.path.join(sessions_dir, validate_id(run)),
+            pattern=os.path.join(glob.escape(sessions_dir), "*", cls.KIND),
+        )
+
+    @classmethod
+    def separate(cls, root: str) -> Self:
+        return cls(
+            lambda run: os.path.join(root, validate_id(run)),
+            pattern=os.path.join(glob.escape(root), "*"),
+        )
+
+    def _ready_dir(self, run_id: str) -> str:
+        """The run's directory of this store, made if needed (``SessionNotFound`` when the
+        run is gone)."""
+        if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
+            raise _run_missing(run_id)
+        d = self._dir_of(run_id)
+        _make_dir(d, run_id, inside_run=self._colocated)
+        return d
+
+    def _drop_run(self, run_id: str) -> None:
+        if not self._colocated:
+            _remove_dir(self._dir_of(run_id))
+
+    async def drop_run(self, run_id: str) -> None:
+        await asyncio.to_thread(self._drop_run, run_id)
+
+
+class FileCheckpointStore(RunDirs):
+    """``<dir>/<ULID>.json`` per checkpoint and ``<dir>/fold-mark.json``."""
+
+    KIND = "checkpoints"
+
+    def _path(self, run_id: str, checkpoint_id: str) -> str:
+        return os.path.join(self._dir_of(run_id), valid_checkpoint_id(checkpoint_id) + SUFFIX)
+
+    def _put(self, cp: Checkpoint) -> None:
+        run_id = cp.meta.run_id
+        if failpoints.ARMED:
+            failpoints.hit("cp_before_write")
+        self._ready_dir(run_id)
+        atomic_write(
+            self._path(run_id, cp.checkpoint_id),
+            encode_file(cp),
+            failpoint="cp_after_temp_write",
+            renamed_failpoint="cp_after_rename",
+        )
+
+    async def put(self, cp: Checkpoint) -> None:
+        run_id = cp.meta.run_id
+        await _writing(self._dir_of(run_id), run_id, "the checkpoint", self._put, cp)
+
+    def _get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+        path = self._path(run_id, checkpoint_id)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise checkpoint_missing(run_id, checkpoint_id) from None
+        return decode_file(data, path)
+
+    async def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+        return await asyncio.to_thread(self._get, run_id, checkpoint_id)
+
+    def _ids(self, run_id: str) -> list[str]:
+        try:
+            names = os.listdir(self._dir_of(run_id))
+        except FileNotFoundError:
+            return []
+        out = []
+        for n in names:
+            if n.endswith(SUFFIX) and len(n) == 26 + len(SUFFIX):
+                with contextlib.suppress(InvalidCheckpointId):
+                    out.append(valid_checkpoint_id(n[:26]))
+        return sorted(out)
+
+    def _list(self, run_id: str) -> list[CheckpointMeta]:
+        out = []
+        for cid in self._ids(run_id):
+            try:
+                out.append(self._get(run_id, cid).meta)
+            except CheckpointNotFound:
+                continue  # deleted while listing
+        return out
+
+    async def list(self, run_id: str) -> list[CheckpointMeta]:
+        return await asyncio.to_thread(self._list, run_id)
+
+    def _delete(self, run_id: str, checkpoint_id: str) -> bool:
+        path = self._path(run_id, checkpoint_id)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        fsync_dir(os.path.dirname(path))
+        return True
+
+    async def delete(self, run_id: str, checkpoint_id: str) -> bool:
+        where = self._dir_of(run_id)
+        return await _writing(where, run_id, "the delete", self._delete, run_id, checkpoint_id)
+
+    def _owner(self, checkpoint_id: str) -> str | None:
+        name = valid_checkpoint_id(checkpoint_id) + SUFFIX
+        for d in sorted(glob.glob(self._pattern)):
+            if os.path.exists(os.path.join(d, name)):
+                run_dir = os.path.dirname(d) if self._colocated else d
+                return os.path.basename(run_dir)
+        return None
+
+    async def owner(self, checkpoint_id: str) -> str | None:
+        return await asyncio.to_thread(self._owner, checkpoint_id)
+
+    def _save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
+        try:
+            d = self._ready_dir(run_id)
+        except SessionNotFound:
+            return  # the run is gone, and its index with it
+        atomic_write(os.path.join(d, MARK_FILE), canonical_json(mark))
+
+    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
+        where = os.path.join(self._dir_of(run_id), MARK_FILE)
+        await _writing(where, run_id, "the call", self._save_mark, run_id, mark)
+
+    def _load_mark(self, run_id: str) -> dict[str, Any] | None:
+        try:
+            with open(os.path.join(self._dir_of(run_id), MARK_FILE), "rb") as f:
+                obj = json.loads(f.read())
+        except (OSError, ValueError, RecursionError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    async def load_mark(self, run_id: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self._load_mark, run_id)
+
+
+class FileAttachmentStore(RunDirs):
+    """``<dir>/<sha256>`` per attachment."""
+
+    KIND = "attachments"
+
+    def _put(self, run_id: str, data: bytes) -> tuple[str, bool]:
+        digest = sha256_hex(data)
+        d = self._ready_dir(run_id)
+        path = os.path.join(d, digest)
+        if os.path.exists(path):
+            return digest, True
+        atomic_write(path, data)
+        return digest, False
+
+    async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:
+        where = self._dir_of(run_id)
+        return await _writing(where, run_id, "the upload", self._put, run_id, data)
+
+    def _get(self, run_id: str, digest: str) -> bytes:
+        path = os.path.join(self._dir_of(run_id), valid_sha256(digest))
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise attachment_missing(run_id, digest) from None
+        if sha256_hex(data) != digest:
+            raise StoreCorrupted(
+                f"attachment {path} does not match its SHA-256 (damaged on disk); restore it "
+                "from a backup or upload the original bytes again",
+                metadata={"run_id": run_id, "file": path},
+            )
+        return data
+
+    async def get(self, run_id: str, digest: str) -> bytes:
+        return await asyncio.to_thread(self._get, run_id, digest)

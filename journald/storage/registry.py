@@ -1,0 +1,249 @@
+"""The storage backends by name: the one place ``serve``, ``migrate``, the CLI and the tests
+learn which backends exist and how each one opens (docs/design.md#backends).
+
+A backend opens, from one ``BackendOptions``, everything a run keeps (``OpenedBackend``):
+
+* ``records``: the run's journal (``journald.storage.base.Store``);
+* ``checkpoints``: its checkpoints, and the fold marks that index History's pages (the
+  ``save_mark``/``load_mark`` pair of ``CheckpointStore``);
+* ``attachments``: its content-addressed attachments.
+
+Adding a backend is writing its store module and adding one ``Backend`` entry to
+``BACKENDS``: its name becomes a ``serve --backend`` choice, a ``migrate`` location
+(``NAME:REST``, parsed by the entry) and a storage contract-suite parameter (the suite asks
+for a factory module ``tests/storage/backend_NAME.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from journald.core.errors import BackendUnavailable, InvalidArgumentError
+from journald.storage.base import DEFAULT_GAP_WAIT_S, Store
+from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
+from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
+from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.io_pool import DEFAULT_IO_THREADS
+from journald.storage.jetstream_options import NatsOptions
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """Everything any backend is opened with; each backend reads the fields it needs."""
+
+    data_dir: Path | None = None
+    """The daemon's data directory (the file backend's runs)."""
+    checkpoint_dir: Path | None = None
+    """Keep checkpoints and fold marks here instead of where the backend keeps them."""
+    gap_wait_s: float = DEFAULT_GAP_WAIT_S
+    segment_max_bytes: int = 16 * 1024 * 1024
+    segment_max_records: int = 5000
+    segmentation: bool = True
+    nats_url: str = "nats://127.0.0.1:4222"
+    stream: str = "JOURNALD"
+    nats: NatsOptions | None = None
+    check_fsync: bool = False
+    """JetStream: read the servers' monitoring endpoints and warn when one does not fsync."""
+    ack_timeout_s: float = 5.0
+    retry_window_s: float = 15.0
+    io_threads: int = DEFAULT_IO_THREADS
+    """File: the writer threads every open run shares
+    (docs/design.md#io-threads-and-file-descriptors)."""
+    read_only: bool = False
+    """Open to copy runs out (``migrate``'s source): JetStream binds an unsafe stream and
+    refuses writes."""
+
+
+@dataclass(slots=True)
+class OpenedBackend:
+    """One backend's stores, as a daemon (or one side of a migration) uses them."""
+
+    records: Store
+    checkpoints: CheckpointStore
+    attachments: AttachmentStore
+
+    async def close(self) -> None:
+        await self.records.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    name: str
+    summary: str
+    """What it keeps where, for ``--help``."""
+    location: str
+    """How ``migrate`` names a store of it (``NAME:REST``)."""
+    open: Callable[[BackendOptions], Awaitable[OpenedBackend]]
+    options_at: Callable[[str], BackendOptions]
+    """The options that open the store a location's ``REST`` names (``InvalidArgumentError``
+    saying the right form when it names none)."""
+    owns_data_dir: bool = False
+    """Its runs live in ``data_dir`` (``migrate`` locks it as a daemon does)."""
+    durable: bool = True
+    """What it keeps outlives the process."""
+    nats: bool = False
+    """It connects to NATS (``serve`` checks the NATS flags only for such a backend)."""
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+async def _open_memory(opts: BackendOptions) -> OpenedBackend:
+    from journald.storage.memory import MemoryStore
+
+    records = MemoryStore(gap_wait_s=opts.gap_wait_s)
+    return OpenedBackend(records, MemoryCheckpointStore(), MemoryAttachmentStore())
+
+
+def _memory_at(rest: str) -> BackendOptions:
+    return BackendOptions()
+
+
+# --- file -----------------------------------------------------------------------------------
+
+
+def _data_dir(opts: BackendOptions, backend: str) -> Path:
+    if opts.data_dir is None:
+        raise InvalidArgumentError(f"the {backend} backend needs a data directory; pass one")
+    return opts.data_dir
+
+
+async def _open_file(opts: BackendOptions) -> OpenedBackend:
+    from journald.storage.file import FileStore
+
+    data_dir = _data_dir(opts, "file")
+    records = FileStore(
+        data_dir,
+        segment_max_bytes=opts.segment_max_bytes,
+        segment_max_records=opts.segment_max_records,
+        segmentation=opts.segmentation,
+        gap_wait_s=opts.gap_wait_s,
+        io_threads=opts.io_threads,
+    )
+    sessions = records.sessions_dir
+    return OpenedBackend(
+        records,
+        FileCheckpointStore.colocated_with(sessions),
+        FileAttachmentStore.colocated_with(sessions),
+    )
+
+
+def _file_at(rest: str) -> BackendOptions:
+    if not rest:
+        raise InvalidArgumentError("file: names no directory; use file:DIR")
+    return BackendOptions(data_dir=Path(rest))
+
+
+# --- jetstream ------------------------------------------------------------------------------
+
+
+async def _open_jetstream(opts: BackendOptions) -> OpenedBackend:
+    """Records in the stream; checkpoints, fold marks and attachments in the stream's two
+    Object Store buckets (docs/design.md#run-buckets-checkpoints-marks-and-attachments), bound
+    like the stream: refused when missing or unsafe, except for a read-only source (a
+    ``migrate`` from a stream without buckets: its runs have no side data)."""
+    from journald.storage.jetstream import JetStreamStore
+    from journald.storage.jetstream_checkpoints import bind_run_stores
+
+    records = await JetStreamStore.connect(
+        opts.nats_url,
+        opts.stream,
+        options=opts.nats,
+        read_only=opts.read_only,
+        check_fsync=opts.check_fsync,
+        gap_wait_s=opts.gap_wait_s,
+        ack_timeout_s=opts.ack_timeout_s,
+        retry_window_s=opts.retry_window_s,
+    )
+    try:
+        cli = (opts.nats or NatsOptions()).cli(opts.nats_url)
+        cps, blobs = await bind_run_stores(records, cli, required=not opts.read_only)
+    except BaseException:
+        await records.close()
+        raise
+    return OpenedBackend(
+        records,
+        cps if cps is not None else MemoryCheckpointStore(),
+        blobs if blobs is not None else MemoryAttachmentStore(),
+    )
+
+
+def _jetstream_at(rest: str) -> BackendOptions:
+    url, slash, stream = rest.rpartition("/")
+    if not slash or not stream or not url or url.endswith(":/") or url.endswith("/"):
+        raise InvalidArgumentError(
+            f"jetstream:{rest} names no stream; use jetstream:URL/STREAM "
+            "(e.g. jetstream:nats://127.0.0.1:4222/JOURNALD)"
+        )
+    return BackendOptions(nats_url=url, stream=stream)
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend(
+            "file",
+            "runs, checkpoints and attachments in the data directory (the default)",
+            "file:DIR",
+            _open_file,
+            _file_at,
+            owns_data_dir=True,
+        ),
+        Backend(
+            "jetstream",
+            "records in a NATS JetStream stream, checkpoints and attachments in its buckets",
+            "jetstream:URL/STREAM",
+            _open_jetstream,
+            _jetstream_at,
+            nats=True,
+        ),
+        Backend(
+            "memory",
+            "everything in the daemon's memory, gone when it stops (tests, demos)",
+            "memory:",
+            _open_memory,
+            _memory_at,
+            durable=False,
+        ),
+    )
+}
+
+
+def names() -> list[str]:
+    return list(BACKENDS)
+
+
+def backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise BackendUnavailable(
+            f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}",
+            metadata={"backend": name},
+        ) from None
+
+
+async def open_backend(name: str, opts: BackendOptions) -> OpenedBackend:
+    """Open backend ``name``; ``opts.checkpoint_dir`` moves its checkpoints (and fold marks)
+    to that directory, whatever the backend."""
+    opened = await backend(name).open(opts)
+    if opts.checkpoint_dir is not None:
+        opened.checkpoints = FileCheckpointStore.separate(str(opts.checkpoint_dir))
+    return opened
+
+
+def parse_location(text: str) -> tuple[str, BackendOptions]:
+    """``NAME:REST`` (``file:DIR``, ``jetstream:URL/STREAM``, ``memory:``) → the backend name
+    and the options that open it."""
+    name, sep, rest = text.partition(":")
+    forms = " or ".join(b.location for b in BACKENDS.values())
+    if not sep or name not in BACKENDS:
+        raise InvalidArgumentError(
+            f"{text!r} is not a store location; use {forms} "
+            "(e.g. jetstream:nats://127.0.0.1:4222/JOURNALD)"
+        )
+    return name, BACKENDS[name].options_at(rest)
