@@ -52,6 +52,8 @@ def rchar(pid: int) -> int:
 
 def parse_files(run_dir: Path) -> tuple[float, int]:
     """Read and JSON-parse every line of a run's files: (seconds, records)."""
+    from journald.storage.segments import unframe
+
     files = (
         sorted((run_dir / "segments").glob("*.jsonl")) if (run_dir / "segments").is_dir() else []
     )
@@ -63,18 +65,23 @@ def parse_files(run_dir: Path) -> tuple[float, int]:
             data = f.read()
         for line in data.splitlines():
             if line:
-                json.loads(line)
+                json.loads(unframe(line)[0])
                 n += 1
     return time.perf_counter() - t0, n
 
 
-async def _open_once(stub: Any, pb: Any, run_id: str) -> tuple[float, int, int]:
+async def _open_once(stub: Any, pb: Any, run_id: str, window: int = 0) -> tuple[float, int, int]:
     from journald.server.convert import fingerprint_to_pb
     from tests.builders import FP
 
     t0 = time.perf_counter()
     call = stub.Open(
-        pb.OpenRequest(run_id=run_id, mode=pb.OPEN_MODE_RESUME, fingerprint=fingerprint_to_pb(FP))
+        pb.OpenRequest(
+            run_id=run_id,
+            mode=pb.OPEN_MODE_RESUME,
+            fingerprint=fingerprint_to_pb(FP),
+            message_window=window,
+        )
     )
     resp = await call.read()
     took = time.perf_counter() - t0
@@ -93,8 +100,9 @@ async def _wait_released(stub: Any, pb: Any, run_id: str) -> None:
 
 
 def open_times(
-    target: str, pid: int, data_dir: Path, runs: dict[str, int], reps: int
+    target: str, pid: int, data_dir: Path, runs: dict[str, int], reps: int, window: int = 0
 ) -> list[dict[str, Any]]:
+    """Opens (resume) of each run, asking for ``window`` trailing messages (0: every one)."""
     import grpc
     from journald_client.pb import journal_pb2 as pb
     from journald_client.pb import journal_pb2_grpc as pbg
@@ -112,7 +120,7 @@ def open_times(
                 size = 0
                 for _ in range(reps):
                     before = rchar(pid)
-                    took, last, size = await _open_once(stub, pb, run_id)
+                    took, last, size = await _open_once(stub, pb, run_id, window)
                     reads.append(rchar(pid) - before)
                     times.append(took)
                     await _wait_released(stub, pb, run_id)
@@ -187,28 +195,37 @@ def open_probe(target: str, run_id: str) -> str:
 
 def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:
     """The steps of the daemon's Open of an existing run, timed in this process on the same
-    code (ms): fold from disk, the store's open for append, the first response's encoding."""
+    code (ms): the fold from seq 1, the fold from the run's snapshot (loading its index and
+    folding the records after it; the daemon saves one when a lease ends), the store's open
+    for append, the first response's encoding."""
     from journald.server.convert import state_to_pb
-    from journald.server.runs import fold_stored as fold_store
+    from journald.server.marks import FoldMarks, snapshot_in
+    from journald.server.runs import fold_stored
+    from journald.storage.checkpoints_file import FileCheckpointStore
     from journald.storage.file import FileStore
 
     async def go() -> dict[str, float]:
         store = FileStore(data_dir)
+        marks = FoldMarks(FileCheckpointStore.colocated_with(str(data_dir / "sessions")))
         try:
             t0 = time.perf_counter()
-            state = await fold_store(store, run_id)
+            state = await fold_stored(store, run_id)
             t1 = time.perf_counter()
-            journal = await store.open(run_id)
+            doc = await marks.load_index(run_id)
+            await fold_stored(store, run_id, None, snapshot_in(doc, run_id))
             t2 = time.perf_counter()
-            state_to_pb(state).SerializeToString()
+            journal = await store.open(run_id)
             t3 = time.perf_counter()
+            state_to_pb(state).SerializeToString()
+            t4 = time.perf_counter()
             await journal.close()
         finally:
             await store.close()
         return {
-            "fold_store (read + decode + verify + fold)": (t1 - t0) * 1e3,
-            "store.open (open for append: reuses the fold's read)": (t2 - t1) * 1e3,
-            "state_to_pb + serialize (the whole conversation)": (t3 - t2) * 1e3,
+            "full fold (read + decode + verify + fold)": (t1 - t0) * 1e3,
+            "fold from the snapshot (index load + tail)": (t2 - t1) * 1e3,
+            "store.open (open for append)": (t3 - t2) * 1e3,
+            "state_to_pb + serialize (the whole conversation)": (t4 - t3) * 1e3,
         }
 
     return asyncio.run(go())

@@ -53,6 +53,7 @@ from common import ROOT, RunWriter, summarize
 
 BENCH = Path(__file__).resolve().parent
 PY = sys.executable
+OPEN_WINDOW = 1000  # messages a windowed Open asks for (what the journald clients send)
 
 
 @dataclass
@@ -536,6 +537,10 @@ def step_resume(ctx: Ctx, progress: Callable[[str], None]) -> None:
         progress("resume: Open (resume) of each run")
         rs["open"] = resume_mem.open_times(
             d.target, d.pid, data, {f"r{s}": s for s in cfg.open_sizes}, cfg.reps
+        )
+        progress(f"resume: Open (resume) of each run with a {OPEN_WINDOW}-message window")
+        rs["open_window"] = resume_mem.open_times(
+            d.target, d.pid, data, {f"r{s}": s for s in cfg.open_sizes}, cfg.reps, OPEN_WINDOW
         )
     small_hist = sorted(x for x in cfg.history_sizes if x <= 100_000)
     rs["history"] = history_runs(ctx, progress, base, data, roomy, small_hist)

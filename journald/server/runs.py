@@ -16,7 +16,8 @@ appends:
   anyone else gets ``locked`` naming the holder;
 * no lease is held and the operation writes: the daemon takes the lease itself for the
   operation (a concurrent ``Open`` gets ``locked`` naming the daemon), then releases it;
-* no lease is held and the operation only reads: it folds the stored records.
+* no lease is held and the operation only reads: it folds the stored records (from the run's
+  snapshot on, when that still matches).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import logging
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +42,10 @@ from journald.core.errors import (
     SessionNotFound,
     StoreCorrupted,
 )
-from journald.core.fold import RunState, fold_into
+from journald.core.fold import QUARANTINE, RunState, fold_into
 from journald.core.records import Record
 from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
-from journald.server.marks import FoldMarks, mark_due, mark_of
+from journald.server.marks import FoldMarks, mark_due, mark_of, snapshot_in
 from journald.storage.base import AppendResult, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.validation import validate_record
@@ -99,20 +100,77 @@ def naming_run(exc: StoreCorrupted, run_id: str) -> StoreCorrupted:
     return exc
 
 
+def _fold(state: RunState, rec: Record, run_id: str) -> None:
+    try:
+        fold_into(state, (rec,))
+    except StoreCorrupted as exc:
+        raise naming_run(exc, run_id) from None
+
+
+def _hides_earlier_records(rec: Record, seq: int) -> bool:
+    """A recovery's rebase saying records at or before ``seq`` were moved out: a snapshot
+    there folded records the run no longer holds."""
+    covered = rec.payload.get("covered") if rec.kind == "rebase" else None
+    return (
+        rec.payload.get("reason") == QUARANTINE
+        and isinstance(covered, Mapping)
+        and not (type(covered.get("from_seq")) is int and covered["from_seq"] > seq)
+    )
+
+
+async def _fold_after(
+    store: Store, run_id: str, start: RunState, marks: list[dict[str, Any]] | None
+) -> RunState | None:
+    """``start`` (folded in place) continued with the records after its seq; None when the
+    stored run no longer holds the record ``start`` ends on (pruned, recovered, restored
+    from a backup, deleted and created again) or a recovery moved earlier records out."""
+    seq = start.last_seq
+    first = True
+    try:
+        async for rec in store.iter_records(run_id, seq):
+            if first:
+                if rec.seq != seq or rec.hash != start.last_hash:
+                    return None
+                first = False
+                continue
+            if _hides_earlier_records(rec, seq):
+                return None
+            _fold(start, rec, run_id)
+            if marks is not None and mark_due(marks, start, seq):
+                marks.append(mark_of(start))
+    except SessionNotFound:
+        return None  # the full fold says so for the run as a whole
+    return None if first else start
+
+
 async def fold_stored(
-    store: Store, run_id: str, marks: list[dict[str, Any]] | None = None
+    store: Store,
+    run_id: str,
+    marks: list[dict[str, Any]] | None = None,
+    snapshot: RunState | None = None,
 ) -> RunState:
-    """The one fold of a run's stored records; with ``marks``, collect a fold mark every
-    ``MARK_EVERY`` records (where no turn is open) on the way."""
-    state = RunState()
+    """The one fold of a run's stored records: from ``snapshot`` on (consumed) when the run
+    still holds the record it ends on (docs/design.md#fold-snapshots), else from seq 1. With
+    ``marks``, collect a fold mark every ``MARK_EVERY`` records (where no turn is open)."""
     with telemetry.fold_span(run_id) as span:
-        async for rec in store.iter_records(run_id):
-            try:
-                fold_into(state, (rec,))
-            except StoreCorrupted as exc:
-                raise naming_run(exc, run_id) from None
-            if marks is not None and mark_due(marks, state):
-                marks.append(mark_of(state))
+        state = None
+        if snapshot is not None and snapshot.last_seq > 0:
+            state = await _fold_after(store, run_id, snapshot, marks)
+            if state is None:
+                log.debug(
+                    "run %s: the fold snapshot at seq %d no longer matches the stored run; "
+                    "folding it in full",
+                    run_id,
+                    snapshot.last_seq,
+                )
+                if marks is not None:
+                    marks.clear()
+        if state is None:
+            state = RunState()
+            async for rec in store.iter_records(run_id):
+                _fold(state, rec, run_id)
+                if marks is not None and mark_due(marks, state):
+                    marks.append(mark_of(state))
         span.set("journald.seq.last", state.last_seq)
     if state.last_seq == 0:
         raise SessionNotFound(f"run {run_id} has no records", metadata={"run_id": run_id})
@@ -178,6 +236,24 @@ class Runs:
 
     # --- state ----------------------------------------------------------------------------
 
+    async def fold_for_read(self, run_id: str) -> RunState:
+        """A dormant run's state for a read: from its snapshot when that still matches.
+        Writes nothing."""
+        doc = await self.marks.load_index(run_id)
+        return await fold_stored(self.store, run_id, None, snapshot_in(doc, run_id))
+
+    async def fold_for_writer(self, run_id: str) -> RunState:
+        """The run's state for a lease about to be granted: from its snapshot when that still
+        matches, collecting the marks its lease saves when it ends."""
+        doc = await self.marks.load_index(run_id)
+        snapshot = snapshot_in(doc, run_id)
+        at = snapshot.last_seq if snapshot is not None else 0
+        new: list[dict[str, Any]] = []
+        state = await fold_stored(self.store, run_id, new, snapshot)
+        # a snapshot that did not match is replaced by the next save
+        self.marks.opened(run_id, doc, at if state is snapshot else 0, new)
+        return state
+
     async def state_of(self, run_id: str) -> RunState:
         """The run's folded state: the lease's cached one when held, else a dormant fold."""
         lease = self.leases.held(run_id)
@@ -192,15 +268,15 @@ class Runs:
         try:
             info = await self.store.info(run_id)
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely
-            return None, await fold_stored(self.store, run_id)
+            return None, await self.fold_for_read(run_id)
         key = (info.created, info.updated, info.last_seq, info.record_count, info.bytes)
         hit = self._dormant.get(run_id)
         if hit is not None and hit[0] == key:
             self._dormant.move_to_end(run_id)
             return hit
-        # a read writes nothing: the fold marks that index a run for tail pages are taken
-        # when a writer (a lease, the daemon's own) folds it and saved when it ends
-        st = await fold_stored(self.store, run_id)
+        # a read writes nothing: the run's index (fold marks, snapshot) is taken when a
+        # writer (a lease, the daemon's own) folds it and saved when it ends
+        st = await self.fold_for_read(run_id)
         self._dormant[run_id] = (key, st)
         while len(self._dormant) > DORMANT_CACHE_RUNS:
             self._dormant.popitem(last=False)
@@ -230,16 +306,15 @@ class Runs:
                     )
                 journal = await self.store.create(create)
                 state = fold_into(RunState(), (create,))
+                self.marks.created(run_id)
             else:
                 await self.require_run(run_id)
                 journal = await self.store.open(run_id)
-                marks: list[dict[str, Any]] = []
                 try:
-                    state = await fold_stored(self.store, run_id, marks)
+                    state = await self.fold_for_writer(run_id)
                 except BaseException:
                     await journal.close()
                     raise
-                self.marks.index_on_close(run_id, marks)
             lease = self.leases.grant(run_id, holder, journal, state)
         try:
             async with lease.lock:
@@ -274,4 +349,4 @@ class Runs:
                 yield Held(own.state, own, "")
             return
         await self.require_run(run_id)
-        yield Held(await fold_stored(self.store, run_id), None, "")
+        yield Held(await self.fold_for_read(run_id), None, "")

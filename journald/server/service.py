@@ -37,7 +37,7 @@ from journald.server.convert import (
 from journald.server.edge import streaming, unary
 from journald.server.history import HistoryRpcs
 from journald.server.leases import END, Lease, new_holder
-from journald.server.runs import Limits, Runs, ack_pb, fold_stored
+from journald.server.runs import Limits, Runs, ack_pb
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
@@ -96,8 +96,9 @@ class JournalService:
                 )
             warnings: list[tuple[str, str]] = []
             if exists:
-                marks: list[dict[str, Any]] = []  # the writer indexes the run (see History)
-                state = await fold_stored(self.store, run_id, marks)
+                # the writer indexes the run (fold marks for History, a snapshot for the
+                # next Open) and folds it from its last snapshot when that still matches
+                state = await self.runs.fold_for_writer(run_id)
                 assert state.fingerprint is not None
                 current = fingerprint_from_pb(request.fingerprint)
                 check_gates(
@@ -123,15 +124,14 @@ class JournalService:
                 if journal.repair is not None:
                     warnings.append(("torn_tail_repaired", journal.repair.sentence()))
                 if journal.last_seq != state.last_seq:
-                    marks = []
-                    state = await fold_stored(self.store, run_id, marks)
-                self.runs.marks.index_on_close(run_id, marks)
+                    state = await self.runs.fold_for_writer(run_id)
                 warnings.extend(resume_warnings(state))
             else:
                 telemetry.stamp_open(request, context)
                 meta = self._meta_record(run_id, request)
                 journal = await self.store.create(meta)
                 state = fold_into(RunState(), (meta,))
+                self.runs.marks.created(run_id)
             lease = self.leases.grant(run_id, holder, journal, state)
         try:
             first = pb.OpenResponse(

@@ -132,7 +132,7 @@ def pre_prune_hook(
 ) -> Callable[[str, Sequence[Any]], Any]:
     """The ``before`` callback of ``FileStore.prune``: a ``pre_prune`` checkpoint of what the
     prune drops, i.e. the conversation as it stood just before the run's latest rebase (its
-    failure aborts the prune)."""
+    failure aborts the prune), and the run's fold snapshot dropped."""
 
     async def before(run_id: str, records: Sequence[Any]) -> None:
         cut = max(i for i, r in enumerate(records) if r.kind == "rebase")
@@ -148,5 +148,11 @@ def pre_prune_hook(
             cwd="",
         )
         await store.put(cp)
+        # The run's fold snapshot (docs/design.md#fold-snapshots) counts the records the
+        # prune drops, yet the record it ends on stays: drop it, so the next Open folds the
+        # pruned run in full. Its fold marks stay valid (a prune keeps the messages).
+        index = await store.load_mark(run_id)
+        if index is not None and "snapshot" in index:
+            await store.save_mark(run_id, {k: v for k, v in index.items() if k != "snapshot"})
 
     return before

@@ -1,9 +1,9 @@
 """History on a long segmented run reads from the tail: the last page of a 100k-message run
-is served after its early segments are gone, while a page at the start (which needs them)
-fails. What makes it possible are fold marks (message count at a seq, every 1000 records)
-that the daemon takes as a writer's Open folds the run and as records are committed, and
-saves when the lease ends (``fold-mark.json`` next to the run's checkpoints; a read never
-writes it)."""
+is served after its early segments are gone, while a read of the records at the start (which
+needs them) fails. What makes it possible are fold marks (message count at a seq, every 1000
+records) that the daemon takes as a writer's Open folds the run and as records are committed,
+and saves when the lease ends with the run's fold snapshot (``fold-mark.json`` next to the
+run's checkpoints; a read never writes it)."""
 
 from __future__ import annotations
 
@@ -110,8 +110,15 @@ def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
             for q in range(last - 49, last + 1)
         ]
         assert got == want
+        # the start of the conversation comes from the snapshot the lease saved (records
+        # before it are not folded again); a read of the records themselves finds the damage
+        first = s.History(
+            pb.HistoryRequest(run_id="long", offset=0, limit=10, view=pb.HISTORY_VIEW_STATE)
+        )
+        assert [json.loads(m.content_json)[0]["text"] for m in first.messages][1:3] == [
+            "a2",
+            "u3",
+        ]
         with pytest.raises(grpc.RpcError) as info:
-            s.History(
-                pb.HistoryRequest(run_id="long", offset=0, limit=10, view=pb.HISTORY_VIEW_STATE)
-            )
+            list(s.Load(pb.LoadRequest(run_id="long", from_seq=1)))
         assert error_of(info.value).code == "store_corrupted"

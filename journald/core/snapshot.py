@@ -1,0 +1,190 @@
+"""A folded run state as a JSON document and back (docs/design.md#fold-snapshots).
+
+``encode_state(fold(records[:k]))`` holds everything the fold carries from one record to the
+next, so ``fold(records[k:], start=decode_state(doc))`` equals ``fold(records)``: the daemon
+keeps such a document beside a run and an Open folds only the records after it.
+
+The document is a cache the daemon wrote itself, never the truth about a run: the caller
+trusts it only while the stored record at ``last_seq`` still has ``last_hash`` (the hash chain
+then vouches for every record before it). ``decode_state`` refuses anything that is not a
+document of this version with ``SnapshotUnreadable``; the caller then folds the run in full.
+
+Pure core: no I/O imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from journald.core.errors import InvalidRecord
+from journald.core.fingerprint import Fingerprint
+from journald.core.fold import (
+    Anomaly,
+    Counters,
+    Message,
+    Pending,
+    PendingResult,
+    RunState,
+    StateValue,
+    ToolCall,
+)
+
+SNAPSHOT_VERSION = 1
+_COUNTERS = tuple(f.name for f in fields(Counters))
+
+
+class SnapshotUnreadable(ValueError):
+    """A document that is not a snapshot this code wrote (another version, damaged, edited)."""
+
+
+def encode_state(st: RunState) -> dict[str, Any]:
+    """The state as a JSON value. Lists and dicts are new; message dicts are shared with
+    ``st`` (the fold never mutates one in place)."""
+    pending = st.pending
+    return {
+        "v": SNAPSHOT_VERSION,
+        "run_id": st.run_id,
+        "fingerprint": st.fingerprint.as_json() if st.fingerprint is not None else None,
+        "interactive": st.interactive,
+        "created": st.created,
+        "prompt": list(st.prompt),
+        "labels": dict(st.labels),
+        "lineage": st.lineage,
+        "messages": list(st.messages),
+        "pending": None
+        if pending is None
+        else {
+            "message": pending.message,
+            "iteration": pending.iteration,
+            "stop_reason": pending.stop_reason,
+            "seq": pending.seq,
+            "calls": [[c.id, c.name, c.input] for c in pending.calls],
+            "results": [[r.tool_use_id, r.content, r.is_error, r.seq] for r in pending.results],
+        },
+        "counters": {name: getattr(st.counters, name) for name in _COUNTERS},
+        "next_iteration": st.next_iteration,
+        "last_stop_reason": st.last_stop_reason,
+        "terminal": st.terminal,
+        "terminal_is_last": st.terminal_is_last,
+        "last_seq": st.last_seq,
+        "last_hash": st.last_hash,
+        "last_ts": st.last_ts,
+        "anomalies": [[a.seq, a.kind, a.detail] for a in st.anomalies],
+        "answered_ever": sorted(st.answered_ever),
+        # namespaces and keys in the order the fold holds them (the order of their writes)
+        "state": [
+            [ns, [[k, v.seq, v.type, v.data, v.sha256, v.size] for k, v in values.items()]]
+            for ns, values in st.state.items()
+        ],
+    }
+
+
+def decode_state(doc: object) -> RunState:
+    """The state ``encode_state`` wrote; ``SnapshotUnreadable`` for anything else. Every list
+    and dict of the result is new (the caller folds into it)."""
+    try:
+        return _decode(doc)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, InvalidRecord) as exc:
+        if isinstance(exc, SnapshotUnreadable):
+            raise
+        raise SnapshotUnreadable(f"malformed snapshot: {type(exc).__name__}: {exc}") from None
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise SnapshotUnreadable(f"malformed snapshot: {what}")
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    # bool is an int subclass: a count or seq that is a bool is damage, not a number
+    _need(isinstance(value, kind) and not (kind is int and isinstance(value, bool)), what)
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    _need(type(value) is int, f"{what} is not an integer")
+    return int(value)
+
+
+def _messages(value: Any, what: str) -> list[Message]:
+    _typed(value, list, f"{what} is not a list")
+    for m in value:
+        _need(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), list),
+            f"{what} holds something that is not a message",
+        )
+    return list(value)
+
+
+def _pending(value: Any) -> Pending | None:
+    if value is None:
+        return None
+    _typed(value, dict, "pending is not an object")
+    message = _messages([value["message"]], "pending.message")[0]
+    calls = [ToolCall(str(c[0]), str(c[1]), str(c[2])) for c in _typed(value["calls"], list, "")]
+    results = [
+        PendingResult(str(r[0]), list(_typed(r[1], list, "result content")), bool(r[2]), r[3])
+        for r in _typed(value["results"], list, "pending.results is not a list")
+    ]
+    for r in results:
+        _int(r.seq, "a pending result's seq")
+    return Pending(
+        message,
+        _int(value["iteration"], "pending.iteration"),
+        str(value["stop_reason"]),
+        _int(value["seq"], "pending.seq"),
+        calls,
+        results,
+    )
+
+
+def _state(value: Any) -> dict[str, dict[str, StateValue]]:
+    out: dict[str, dict[str, StateValue]] = {}
+    for ns, entries in _typed(value, list, "state is not a list"):
+        values = out.setdefault(str(ns), {})
+        for key, seq, vtype, data, sha, size in entries:
+            values[str(key)] = StateValue(
+                _int(seq, "a state value's seq"), str(vtype), str(data), str(sha), _int(size, "")
+            )
+    return out
+
+
+def _decode(doc: object) -> RunState:
+    _typed(doc, Mapping, "not an object")
+    assert isinstance(doc, Mapping)
+    _need(doc.get("v") == SNAPSHOT_VERSION, f"version {doc.get('v')!r}, not {SNAPSHOT_VERSION}")
+    fp = doc["fingerprint"]
+    counters = _typed(doc["counters"], dict, "counters is not an object")
+    terminal = doc["terminal"]
+    lineage = doc["lineage"]
+    _need(terminal is None or isinstance(terminal, dict), "terminal is not an object")
+    _need(lineage is None or isinstance(lineage, dict), "lineage is not an object")
+    return RunState(
+        run_id=str(doc["run_id"]),
+        fingerprint=None if fp is None else Fingerprint.from_json(_typed(fp, dict, "")),
+        interactive=bool(doc["interactive"]),
+        created=str(doc["created"]),
+        prompt=list(_typed(doc["prompt"], list, "prompt is not a list")),
+        labels={str(k): str(v) for k, v in _typed(doc["labels"], dict, "").items()},
+        lineage=dict(lineage) if lineage is not None else None,
+        messages=_messages(doc["messages"], "messages"),
+        pending=_pending(doc["pending"]),
+        counters=Counters(**{n: _int(counters.get(n, 0), n) for n in _COUNTERS}),
+        next_iteration=_int(doc["next_iteration"], "next_iteration"),
+        last_stop_reason=str(doc["last_stop_reason"]),
+        terminal=dict(terminal) if terminal is not None else None,
+        terminal_is_last=bool(doc["terminal_is_last"]),
+        last_seq=_int(doc["last_seq"], "last_seq"),
+        last_hash=str(_typed(doc["last_hash"], str, "last_hash is not a string")),
+        last_ts=str(doc["last_ts"]),
+        anomalies=[
+            Anomaly(_int(a[0], "an anomaly's seq"), str(a[1]), str(a[2]))
+            for a in _typed(doc["anomalies"], list, "anomalies is not a list")
+        ],
+        answered_ever={str(t) for t in _typed(doc["answered_ever"], list, "")},
+        state=_state(doc["state"]),
+    )
