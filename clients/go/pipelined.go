@@ -9,6 +9,7 @@ import (
 
 	pb "github.com/journald/journald/clients/go/journaldv1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 )
 
 // A PipelinedWriter sends appends on one AppendStream without waiting for each answer, so
@@ -29,10 +30,19 @@ import (
 // also wraps the failure that voided it.
 var ErrNotWritten = errors.New("journald: not written")
 
-var errWriterClosed = errors.New("journald: the PipelinedWriter is closed: open a new one with Run.Pipelined")
+func errWriterClosed(runID string) error {
+	return &Error{Code: CodeLeaseLost, Status: codes.FailedPrecondition, Metadata: map[string]string{"run_id": runID},
+		Message: "run " + runID + ": this PipelinedWriter is closed; open a new one with Run.Pipelined"}
+}
 
 func errWriterOpen(runID string) error {
-	return fmt.Errorf("journald: run %s has an open PipelinedWriter: append through it, or Close it first", runID)
+	return &Error{Code: CodeInvalidRequest, Status: codes.InvalidArgument, Metadata: map[string]string{"run_id": runID},
+		Message: "run " + runID + ": a PipelinedWriter is open on this run; append through it, or Close it " +
+			"first (two writers would number the same seqs)"}
+}
+
+func errInvalidRequest(format string, args ...any) error {
+	return &Error{Code: CodeInvalidRequest, Status: codes.InvalidArgument, Message: fmt.Sprintf(format, args...)}
 }
 
 // Pending is one append submitted to a PipelinedWriter.
@@ -106,7 +116,7 @@ type PipelinedWriter struct {
 // the writer (or the Run) to wait for the last acks and end the stream.
 func (r *Run) Pipelined(ctx context.Context, window int) (*PipelinedWriter, error) {
 	if window < 1 {
-		return nil, fmt.Errorf("journald: Pipelined window is %d: it must keep at least 1 append in flight", window)
+		return nil, errInvalidRequest("a PipelinedWriter needs a window of at least 1 append, not %d", window)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -132,7 +142,7 @@ func (r *Run) Pipelined(ctx context.Context, window int) (*PipelinedWriter, erro
 // or Flush has returned yet, without submitting anything.
 func (w *PipelinedWriter) Append(ctx context.Context, entries ...Entry) (*Pending, error) {
 	if len(entries) == 0 {
-		return nil, errors.New("journald: Append needs at least one entry")
+		return nil, errInvalidRequest("an append needs at least one entry")
 	}
 	select {
 	case w.slots <- struct{}{}:
@@ -159,7 +169,7 @@ func (w *PipelinedWriter) enqueue(ctx context.Context, entries []Entry) (*Pendin
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return nil, errWriterClosed
+		return nil, errWriterClosed(w.run.ID())
 	}
 	if err := w.failed; err != nil {
 		w.failed = nil
@@ -232,7 +242,7 @@ func (w *PipelinedWriter) Close() error {
 	p := w.stream
 	w.stream = nil
 	if len(w.inflight) > 0 { // submitted after the flush, or the ctx ended first
-		w.failLocked(errWriterClosed)
+		w.failLocked(errWriterClosed(w.run.ID()))
 	}
 	w.mu.Unlock()
 	w.sendMu.Unlock()
@@ -274,7 +284,8 @@ func (w *PipelinedWriter) receive(p *pipe) {
 		resp, err := p.stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("journald: the daemon ended the append stream of run %s before answering every append", w.run.ID())
+				err = &Error{Code: "unavailable", Status: codes.Unavailable, Message: "the daemon ended the append " +
+					"stream of run " + w.run.ID() + " before answering every append"}
 			}
 			w.ended(p, fromGRPC(err, p.stream.Trailer()))
 			return
@@ -291,12 +302,13 @@ func (w *PipelinedWriter) acked(p *pipe, acks []*pb.Ack) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.inflight) == 0 {
-		return fmt.Errorf("journald: the daemon answered an append that run %s did not send", w.run.ID())
+		return &Error{Code: CodeInternal, Status: codes.Internal, Message: "the daemon answered an append that run " +
+			w.run.ID() + " did not send on this stream; this is a daemon bug"}
 	}
 	head := w.inflight[0]
 	if len(acks) != len(head.entries) {
-		return fmt.Errorf("journald: append of seq %d answered with %d acks for %d records",
-			head.seq, len(acks), len(head.entries))
+		return &Error{Code: CodeInternal, Status: codes.Internal, Message: fmt.Sprintf(
+			"append of seq %d answered with %d acks for %d records; this is a daemon bug", head.seq, len(acks), len(head.entries))}
 	}
 	w.inflight = w.inflight[1:]
 	w.run.mu.Lock()

@@ -179,8 +179,8 @@ func TestAnAgentWaitsForItsAssistantAckRunsToolsAndStreamsTheirResultsBehindIt(t
 	if got := run.Unanswered(); len(got) != 3 {
 		t.Fatalf("unanswered after the assistant ack: %v", got)
 	}
-	if _, err := run.AppendState(ctx, "agent", "k", "text/plain", []byte("v")); err == nil ||
-		!strings.Contains(err.Error(), "open PipelinedWriter") {
+	if _, err := run.AppendState(ctx, "agent", "k", "text/plain", []byte("v")); !errors.Is(err, ErrInvalidRequest) ||
+		!strings.Contains(err.Error(), "PipelinedWriter is open") {
 		t.Fatalf("a unary append beside the writer: %v, want a refusal", err)
 	}
 
