@@ -362,19 +362,20 @@ def _client_test(
     agents: dict[str, list[str]],
     language: str,
     go_test: str,
-    ts_test: str,
+    ts_test: str | list[str],
     env: dict[str, str],
     passes: int = 1,
 ) -> None:
-    """Run Go tests (by name; a regexp of several names is joined by |) or one compiled
-    TypeScript test file of the clients against a live daemon, and check all `passes` of
-    them ran (those tests skip without one) and passed."""
+    """Run Go tests (by name; several names are joined by |) or compiled TypeScript test
+    files of the clients against a live daemon, and check all `passes` of them ran (those
+    tests skip without one) and passed."""
     if language == "go":
         argv = [shutil.which("go") or "go", "test", "-count=1", "-run", f"^({go_test})$", "-v", "."]
         cwd = GO_DIR
     else:
-        compiled = Path(agents["ts"][1]).parents[1] / "test" / ts_test
-        argv = [agents["ts"][0], "--test", str(compiled)]
+        compiled = Path(agents["ts"][1]).parents[1] / "test"
+        files = [ts_test] if isinstance(ts_test, str) else ts_test
+        argv = [agents["ts"][0], "--test", *(str(compiled / f) for f in files)]
         cwd = TS_DIR
     proc = subprocess.run(
         argv, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env
@@ -431,7 +432,8 @@ def test_go_and_typescript_pipelined_writers_ack_in_order_and_fail_a_refused_app
 ) -> None:
     # 16 appends in flight fold like unary ones; the agent pattern; a refused append voids the
     # ones behind it and the writer resyncs; the window blocks (clients/go/pipelined_test.go,
-    # clients/ts/test/pipelined.test.ts)
+    # clients/ts/test/pipelined.test.ts); a stream cut after the daemon stored an append is
+    # resent and stores every record once (clients/go/relay_test.go, clients/ts/test/relay.test.ts)
     env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
     go_tests = "|".join(
         [
@@ -439,6 +441,8 @@ def test_go_and_typescript_pipelined_writers_ack_in_order_and_fail_a_refused_app
             "TestAnAgentWaitsForItsAssistantAckRunsToolsAndStreamsTheirResultsBehindIt",
             "TestARefusedAppendFailsItAndTheAppendsBehindItWhileEarlierOnesStayStored",
             "TestAppendWaitsWhileTheWindowIsFullAndHonoursItsContext",
+            "TestAStreamCutAfterTheDaemonStoredAnAppendIsResentAndEveryRecordIsStoredOnce",
         ]
     )
-    _client_test(agents, language, go_tests, "pipelined.test.js", env, passes=4)
+    ts_tests = ["pipelined.test.js", "relay.test.js"]
+    _client_test(agents, language, go_tests, ts_tests, env, passes=5)
