@@ -144,6 +144,9 @@ func (w *PipelinedWriter) Append(ctx context.Context, entries ...Entry) (*Pendin
 	if len(entries) == 0 {
 		return nil, errInvalidRequest("an append needs at least one entry")
 	}
+	if err := w.ctx.Err(); err != nil { // the writer is over: nothing to send, nothing to report
+		return nil, err
+	}
 	select {
 	case w.slots <- struct{}{}:
 	case <-ctx.Done():

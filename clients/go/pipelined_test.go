@@ -353,3 +353,34 @@ func TestAppendWaitsWhileTheWindowIsFullAndHonoursItsContext(t *testing.T) {
 		t.Fatalf("after the resync: %v, %v", acks, err)
 	}
 }
+
+func TestCancellingTheWritersContextFailsItsAppendsInFlightAndTheRunWritesOnAfterClose(t *testing.T) {
+	sock := liveSocket(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, run := startRun(ctx, t, sock, uniqueID("go-cancel"))
+	wctx, stop := context.WithCancel(ctx)
+	w, err := run.Pipelined(wctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// seq 3 while the run is at 1: the daemon holds it for its gap wait, so it is in flight
+	gap, err := w.Append(ctx, Raw{Record: &pb.Record{Seq: 3, Payload: &pb.Record_User{User: &pb.UserPayload{ContentJson: []byte(`[]`)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if _, err := gap.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the append in flight: %v, want the writer's cancellation", err)
+	}
+	if _, err := w.Append(ctx, State{Namespace: "agent", Key: "k"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Append after the cancellation: %v", err)
+	}
+	if err := w.Close(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close: %v", err)
+	}
+	ack, err := run.AppendState(ctx, "agent", "k", "text/plain", []byte("v"))
+	if err != nil || ack.GetSeq() != 2 {
+		t.Fatalf("a unary append after Close: %v, %v", ack, err)
+	}
+}
