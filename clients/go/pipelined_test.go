@@ -55,6 +55,22 @@ func startRun(ctx context.Context, t *testing.T, sock, runID string) (*Client, *
 
 func uniqueID(prefix string) string { return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()) }
 
+// writerOn starts a run (see startRun) with a PipelinedWriter of the given window on it,
+// both closed when the test ends; ctx bounds the test.
+func writerOn(t *testing.T, prefix string, window int) (context.Context, *Client, *Run, *PipelinedWriter) {
+	t.Helper()
+	sock := liveSocket(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	c, run := startRun(ctx, t, sock, uniqueID(prefix))
+	w, err := run.Pipelined(ctx, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return ctx, c, run, w
+}
+
 // sixteenEntries is two tool turns, framework state between them, a final answer and the
 // terminal record: 16 records.
 func sixteenEntries() []Entry {
@@ -151,14 +167,7 @@ func TestSixteenPipelinedAppendsAreAckedInOrderAndFoldLikeUnaryAppends(t *testin
 }
 
 func TestAnAgentWaitsForItsAssistantAckRunsToolsAndStreamsTheirResultsBehindIt(t *testing.T) {
-	sock := liveSocket(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, run := startRun(ctx, t, sock, uniqueID("go-agent"))
-	w, err := run.Pipelined(ctx, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, run, w := writerOn(t, "go-agent", 16)
 	ids := []string{"toolu_x", "toolu_y", "toolu_z"}
 	var calls []Block
 	for _, id := range ids {
@@ -236,15 +245,7 @@ func TestAnAgentWaitsForItsAssistantAckRunsToolsAndStreamsTheirResultsBehindIt(t
 }
 
 func TestARefusedAppendFailsItAndTheAppendsBehindItWhileEarlierOnesStayStored(t *testing.T) {
-	sock := liveSocket(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, run := startRun(ctx, t, sock, uniqueID("go-refused"))
-	w, err := run.Pipelined(ctx, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	ctx, c, run, w := writerOn(t, "go-refused", 8)
 	// hold the writer's view of the stream's end until every append below is submitted, so
 	// the two behind the refused one are in flight when it fails (not refused up front)
 	release := make(chan struct{})
@@ -316,15 +317,7 @@ func TestARefusedAppendFailsItAndTheAppendsBehindItWhileEarlierOnesStayStored(t 
 }
 
 func TestAppendWaitsWhileTheWindowIsFullAndHonoursItsContext(t *testing.T) {
-	sock := liveSocket(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	_, run := startRun(ctx, t, sock, uniqueID("go-window"))
-	w, err := run.Pipelined(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	ctx, _, _, w := writerOn(t, "go-window", 1)
 	release := make(chan struct{})
 	w.beforeEnd = func() { <-release }
 	// seq 3 while the run is at 1: the daemon waits out its gap wait, then refuses it with

@@ -1,50 +1,17 @@
 import { test } from "node:test";
 import * as assert from "node:assert/strict";
 import {
-  Client,
-  computeFingerprint,
   Entry,
   FoldResponse,
   InvalidRecordError,
   InvalidRequestError,
   NotWrittenError,
   Pending,
-  Run,
   SeqGapError,
   text,
   toolUse,
 } from "../src";
-
-// The pipelined writer's tests need a live daemon: JOURNALD_TEST_SOCKET names its socket
-// (tests/integration/test_polyglot.py sets it and runs them).
-const socket = process.env.JOURNALD_TEST_SOCKET;
-const live = { skip: socket ? false : "JOURNALD_TEST_SOCKET is not set (needs a running daemon)" };
-
-const fingerprint = computeFingerprint({
-  provider: "anthropic",
-  model: "claude-test",
-  systemPrompt: ["pipelined"],
-  maxTokens: 16,
-  maxIterations: 8,
-});
-
-/**
- * Start a run on its own connection whose clock ticks one second per stamp from a fixed
- * instant, so two runs given the same entries store the same timestamps.
- */
-async function startRun(prefix: string): Promise<{ client: Client; run: Run }> {
-  let next = Date.parse("2026-12-01T09:00:00Z");
-  const clock = () => new Date((next += 1000) - 1000);
-  const client = await Client.connect({ socket, clientName: "ts-pipelined", clock });
-  const runId = `${prefix}-${process.hrtime.bigint()}`;
-  const run = await client.start({ runId, fingerprint, prompt: [text("ts")] });
-  return { client, run };
-}
-
-async function finish(c: { client: Client; run: Run }): Promise<void> {
-  await c.run.close();
-  c.client.close();
-}
+import { finish, live, startRun, withRun } from "./live";
 
 /** Two tool turns, framework state between them, a final answer and the terminal: 16. */
 function sixteenEntries(): Entry[] {
@@ -122,9 +89,7 @@ test("sixteen pipelined appends are acked in order and fold like unary appends",
 });
 
 test("an agent waits for its assistant ack, runs tools and streams their results behind it", live, async () => {
-  const c = await startRun("ts-agent");
-  try {
-    const { client, run } = c;
+  await withRun("ts-agent", async ({ client, run }) => {
     const w = run.pipelined({ window: 16 });
     const ids = ["toolu_x", "toolu_y", "toolu_z"];
     const turn = await w.append({
@@ -163,15 +128,11 @@ test("an agent waits for its assistant ack, runs tools and streams their results
     assert.equal(st.terminal?.reason, "completed");
     assert.equal(st.lastSeq, 7);
     assert.equal(st.nextIteration, 3);
-  } finally {
-    await finish(c);
-  }
+  });
 });
 
 test("a refused append fails it and the appends behind it while earlier ones stay stored", live, async () => {
-  const c = await startRun("ts-refused");
-  try {
-    const { client, run } = c;
+  await withRun("ts-refused", async ({ client, run }) => {
     const w = run.pipelined({ window: 8 });
     const v = new TextEncoder().encode("v");
     // appended in one go: every submission happens before any answer is handled, so the two
@@ -205,15 +166,12 @@ test("a refused append fails it and the appends behind it while earlier ones sta
       ["meta", "assistant", "tool_result", "state", "tool_result"],
     );
     assert.equal(stored[4].toolResult?.toolUseId, "toolu_2");
-  } finally {
-    await finish(c);
-  }
+  });
 });
 
 test("append waits while the window is full, then throws the failure it waited behind", live, async () => {
-  const c = await startRun("ts-window");
-  try {
-    const w = c.run.pipelined({ window: 1 });
+  await withRun("ts-window", async ({ run }) => {
+    const w = run.pipelined({ window: 1 });
     // seq 3 while the run is at 1: the daemon waits out its gap wait, then refuses it
     const gap = await w.append({ raw: { seq: 3, user: { contentJson: Buffer.from("[]") } } });
     const behind = w.append({ state: { namespace: "agent", key: "k", type: "text/plain" } });
@@ -225,7 +183,5 @@ test("append waits while the window is full, then throws the failure it waited b
     const p = await w.append({ state: { namespace: "agent", key: "k", type: "text/plain" } });
     assert.equal((await p.ack).seq, 2);
     await w.close();
-  } finally {
-    await finish(c);
-  }
+  });
 });

@@ -13,7 +13,7 @@ import {
   ServerWritableStream,
   status as Status,
 } from "@grpc/grpc-js";
-import { Client, computeFingerprint, target, text } from "../src";
+import { Client, target } from "../src";
 import {
   AppendStreamRequest,
   AppendStreamResponse,
@@ -26,9 +26,7 @@ import {
   ReleaseResponse,
 } from "../src/gen/journald/v1/journal";
 
-// Needs a live daemon: JOURNALD_TEST_SOCKET names its socket (tests/integration/
-// test_polyglot.py sets it).
-const socket = process.env.JOURNALD_TEST_SOCKET;
+import { finish, live, socket, Started, startRun } from "./live";
 
 interface Relay {
   socket: string;
@@ -111,50 +109,35 @@ async function startRelay(daemonSocket: string, cutAt: number): Promise<Relay> {
   return relay;
 }
 
-test(
-  "a stream cut after the daemon stored an append is resent and every record is stored once",
-  { skip: socket ? false : "JOURNALD_TEST_SOCKET is not set (needs a running daemon)" },
-  async () => {
-    const relay = await startRelay(socket!, 3);
-    const client = await Client.connect({ socket: relay.socket, clientName: "ts-cut" });
-    const direct = await Client.connect({ socket });
-    try {
-      const fingerprint = computeFingerprint({
-        provider: "anthropic",
-        model: "claude-test",
-        systemPrompt: ["cut"],
-        maxTokens: 16,
-        maxIterations: 4,
-      });
-      const runId = `ts-cut-${process.hrtime.bigint()}`;
-      const run = await client.start({ runId, fingerprint, prompt: [text("hi")] });
-      const w = run.pipelined({ window: 8 });
-      const values = "abcdefgh".split("");
-      const pending = await Promise.all(
-        values.map((v) =>
-          w.append({ state: { namespace: "agent", key: "step", type: "text/plain", data: Buffer.from(v) } }),
-        ),
-      );
-      const acks = await Promise.all(pending.map((p) => p.ack));
-      assert.deepEqual(
-        acks.map((a) => a.seq),
-        [2, 3, 4, 5, 6, 7, 8, 9],
-      );
-      // seq 4's answer was the one cut off: the daemon had stored it, so the resend is a duplicate
-      assert.equal(acks[2].duplicate, true);
-      await w.close();
-      await run.close();
-      assert.equal(relay.cut, true);
-      assert.equal(relay.streams, 2);
-      const stored = await direct.load(runId);
-      assert.deepEqual(
-        stored.map((r) => [r.seq, Buffer.from(r.state?.data ?? []).toString()]),
-        [[1, ""], ...values.map((v, i) => [i + 2, v])],
-      );
-    } finally {
-      client.close();
-      direct.close();
-      relay.stop();
-    }
-  },
-);
+test("a stream cut after the daemon stored an append is resent and every record is stored once", live, async () => {
+  const relay = await startRelay(socket!, 3);
+  const direct = await Client.connect({ socket });
+  let c: Started | undefined;
+  try {
+    c = await startRun("ts-cut", relay.socket);
+    const w = c.run.pipelined({ window: 8 });
+    const values = "abcdefgh".split("");
+    const pending = await Promise.all(
+      values.map((v) => w.append({ state: { namespace: "agent", key: "step", type: "text/plain", data: Buffer.from(v) } })),
+    );
+    const acks = await Promise.all(pending.map((p) => p.ack));
+    assert.deepEqual(
+      acks.map((a) => a.seq),
+      [2, 3, 4, 5, 6, 7, 8, 9],
+    );
+    // seq 4's answer was the one cut off: the daemon had stored it, so the resend is a duplicate
+    assert.equal(acks[2].duplicate, true);
+    await w.close();
+    assert.equal(relay.cut, true);
+    assert.equal(relay.streams, 2);
+    const stored = await direct.load(c.run.id);
+    assert.deepEqual(
+      stored.map((r) => [r.seq, Buffer.from(r.state?.data ?? []).toString()]),
+      [[1, ""], ...values.map((v, i) => [i + 2, v])],
+    );
+  } finally {
+    if (c) await finish(c);
+    direct.close();
+    relay.stop();
+  }
+});
