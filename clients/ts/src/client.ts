@@ -119,8 +119,8 @@ function deadline(opts?: CallOpts): { deadline?: Date } {
   return opts?.timeoutMs ? { deadline: new Date(Date.now() + opts.timeoutMs) } : {};
 }
 
-/** @internal The record's trace field from the span of opts' context (none without one). */
-export function recordTrace(opts?: CallOpts): TraceContext | undefined {
+/** The record's trace field from the span of opts' context (none without one). */
+function recordTrace(opts?: CallOpts): TraceContext | undefined {
   const ids = spanIds(opts?.otelContext);
   return ids ? { traceId: ids.traceId, spanId: ids.spanId } : undefined;
 }
