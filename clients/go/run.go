@@ -69,6 +69,7 @@ type Run struct {
 	unanswered    []*pb.ToolCall
 	ended         *pb.LeaseEnded
 	endErr        error
+	writer        *PipelinedWriter // the open pipelined writer, if any
 }
 
 func newRun(c *Client, lease *pb.Lease, cancel context.CancelFunc) *Run {
@@ -143,11 +144,18 @@ func (r *Run) EndReason() *pb.LeaseEnded { r.mu.Lock(); defer r.mu.Unlock(); ret
 // ReleaseTimeout bounds the Release call of Run.Close.
 const ReleaseTimeout = 2 * time.Second
 
-// Close releases the lease: it calls Release (so the run can be opened again at once, by
-// this process or another), then cancels the Open stream and waits for it to finish.
-// Release errors are ignored: the daemon may be gone, and cancelling the stream releases
-// the lease too, only a moment later.
+// Close releases the lease: it closes the open PipelinedWriter, if any (waiting for the
+// appends in flight), calls Release (so the run can be opened again at once, by this
+// process or another), then cancels the Open stream and waits for it to finish. Release
+// errors are ignored: the daemon may be gone, and cancelling the stream releases the lease
+// too, only a moment later.
 func (r *Run) Close() error {
+	r.mu.Lock()
+	w := r.writer
+	r.mu.Unlock()
+	if w != nil {
+		_ = w.Close()
+	}
 	r.release()
 	r.cancel()
 	<-r.done
@@ -175,85 +183,23 @@ func (r *Run) Fold(ctx context.Context, governed bool) (*pb.FoldResponse, error)
 
 // AppendAssistant journals a model call. Its tool_use blocks become the unanswered calls.
 func (r *Run) AppendAssistant(ctx context.Context, a Assistant) (*pb.Ack, error) {
-	content, err := Canonical(nonNil(a.Content))
-	if err != nil {
-		return nil, err
-	}
-	var calls []*pb.ToolCall
-	for _, b := range a.Content {
-		if b["type"] != "tool_use" {
-			continue
-		}
-		id, _ := b["id"].(string)
-		name, _ := b["name"].(string)
-		calls = append(calls, &pb.ToolCall{Id: id, Name: name, InputJson: inputText(b["input"])})
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	iteration := a.Iteration
-	if iteration == 0 {
-		iteration = r.nextIteration
-	}
-	ack, err := r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_Assistant{Assistant: &pb.AssistantPayload{
-		Message:    &pb.Message{Role: "assistant", ContentJson: content},
-		Iteration:  iteration,
-		StopReason: a.StopReason,
-		Usage: &pb.Usage{
-			InputTokens: a.Usage.InputTokens, OutputTokens: a.Usage.OutputTokens,
-			CacheReadTokens: a.Usage.CacheReadTokens, CacheCreationTokens: a.Usage.CacheCreationTokens,
-		},
-	}}})
-	if err != nil {
-		return nil, err
-	}
-	r.nextIteration = iteration + 1
-	r.unanswered = calls
-	return ack, nil
+	return r.appendEntry(ctx, a)
 }
 
 // AppendToolResult journals one tool's result.
 func (r *Run) AppendToolResult(ctx context.Context, t ToolResult) (*pb.Ack, error) {
-	content, err := Canonical(nonNil(t.Content))
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ack, err := r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_ToolResult{ToolResult: &pb.ToolResultPayload{
-		ToolUseId: t.ToolUseID, ContentJson: content, IsError: t.IsError, Remote: t.Remote,
-	}}})
-	if err != nil {
-		return nil, err
-	}
-	kept := r.unanswered[:0:0]
-	for _, c := range r.unanswered {
-		if c.GetId() != t.ToolUseID {
-			kept = append(kept, c)
-		}
-	}
-	r.unanswered = kept
-	return ack, nil
+	return r.appendEntry(ctx, t)
 }
 
 // AppendUser journals a free-standing interactive follow-up (only the new blocks).
 func (r *Run) AppendUser(ctx context.Context, content []Block) (*pb.Ack, error) {
-	raw, err := Canonical(nonNil(content))
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_User{User: &pb.UserPayload{ContentJson: raw}}})
+	return r.appendEntry(ctx, User{Content: content})
 }
 
 // AppendTerminal journals the end of the run: reason is one of completed, suspended,
 // error, budget, max_iterations.
 func (r *Run) AppendTerminal(ctx context.Context, reason, message string) (*pb.Ack, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_Terminal{Terminal: &pb.TerminalPayload{
-		Reason: reason, Message: message,
-	}}})
+	return r.appendEntry(ctx, Terminal{Reason: reason, Message: message})
 }
 
 // AppendState journals one value of framework state under (namespace, key): opaque typed
@@ -261,45 +207,45 @@ func (r *Run) AppendTerminal(ctx context.Context, reason, message string) (*pb.A
 // conversation, so it is accepted even while tool calls are open. For a large value, store
 // the bytes with PutAttachment and journal a StatePayload with Sha256 and Size via AppendRaw.
 func (r *Run) AppendState(ctx context.Context, namespace, key, valueType string, data []byte) (*pb.Ack, error) {
-	if data == nil {
-		data = []byte{}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_State{State: &pb.StatePayload{
-		Namespace: namespace, Key: key, Type: valueType, Data: data,
-	}}})
+	return r.appendEntry(ctx, State{Namespace: namespace, Key: key, Type: valueType, Data: data})
 }
 
 // DeleteState journals the removal of a key of framework state; an empty key removes every
 // key of the namespace.
 func (r *Run) DeleteState(ctx context.Context, namespace, key string) (*pb.Ack, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.appendLocked(ctx, &pb.Record{Payload: &pb.Record_State{State: &pb.StatePayload{
-		Namespace: namespace, Key: key, Deleted: true,
-	}}})
+	return r.appendEntry(ctx, State{Namespace: namespace, Key: key, Deleted: true})
 }
 
 // AppendRaw journals a record built by the caller (seq and ts are filled when zero).
 func (r *Run) AppendRaw(ctx context.Context, rec *pb.Record) (*pb.Ack, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.appendLocked(ctx, rec)
+	return r.appendEntry(ctx, Raw{Record: rec})
 }
 
-// appendLocked sends one record at last_seq+1 with a client-side ts, so a retry after a
-// lost ack is byte-identical (the daemon answers it as a duplicate). Caller holds r.mu.
+// appendEntry writes one entry at last_seq+1 and moves the Run's view past it. Appends of
+// one Run are serialized; while a PipelinedWriter is open, appends go through it.
+func (r *Run) appendEntry(ctx context.Context, e Entry) (*pb.Ack, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.writer != nil {
+		return nil, errWriterOpen(r.ID())
+	}
+	b, err := e.build(r.nextIteration)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := r.appendLocked(ctx, b.rec)
+	if err != nil {
+		return nil, err
+	}
+	r.ackedLocked(b, ack)
+	return ack, nil
+}
+
+// appendLocked sends one record at last_seq+1 and retries it, byte-identical, while the
+// daemon is unreachable (the daemon answers a stored retry as a duplicate). Caller holds
+// r.mu.
 func (r *Run) appendLocked(ctx context.Context, rec *pb.Record) (*pb.Ack, error) {
-	if rec.Seq == 0 {
-		rec.Seq = r.lastSeq + 1
-	}
-	if rec.Ts == "" {
-		rec.Ts = r.c.now()
-	}
-	if rec.Trace == nil {
-		rec.Trace = recordTrace(ctx)
-	}
+	r.stamp(ctx, rec, r.lastSeq+1)
 	req := &pb.AppendRequest{RunId: r.ID(), LeaseId: r.lease.GetLeaseId(), Records: []*pb.Record{rec}}
 	var resp *pb.AppendResponse
 	var err error
@@ -310,23 +256,38 @@ func (r *Run) appendLocked(ctx context.Context, rec *pb.Record) (*pb.Ack, error)
 			break
 		}
 		err = fromGRPC(err, trailer)
-		var jerr *Error
-		if attempt >= 2 || !errors.As(err, &jerr) || jerr.Status != codes.Unavailable ||
-			jerr.Code == CodeBackendUnavailable {
+		if !retryInPlace(err, attempt) {
 			return nil, err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Duration(100*(attempt+1)) * time.Millisecond):
+		if err := pause(ctx, attempt); err != nil {
+			return nil, err
 		}
 	}
 	if len(resp.GetAcks()) != 1 {
 		return nil, fmt.Errorf("journald: append of seq %d answered with %d acks", rec.Seq, len(resp.GetAcks()))
 	}
-	ack := resp.GetAcks()[0]
-	r.lastSeq, r.lastHash = ack.GetSeq(), ack.GetHash()
-	return ack, nil
+	return resp.GetAcks()[0], nil
+}
+
+// maxRetries is how often an append that met a bare UNAVAILABLE is sent again.
+const maxRetries = 2
+
+// retryInPlace says whether an append failure is worth resending unchanged: the daemon was
+// unreachable (a bare UNAVAILABLE, not the backend's), at most maxRetries times.
+func retryInPlace(err error, attempt int) bool {
+	var jerr *Error
+	return attempt < maxRetries && errors.As(err, &jerr) && jerr.Status == codes.Unavailable &&
+		jerr.Code != CodeBackendUnavailable
+}
+
+// pause waits before retry number attempt+1 (100 ms, then 200 ms), or until ctx ends.
+func pause(ctx context.Context, attempt int) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Duration(100*(attempt+1)) * time.Millisecond):
+		return nil
+	}
 }
 
 // CompletePending runs only the calls of the pending turn that are still unanswered (as

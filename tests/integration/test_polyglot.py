@@ -359,16 +359,23 @@ def test_the_readme_quickstart_starts_crashes_resumes_and_finishes(
 
 
 def _client_test(
-    agents: dict[str, list[str]], language: str, go_test: str, ts_test: str, env: dict[str, str]
+    agents: dict[str, list[str]],
+    language: str,
+    go_test: str,
+    ts_test: str | list[str],
+    env: dict[str, str],
+    passes: int = 1,
 ) -> None:
-    """Run one Go test (by name) or one compiled TypeScript test file of the clients against
-    a live daemon, and check it ran (those tests skip without one) and passed."""
+    """Run Go tests (by name; several names are joined by |) or compiled TypeScript test
+    files of the clients against a live daemon, and check all `passes` of them ran (those
+    tests skip without one) and passed."""
     if language == "go":
-        argv = [shutil.which("go") or "go", "test", "-count=1", "-run", go_test, "-v", "."]
+        argv = [shutil.which("go") or "go", "test", "-count=1", "-run", f"^({go_test})$", "-v", "."]
         cwd = GO_DIR
     else:
-        compiled = Path(agents["ts"][1]).parents[1] / "test" / ts_test
-        argv = [agents["ts"][0], "--test", str(compiled)]
+        compiled = Path(agents["ts"][1]).parents[1] / "test"
+        files = [ts_test] if isinstance(ts_test, str) else ts_test
+        argv = [agents["ts"][0], "--test", *(str(compiled / f) for f in files)]
         cwd = TS_DIR
     proc = subprocess.run(
         argv, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env
@@ -376,9 +383,11 @@ def _client_test(
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     if language == "go":
-        assert f"--- PASS: {go_test}" in out, out
+        for name in go_test.split("|"):
+            assert f"--- PASS: {name} " in out, out
+        assert out.count("--- PASS: ") == passes, out
     else:
-        assert "# pass 1\n" in out, out
+        assert f"# pass {passes}\n" in out, out
         assert "# skipped 0\n" in out, out
 
 
@@ -415,3 +424,26 @@ def test_go_and_typescript_fold_and_resume_page_every_message_of_a_run_past_the_
             "window.test.js",
             env,
         )
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
+def test_go_and_typescript_pipelined_writers_ack_in_order_and_fail_a_refused_append_with_its_followers(  # noqa: E501
+    agents: dict[str, list[str]], daemon: Daemon, language: str
+) -> None:
+    # 16 appends in flight fold like unary ones; the agent pattern; a refused append voids the
+    # ones behind it and the writer resyncs; the window blocks (clients/go/pipelined_test.go,
+    # clients/ts/test/pipelined.test.ts); a stream cut after the daemon stored an append is
+    # resent and stores every record once (clients/go/relay_test.go, clients/ts/test/relay.test.ts)
+    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    go_tests = "|".join(
+        [
+            "TestSixteenPipelinedAppendsAreAckedInOrderAndFoldLikeUnaryAppends",
+            "TestAnAgentWaitsForItsAssistantAckRunsToolsAndStreamsTheirResultsBehindIt",
+            "TestARefusedAppendFailsItAndTheAppendsBehindItWhileEarlierOnesStayStored",
+            "TestAppendWaitsWhileTheWindowIsFullAndHonoursItsContext",
+            "TestAStreamCutAfterTheDaemonStoredAnAppendIsResentAndEveryRecordIsStoredOnce",
+            "TestCancellingTheWritersContextFailsItsAppendsInFlightAndTheRunWritesOnAfterClose",
+        ]
+    )
+    ts_tests = ["pipelined.test.js", "relay.test.js"]
+    _client_test(agents, language, go_tests, ts_tests, env, passes=6 if language == "go" else 5)

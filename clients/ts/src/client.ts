@@ -17,7 +17,8 @@ import {
   status as Status,
 } from "@grpc/grpc-js";
 import { canonical } from "./canonical";
-import { fromServiceError, JournaldError, LockedError } from "./errors";
+import { AssistantTurn, Block, buildEntry, Built, Entry, text, ToolResultInput } from "./entry";
+import { fromServiceError, InvalidRequestError, JournaldError, LockedError, retryInPlace } from "./errors";
 import {
   Ack,
   AppendResponse,
@@ -37,22 +38,9 @@ import {
   Warning,
 } from "./gen/journald/v1/journal";
 import { spanIds, traceMetadata } from "./otel";
+import { PipelinedOptions, PipelinedWriter } from "./pipelined";
 import { defaultSocketPath, target } from "./socket";
 import { completeFold, completeState, DEFAULT_MESSAGE_WINDOW } from "./window";
-
-/** One content block, e.g. {type: "text", text: "hi"}. */
-export type Block = { [key: string]: unknown };
-
-/** A text block. */
-export const text = (t: string): Block => ({ type: "text", text: t });
-
-/** A tool_use block; inputJson is the raw JSON text the model produced. */
-export const toolUse = (id: string, name: string, inputJson: string): Block => ({
-  type: "tool_use",
-  id,
-  name,
-  input: inputJson,
-});
 
 /** RFC 3339 UTC with microseconds: 2026-11-30T12:00:00.000000Z. */
 export function formatTimestamp(d: Date): string {
@@ -121,28 +109,6 @@ export interface ResumeOptions extends CallOpts {
   force?: boolean;
 }
 
-export interface Usage {
-  inputTokens?: number;
-  outputTokens?: number;
-  cacheReadTokens?: number;
-  cacheCreationTokens?: number;
-}
-
-export interface AssistantTurn {
-  content: Block[];
-  /** 1-based; default: the run's next iteration. */
-  iteration?: number;
-  stopReason: string;
-  usage?: Usage;
-}
-
-export interface ToolResultInput {
-  toolUseId: string;
-  content: Block[];
-  isError?: boolean;
-  remote?: boolean;
-}
-
 /** What a tool function returns: result blocks (a string becomes one text block). */
 export type ToolOutput = Block[] | string | { content: Block[] | string; isError?: boolean };
 
@@ -153,6 +119,7 @@ function deadline(opts?: CallOpts): { deadline?: Date } {
   return opts?.timeoutMs ? { deadline: new Date(Date.now() + opts.timeoutMs) } : {};
 }
 
+/** The record's trace field from the span of opts' context (none without one). */
 function recordTrace(opts?: CallOpts): TraceContext | undefined {
   const ids = spanIds(opts?.otelContext);
   return ids ? { traceId: ids.traceId, spanId: ids.spanId } : undefined;
@@ -408,6 +375,7 @@ export class Run {
   private streamError: unknown;
   private resolveClosed!: () => void;
   private isClosed = false;
+  private writer: PipelinedWriter | undefined;
   /** Settles when the lease stream has finished (close(), daemon shutdown, deletion). */
   readonly closed: Promise<void>;
 
@@ -472,12 +440,14 @@ export class Run {
   }
 
   /**
-   * Release the lease: call Release (so the run can be opened again at once, by this
+   * Release the lease: close the open PipelinedWriter, if any (waiting for the appends in
+   * flight), call Release (so the run can be opened again at once, by this
    * process or another), then cancel the Open stream and wait for it to finish. Release
    * errors are ignored: the daemon may be gone, and cancelling the stream releases the
    * lease too, only a moment later.
    */
   async close(): Promise<void> {
+    if (this.writer) await this.writer.close().catch(() => undefined);
     if (!this.isClosed) await this.release();
     this.call.cancel();
     await this.closed;
@@ -504,67 +474,22 @@ export class Run {
 
   /** Journal a model call (before any tool runs); its tool_use blocks become pending. */
   appendAssistant(turn: AssistantTurn, opts?: CallOpts): Promise<Ack> {
-    const content = canonical(turn.content);
-    const calls: ToolCall[] = turn.content
-      .filter((b) => b.type === "tool_use")
-      .map((b) => ({
-        id: String(b.id ?? ""),
-        name: String(b.name ?? ""),
-        inputJson: typeof b.input === "string" ? b.input : JSON.stringify(b.input ?? null),
-      }));
-    return this.serial(async () => {
-      const iteration = turn.iteration ?? this._nextIteration;
-      const ack = await this.appendNow(
-        {
-          assistant: {
-            message: { role: "assistant", contentJson: content },
-            iteration,
-            stopReason: turn.stopReason,
-            usage: {
-              inputTokens: turn.usage?.inputTokens ?? 0,
-              outputTokens: turn.usage?.outputTokens ?? 0,
-              cacheReadTokens: turn.usage?.cacheReadTokens ?? 0,
-              cacheCreationTokens: turn.usage?.cacheCreationTokens ?? 0,
-            },
-          },
-        },
-        opts,
-      );
-      this._nextIteration = iteration + 1;
-      this.pending = calls;
-      return ack;
-    });
+    return this.appendEntry({ assistant: turn }, opts);
   }
 
   /** Journal one tool's result. */
   appendToolResult(r: ToolResultInput, opts?: CallOpts): Promise<Ack> {
-    const content = canonical(r.content);
-    return this.serial(async () => {
-      const ack = await this.appendNow(
-        {
-          toolResult: {
-            toolUseId: r.toolUseId,
-            contentJson: content,
-            isError: r.isError ?? false,
-            remote: r.remote ?? false,
-          },
-        },
-        opts,
-      );
-      this.pending = this.pending.filter((c) => c.id !== r.toolUseId);
-      return ack;
-    });
+    return this.appendEntry({ toolResult: r }, opts);
   }
 
   /** Journal a free-standing interactive follow-up (only the new blocks). */
   appendUser(content: Block[], opts?: CallOpts): Promise<Ack> {
-    const raw = canonical(content);
-    return this.serial(() => this.appendNow({ user: { contentJson: raw } }, opts));
+    return this.appendEntry({ user: content }, opts);
   }
 
   /** Journal the end of the run: completed, suspended, error, budget, max_iterations. */
   appendTerminal(reason: string, message = "", opts?: CallOpts): Promise<Ack> {
-    return this.serial(() => this.appendNow({ terminal: { reason, message } }, opts));
+    return this.appendEntry({ terminal: { reason, message } }, opts);
   }
 
   /**
@@ -580,28 +505,68 @@ export class Run {
     data: Uint8Array,
     opts?: CallOpts,
   ): Promise<Ack> {
-    const bytes = Buffer.from(data);
-    const state = { namespace, key, type, data: bytes, sha256: "", size: 0, deleted: false };
-    return this.serial(() => this.appendNow({ state }, opts));
+    return this.appendEntry({ state: { namespace, key, type, data } }, opts);
   }
 
   /** Journal the removal of a key of framework state (an empty key: the whole namespace). */
   deleteState(namespace: string, key = "", opts?: CallOpts): Promise<Ack> {
-    const state = {
-      namespace,
-      key,
-      type: "",
-      data: Buffer.alloc(0),
-      sha256: "",
-      size: 0,
-      deleted: true,
-    };
-    return this.serial(() => this.appendNow({ state }, opts));
+    return this.appendEntry({ state: { namespace, key, deleted: true } }, opts);
   }
 
   /** Journal a record built by the caller (seq and ts are filled when unset). */
   appendRaw(rec: Partial<JournalRecord>, opts?: CallOpts): Promise<Ack> {
-    return this.serial(() => this.appendNow(rec, opts));
+    return this.appendEntry({ raw: rec }, opts);
+  }
+
+  /**
+   * Journal one entry at lastSeq+1. Appends of one Run are serialized; while a
+   * PipelinedWriter is open they go through it, and these methods refuse.
+   */
+  appendEntry(entry: Entry, opts?: CallOpts): Promise<Ack> {
+    return this.serial(async () => {
+      if (this.writer) throw writerOpen(this.id);
+      const b = buildEntry(entry, this._nextIteration);
+      const ack = await this.appendNow(this._record(b, this._lastSeq + 1, opts), opts);
+      this._acked(b, ack);
+      return ack;
+    });
+  }
+
+  /**
+   * A writer that keeps up to `window` appends (default 16) in flight on one AppendStream
+   * and hands each its acks (see PipelinedWriter). The Run's own append methods refuse
+   * until it is closed; run.close() closes it first.
+   */
+  pipelined(options: PipelinedOptions = {}): PipelinedWriter {
+    if (this.writer) throw writerOpen(this.id);
+    this.writer = new PipelinedWriter(this, this.client, options);
+    return this.writer;
+  }
+
+  /** @internal The record of a built entry at seq (unless it has its own), stamped now. */
+  _record(b: Built, seq: number, opts?: CallOpts): JournalRecord {
+    return JournalRecord.fromPartial({
+      ...b.payload,
+      seq: b.payload.seq || seq,
+      ts: b.payload.ts || this.client.now(),
+      trace: b.payload.trace ?? recordTrace(opts),
+    });
+  }
+
+  /** @internal Move the Run's view past one acknowledged entry. */
+  _acked(b: Built, ack: Ack): void {
+    this._lastSeq = ack.seq;
+    this._lastHash = ack.hash;
+    if (b.assistant) {
+      this._nextIteration = b.assistant.iteration + 1;
+      this.pending = b.assistant.calls;
+    }
+    if (b.answers !== undefined) this.pending = this.pending.filter((c) => c.id !== b.answers);
+  }
+
+  /** @internal The writer is closed: appends go through the Run again. */
+  _writerClosed(w: PipelinedWriter): void {
+    if (this.writer === w) this.writer = undefined;
   }
 
   /**
@@ -636,15 +601,9 @@ export class Run {
     return next;
   }
 
-  /** One record at lastSeq+1 with a client-side ts, so a retry after a lost ack is
-   * byte-identical (the daemon answers it as a duplicate). */
-  private async appendNow(payload: Partial<JournalRecord>, opts?: CallOpts): Promise<Ack> {
-    const rec = JournalRecord.fromPartial({
-      ...payload,
-      seq: payload.seq || this._lastSeq + 1,
-      ts: payload.ts || this.client.now(),
-      trace: payload.trace ?? recordTrace(opts),
-    });
+  /** Send one record, retried byte-identical while the daemon is unreachable (the daemon
+   * answers a stored retry as a duplicate: the ts is the client's, set once). */
+  private async appendNow(rec: JournalRecord, opts?: CallOpts): Promise<Ack> {
     const req = { runId: this.id, leaseId: this.lease.leaseId, records: [rec] };
     for (let attempt = 0; ; attempt++) {
       try {
@@ -652,15 +611,19 @@ export class Run {
         if (res.acks.length !== 1) {
           throw new JournaldError("internal", `append of seq ${rec.seq} answered with ${res.acks.length} acks`);
         }
-        const ack = res.acks[0];
-        this._lastSeq = ack.seq;
-        this._lastHash = ack.hash;
-        return ack;
+        return res.acks[0];
       } catch (err) {
-        const retry = err instanceof JournaldError && err.code === "unavailable" && attempt < 2;
-        if (!retry) throw err;
+        if (!retryInPlace(err, attempt)) throw err;
         await sleep(100 * (attempt + 1));
       }
     }
   }
+}
+
+function writerOpen(runId: string): Error {
+  return new InvalidRequestError(
+    "invalid_request",
+    `run ${runId}: a pipelined writer is open on this run; append through it, or close it first (two writers would number the same seqs)`,
+    { metadata: { run_id: runId } },
+  );
 }

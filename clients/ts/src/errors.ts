@@ -154,3 +154,15 @@ export function fromServiceError(err: unknown): unknown {
   }
   return new TransportError(STATUS_NAMES[grpcCode] ?? "unknown", details, { grpcCode, cause: err });
 }
+
+/** How often an append that met a bare UNAVAILABLE is sent again. */
+export const MAX_RETRIES = 2;
+
+/**
+ * Whether an append failure is worth resending unchanged: the daemon was unreachable (a
+ * bare UNAVAILABLE, not the backend's `backend_unavailable`), at most MAX_RETRIES times.
+ * The daemon answers a resent record it had stored as a duplicate.
+ */
+export function retryInPlace(err: unknown, attempt: number): boolean {
+  return attempt < MAX_RETRIES && err instanceof JournaldError && err.code === "unavailable";
+}

@@ -1,5 +1,7 @@
 export * from "./canonical";
 export * from "./client";
+export * from "./entry";
+export * from "./pipelined";
 export * from "./errors";
 export * from "./fingerprint";
 export * from "./otel";
