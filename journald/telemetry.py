@@ -38,7 +38,8 @@ returns a shared no-op (or calls ``os.fdatasync`` directly), so the append path 
 attribute loads and no allocation. ``bench/bench_tracing_overhead.py`` measures it.
 
 Record stamping: a record whose writer did not set ``trace`` but whose Append carries a
-``traceparent`` gets the caller's trace id and span id (``stamp_records``), whether or not
+``traceparent`` gets the caller's trace id and span id (the append pipeline stamps it, see
+``journald.storage.pipeline``), whether or not
 the daemon itself exports anything. A retried seq keeps the trace it was first stored with,
 so an idempotent retry under a new span is still byte-identical.
 """
@@ -313,26 +314,6 @@ def unstamped_parent(records: Sequence[Any], context: Any) -> tuple[str, str] | 
         if not r.trace.trace_id:
             return incoming_trace(context)
     return None
-
-
-async def stamp_records(
-    records: Sequence[Any],
-    last_seq: int,
-    parent: tuple[str, str],
-    stored: Callable[[int], Awaitable[Sequence[Record]]],
-) -> None:
-    """Stamp ``parent`` into records (pb) that lack a trace. A seq already stored (a retry)
-    takes the trace it was stored with instead, so its bytes stay identical."""
-    for r in records:
-        if r.trace.trace_id:
-            continue
-        if r.seq > last_seq:
-            r.trace.trace_id, r.trace.span_id = parent
-            continue
-        same = [s for s in await stored(r.seq) if s.seq == r.seq]
-        if same and same[0].trace:
-            r.trace.trace_id = same[0].trace.get("trace_id", "")
-            r.trace.span_id = same[0].trace.get("span_id", "")
 
 
 # --- RPC spans -------------------------------------------------------------------------------

@@ -257,6 +257,8 @@ class CheckpointRpcs:
 
         def _check(self, rec: Record) -> None: ...
 
+        async def settled_state(self, lease: Lease, wait: bool = True) -> RunState: ...
+
     # --- serialization --------------------------------------------------------------------
 
     async def _require_run(self, run_id: str) -> None:
@@ -320,7 +322,7 @@ class CheckpointRpcs:
                         f"the lease on run {run_id} ended during the operation; retry",
                         metadata={"run_id": run_id},
                     )
-                yield Held(lease.state, lease, lease.holder.cwd)
+                yield Held(await self.settled_state(lease), lease, lease.holder.cwd)
             return
         if write:
             async with self._daemon_lease(run_id) as own:
@@ -728,14 +730,15 @@ class CheckpointRpcs:
         the ones its commits take when its lease ends (``save_fold_mark``)."""
         self._pending_marks()[run_id] = list(marks)
 
-    def note_fold_mark(self, run_id: str, state: RunState) -> None:
-        """After a commit: remember a fold mark every ``MARK_EVERY`` records (in memory until
-        the lease ends)."""
-        if state.pending is not None:
+    def note_fold_mark(self, run_id: str, mark: dict[str, Any] | None) -> None:
+        """Once a commit is durable: remember its fold mark (``mark_of`` the state it left;
+        None while a turn is open) every ``MARK_EVERY`` records (in memory until the lease
+        ends)."""
+        if mark is None:
             return
         marks = self._pending_marks().setdefault(run_id, [])
-        if not marks or state.last_seq - marks[-1]["seq"] >= MARK_EVERY:
-            marks.append(mark_of(state))
+        if not marks or mark["seq"] - marks[-1]["seq"] >= MARK_EVERY:
+            marks.append(mark)
 
     async def _save_marks(self, run_id: str, new: list[dict[str, Any]]) -> None:
         old = await self._load_marks(run_id)
@@ -761,7 +764,7 @@ class CheckpointRpcs:
     async def save_fold_mark(self, lease: Lease) -> None:
         """Lease-close hook: persist the marks taken while the lease lived, and the last."""
         marks = self._pending_marks().pop(lease.run_id, [])
-        st = lease.state
+        st = await self.settled_state(lease)
         if st.pending is None and st.last_seq and (not marks or marks[-1]["seq"] != st.last_seq):
             marks.append(mark_of(st))
         if marks:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from journald.core.errors import (
 from journald.core.fingerprint import check_gates, diff
 from journald.core.fold import Message, RunState, fold_into, resume_warnings
 from journald.core.records import GENESIS, Record, validate_id
-from journald.server.checkpoints import CheckpointRpcs, fold_stored
+from journald.server.checkpoints import CheckpointRpcs, fold_stored, mark_of
 from journald.server.convert import (
     fingerprint_from_pb,
     governance_to_pb,
@@ -43,6 +43,7 @@ from journald.server.edge import streaming, unary
 from journald.server.leases import END, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import AppendResult, Store
+from journald.storage.pipeline import Draft, OnDurable, RecordDraft, Ticket
 from journald.validation import validate_record
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -51,6 +52,10 @@ DURABILITY = {
     "fsync_local": pb.DURABILITY_FSYNC_LOCAL,
     "jetstream_ack": pb.DURABILITY_JETSTREAM_ACK,
 }
+
+
+STREAM_IN_FLIGHT = 64
+"""Messages of one AppendStream queued ahead of the acks sent (read-ahead bound)."""
 
 
 @dataclass
@@ -79,6 +84,43 @@ async def fold_store(
         state = await fold_stored(store, run_id, marks)
         span.set("journald.seq.last", state.last_seq)
     return state
+
+
+async def acked(ticket: Ticket) -> list[AppendResult]:
+    """A queued append's acks once durable, timed from queued to durable."""
+    with telemetry.store_append(ticket.run_id, ticket.new):
+        return await ticket.durable()
+
+
+@dataclass(frozen=True, slots=True)
+class PbDraft:
+    """A record as received: built (and checked against the limits) once the pipeline knows
+    its ``prev`` and whether it is new or a retry."""
+
+    msg: pb.Record
+    index: int
+    check: Callable[[Record], None]
+
+    @property
+    def seq(self) -> int:
+        return self.msg.seq
+
+    @property
+    def traced(self) -> bool:
+        return bool(self.msg.trace.trace_id)
+
+    def build(self, prev: str, trace: Mapping[str, str] | None) -> Record:
+        r = self.msg
+        if trace is not None and not r.trace.trace_id:
+            r.trace.trace_id = trace.get("trace_id", "")
+            r.trace.span_id = trace.get("span_id", "")
+        try:
+            rec = record_from_pb(r, prev=prev, ts=r.ts or utc_ts())
+        except InvalidArgumentError as err:
+            err.message = f"records[{self.index}] (seq {r.seq}): {err.message}"
+            raise
+        self.check(rec)
+        return rec
 
 
 class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
@@ -231,53 +273,71 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     async def _append(
         self, request: pb.AppendRequest, context: Ctx | None = None
     ) -> pb.AppendResponse:
+        ticket = await self._enqueue(request, context)
+        return pb.AppendResponse(acks=[ack_pb(r) for r in await acked(ticket)])
+
+    async def _enqueue(self, request: pb.AppendRequest, context: Ctx | None) -> Ticket:
+        """Check the lease, build, admit and queue an append (the lease lock is held only
+        until it is queued); ``Ticket.durable`` gives the acks once it is durable."""
         run_id = validate_id(request.run_id)
         lease = self.leases.check(run_id, request.lease_id)
         if not request.records:
             raise InvalidRecord("an append needs at least one record")
-        await lease.turnstile.wait_for(request.records[0].seq, self.limits.gap_wait_s, run_id)
+        await lease.journal.pipeline.wait_turn(request.records[0].seq)
         async with lease.lock:
             self.leases.check(run_id, request.lease_id)
-            if (parent := telemetry.unstamped_parent(request.records, context)) is not None:
-                stored = functools.partial(self.store.load, run_id)
-                await telemetry.stamp_records(
-                    request.records, lease.journal.last_seq, parent, stored
-                )
-            results = await self.commit(lease, self._decode(lease, request))
-        return pb.AppendResponse(acks=[ack_pb(r) for r in results])
+            parent = telemetry.unstamped_parent(request.records, context)
+            trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
+            drafts = [PbDraft(r, i, self._check) for i, r in enumerate(request.records)]
+            return await self._queue(lease, drafts, trace)
 
     async def commit(self, lease: Lease, records: list[Record]) -> list[AppendResult]:
-        """Admit, write, fold into the cached state, publish to tails (caller holds
-        ``lease.lock``). Every append path goes through here (appends, rebases)."""
-        new = [r for r in records if r.seq > lease.journal.last_seq]
-        admit(lease.state, new)
-        with telemetry.store_append(lease.run_id, new):
-            results = await lease.journal.append(records)
-        if new:
-            with telemetry.fold_span(lease.run_id, len(new)):
-                fold_into(lease.state, new)
-            self.note_fold_mark(lease.run_id, lease.state)
-            self.hub.publish(lease.run_id, new)
-        await lease.turnstile.advance(lease.journal.last_seq + 1)
-        return results
+        """Append records the daemon built (rebases, forks) and wait until they are durable
+        (caller holds ``lease.lock``)."""
+        ticket = await self._queue(lease, [RecordDraft(r) for r in records], None)
+        return await acked(ticket)
 
-    def _decode(self, lease: Lease, request: pb.AppendRequest) -> list[Record]:
-        """Build records; new ones are chained onto the journal's last hash, so the bytes
-        built here are the bytes stored (retried seqs are re-linked by the journal)."""
-        last_seq, last_hash = lease.journal.last_seq, lease.journal.last_hash
-        prev = GENESIS
-        out: list[Record] = []
-        for i, r in enumerate(request.records):
-            link = last_hash if r.seq == last_seq + 1 else prev if r.seq > last_seq else GENESIS
+    async def _queue(
+        self, lease: Lease, drafts: Sequence[Draft], trace: Mapping[str, str] | None
+    ) -> Ticket:
+        """Every append path goes through here (caller holds ``lease.lock``): the new records
+        are admitted against the state that includes everything queued before them, folded
+        into it, and queued; tails and fold marks get them once they are durable."""
+        await self.settled_state(lease, wait=False)
+        run_id = lease.run_id
+
+        def admit_and_fold(new: list[Record]) -> OnDurable:
+            admit(lease.state, new)
             try:
-                rec = record_from_pb(r, prev=link, ts=r.ts or utc_ts())
-            except InvalidArgumentError as err:
-                err.message = f"records[{i}] (seq {r.seq}): {err.message}"
+                with telemetry.fold_span(run_id, len(new)):
+                    fold_into(lease.state, new)
+            except BaseException:
+                lease.state_voids = -1  # half folded: refold before the next use
                 raise
-            self._check(rec)
-            out.append(rec)
-            prev = rec.hash
-        return out
+            st = lease.state
+            mark = mark_of(st) if st.pending is None else None
+
+            def durable() -> None:
+                self.note_fold_mark(run_id, mark)
+                self.hub.publish(run_id, new)
+
+            return durable
+
+        return await lease.journal.pipeline.submit(drafts, trace=trace, on_queued=admit_and_fold)
+
+    async def settled_state(self, lease: Lease, wait: bool = True) -> RunState:
+        """The lease's state as stored (caller holds ``lease.lock``): with ``wait``, after the
+        queued appends are durable; refolded from the store if a failed write voided records
+        it had folded."""
+        pipeline = lease.journal.pipeline
+        if wait:
+            await pipeline.settled()
+        if lease.state_voids != pipeline.voids:
+            await pipeline.settled()  # nothing else is queued: the caller holds the lock
+            voids = pipeline.voids
+            lease.state = await fold_store(self.store, lease.run_id)
+            lease.state_voids = voids
+        return lease.state
 
     @unary
     async def Release(self, request: pb.ReleaseRequest, context: Ctx) -> pb.ReleaseResponse:
@@ -298,8 +358,32 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     async def AppendStream(
         self, request_iterator: AsyncIterator[pb.AppendStreamRequest], context: Ctx
     ) -> AsyncIterator[pb.AppendStreamResponse]:
-        async for req in request_iterator:
-            yield pb.AppendStreamResponse(response=await self._append(req.append, context))
+        """Pipelined: every message already received is queued (up to ``STREAM_IN_FLIGHT``
+        ahead of the acks sent) so they share group commits; responses go out in order. The
+        first message that fails ends the stream with its error after the acks before it;
+        nothing after it is queued (a failed write voids what was queued behind it)."""
+        window: asyncio.Queue[Ticket | Exception | None] = asyncio.Queue(STREAM_IN_FLIGHT)
+
+        async def read_ahead() -> None:
+            try:
+                async for req in request_iterator:
+                    await window.put(await self._enqueue(req.append, context))
+            except Exception as exc:  # the message's own refusal, sent after the acks before
+                await window.put(exc)
+                return
+            await window.put(None)
+
+        reader = asyncio.create_task(read_ahead())
+        try:
+            while (item := await window.get()) is not None:
+                if isinstance(item, Exception):
+                    raise item
+                acks = [ack_pb(r) for r in await acked(item)]
+                yield pb.AppendStreamResponse(response=pb.AppendResponse(acks=acks))
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
 
     # --- reads --------------------------------------------------------------------------
 
@@ -312,15 +396,19 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     async def state_of(self, run_id: str) -> RunState:
         lease = self.leases.held(run_id)
         if lease is not None:
-            return lease.state
+            async with lease.lock:
+                return await self.settled_state(lease)
         return await fold_store(self.store, run_id)
 
     @unary
     async def Fold(self, request: pb.FoldRequest, context: Ctx) -> pb.FoldResponse:
         run_id = validate_id(request.run_id)
         lease = self.leases.held(run_id)
-        # a dormant run's fold is kept for the History pages that complete a window
-        state = lease.state if lease else (await self._dormant_state(run_id))[1]
+        if lease is not None:
+            async with lease.lock:  # its state as stored: queued appends settled
+                state = await self.settled_state(lease)
+        else:  # a dormant run's fold is kept for the History pages that complete a window
+            state = (await self._dormant_state(run_id))[1]
         out = pb.FoldResponse(state=state_to_pb(state, messages=False))
         governed: list[Message] = []
         if request.governed:
