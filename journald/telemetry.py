@@ -448,6 +448,14 @@ class _Timed:
         if self._span is not None:
             self._span.set_attribute(key, value)
 
+    def records(self, new: Sequence[Record]) -> None:
+        self._bytes = sum(len(r.raw) + 1 for r in new)
+        self.set("journald.core.records", len(new))
+        self.set("journald.bytes", self._bytes)
+        if new:
+            self.set("journald.seq", new[0].seq)
+            self.set("journald.seq.last", new[-1].seq)
+
     def __exit__(
         self,
         et: type[BaseException] | None,
@@ -477,25 +485,20 @@ class _NoOp:
     def set(self, key: str, value: Any) -> None:
         return None
 
+    def records(self, new: Sequence[Record]) -> None:
+        return None
+
 
 _NOOP = _NoOp()
 
 
-def store_append(run_id: str, new: Sequence[Record]) -> _Timed | _NoOp:
-    """Around ``journal.append``: span ``journald.store.append`` and the append histogram;
-    ``new`` are the records that will be written (retried duplicates are not)."""
+def store_append(run_id: str) -> _Timed | _NoOp:
+    """Around an append from its planning to its durability: span ``journald.store.append``
+    and the append histogram; ``records(new)`` names the records it writes once they are
+    known (retried duplicates are not written). A group commit started under it is its child."""
     if _tracer is None and _append_hist is None:
         return _NOOP
-    nbytes = sum(len(r.raw) + 1 for r in new)
-    attrs: dict[str, Any] = {
-        "journald.run_id": run_id,
-        "journald.core.records": len(new),
-        "journald.bytes": nbytes,
-    }
-    if new:
-        attrs["journald.seq"] = new[0].seq
-        attrs["journald.seq.last"] = new[-1].seq
-    return _Timed("journald.store.append", attrs, _append_hist, nbytes)
+    return _Timed("journald.store.append", {"journald.run_id": run_id}, _append_hist)
 
 
 def fold_span(run_id: str, records: int | None = None) -> _Timed | _NoOp:

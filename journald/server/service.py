@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,12 +85,6 @@ async def fold_store(
         state = await fold_stored(store, run_id, marks)
         span.set("journald.seq.last", state.last_seq)
     return state
-
-
-async def acked(ticket: Ticket) -> list[AppendResult]:
-    """A queued append's acks once durable, timed from queued to durable."""
-    with telemetry.store_append(ticket.run_id, ticket.new):
-        return await ticket.durable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,10 +268,16 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
     async def _append(
         self, request: pb.AppendRequest, context: Ctx | None = None
     ) -> pb.AppendResponse:
-        ticket = await self._enqueue(request, context)
-        return pb.AppendResponse(acks=[ack_pb(r) for r in await acked(ticket)])
+        rpc = contextvars.copy_context()
+        with telemetry.store_append(request.run_id) as span:
+            ticket = await self._enqueue(request, context, rpc)
+            span.records(ticket.new)
+            results = await ticket.durable()
+        return pb.AppendResponse(acks=[ack_pb(r) for r in results])
 
-    async def _enqueue(self, request: pb.AppendRequest, context: Ctx | None) -> Ticket:
+    async def _enqueue(
+        self, request: pb.AppendRequest, context: Ctx | None, rpc: contextvars.Context
+    ) -> Ticket:
         """Check the lease, build, admit and queue an append (the lease lock is held only
         until it is queued); ``Ticket.durable`` gives the acks once it is durable."""
         run_id = validate_id(request.run_id)
@@ -289,16 +290,23 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             parent = telemetry.unstamped_parent(request.records, context)
             trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
             drafts = [PbDraft(r, i, self._check) for i, r in enumerate(request.records)]
-            return await self._queue(lease, drafts, trace)
+            return await self._queue(lease, drafts, trace, rpc)
 
     async def commit(self, lease: Lease, records: list[Record]) -> list[AppendResult]:
         """Append records the daemon built (rebases, forks) and wait until they are durable
         (caller holds ``lease.lock``)."""
-        ticket = await self._queue(lease, [RecordDraft(r) for r in records], None)
-        return await acked(ticket)
+        rpc = contextvars.copy_context()
+        with telemetry.store_append(lease.run_id) as span:
+            ticket = await self._queue(lease, [RecordDraft(r) for r in records], None, rpc)
+            span.records(ticket.new)
+            return await ticket.durable()
 
     async def _queue(
-        self, lease: Lease, drafts: Sequence[Draft], trace: Mapping[str, str] | None
+        self,
+        lease: Lease,
+        drafts: Sequence[Draft],
+        trace: Mapping[str, str] | None,
+        rpc: contextvars.Context,
     ) -> Ticket:
         """Every append path goes through here (caller holds ``lease.lock``): the new records
         are admitted against the state that includes everything queued before them, folded
@@ -306,11 +314,14 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         await self.settled_state(lease, wait=False)
         run_id = lease.run_id
 
+        def fold(new: list[Record]) -> None:
+            with telemetry.fold_span(run_id, len(new)):
+                fold_into(lease.state, new)
+
         def admit_and_fold(new: list[Record]) -> OnDurable:
             admit(lease.state, new)
             try:
-                with telemetry.fold_span(run_id, len(new)):
-                    fold_into(lease.state, new)
+                rpc.run(fold, new)  # the fold's span belongs to the RPC, not the write
             except BaseException:
                 lease.state_voids = -1  # half folded: refold before the next use
                 raise
@@ -367,7 +378,11 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
         async def read_ahead() -> None:
             try:
                 async for req in request_iterator:
-                    await window.put(await self._enqueue(req.append, context))
+                    rpc = contextvars.copy_context()
+                    with telemetry.store_append(req.append.run_id) as span:
+                        ticket = await self._enqueue(req.append, context, rpc)
+                        span.records(ticket.new)
+                    await window.put(ticket)
             except Exception as exc:  # the message's own refusal, sent after the acks before
                 await window.put(exc)
                 return
@@ -378,7 +393,7 @@ class JournalService(CheckpointRpcs, pb_grpc.JournalServiceServicer):
             while (item := await window.get()) is not None:
                 if isinstance(item, Exception):
                     raise item
-                acks = [ack_pb(r) for r in await acked(item)]
+                acks = [ack_pb(r) for r in await item.durable()]
                 yield pb.AppendStreamResponse(response=pb.AppendResponse(acks=acks))
         finally:
             reader.cancel()
