@@ -220,3 +220,34 @@ async def test_a_failed_group_write_voids_the_appends_queued_behind_it_and_the_l
     assert fresh.last_seq == 3
     assert [c.id for c in fresh.pending.unanswered] == ["t0"] if fresh.pending else False
     await release(daemon, stream, lease_id)
+
+
+async def test_a_pipelined_stream_sends_the_acks_before_a_refused_message_then_fails_with_it(
+    daemon: InProcessDaemon,
+) -> None:
+    stream, lease_id = await open_run(daemon, calls=4)
+    records = [tool_result(3, "t0"), tool_result(4, "t1"), tool_result(5, "nope")]
+    records += [tool_result(6, "t2"), tool_result(7, "t3")]
+
+    async def requests() -> AsyncIterator[pb.AppendStreamRequest]:
+        for rec in records:
+            yield pb.AppendStreamRequest(
+                append=pb.AppendRequest(run_id=RUN, lease_id=lease_id, records=[rec])
+            )
+
+    call = daemon.stub.AppendStream(requests())
+    acks: list[int] = []
+
+    async def read_all() -> None:
+        async for r in call:
+            acks.append(r.response.acks[0].seq)
+
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await read_all()
+    assert acks == [3, 4]
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "nope" in (info.value.details() or "")
+    # nothing sent after the refused message was written
+    stored = await daemon.service.store.load(RUN)
+    assert [r.seq for r in stored] == [1, 2, 3, 4]
+    await release(daemon, stream, lease_id)
