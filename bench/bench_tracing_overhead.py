@@ -117,7 +117,8 @@ def hooks_ns(traced: bool, number: int) -> tuple[float, float]:
         for _ in range(n):
             await telemetry.traced_unary("Append", request, ctx, servicer())
             telemetry.unstamped_parent(request.records, ctx)
-            with telemetry.store_append("bench", new):
+            with telemetry.store_append("bench") as span:
+                span.records(new)
                 pass
             with telemetry.fold_span("bench", 1):
                 pass

@@ -38,7 +38,8 @@ returns a shared no-op (or calls ``os.fdatasync`` directly), so the append path 
 attribute loads and no allocation. ``bench/bench_tracing_overhead.py`` measures it.
 
 Record stamping: a record whose writer did not set ``trace`` but whose Append carries a
-``traceparent`` gets the caller's trace id and span id (``stamp_records``), whether or not
+``traceparent`` gets the caller's trace id and span id (the append pipeline stamps it, see
+``journald.storage.pipeline``), whether or not
 the daemon itself exports anything. A retried seq keeps the trace it was first stored with,
 so an idempotent retry under a new span is still byte-identical.
 """
@@ -315,26 +316,6 @@ def unstamped_parent(records: Sequence[Any], context: Any) -> tuple[str, str] | 
     return None
 
 
-async def stamp_records(
-    records: Sequence[Any],
-    last_seq: int,
-    parent: tuple[str, str],
-    stored: Callable[[int], Awaitable[Sequence[Record]]],
-) -> None:
-    """Stamp ``parent`` into records (pb) that lack a trace. A seq already stored (a retry)
-    takes the trace it was stored with instead, so its bytes stay identical."""
-    for r in records:
-        if r.trace.trace_id:
-            continue
-        if r.seq > last_seq:
-            r.trace.trace_id, r.trace.span_id = parent
-            continue
-        same = [s for s in await stored(r.seq) if s.seq == r.seq]
-        if same and same[0].trace:
-            r.trace.trace_id = same[0].trace.get("trace_id", "")
-            r.trace.span_id = same[0].trace.get("span_id", "")
-
-
 # --- RPC spans -------------------------------------------------------------------------------
 
 
@@ -467,6 +448,14 @@ class _Timed:
         if self._span is not None:
             self._span.set_attribute(key, value)
 
+    def records(self, new: Sequence[Record]) -> None:
+        self._bytes = sum(len(r.raw) + 1 for r in new)
+        self.set("journald.core.records", len(new))
+        self.set("journald.bytes", self._bytes)
+        if new:
+            self.set("journald.seq", new[0].seq)
+            self.set("journald.seq.last", new[-1].seq)
+
     def __exit__(
         self,
         et: type[BaseException] | None,
@@ -496,25 +485,20 @@ class _NoOp:
     def set(self, key: str, value: Any) -> None:
         return None
 
+    def records(self, new: Sequence[Record]) -> None:
+        return None
+
 
 _NOOP = _NoOp()
 
 
-def store_append(run_id: str, new: Sequence[Record]) -> _Timed | _NoOp:
-    """Around ``journal.append``: span ``journald.store.append`` and the append histogram;
-    ``new`` are the records that will be written (retried duplicates are not)."""
+def store_append(run_id: str) -> _Timed | _NoOp:
+    """Around an append from its planning to its durability: span ``journald.store.append``
+    and the append histogram; ``records(new)`` names the records it writes once they are
+    known (retried duplicates are not written). A group commit started under it is its child."""
     if _tracer is None and _append_hist is None:
         return _NOOP
-    nbytes = sum(len(r.raw) + 1 for r in new)
-    attrs: dict[str, Any] = {
-        "journald.run_id": run_id,
-        "journald.core.records": len(new),
-        "journald.bytes": nbytes,
-    }
-    if new:
-        attrs["journald.seq"] = new[0].seq
-        attrs["journald.seq.last"] = new[-1].seq
-    return _Timed("journald.store.append", attrs, _append_hist, nbytes)
+    return _Timed("journald.store.append", {"journald.run_id": run_id}, _append_hist)
 
 
 def fold_span(run_id: str, records: int | None = None) -> _Timed | _NoOp:

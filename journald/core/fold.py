@@ -454,7 +454,9 @@ def _apply_state(st: RunState, rec: Record, p: Mapping[str, Any]) -> None:
 
 
 def quarantine_note(seq: int, payload: Mapping[str, Any]) -> str:
-    covered = payload.get("covered") or {}
+    covered = payload.get("covered")
+    if not isinstance(covered, Mapping):  # a damaged rebase still folds; the note says less
+        covered = {}
     first, last = covered.get("from_seq", 0), covered.get("to_seq", 0)
     span = f"seq {first}" if first == last else f"seqs {first}..{last}"
     return (

@@ -23,7 +23,6 @@ from journald.core.fold import RunState
 from journald.core.records import Record
 from journald.server.convert import record_to_pb
 from journald.storage.base import Journal
-from journald.storage.common import SeqTurnstile
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +49,12 @@ class Lease:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     end_reason: str = ""
     released: bool = False
-    turnstile: SeqTurnstile = field(init=False)
+    state_voids: int = field(init=False)
+    """The journal's ``pipeline.voids`` that ``state`` was folded under: when a failed write
+    voids queued records the count moves and the state is refolded from the store."""
 
     def __post_init__(self) -> None:
-        self.turnstile = SeqTurnstile(self.journal.last_seq + 1)
+        self.state_voids = self.journal.pipeline.voids
 
     def end(self, reason: str) -> None:
         if not self.ended.is_set():

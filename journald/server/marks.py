@@ -133,17 +133,20 @@ class FoldMarks:
         """A run just created: its lease saves an index from scratch."""
         self._writing[run_id] = _Writing([], 0)
 
-    def note(self, run_id: str, state: RunState) -> None:
-        """After a commit: remember a mark when one is due (in memory until the lease ends)."""
+    def note(self, run_id: str, mark: dict[str, Any] | None) -> None:
+        """Once a commit is durable: remember its mark (``mark_of`` the state it left; None
+        while a turn is open) when one is due (in memory until the lease ends)."""
+        if mark is None:
+            return
         w = self._writing.setdefault(run_id, _Writing([], 0))
-        if mark_due(w.new_marks, state):
-            w.new_marks.append(mark_of(state))
+        if not w.new_marks or mark["seq"] - w.new_marks[-1]["seq"] >= MARK_EVERY:
+            w.new_marks.append(mark)
 
-    async def save_on_close(self, lease: Lease) -> None:
+    async def save_on_close(self, lease: Lease, state: RunState) -> None:
         """Lease-close hook: the marks taken while the lease lived, the saved ones before them,
         and a snapshot of the state the lease ends on. Nothing when the run did not change
         since the snapshot it was opened from."""
-        run_id, state = lease.run_id, lease.state
+        run_id = lease.run_id
         w = self._writing.pop(run_id, None) or _Writing(await self.load(run_id), 0)
         if not state.last_seq or (w.snapshot_seq == state.last_seq and not w.new_marks):
             return

@@ -23,11 +23,12 @@ appends:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,7 @@ from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
 from journald.server.marks import FoldMarks, mark_due, mark_of, snapshot_in
 from journald.storage.base import AppendResult, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
+from journald.storage.pipeline import Draft, OnDurable, RecordDraft, Ticket
 from journald.validation import validate_record
 
 DAEMON_HOLDER = "journald daemon"
@@ -202,7 +204,7 @@ class Runs:
         self.attachments = attachments
         self.marks = FoldMarks(checkpoints)
         self.leases = LeaseTable()
-        self.leases.on_close = self.marks.save_on_close
+        self.leases.on_close = self._lease_closed
         self.hub = WatchHub()
         self._dormant: OrderedDict[str, tuple[Any, RunState]] = OrderedDict()
 
@@ -220,19 +222,67 @@ class Runs:
         validate_record(rec)
 
     async def commit(self, lease: Lease, records: list[Record]) -> list[AppendResult]:
-        """Admit, write, fold into the cached state, publish to tails (caller holds
-        ``lease.lock``). Every append path goes through here (appends, rebases)."""
-        new = [r for r in records if r.seq > lease.journal.last_seq]
-        admit(lease.state, new)
-        with telemetry.store_append(lease.run_id, new):
-            results = await lease.journal.append(records)
-        if new:
-            with telemetry.fold_span(lease.run_id, len(new)):
+        """Append records the daemon built (rebases, forks) and wait until they are durable
+        (caller holds ``lease.lock``)."""
+        rpc = contextvars.copy_context()
+        with telemetry.store_append(lease.run_id) as span:
+            ticket = await self.queue(lease, [RecordDraft(r) for r in records], None, rpc)
+            span.records(ticket.new)
+            return await ticket.durable()
+
+    async def queue(
+        self,
+        lease: Lease,
+        drafts: Sequence[Draft],
+        trace: Mapping[str, str] | None,
+        rpc: contextvars.Context,
+    ) -> Ticket:
+        """Every append path goes through here (caller holds ``lease.lock``): the new records
+        are admitted against the state that includes everything queued before them, folded
+        into it, and queued; tails and fold marks get them once they are durable
+        (docs/design.md#the-append-pipeline)."""
+        await self.settled_state(lease, wait=False)
+        run_id = lease.run_id
+
+        def fold(new: list[Record]) -> None:
+            with telemetry.fold_span(run_id, len(new)):
                 fold_into(lease.state, new)
-            self.marks.note(lease.run_id, lease.state)
-            self.hub.publish(lease.run_id, new)
-        await lease.turnstile.advance(lease.journal.last_seq + 1)
-        return results
+
+        def admit_and_fold(new: list[Record]) -> OnDurable:
+            admit(lease.state, new)
+            try:
+                rpc.run(fold, new)  # the fold's span belongs to the RPC, not the write
+            except BaseException:
+                lease.state_voids = -1  # half folded: refold before the next use
+                raise
+            st = lease.state
+            mark = mark_of(st) if st.pending is None else None
+
+            def durable() -> None:
+                self.marks.note(run_id, mark)
+                self.hub.publish(run_id, new)
+
+            return durable
+
+        return await lease.journal.pipeline.submit(drafts, trace=trace, on_queued=admit_and_fold)
+
+    async def settled_state(self, lease: Lease, wait: bool = True) -> RunState:
+        """The lease's state as stored (caller holds ``lease.lock``, or the lease has ended):
+        with ``wait``, after the queued appends are durable; refolded from the store if a
+        failed write voided records it had folded."""
+        pipeline = lease.journal.pipeline
+        if wait:
+            await pipeline.settled()
+        if lease.state_voids != pipeline.voids:
+            await pipeline.settled()  # nothing else is queued: the caller holds the lock
+            voids = pipeline.voids
+            lease.state = await fold_stored(self.store, lease.run_id)
+            lease.state_voids = voids
+        return lease.state
+
+    async def _lease_closed(self, lease: Lease) -> None:
+        """Lease-close hook: the marks and snapshot of the state as stored."""
+        await self.marks.save_on_close(lease, await self.settled_state(lease))
 
     # --- state ----------------------------------------------------------------------------
 
@@ -258,7 +308,8 @@ class Runs:
         """The run's folded state: the lease's cached one when held, else a dormant fold."""
         lease = self.leases.held(run_id)
         if lease is not None:
-            return lease.state
+            async with lease.lock:  # its state as stored: queued appends settled
+                return await self.settled_state(lease)
         return (await self.dormant_state(run_id))[1]
 
     async def dormant_state(self, run_id: str) -> tuple[Any, RunState]:
@@ -342,7 +393,7 @@ class Runs:
                         f"the lease on run {run_id} ended during the operation; retry",
                         metadata={"run_id": run_id},
                     )
-                yield Held(lease.state, lease, lease.holder.cwd)
+                yield Held(await self.settled_state(lease), lease, lease.holder.cwd)
             return
         if write:
             async with self.daemon_lease(run_id) as own:

@@ -6,8 +6,10 @@ that implements it. Each part decodes, calls the core or the store through ``Run
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import AsyncIterator
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -36,14 +38,50 @@ from journald.server.convert import (
 )
 from journald.server.edge import streaming, unary
 from journald.server.history import HistoryRpcs
-from journald.server.leases import END, Lease, new_holder
+from journald.server.leases import END, new_holder
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.pipeline import Ticket
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+
+
+STREAM_IN_FLIGHT = 64
+"""Messages of one AppendStream queued ahead of the acks sent (read-ahead bound)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PbDraft:
+    """A record as received: built (and checked against the limits) once the pipeline knows
+    its ``prev`` and whether it is new or a retry."""
+
+    msg: pb.Record
+    index: int
+    check: Callable[[Record], None]
+
+    @property
+    def seq(self) -> int:
+        return self.msg.seq
+
+    @property
+    def traced(self) -> bool:
+        return bool(self.msg.trace.trace_id)
+
+    def build(self, prev: str, trace: Mapping[str, str] | None) -> Record:
+        r = self.msg
+        if trace is not None and not r.trace.trace_id:
+            r.trace.trace_id = trace.get("trace_id", "")
+            r.trace.span_id = trace.get("span_id", "")
+        try:
+            rec = record_from_pb(r, prev=prev, ts=r.ts or utc_ts())
+        except InvalidArgumentError as err:
+            err.message = f"records[{self.index}] (seq {r.seq}): {err.message}"
+            raise
+        self.check(rec)
+        return rec
 
 
 class JournalService:
@@ -193,38 +231,29 @@ class JournalService:
     async def _append(
         self, request: pb.AppendRequest, context: Ctx | None = None
     ) -> pb.AppendResponse:
+        rpc = contextvars.copy_context()
+        with telemetry.store_append(request.run_id) as span:
+            ticket = await self._enqueue(request, context, rpc)
+            span.records(ticket.new)
+            results = await ticket.durable()
+        return pb.AppendResponse(acks=[ack_pb(r) for r in results])
+
+    async def _enqueue(
+        self, request: pb.AppendRequest, context: Ctx | None, rpc: contextvars.Context
+    ) -> Ticket:
+        """Check the lease, build, admit and queue an append (the lease lock is held only
+        until it is queued); ``Ticket.durable`` gives the acks once it is durable."""
         run_id = validate_id(request.run_id)
         lease = self.leases.check(run_id, request.lease_id)
         if not request.records:
             raise InvalidRecord("an append needs at least one record")
-        await lease.turnstile.wait_for(request.records[0].seq, self.limits.gap_wait_s, run_id)
+        await lease.journal.pipeline.wait_turn(request.records[0].seq)
         async with lease.lock:
             self.leases.check(run_id, request.lease_id)
-            if (parent := telemetry.unstamped_parent(request.records, context)) is not None:
-                stored = functools.partial(self.store.load, run_id)
-                await telemetry.stamp_records(
-                    request.records, lease.journal.last_seq, parent, stored
-                )
-            results = await self.runs.commit(lease, self._decode(lease, request))
-        return pb.AppendResponse(acks=[ack_pb(r) for r in results])
-
-    def _decode(self, lease: Lease, request: pb.AppendRequest) -> list[Record]:
-        """Build records; new ones are chained onto the journal's last hash, so the bytes
-        built here are the bytes stored (retried seqs are re-linked by the journal)."""
-        last_seq, last_hash = lease.journal.last_seq, lease.journal.last_hash
-        prev = GENESIS
-        out: list[Record] = []
-        for i, r in enumerate(request.records):
-            link = last_hash if r.seq == last_seq + 1 else prev if r.seq > last_seq else GENESIS
-            try:
-                rec = record_from_pb(r, prev=link, ts=r.ts or utc_ts())
-            except InvalidArgumentError as err:
-                err.message = f"records[{i}] (seq {r.seq}): {err.message}"
-                raise
-            self.runs.check(rec)
-            out.append(rec)
-            prev = rec.hash
-        return out
+            parent = telemetry.unstamped_parent(request.records, context)
+            trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
+            drafts = [PbDraft(r, i, self.runs.check) for i, r in enumerate(request.records)]
+            return await self.runs.queue(lease, drafts, trace, rpc)
 
     @unary
     async def Release(self, request: pb.ReleaseRequest, context: Ctx) -> pb.ReleaseResponse:
@@ -245,8 +274,36 @@ class JournalService:
     async def AppendStream(
         self, request_iterator: AsyncIterator[pb.AppendStreamRequest], context: Ctx
     ) -> AsyncIterator[pb.AppendStreamResponse]:
-        async for req in request_iterator:
-            yield pb.AppendStreamResponse(response=await self._append(req.append, context))
+        """Pipelined: every message already received is queued (up to ``STREAM_IN_FLIGHT``
+        ahead of the acks sent) so they share group commits; responses go out in order. The
+        first message that fails ends the stream with its error after the acks before it;
+        nothing after it is queued (a failed write voids what was queued behind it)."""
+        window: asyncio.Queue[Ticket | Exception | None] = asyncio.Queue(STREAM_IN_FLIGHT)
+
+        async def read_ahead() -> None:
+            try:
+                async for req in request_iterator:
+                    rpc = contextvars.copy_context()
+                    with telemetry.store_append(req.append.run_id) as span:
+                        ticket = await self._enqueue(req.append, context, rpc)
+                        span.records(ticket.new)
+                    await window.put(ticket)
+            except Exception as exc:  # the message's own refusal, sent after the acks before
+                await window.put(exc)
+                return
+            await window.put(None)
+
+        reader = asyncio.create_task(read_ahead())
+        try:
+            while (item := await window.get()) is not None:
+                if isinstance(item, Exception):
+                    raise item
+                acks = [ack_pb(r) for r in await item.durable()]
+                yield pb.AppendStreamResponse(response=pb.AppendResponse(acks=acks))
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
 
     # --- reads --------------------------------------------------------------------------
 
@@ -259,7 +316,8 @@ class JournalService:
     @unary
     async def Fold(self, request: pb.FoldRequest, context: Ctx) -> pb.FoldResponse:
         run_id = validate_id(request.run_id)
-        # a dormant run's fold is kept for the History pages that complete a window
+        # a held run's state as stored (queued appends settled); a dormant run's fold is kept
+        # for the History pages that complete a window
         state = await self.runs.state_of(run_id)
         out = pb.FoldResponse(state=state_to_pb(state, messages=False))
         governed: list[Message] = []

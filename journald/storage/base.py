@@ -20,15 +20,22 @@ shared contract suite in ``tests/storage/test_contract.py``:
   briefly (``gap_wait_s``) for the seqs before it before failing with ``SeqGap``, so
   parallel tools finishing together can append without serializing in the client.
 * Each result states the durability level it carries.
+
+Every backend's journal runs these rules through the one ``AppendPipeline``
+(``journald.storage.pipeline``, its ``pipeline`` attribute); a backend only writes a group of
+new records durably and reads stored ones back for retry comparisons.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from journald.core.records import Record
+
+if TYPE_CHECKING:
+    from journald.storage.pipeline import AppendPipeline
 
 MEMORY = "memory"
 FSYNC_LOCAL = "fsync_local"
@@ -110,6 +117,7 @@ class Journal(Protocol):
 
     run_id: str
     durability: str
+    pipeline: AppendPipeline
 
     @property
     def last_seq(self) -> int: ...

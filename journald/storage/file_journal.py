@@ -5,7 +5,6 @@ Format, fsync order and recovery rules: see ``journald.storage.file``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -17,12 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from journald import failpoints, telemetry
-from journald.core.errors import BackendUnavailable, JournaldError, Locked, SeqConflict
+from journald.core.errors import BackendUnavailable, SeqConflict
 from journald.core.records import Record
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
-from journald.storage.common import SeqTurnstile, plan_append
 from journald.storage.info import run_info_from
-from journald.storage.io_pool import settle_exc, settle_ok
+from journald.storage.pipeline import AppendPipeline
 from journald.storage.segments import (
     DIR_MODE,
     FILE_MODE,
@@ -128,29 +126,31 @@ class FileJournal:
         self._size = st.size
         self._stats = st.stats
         self._meta = st.meta
-        self._last_seq, self._last_hash = st.last_seq, st.last_hash
-        self._q_seq, self._q_hash = st.last_seq, st.last_hash
         self._recent: OrderedDict[int, Record] = OrderedDict((r.seq, r) for r in st.recent)
         self._repair = st.repair
         self._first_write = first
-        self._turn = SeqTurnstile(st.last_seq + 1)
-        self._plan_lock = asyncio.Lock()
-        self._queue: list[tuple[list[Record], asyncio.Future[None]]] = []
-        self._tail: asyncio.Future[None] | None = None
-        self._flusher: asyncio.Task[None] | None = None
         self._io = store.io_pool.lane()  # this journal's writes, in order, on shared threads
-        self._poisoned: JournaldError | None = None
+        self.pipeline = AppendPipeline(
+            run_id,
+            st.last_seq,
+            st.last_hash,
+            durability=FSYNC_LOCAL,
+            gap_wait_s=store.gap_wait_s,
+            write=self._write_group,
+            read_stored=self._stored,
+            after_write=self._written,
+        )
         self.commits = 0
         """Durable writes (write + fdatasync) done; group commit makes it < appends."""
         self._closed = False
 
     @property
     def last_seq(self) -> int:
-        return self._last_seq
+        return self.pipeline.last_seq
 
     @property
     def last_hash(self) -> str:
-        return self._last_hash
+        return self.pipeline.last_hash
 
     @property
     def repair(self) -> RepairReport | None:
@@ -159,43 +159,7 @@ class FileJournal:
     # -- append ----------------------------------------------------------------------------
 
     async def append(self, records: Sequence[Record]) -> list[AppendResult]:
-        if self._closed:
-            raise Locked(
-                f"journal of run {self.run_id} is closed; open it again",
-                metadata={"run_id": self.run_id},
-            )
-        if self._poisoned is not None:
-            raise self._poisoned
-        if not records:
-            plan_append(records, self._q_seq, self._q_hash, {}, self.run_id)
-        await self._turn.wait_for(records[0].seq, self._store.gap_wait_s, self.run_id)
-        for _ in range(len(records) + 64):
-            async with self._plan_lock:
-                inflight = self._q_seq > self._last_seq
-                overlaps = records[0].seq <= self._q_seq and records[-1].seq > self._last_seq
-                if not (inflight and overlaps):
-                    stored = await self._stored([r.seq for r in records if r.seq <= self._q_seq])
-                    dups, new = plan_append(records, self._q_seq, self._q_hash, stored, self.run_id)
-                    fut: asyncio.Future[None] | None = None
-                    if new:
-                        fut = asyncio.get_running_loop().create_future()
-                        self._queue.append((new, fut))
-                        self._tail = fut
-                        self._q_seq, self._q_hash = new[-1].seq, new[-1].hash
-                        await self._turn.advance(self._q_seq + 1)
-                        if self._flusher is None:
-                            self._flusher = asyncio.create_task(self._flush())
-                    break
-                tail = self._tail
-            if tail is not None:
-                await asyncio.wait([tail])
-        else:  # pragma: no cover - every queued batch settles
-            raise BackendUnavailable(f"run {self.run_id}: append could not be scheduled")
-        if fut is not None:
-            await fut
-        return [AppendResult(r.seq, r.hash, FSYNC_LOCAL, True) for r in dups] + [
-            AppendResult(r.seq, r.hash, FSYNC_LOCAL) for r in new
-        ]
+        return await self.pipeline.append(records)
 
     async def _stored(self, seqs: list[int]) -> dict[int, Record]:
         """The stored records at ``seqs`` (consecutive, already written): from the recent
@@ -209,70 +173,33 @@ class FileJournal:
                 if seq not in loaded:
                     raise SeqConflict(
                         f"run {self.run_id}: seq {seq} was pruned or quarantined and the "
-                        f"journal is at seq {self._last_seq}; continue at seq "
-                        f"{self._last_seq + 1}",
-                        metadata={"run_id": self.run_id, "seq": seq, "last_seq": self._last_seq},
+                        f"journal is at seq {self.last_seq}; continue at seq "
+                        f"{self.last_seq + 1}",
+                        metadata={"run_id": self.run_id, "seq": seq, "last_seq": self.last_seq},
                     )
                 out[seq] = loaded[seq]
         return out
 
-    async def _flush(self) -> None:
-        group: list[tuple[list[Record], asyncio.Future[None]]] = []
-        try:
-            while self._queue:
-                group, self._queue = self._queue, []
-                new = [r for batch, _ in group for r in batch]
-                data = b"".join(frame(r) for r in new)
-                try:
-                    await self._io.run(self._write_durable, data, new[0].seq)
-                except Exception as exc:
-                    if not (failpoints.ARMED and failpoints.is_on("bug_ack_before_fsync")):
-                        await self._fail(group, exc)
-                        continue
-                    # the deliberately wrong variant: acknowledged as if it were durable
-                for r in new:
-                    self._stats.add(r)
-                    self._recent[r.seq] = r
-                    if self._meta is None:
-                        self._meta = r
-                while len(self._recent) > RECENT:
-                    self._recent.popitem(last=False)
-                self._last_seq, self._last_hash = new[-1].seq, new[-1].hash
-                if self._should_seal():
-                    # Sealed before the acknowledgement so an acked append finds the run
-                    # settled; the records are durable either way. A seal that fails before
-                    # its manifest rolls back (retried after the next append); after it, the
-                    # journal refuses appends until reopened (the open completes the seal).
-                    try:
-                        await self._io.run(self._seal)
-                    except Exception as exc:
-                        log.warning("run %s: sealing a segment failed: %r", self.run_id, exc)
-                for _, fut in group:
-                    settle_ok(fut, None)
-        except BaseException as exc:
-            # The flusher itself is dying (cancelled, or a simulated crash): no append may
-            # wait forever for a write whose outcome it will never learn.
-            for _, fut in group + self._queue:
-                settle_exc(fut, exc)
-            raise
-        finally:
-            self._flusher = None
+    async def _write_group(self, new: list[Record]) -> None:
+        await self._io.run(self._write_durable, b"".join(frame(r) for r in new), new[0].seq)
 
-    async def _fail(
-        self, group: list[tuple[list[Record], asyncio.Future[None]]], exc: Exception
-    ) -> None:
-        """A failed write fails its group and everything queued behind it; the journal stays
-        at its last durable record."""
-        err = (
-            exc
-            if isinstance(exc, JournaldError)
-            else BackendUnavailable(f"run {self.run_id}: write failed: {exc!r}")
-        )
-        for _, fut in group + self._queue:
-            settle_exc(fut, err)
-        self._queue = []
-        self._q_seq, self._q_hash = self._last_seq, self._last_hash
-        await self._turn.reset(self._last_seq + 1)
+    async def _written(self, new: list[Record]) -> None:
+        for r in new:
+            self._stats.add(r)
+            self._recent[r.seq] = r
+            if self._meta is None:
+                self._meta = r
+        while len(self._recent) > RECENT:
+            self._recent.popitem(last=False)
+        if self._should_seal():
+            # Sealed before the acknowledgement so an acked append finds the run settled; the
+            # records are durable either way. A seal that fails before its manifest rolls
+            # back (retried after the next append); after it, the journal refuses appends
+            # until reopened (the open completes the seal).
+            try:
+                await self._io.run(self._seal)
+            except Exception as exc:
+                log.warning("run %s: sealing a segment failed: %r", self.run_id, exc)
 
     def _write_durable(self, data: bytes, seq: int) -> None:
         pre = self._size
@@ -341,10 +268,12 @@ class FileJournal:
             atomic_write(self._path, b"")
             fd = os.open(self._path, os.O_WRONLY, FILE_MODE)
         except OSError as exc:
-            self._poisoned = BackendUnavailable(
-                f"run {self.run_id}: sealing segment {name} stopped half way ({exc}); end this "
-                "lease and open the run again (the open completes the seal)",
-                metadata={"run_id": self.run_id},
+            self.pipeline.refuse(
+                BackendUnavailable(
+                    f"run {self.run_id}: sealing segment {name} stopped half way ({exc}); end this "
+                    "lease and open the run again (the open completes the seal)",
+                    metadata={"run_id": self.run_id},
+                )
             )
             raise
         os.close(self._fd)
@@ -383,9 +312,7 @@ class FileJournal:
         if self._closed:
             return
         self._closed = True
-        flusher = self._flusher
-        if flusher is not None:
-            await asyncio.wait([flusher])
+        await self.pipeline.close("closed")
         try:
             await self._io.run(self._write_cache)
         finally:

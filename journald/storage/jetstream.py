@@ -80,7 +80,6 @@ from journald.storage.base import (
     RunInfo,
     VerifyReport,
 )
-from journald.storage.common import SeqTurnstile, plan_append
 from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.jetstream_config import (
     DEFAULT_PREFIX,
@@ -95,6 +94,7 @@ from journald.storage.jetstream_config import (
 from journald.storage.jetstream_connect import bind_stream, open_connection, split_servers
 from journald.storage.jetstream_options import NatsOptions
 from journald.storage.jetstream_sync import check_fsync_policy
+from journald.storage.pipeline import AppendPipeline
 from journald.storage.verify import verify_stream
 
 __all__ = [
@@ -164,20 +164,27 @@ class JetStreamJournal:
     def __init__(self, store: JetStreamStore, run_id: str, last: Record | None, fence: int) -> None:
         self.run_id = run_id
         self._store = store
-        self._last = last
         self._fence = fence
         self._nonce = secrets.token_hex(8)
-        self._lock = asyncio.Lock()
-        self._turn = SeqTurnstile(self.last_seq + 1)
+        self.pipeline = AppendPipeline(
+            run_id,
+            last.seq if last else 0,
+            last.hash if last else GENESIS,
+            durability=JETSTREAM_ACK,
+            gap_wait_s=store.gap_wait_s,
+            write=self._write,
+            read_stored=self._stored,
+            check=store._check_sizes,
+        )
         self._closed = False
 
     @property
     def last_seq(self) -> int:
-        return self._last.seq if self._last else 0
+        return self.pipeline.last_seq
 
     @property
     def last_hash(self) -> str:
-        return self._last.hash if self._last else GENESIS
+        return self.pipeline.last_hash
 
     @property
     def repair(self) -> RepairReport | None:
@@ -192,42 +199,34 @@ class JetStreamJournal:
         return f"{self._nonce}.{seq}"
 
     async def append(self, records: Sequence[Record]) -> list[AppendResult]:
-        if self._closed:
-            raise Locked(f"journal of run {self.run_id} is closed; open it again")
-        if records:
-            await self._turn.wait_for(records[0].seq, self._store.gap_wait_s, self.run_id)
-        async with self._lock:
-            if self._closed:
-                raise Locked(f"journal of run {self.run_id} is closed; open it again")
-            stored: dict[int, Record] = {}
-            for r in records:
-                if r.seq <= self.last_seq:
-                    stored[r.seq] = await self._store._stored_record(self.run_id, r.seq)
-            dups, new = plan_append(records, self.last_seq, self.last_hash, stored, self.run_id)
-            self._store._check_sizes(new)
-            fence = self._fence
-            if failpoints.ARMED and new:
-                failpoints.hit("before_write")
-            batch_fence = await self._store._publish_atomic(self, new, fence)
-            if batch_fence is not None:
-                fence = batch_fence
-            else:
-                for rec in new:
-                    fence = await self._store._publish(self, rec, fence)
-            if failpoints.ARMED and new:
-                failpoints.hit("after_fsync_before_advance")
-            if new:
-                self._last = new[-1]
-                self._fence = fence
-            await self._turn.advance(self.last_seq + 1)
-        return [AppendResult(r.seq, r.hash, JETSTREAM_ACK, True) for r in dups] + [
-            AppendResult(r.seq, r.hash, JETSTREAM_ACK) for r in new
-        ]
+        return await self.pipeline.append(records)
+
+    async def _stored(self, seqs: list[int]) -> dict[int, Record]:
+        return {seq: await self._store._stored_record(self.run_id, seq) for seq in seqs}
+
+    async def _write(self, new: list[Record]) -> None:
+        """Publish one group, fenced on the run's last stream sequence; the fence moves only
+        once every record of it is acknowledged."""
+        fence = self._fence
+        if failpoints.ARMED:
+            failpoints.hit("before_write")
+        batch_fence = await self._store._publish_atomic(self, new, fence)
+        if batch_fence is not None:
+            fence = batch_fence
+        else:
+            for rec in new:
+                fence = await self._store._publish(self, rec, fence)
+        if failpoints.ARMED:
+            failpoints.hit("after_fsync_before_advance")
+        self._fence = fence
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._store._release(self)
+            try:
+                await self.pipeline.close("closed")
+            finally:
+                self._store._release(self)
 
 
 # --- The store -----------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
@@ -17,8 +16,8 @@ from journald.storage.base import (
     RunInfo,
     VerifyReport,
 )
-from journald.storage.common import SeqTurnstile, plan_append
 from journald.storage.info import run_info_from
+from journald.storage.pipeline import AppendPipeline
 from journald.storage.verify import verify_records
 
 
@@ -35,42 +34,43 @@ class MemoryJournal:
         self.run_id = run_id
         self._store = store
         self._run = run
-        self._lock = asyncio.Lock()
-        self._gap_wait_s = gap_wait_s
-        self._turn = SeqTurnstile(self.last_seq + 1)
+        last = run.records[-1] if run.records else None
+        self.pipeline = AppendPipeline(
+            run_id,
+            last.seq if last else 0,
+            last.hash if last else GENESIS,
+            durability=MEMORY,
+            gap_wait_s=gap_wait_s,
+            write=self._write,
+            read_stored=self._stored,
+        )
         self._closed = False
 
     @property
     def last_seq(self) -> int:
-        return self._run.records[-1].seq if self._run.records else 0
+        return self.pipeline.last_seq
 
     @property
     def last_hash(self) -> str:
-        return self._run.records[-1].hash if self._run.records else GENESIS
+        return self.pipeline.last_hash
 
     @property
     def repair(self) -> RepairReport | None:
         return None
 
     async def append(self, records: Sequence[Record]) -> list[AppendResult]:
-        if self._closed:
-            raise Locked(f"journal of run {self.run_id} is closed; open it again")
-        if records:
-            await self._turn.wait_for(records[0].seq, self._gap_wait_s, self.run_id)
-        async with self._lock:
-            stored = {
-                r.seq: self._run.records[r.seq - 1] for r in records if r.seq <= self.last_seq
-            }
-            dups, new = plan_append(records, self.last_seq, self.last_hash, stored, self.run_id)
-            self._run.records.extend(new)
-            await self._turn.advance(self.last_seq + 1)
-        return [AppendResult(r.seq, r.hash, MEMORY, True) for r in dups] + [
-            AppendResult(r.seq, r.hash, MEMORY) for r in new
-        ]
+        return await self.pipeline.append(records)
+
+    async def _write(self, new: list[Record]) -> None:
+        self._run.records.extend(new)
+
+    async def _stored(self, seqs: list[int]) -> dict[int, Record]:
+        return {seq: self._run.records[seq - 1] for seq in seqs}
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            await self.pipeline.close("closed")
             if self._run.journal is self:
                 self._run.journal = None
 

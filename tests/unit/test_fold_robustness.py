@@ -14,6 +14,7 @@ from journald import validation
 from journald.core import errors, governance
 from journald.core.fold import fold
 from journald.core.records import KINDS, Record, make_record
+from tests.builders import JournalBuilder
 from tests.profiles import scaled
 from tests.unit.strategies import journals, json_values
 
@@ -97,3 +98,12 @@ def test_validating_a_damaged_record_passes_or_names_a_field(
     refused = _refusal(lambda: validation.validate_record(rec))
     if refused is not None:
         assert refused.metadata["field"].startswith(rec.kind)
+
+
+def test_a_quarantine_rebase_whose_covered_range_is_damaged_still_folds() -> None:
+    # found by the property above under the CI profile: ``covered: true`` crashed the note
+    b = JournalBuilder("damaged-cover")
+    b.add("rebase", {"reason": "quarantine", "messages": [], "covered": True})
+    state = fold(b.records)
+    assert state.last_seq == 2
+    governance.governed_messages(state)
