@@ -22,7 +22,7 @@ import pytest
 from nats.js.api import ObjectStoreConfig, StorageType
 
 from journald.core.checkpoints import verify_export
-from journald.storage.jetstream_buckets import CHECKPOINTS, bucket_name
+from journald.storage.jetstream_buckets import CHECKPOINTS, ROLES, bucket_name
 from journald.storage.jetstream_objects import stream_of
 from journald.validation import validate_payload
 from tests.daemon import Daemon
@@ -56,6 +56,23 @@ def replicated_stream(cluster: NatsCluster, name: str) -> None:
             retry_on=(Exception,),
         )
     )
+
+
+async def led_by_survivors(urls: list[str], stream: str) -> bool:
+    """Whether the stream and both its buckets answer with a leader among ``urls`` (after a
+    node is killed the survivors elect new leaders; a daemon started before then is refused
+    at start-up, exit 5, as it should be)."""
+    nc = await nats.connect(urls)
+    try:
+        for name in (stream, *(stream_of(bucket_name(stream, role)) for role in ROLES)):
+            info = await asyncio.wait_for(nc.jsm().stream_info(name), 2)
+            if info.cluster is None or not info.cluster.leader:
+                return False
+        return True
+    except (TimeoutError, nats.errors.Error):  # not answered yet: no leader elected
+        return False
+    finally:
+        await nc.close()
 
 
 async def bucket_leader(urls: list[str], bucket: str) -> str:
@@ -143,7 +160,13 @@ def test_a_checkpoint_written_while_its_bucket_leader_is_killed_is_whole_or_clea
             result = client.checkpoint("held", label="retried")
         assert isinstance(result, jc.CheckpointMeta)
         assert client.checkpoints("held") == [result]
-    survivors = ",".join(n.url for n in cluster.nodes if n is not victim)
+    survivor_urls = [n.url for n in cluster.nodes if n is not victim]
+    wait_until(
+        lambda: asyncio.run(led_by_survivors(survivor_urls, "HOLD")),
+        what="leaders elected on the surviving nodes",
+        timeout_s=60,
+    )
+    survivors = ",".join(survivor_urls)
     (tmp_path / "b").mkdir()
     host_b = Daemon(
         tmp_path / "b",
