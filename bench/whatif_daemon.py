@@ -46,18 +46,24 @@ def patch(mode: str) -> None:
     elif mode == "noop":
         from journald_client.pb import journal_pb2 as pb
 
+        from journald.server.edge import streaming
+
         async def append_noop(self: Any, request: Any, context: Any = None) -> Any:
             return pb.AppendResponse()
 
+        async def stream_noop(self: Any, requests: Any, context: Any) -> Any:
+            async for _ in requests:
+                yield pb.AppendStreamResponse(response=pb.AppendResponse())
+
         service.JournalService._append = append_noop  # type: ignore[method-assign]
+        # the edge calls the undecorated coroutine through ``parts()``: replace the RPC itself
+        service.JournalService.AppendStream = streaming(stream_noop)  # type: ignore[method-assign]
     elif mode == "nostore":
-        from journald.storage.base import FSYNC_LOCAL, AppendResult
 
-        async def append_unstored(self: Any, records: Any) -> list[AppendResult]:
-            self._last_seq, self._last_hash = records[-1].seq, records[-1].hash
-            return [AppendResult(r.seq, r.hash, FSYNC_LOCAL) for r in records]
+        async def write_unstored(self: Any, new: Any) -> None:
+            return None  # the pipeline plans, queues and acks the group as if written
 
-        file_journal.FileJournal.append = append_unstored  # type: ignore[method-assign]
+        file_journal.FileJournal._write_group = write_unstored  # type: ignore[method-assign]
     elif mode == "timed":
         _instrument_writer(os.environ["JOURNALD_BENCH_TIMINGS"])
     else:
