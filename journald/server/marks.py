@@ -4,11 +4,13 @@
 A mark names a seq, the hash of the record there, how many messages the fold held and the role
 of the last one; History folds a tail page from the newest usable mark instead of from seq 1.
 The snapshot (``journald.core.snapshot``) is the whole folded state at a seq; the one fold of a
-stored run (``journald.server.runs.fold_stored``) continues from it. Both live in one document
-per run, saved through the checkpoint store's ``save_mark`` (so every backend keeps them with
-no code of its own)::
+stored run (``journald.server.runs.fold_stored``) continues from it. They are two parts of the
+run's index, saved through the checkpoint store's ``save_mark`` (so every backend keeps them
+with no code of its own), apart so that a History page never reads the snapshot, which is as
+large as the conversation::
 
-    {"marks": [fold marks, oldest first], "snapshot": encode_state(...)}
+    part "marks":    {"marks": [fold marks, oldest first]}
+    part "snapshot": {"snapshot": encode_state(...)}
 
 Marks are taken by whoever folds the run as its writer (an Open, the daemon's own lease) and by
 every commit, kept in memory while the lease lives, and saved with a snapshot of the state the
@@ -27,12 +29,12 @@ from typing import Any
 from journald.core.fold import RunState
 from journald.core.snapshot import SnapshotUnreadable, decode_state, encode_state
 from journald.server.leases import Lease
-from journald.storage.checkpoint_base import CheckpointStore
+from journald.storage.checkpoint_base import SNAPSHOT, CheckpointStore
 
 log = logging.getLogger(__name__)
 MARK_EVERY = 1000  # records between the fold marks History pages from
 MARKS_KEPT = 256  # per run (the newest); older pages fold from the oldest kept or in full
-MARKS_CACHED_RUNS = 64  # runs whose saved marks stay in memory (their document holds a snapshot)
+MARKS_CACHED_RUNS = 64  # runs whose saved marks stay in memory
 
 
 def mark_of(st: RunState) -> dict[str, Any]:
@@ -103,8 +105,12 @@ class FoldMarks:
         # History parsing the snapshot beside them on every page.
         self._saved: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
 
+    async def load_snapshot(self, run_id: str) -> RunState | None:
+        """The run's saved fold snapshot (None: none, or unreadable)."""
+        return snapshot_in(await self.checkpoints.load_mark(run_id, SNAPSHOT), run_id)
+
     async def load_index(self, run_id: str) -> dict[str, Any] | None:
-        """The run's index document as saved (None: none)."""
+        """The run's saved fold marks document (None: none)."""
         doc = await self.checkpoints.load_mark(run_id)
         self._remember(run_id, valid_marks(doc))
         return doc
@@ -156,5 +162,7 @@ class FoldMarks:
         first_new = new[0]["seq"] if new else 1 << 62
         saved = ([m for m in w.stored_marks if m["seq"] < first_new] + new)[-MARKS_KEPT:]
         self._saved.pop(run_id, None)  # a failed save leaves the stored ones to be read again
-        await self.checkpoints.save_mark(run_id, {"marks": saved, "snapshot": encode_state(state)})
+        # the snapshot first: marks naming a seq past an older snapshot are harmless
+        await self.checkpoints.save_mark(run_id, {"snapshot": encode_state(state)}, SNAPSHOT)
+        await self.checkpoints.save_mark(run_id, {"marks": saved})
         self._remember(run_id, saved)

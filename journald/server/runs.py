@@ -46,7 +46,7 @@ from journald.core.errors import (
 from journald.core.fold import QUARANTINE, RunState, fold_into
 from journald.core.records import Record
 from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
-from journald.server.marks import FoldMarks, mark_due, mark_of, snapshot_in
+from journald.server.marks import FoldMarks, mark_due, mark_of
 from journald.storage.base import AppendResult, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.pipeline import Draft, OnDurable, RecordDraft, Ticket
@@ -289,14 +289,13 @@ class Runs:
     async def fold_for_read(self, run_id: str) -> RunState:
         """A dormant run's state for a read: from its snapshot when that still matches.
         Writes nothing."""
-        doc = await self.marks.load_index(run_id)
-        return await fold_stored(self.store, run_id, None, snapshot_in(doc, run_id))
+        return await fold_stored(self.store, run_id, None, await self.marks.load_snapshot(run_id))
 
     async def fold_for_writer(self, run_id: str) -> RunState:
         """The run's state for a lease about to be granted: from its snapshot when that still
         matches, collecting the marks its lease saves when it ends."""
         doc = await self.marks.load_index(run_id)
-        snapshot = snapshot_in(doc, run_id)
+        snapshot = await self.marks.load_snapshot(run_id)
         at = snapshot.last_seq if snapshot is not None else 0
         new: list[dict[str, Any]] = []
         state = await fold_stored(self.store, run_id, new, snapshot)

@@ -28,6 +28,11 @@ from journald.core.checkpoints import (
 )
 from journald.core.fold import fold
 
+MARKS = "marks"
+SNAPSHOT = "snapshot"
+MARK_PARTS = (MARKS, SNAPSHOT)
+"""The parts of a run's index a checkpoint store keeps (``save_mark``)."""
+
 
 class CheckpointStore(Protocol):
     """Where checkpoints live. Every method may raise ``SessionNotFound`` for a missing run
@@ -53,12 +58,14 @@ class CheckpointStore(Protocol):
         """Forget every checkpoint of a deleted run (no-op when co-located with it)."""
         ...
 
-    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
-        """Keep the run's latest fold mark (``journald.core.paging.FoldMark`` + the record hash at
-        its seq), which lets History serve pages from the run's tail. A cache, never truth."""
+    async def save_mark(self, run_id: str, mark: dict[str, Any], part: str = MARKS) -> None:
+        """Keep one part of the run's index (``MARK_PARTS``): its fold marks
+        (``journald.core.paging.FoldMark`` + the record hash at each seq), which let History
+        serve pages from the run's tail, or its fold snapshot, which lets Open fold only the
+        tail. Kept apart so a History page never reads the snapshot. A cache, never truth."""
         ...
 
-    async def load_mark(self, run_id: str) -> dict[str, Any] | None: ...
+    async def load_mark(self, run_id: str, part: str = MARKS) -> dict[str, Any] | None: ...
 
 
 class AttachmentStore(Protocol):
@@ -151,8 +158,7 @@ def pre_prune_hook(
         # The run's fold snapshot (docs/design.md#fold-snapshots) counts the records the
         # prune drops, yet the record it ends on stays: drop it, so the next Open folds the
         # pruned run in full. Its fold marks stay valid (a prune keeps the messages).
-        index = await store.load_mark(run_id)
-        if index is not None and "snapshot" in index:
-            await store.save_mark(run_id, {k: v for k, v in index.items() if k != "snapshot"})
+        if await store.load_mark(run_id, SNAPSHOT) is not None:
+            await store.save_mark(run_id, {"snapshot": None}, SNAPSHOT)
 
     return before

@@ -40,10 +40,19 @@ from journald.core.errors import (
     StoreCorrupted,
 )
 from journald.core.records import canonical_json, sha256_hex, validate_id
+from journald.storage.checkpoint_base import MARKS, SNAPSHOT
 from journald.storage.segments import DIR_MODE, atomic_write, fsync_dir, storage_error
 
 SUFFIX = ".json"
 MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
+SNAPSHOT_FILE = "fold-snapshot.json"  # the fold snapshot Open continues from
+
+
+def mark_file(part: str) -> str:
+    """The file (or object) name of one part of a run's index."""
+    return SNAPSHOT_FILE if part == SNAPSHOT else MARK_FILE
+
+
 T = TypeVar("T")
 
 
@@ -229,27 +238,27 @@ class FileCheckpointStore(RunDirs):
     async def owner(self, checkpoint_id: str) -> str | None:
         return await asyncio.to_thread(self._owner, checkpoint_id)
 
-    def _save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
+    def _save_mark(self, run_id: str, mark: dict[str, Any], part: str) -> None:
         try:
             d = self._ready_dir(run_id)
         except SessionNotFound:
             return  # the run is gone, and its index with it
-        atomic_write(os.path.join(d, MARK_FILE), canonical_json(mark))
+        atomic_write(os.path.join(d, mark_file(part)), canonical_json(mark))
 
-    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
-        where = os.path.join(self._dir_of(run_id), MARK_FILE)
-        await _writing(where, run_id, "the call", self._save_mark, run_id, mark)
+    async def save_mark(self, run_id: str, mark: dict[str, Any], part: str = MARKS) -> None:
+        where = os.path.join(self._dir_of(run_id), mark_file(part))
+        await _writing(where, run_id, "the call", self._save_mark, run_id, mark, part)
 
-    def _load_mark(self, run_id: str) -> dict[str, Any] | None:
+    def _load_mark(self, run_id: str, part: str) -> dict[str, Any] | None:
         try:
-            with open(os.path.join(self._dir_of(run_id), MARK_FILE), "rb") as f:
+            with open(os.path.join(self._dir_of(run_id), mark_file(part)), "rb") as f:
                 obj = json.loads(f.read())
         except (OSError, ValueError, RecursionError):
             return None
         return obj if isinstance(obj, dict) else None
 
-    async def load_mark(self, run_id: str) -> dict[str, Any] | None:
-        return await asyncio.to_thread(self._load_mark, run_id)
+    async def load_mark(self, run_id: str, part: str = MARKS) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self._load_mark, run_id, part)
 
 
 class FileAttachmentStore(RunDirs):

@@ -14,12 +14,13 @@ from journald.core.checkpoints import (
     valid_sha256,
 )
 from journald.core.records import sha256_hex
+from journald.storage.checkpoint_base import MARK_PARTS, MARKS
 
 
 class MemoryCheckpointStore:
     def __init__(self) -> None:
         self._runs: dict[str, dict[str, Checkpoint]] = {}
-        self._marks: dict[str, dict[str, Any]] = {}
+        self._marks: dict[tuple[str, str], dict[str, Any]] = {}
 
     async def put(self, cp: Checkpoint) -> None:
         if failpoints.ARMED:
@@ -44,13 +45,14 @@ class MemoryCheckpointStore:
 
     async def drop_run(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
-        self._marks.pop(run_id, None)
+        for part in MARK_PARTS:
+            self._marks.pop((run_id, part), None)
 
-    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
-        self._marks[run_id] = dict(mark)
+    async def save_mark(self, run_id: str, mark: dict[str, Any], part: str = MARKS) -> None:
+        self._marks[(run_id, part)] = dict(mark)
 
-    async def load_mark(self, run_id: str) -> dict[str, Any] | None:
-        return self._marks.get(run_id)
+    async def load_mark(self, run_id: str, part: str = MARKS) -> dict[str, Any] | None:
+        return self._marks.get((run_id, part))
 
 
 class MemoryAttachmentStore:

@@ -36,7 +36,8 @@ from journald.core.checkpoints import (
 )
 from journald.core.errors import CheckpointNotFound, StoreCorrupted
 from journald.core.records import canonical_json, sha256_hex, validate_id
-from journald.storage.checkpoints_file import MARK_FILE
+from journald.storage.checkpoint_base import MARKS
+from journald.storage.checkpoints_file import MARK_FILE, mark_file
 from journald.storage.jetstream_buckets import ATTACHMENTS, CHECKPOINTS, bind_buckets
 from journald.storage.jetstream_config import Cli
 from journald.storage.jetstream_objects import NameTaken, ObjectBucket
@@ -130,13 +131,13 @@ class JetStreamCheckpointStore:
         for name in await self.bucket.names(validate_id(run_id) + "/"):
             await self.bucket.remove(name)
 
-    async def save_mark(self, run_id: str, mark: dict[str, Any]) -> None:
-        name = f"{validate_id(run_id)}/{MARK_FILE}"
+    async def save_mark(self, run_id: str, mark: dict[str, Any], part: str = MARKS) -> None:
+        name = f"{validate_id(run_id)}/{mark_file(part)}"
         await self.bucket.write(name, canonical_json(mark), once=False)
 
-    async def load_mark(self, run_id: str) -> dict[str, Any] | None:
+    async def load_mark(self, run_id: str, part: str = MARKS) -> dict[str, Any] | None:
         try:
-            data = await self.bucket.read(f"{validate_id(run_id)}/{MARK_FILE}")
+            data = await self.bucket.read(f"{validate_id(run_id)}/{mark_file(part)}")
             obj = json.loads(data) if data is not None else None
         except (ValueError, RecursionError):
             return None  # a cache: a damaged mark is rebuilt, never trusted

@@ -55,7 +55,7 @@ def stored(data: Path) -> list[Record]:
 
 
 def index_file(data: Path) -> Path:
-    return data / "sessions" / RUN / "checkpoints" / "fold-mark.json"
+    return data / "sessions" / RUN / "checkpoints" / "fold-snapshot.json"
 
 
 def resumed_state(d: Daemon) -> pb.RunState:
@@ -78,6 +78,9 @@ def snapshotted_run(tmp_path: Path, b: JournalBuilder) -> Path:
         assert resumed_state(d) == state_to_pb(fold(b.records))
     doc = json.loads(index_file(data).read_bytes())
     assert doc["snapshot"]["last_seq"] == len(b.records)
+    # the marks History pages from are kept apart: a tail page never reads the snapshot
+    marks = json.loads((index_file(data).parent / "fold-mark.json").read_bytes())
+    assert set(marks) == {"marks"}
     return data
 
 

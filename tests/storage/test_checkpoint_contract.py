@@ -30,6 +30,7 @@ from journald.core.errors import (
 from journald.core.records import sha256_hex
 from journald.storage import registry
 from journald.storage.checkpoint_base import (
+    SNAPSHOT,
     AttachmentStore,
     CheckpointStore,
     make_checkpoint,
@@ -110,6 +111,21 @@ async def test_a_fold_mark_is_kept_per_run_and_replaced_by_the_next(runs: Opened
     await cps.save_mark(RUN, {"seq": 5, "hash": "b" * 64})
     assert await cps.load_mark(RUN) == {"seq": 5, "hash": "b" * 64}
     assert await cps.load_mark(OTHER) is None
+
+
+async def test_the_marks_and_the_snapshot_are_kept_apart_and_dropped_with_the_run(
+    runs: OpenedBackend,
+) -> None:
+    cps = runs.checkpoints
+    await cps.save_mark(RUN, {"marks": [1]})
+    await cps.save_mark(RUN, {"snapshot": {"big": "x" * 100_000}}, SNAPSHOT)
+    assert await cps.load_mark(RUN) == {"marks": [1]}
+    assert await cps.load_mark(RUN, SNAPSHOT) == {"snapshot": {"big": "x" * 100_000}}
+    assert await cps.list(RUN) == []  # neither part is a checkpoint
+    assert await runs.records.delete(RUN)
+    await cps.drop_run(RUN)
+    assert await cps.load_mark(RUN) is None
+    assert await cps.load_mark(RUN, SNAPSHOT) is None
 
 
 async def test_attachments_are_stored_once_per_run_by_their_sha256(runs: OpenedBackend) -> None:
