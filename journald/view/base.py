@@ -70,9 +70,11 @@ class DaemonScreen(Screen[None]):
 
     def show_error(self, err: JournaldError) -> None:
         if isinstance(err, NotFoundError):
-            self.notify(f"{err.message} (it may have been deleted)", severity="warning")
+            self.notify(
+                f"{err.message} (it may have been deleted)", severity="warning", markup=False
+            )
         else:
-            self.notify(describe_error(err), severity="error", timeout=8)
+            self.notify(describe_error(err), severity="error", timeout=8, markup=False)
 
     def reconnected(self) -> None:
         """The daemon answers again: reload what this screen shows."""

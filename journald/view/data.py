@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import socket as socketlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,11 @@ from journald_client import (
 from journald_client.paths import default_socket_path
 from journald_client.state import Message, PendingTurn
 
+from journald.replay import one_line
+from journald.view.model import Entry, build_entries, plural
+
 PAGE_MESSAGES = 100  # messages per History page the transcript asks for
+SEARCH_PAGE_MESSAGES = 500  # messages per History page a search reads (nothing is kept)
 PING_TIMEOUT_S = 2.0
 OPEN_STATUSES = ("open", "held")
 
@@ -47,14 +51,29 @@ class RunRow:
 
 @dataclass(slots=True)
 class Slice:
-    """A loaded stretch of the conversation: ``messages`` from index ``start`` to the end
-    (``total``), the open turn, and the seq it all reflects."""
+    """A loaded stretch of the conversation: ``messages`` from index ``start`` (to the end
+    when ``at_end``; the run has ``total``), the open turn, and the seq it all reflects."""
 
     messages: list[Message]
     start: int
     total: int
     last_seq: int
     pending: PendingTurn | None
+
+    @property
+    def stop(self) -> int:
+        """The index after the last loaded message."""
+        return self.start + len(self.messages)
+
+    @property
+    def at_end(self) -> bool:
+        return self.stop >= self.total
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    ended: str  # "" while the run is open; else the terminal's reason (and its text)
+    marker: str  # the rebase or fork the conversation starts from ("" if none)
 
 
 @dataclass(slots=True)
@@ -143,6 +162,16 @@ class Source:
             rows.append(RunRow(info, calls))
         return rows
 
+    def run_gone(self, run_id: str) -> bool | None:
+        """After a Watch ended: True when the daemon answers without the run, False when
+        the run is still there, None when no daemon answers (it stopped or is stopping)."""
+        if not self.ping():
+            return None
+        try:
+            return self.info(run_id) is None
+        except DaemonUnavailable:
+            return None
+
     def info(self, run_id: str) -> RunInfo | None:
         return next((i for i in self.client.list() if i.run_id == run_id), None)
 
@@ -182,6 +211,75 @@ class Source:
         """The page ending at message ``before`` (a clean boundary) and its start."""
         msgs, start, end = self._history(run_id, max(0, before - self.page), self.page)
         return msgs[: max(0, before - start)] if end > before else msgs, start
+
+    def opening(self, run_id: str) -> Opening:
+        """What the transcript says around the conversation: how the run ended (with the
+        terminal record's text) and where its current conversation came from (the last
+        compaction or restore, a fork's source): Fold without messages, the checkpoint list
+        and at most one record."""
+        state = self.client.fold(run_id, messages=False)
+        info = self.info(run_id)
+        status = info.status if info is not None else ""
+        ended = ""
+        if status not in OPEN_STATUSES and state.terminal is not None and state.terminal_is_last:
+            t = state.terminal
+            ended = f"{t.reason} · {one_line(t.message)}" if t.message else t.reason
+        marker = ""
+        pre = [
+            c
+            for c in self.client.checkpoints(run_id)
+            if c.trigger in ("pre_compaction", "pre_restore")
+        ]
+        if pre:
+            last = max(pre, key=lambda c: c.seq)
+            records = self.client.load(run_id, last.seq + 1)
+            try:
+                rec = next(records, None)
+            finally:
+                records.close()
+            if rec is not None and rec.kind == "rebase":
+                reason = str(rec.payload.get("reason", "rebase"))
+                marker = f"{reason} at seq {rec.seq} (checkpoint {last.checkpoint_id} holds "
+                marker += f"the {plural(last.message_count, 'message')} before it)"
+        if not marker and state.lineage:
+            src = state.lineage.get("forked_from_run_id", "?")
+            marker = f"fork of run {src} at seq {state.lineage.get('forked_at_seq', '?')}"
+        return Opening(ended, marker)
+
+    def at(self, run_id: str, offset: int) -> Slice:
+        """One page from message ``offset`` (aligned back to a clean boundary by the daemon);
+        the open turn only when the page reaches the end."""
+        page = self.client.history(run_id, max(0, offset), self.page, stored=True)
+        self.stats.history_calls += 1
+        self.stats.messages_fetched += len(page.messages)
+        got = Slice(page.messages, page.offset, page.total, page.last_seq, page.pending)
+        if not got.at_end:
+            got.pending = None
+        return got
+
+    def head(self, run_id: str) -> Slice:
+        """No messages: the run's total, last seq and open turn (one cheap History)."""
+        page = self.client.history(run_id, 0, 0, stored=True)
+        self.stats.history_calls += 1
+        return Slice([], page.total, page.total, page.last_seq, page.pending)
+
+    def search(
+        self, run_id: str, query: str, found: Callable[[list[Entry], int, int], bool]
+    ) -> None:
+        """Every entry of the run whose text holds ``query`` (case-insensitive), read by pages
+        of ``SEARCH_PAGE_MESSAGES`` from the start, none kept: ``found(hits, done, total)``
+        after each page, which returns False to stop."""
+        q = query.lower()
+        offset, total = 0, 1
+        while offset < total:
+            page = self.client.history(run_id, offset, SEARCH_PAGE_MESSAGES, stored=True)
+            self.stats.history_calls += 1
+            total = page.total
+            entries = build_entries(page.messages, page.offset, None)
+            hits = [e for e in entries if e.kind != "gap" and q in e.haystack()]
+            if not found(hits, page.next_offset, total) or page.next_offset <= offset:
+                break
+            offset = page.next_offset
 
     def watch(self, run_id: str, from_seq: int) -> Watch:
         return self.client.watch(run_id, from_seq)

@@ -19,7 +19,15 @@ from journald.view.details import Confirm, DetailsScreen
 from journald.view.runs import RunsScreen
 from journald.view.transcript_screen import TranscriptScreen
 from tests.daemon import Daemon
-from tests.integration.view_runs import FP, pending_run, research_run, triage_run, until
+from tests.integration.view_runs import (
+    FP,
+    pending_run,
+    ready,
+    research_run,
+    triage_run,
+    until,
+    until_async,
+)
 
 
 def runs_screen(app: ViewerApp) -> RunsScreen:
@@ -149,7 +157,7 @@ async def test_a_stopped_daemon_shows_how_to_start_it_and_the_view_reconnects(
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: shows(app, "output of step 1"), "the transcript")
         daemon.stop()  # SIGTERM to its pid
-        await until(pilot, lambda: isinstance(app.screen, NotRunningScreen), "not running")
+        await until(pilot, lambda: ready(app, NotRunningScreen, "#box", focus=False), "not running")
         box = str(app.screen.query_one("#box").render())
         assert "not running" in box
         assert "make run" in box
@@ -183,10 +191,12 @@ async def test_a_long_run_opens_on_its_last_page_and_loads_earlier_pages_on_scro
         assert source.stats.history_calls == 3
         assert screen.view.at_bottom
         start = screen.slice.start
-        await pilot.press("home")
-        await until(
-            pilot, lambda: screen.slice is not None and screen.slice.start < start, "paging"
-        )
+
+        async def page_up() -> bool:
+            await pilot.press("pageup")
+            return screen.slice is not None and screen.slice.start < start
+
+        await until_async(pilot, page_up, "paging")
         assert screen.slice.start >= start - 101
         assert source.stats.history_calls == 4
         assert shows(app, f"{screen.slice.start:,} earlier messages")
@@ -230,7 +240,7 @@ async def test_details_take_export_fork_and_restore_a_checkpoint_after_confirmin
             assert isinstance(screen, DetailsScreen)
 
             await pilot.press("c")
-            await until(pilot, lambda: isinstance(app.screen, Confirm), "the confirmation")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the confirmation")
             await pilot.press(*"before-edit", "enter")
             await until(pilot, lambda: len(screen.checkpoints) == 1, "the new checkpoint")
             ckpt = screen.checkpoints[0]
@@ -240,24 +250,24 @@ async def test_details_take_export_fork_and_restore_a_checkpoint_after_confirmin
 
             out = tmp_path / "ops.checkpoint"
             await pilot.press("e")
-            await until(pilot, lambda: isinstance(app.screen, Confirm), "the export dialog")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the export dialog")
             app.screen.query_one("#field").value = str(out)  # type: ignore[attr-defined]
             await pilot.click("#yes")
             await until(pilot, lambda: out.exists() and out.stat().st_size > 0, "the export")
             assert out.read_bytes() == jd.export_checkpoint("ops", ckpt.checkpoint_id)
 
             await pilot.press("f")
-            await until(pilot, lambda: isinstance(app.screen, Confirm), "the fork dialog")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the fork dialog")
             await pilot.press(*"ops-fork", "enter")
             await until(pilot, lambda: _has_run(jd, "ops-fork"), "the fork")
 
             before = jd.fold("ops").last_seq
             await pilot.press("r")
-            await until(pilot, lambda: isinstance(app.screen, Confirm), "the restore dialog")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the restore dialog")
             await pilot.press("escape")  # no: nothing happens
             assert jd.fold("ops").last_seq == before
             await pilot.press("r")
-            await until(pilot, lambda: isinstance(app.screen, Confirm), "the restore dialog")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the restore dialog")
             await pilot.click("#yes")
             await until(pilot, lambda: jd.fold("ops").last_seq > before, "the restore")
             assert list(jd.load("ops", before + 1))[-1].kind == "rebase"
