@@ -22,6 +22,7 @@ from journald_client import (
     CheckpointMeta,
     Client,
     DaemonUnavailable,
+    JournaldError,
     RestoreResult,
     RunInfo,
     RunState,
@@ -169,7 +170,7 @@ class Source:
             return None
         try:
             return self.info(run_id) is None
-        except DaemonUnavailable:
+        except JournaldError:  # unavailable, or refused by a daemon shutting down
             return None
 
     def info(self, run_id: str) -> RunInfo | None:
@@ -291,6 +292,9 @@ class Source:
         total = self.client.history(run_id, 0, 0, stored=True).total
         self.stats.history_calls += 1
         return Details(state, self.info(run_id), self.client.checkpoints(run_id), total)
+
+    def delete(self, run_id: str) -> bool:
+        return self.client.delete(run_id)
 
     def verify(self, run_id: str) -> VerifyResult:
         return self.client.verify(run_id)

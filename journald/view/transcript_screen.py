@@ -40,6 +40,7 @@ from journald.view.model import Entry, build_entries, plural, unknown_record_ent
 from journald.view.transcript import TranscriptView
 
 LOADED_PAGES = 4  # the window holds about this many pages of messages
+WATCH_RETRY_S = 0.5  # a Watch ended while the run is still listed: read it again after this
 
 
 class Box(Input):
@@ -326,8 +327,8 @@ class TranscriptScreen(DaemonScreen):
     def watch_ended(self, gone: bool) -> None:
         if self.closing or self.viewer.offline:
             return
-        if not gone:  # the stream ended but the run is there: follow it again
-            self.load()
+        if not gone:  # the stream ended, the run is there (a daemon stopping?): look again
+            self.set_timer(WATCH_RETRY_S, self.load)
             return
         self.notify(
             f"run {self.run_id} is no longer there (deleted?); esc goes back to the runs",
