@@ -55,7 +55,7 @@ def keys_of(screen: Screen[object]) -> list[tuple[str, str, str]]:
     seen: set[str] = set()
     nodes: list[tuple[str, DOMNode]] = []
     if screen.focused is not None:
-        nodes.append(("here", screen.focused))
+        nodes.append((screen.focused.id or type(screen.focused).__name__, screen.focused))
     nodes += [(type(screen).__name__.removesuffix("Screen").lower(), screen), ("app", screen.app)]
     for where, node in nodes:
         for b in _bindings(node):

@@ -138,7 +138,7 @@ def arrange(rows: Sequence[RunRow], flt: Filter, sort: str, reverse: bool) -> li
 FIXED_MIN = {"status": 6, "records": 7, "updated": 7, "pending": 7}
 FLEX_MIN = {"run": 8, "model": 6, "holder": 6, "prompt": 6}
 SQUEEZE = ("prompt", "holder", "model", "run")  # what gives up room first when there is none
-CELL_PADDING = 2  # DataTable pads each cell by one on either side
+CELL_GAP = 1  # the table has no cell padding: each column is one cell wider than its text
 
 
 def widths(rows: Sequence[RunRow], width: int, now_s: float) -> dict[str, int]:
@@ -151,7 +151,7 @@ def widths(rows: Sequence[RunRow], width: int, now_s: float) -> dict[str, int]:
             want[key] = max(want[key], cell_width(text))
     out = {k: max(m, want[k]) for k, m in FIXED_MIN.items()}
     out.update(FLEX_MIN)
-    room = width - sum(out.values()) - CELL_PADDING * len(COLUMNS) - 2  # the scrollbar
+    room = width - sum(out.values()) - CELL_GAP * len(COLUMNS) - 2  # 2: the scrollbar
     for key in ("run", "model", "holder"):
         extra = max(0, min(room, want[key] - out[key]))
         out[key] += extra
@@ -185,8 +185,9 @@ def cells(row: RunRow, cols: dict[str, int], now_s: float) -> tuple[Text, ...]:
     for (key, _), text in zip(COLUMNS, plain_cells(row, now_s), strict=True):
         cut = elide_end(text, cols[key])
         style = STATUS_STYLES.get(text, "") if key == "status" else ""
-        justify = "right" if key in ("records", "pending") else "left"
-        out.append(Text(cut, style=style, justify=justify))  # type: ignore[arg-type]
+        if key in ("records", "pending"):  # right-aligned by hand: rich trims a trailing gap
+            cut = " " * (cols[key] - cell_width(cut)) + cut
+        out.append(Text(cut, style=style))
     return tuple(out)
 
 
@@ -230,7 +231,7 @@ class RunsScreen(DaemonScreen):
     def compose(self) -> ComposeResult:
         yield Static("connecting…", id="summary")
         yield Input(placeholder="filter: status:held label:team=blue text", id="filter")
-        yield RunsTable(cursor_type="row", zebra_stripes=True, id="runs")
+        yield RunsTable(cursor_type="row", zebra_stripes=True, cell_padding=0, id="runs")
         yield Footer()
 
     @property
@@ -278,8 +279,9 @@ class RunsScreen(DaemonScreen):
             text = elide_end(ago(row.info.updated, now), col)
             key = row.info.run_id
             with contextlib.suppress(Exception):  # a row removed meanwhile
-                if str(self.table.get_cell(key, "updated")) != text:
-                    self.table.update_cell(key, "updated", Text(text))
+                cell = Text(text)
+                if str(self.table.get_cell(key, "updated")) != str(cell):
+                    self.table.update_cell(key, "updated", cell)
 
     def _show(self) -> None:
         table = self.table
@@ -291,7 +293,7 @@ class RunsScreen(DaemonScreen):
         if cols != self._cols:
             table.clear(columns=True)
             for key, title in COLUMNS:
-                table.add_column(title, key=key, width=cols[key])
+                table.add_column(title, key=key, width=cols[key] + CELL_GAP)
             self._cols = cols
         else:
             table.clear()

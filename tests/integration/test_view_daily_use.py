@@ -72,11 +72,15 @@ async def _check_width(daemon: Daemon, size: tuple[int, int]) -> None:
         table = runs_screen(app).query_one(DataTable)
         await until(pilot, lambda: table.row_count == 2, "both runs")
         assert table.max_scroll_x == 0, f"a horizontal scrollbar at {size}"
-        statuses = [str(table.get_cell_at(Coordinate(r, 1))) for r in range(2)]
+        statuses = [str(table.get_cell_at(Coordinate(r, 1))).strip() for r in range(2)]
         assert sorted(statuses) == ["held", "open"]
         if size[0] >= 120:
-            assert LONG_MODEL in [str(table.get_cell_at(Coordinate(r, 2))) for r in range(2)]
-        held = next(r for r in range(2) if str(table.get_cell_at(Coordinate(r, 1))) == "held")
+            assert LONG_MODEL in [
+                str(table.get_cell_at(Coordinate(r, 2))).strip() for r in range(2)
+            ]
+        held = next(
+            r for r in range(2) if str(table.get_cell_at(Coordinate(r, 1))).strip() == "held"
+        )
         assert "green" in str(table.get_cell_at(Coordinate(held, 1)).style)
 
         await pilot.press("slash")

@@ -4,14 +4,18 @@ bounded while paging back, and search finds and counts matches anywhere in the r
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import journald_client as jc
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Input
 
 from journald.view.app import ViewerApp
 from journald.view.data import Source
 from tests.daemon import Daemon
 from tests.integration.test_view_app import loaded, runs_screen, shows, transcript, turns
 from tests.integration.view_runs import FP, until, until_async
+from tests.storage.backend_jetstream import fresh_stream
 
 WINDOW_PAGES = 5  # the window holds LOADED_PAGES (4) pages and the one coming in
 
@@ -146,3 +150,42 @@ async def test_search_finds_and_counts_matches_anywhere_in_a_long_run(daemon: Da
         assert screen.slice.start <= 8
         await pilot.press("N")
         await until(pilot, lambda: under_cursor() == "a second needle", "newer again")
+
+
+async def test_the_view_pages_searches_and_follows_a_run_on_the_jetstream_backend(
+    tmp_path: Path,
+) -> None:
+    url, stream, _ = await fresh_stream()
+    sock = Path(f"/tmp/jd-view-{os.getpid()}-{stream}/s")
+    with (
+        Daemon(tmp_path, "jetstream", "--nats-url", url, "--stream", stream, socket=sock) as d,
+        jc.connect(str(d.socket)) as jd,
+    ):
+        with jd.start("js-run", FP, "on the stream") as run:
+            run.append_many(turns(150))
+        source = Source(str(d.socket), page=50)
+        app = ViewerApp(source)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: runs_screen(app).loaded, "the runs table")
+            assert [r.info.run_id for r in runs_screen(app).shown] == ["js-run"]
+            await pilot.press("enter")
+            await until(pilot, lambda: shows(app, "output of step 149"), "the last page")
+            screen = transcript(app)
+            assert screen.view.following
+            await pilot.press("home")
+            await until(pilot, lambda: shows(app, "on the stream"), "the first message")
+            await pilot.press("slash", *"step 3)", "enter")  # nothing: no such text
+            await pilot.press("slash")
+            await until(pilot, lambda: screen.query_one("#search").has_focus, "the search box")
+            screen.query_one("#search", Input).value = "output of step 120"
+            await pilot.press("enter")  # from the first message: no older match
+            await until(pilot, lambda: screen.search_done, "the search through the run")
+            await pilot.press("N")
+            await until(pilot, lambda: "1 of 1" in head(app), "the newer match, counted")
+            v = screen.view
+            assert "output of step 120" in (v.entries[v.cursor].result or "")
+            await pilot.press("end")
+            await until(pilot, lambda: screen.view.following, "the end")
+            with jd.resume("js-run", FP) as run:
+                run.append_many(turns(1, first=150))
+            await until(pilot, lambda: shows(app, "output of step 150"), "a live append")
