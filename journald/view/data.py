@@ -23,6 +23,7 @@ from journald_client import (
     Client,
     DaemonUnavailable,
     JournaldError,
+    JournalRecord,
     RestoreResult,
     RunInfo,
     RunState,
@@ -216,15 +217,17 @@ class Source:
     def opening(self, run_id: str) -> Opening:
         """What the transcript says around the conversation: how the run ended (with the
         terminal record's text) and where its current conversation came from (the last
-        compaction or restore, a fork's source): Fold without messages, the checkpoint list
-        and at most one record."""
-        state = self.client.fold(run_id, messages=False)
+        compaction or restore, a fork's source). A few records read by seq (the last, the
+        first, the one after the last pre_compaction/pre_restore checkpoint) and the
+        checkpoint list: no fold, so it costs the same for any length of run."""
         info = self.info(run_id)
-        status = info.status if info is not None else ""
         ended = ""
-        if status not in OPEN_STATUSES and state.terminal is not None and state.terminal_is_last:
-            t = state.terminal
-            ended = f"{t.reason} · {one_line(t.message)}" if t.message else t.reason
+        if info is not None and info.status not in OPEN_STATUSES:
+            last = self._record(run_id, info.last_seq)
+            if last is not None and last.kind == "terminal":
+                reason = str(last.payload.get("reason", info.status))
+                text = one_line(str(last.payload.get("message") or ""))
+                ended = f"{reason} · {text}" if text else reason
         marker = ""
         pre = [
             c
@@ -232,20 +235,27 @@ class Source:
             if c.trigger in ("pre_compaction", "pre_restore")
         ]
         if pre:
-            last = max(pre, key=lambda c: c.seq)
-            records = self.client.load(run_id, last.seq + 1)
-            try:
-                rec = next(records, None)
-            finally:
-                records.close()
+            cp = max(pre, key=lambda c: c.seq)
+            rec = self._record(run_id, cp.seq + 1)
             if rec is not None and rec.kind == "rebase":
                 reason = str(rec.payload.get("reason", "rebase"))
-                marker = f"{reason} at seq {rec.seq} (checkpoint {last.checkpoint_id} holds "
-                marker += f"the {plural(last.message_count, 'message')} before it)"
-        if not marker and state.lineage:
-            src = state.lineage.get("forked_from_run_id", "?")
-            marker = f"fork of run {src} at seq {state.lineage.get('forked_at_seq', '?')}"
+                marker = f"{reason} at seq {rec.seq} (checkpoint {cp.checkpoint_id} holds "
+                marker += f"the {plural(cp.message_count, 'message')} before it)"
+        if not marker:
+            meta = self._record(run_id, 1)
+            lineage = meta.payload.get("lineage") if meta is not None else None
+            if isinstance(lineage, dict):
+                src = one_line(str(lineage.get("forked_from_run_id", "?")))
+                marker = f"fork of run {src} at seq {lineage.get('forked_at_seq', '?')}"
         return Opening(ended, marker)
+
+    def _record(self, run_id: str, seq: int) -> JournalRecord | None:
+        """The stored record at ``seq`` (None past the end)."""
+        records = self.client.load(run_id, max(1, seq))
+        try:
+            return next(records, None)
+        finally:
+            records.close()
 
     def at(self, run_id: str, offset: int) -> Slice:
         """One page from message ``offset`` (aligned back to a clean boundary by the daemon);

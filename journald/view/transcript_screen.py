@@ -35,7 +35,7 @@ from textual.widgets import Footer, Input, Static
 
 from journald.replay import one_line
 from journald.view.base import DaemonScreen, describe_error
-from journald.view.data import Opening, Slice
+from journald.view.data import OPEN_STATUSES, Opening, Slice
 from journald.view.model import Entry, build_entries, plural, unknown_record_entry
 from journald.view.transcript import TranscriptView
 
@@ -119,8 +119,10 @@ class TranscriptScreen(DaemonScreen):
     def load(self) -> None:
         """Read the last page and the run's status, then follow it live."""
 
-        def read() -> tuple[Slice, Opening]:
-            return self.source.tail(self.run_id), self.source.opening(self.run_id)
+        def read() -> tuple[Slice, str]:
+            info = self.source.info(self.run_id)
+            status = info.status if info is not None else ""
+            return self.source.tail(self.run_id), "" if status in OPEN_STATUSES else status
 
         self.fetch(read, self._loaded, group="tail", exclusive=True, failed=self._load_failed)
 
@@ -130,14 +132,24 @@ class TranscriptScreen(DaemonScreen):
         self.query_one("#head", Static).update(Text(f"run {self.run_id} · {what}"))
         self.show_error(err)
 
-    def _loaded(self, got: tuple[Slice, Opening]) -> None:
-        self.slice, opening = got
-        self.ended, self.marker = opening.ended, opening.marker
+    def _loaded(self, got: tuple[Slice, str]) -> None:
+        self.slice, self.ended = got
         self.bounds = [self.slice.start]
         self.failed = ""
         self.view.expanded.clear()  # a reload may follow a rebase: indexes mean new messages
         self._redraw(follow=True)
         self._start_watch(self.slice.last_seq + 1)
+        # the terminal's text and where the conversation came from take a Fold: after the
+        # first paint, not before it
+        self.fetch(lambda: self.source.opening(self.run_id), self._opened, group="opening")
+
+    def _opened(self, opening: Opening) -> None:
+        if self.slice is None:
+            return
+        if self.ended and opening.ended.startswith(self.ended):
+            self.ended = opening.ended
+        self.marker = opening.marker
+        self._redraw()
 
     def reconnected(self) -> None:
         self._stop_watch()

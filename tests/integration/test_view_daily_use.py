@@ -230,3 +230,8 @@ async def test_counts_end_lines_markers_footer_help_and_details_read_well(
         texts = transcript(app).view.line_texts()
         marker = next(i for i, t in enumerate(texts) if "compaction at seq" in t)
         assert marker < next(i for i, t in enumerate(texts) if "SUMMARY" in t)
+
+        with jc.connect(str(daemon.socket)) as jd:
+            jd.fork("squashed", new_run_id="offshoot")
+        app.push_screen(TranscriptScreen("offshoot"))
+        await until(pilot, lambda: shows(app, "── fork of run squashed at seq"), "the fork marker")
