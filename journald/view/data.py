@@ -27,6 +27,7 @@ from journald_client import (
     RestoreResult,
     RunInfo,
     RunState,
+    SessionNotFound,
     VerifyResult,
     Watch,
 )
@@ -37,6 +38,7 @@ from journald.replay import one_line
 from journald.view.model import Entry, build_entries, plural
 
 PAGE_MESSAGES = 100  # messages per History page the transcript asks for
+RECORD_CONTEXT = 50  # records read before a page of records, for the calls of its results
 SEARCH_PAGE_MESSAGES = 500  # messages per History page a search reads (nothing is kept)
 PING_TIMEOUT_S = 2.0
 OPEN_STATUSES = ("open", "held")
@@ -70,6 +72,13 @@ class Slice:
     @property
     def at_end(self) -> bool:
         return self.stop >= self.total
+
+
+@dataclass(frozen=True, slots=True)
+class RecordPage:
+    before: list[JournalRecord]  # context: the records just before the page
+    records: list[JournalRecord]
+    last_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +257,27 @@ class Source:
                 src = one_line(str(lineage.get("forked_from_run_id", "?")))
                 marker = f"fork of run {src} at seq {lineage.get('forked_at_seq', '?')}"
         return Opening(ended, marker)
+
+    def records(self, run_id: str, from_seq: int | None) -> RecordPage:
+        """A page of stored records from ``from_seq`` (None: the last page), up to
+        ``RECORD_CONTEXT`` records before it (a result's call may be there) and the run's last
+        seq; the Load stream is closed after the page."""
+        info = self.info(run_id)
+        if info is None:
+            raise SessionNotFound(f"run {run_id} not found", metadata={"run_id": run_id})
+        start = max(1, info.last_seq - self.page + 1) if from_seq is None else max(1, from_seq)
+        got: list[JournalRecord] = []
+        records = self.client.load(run_id, max(1, start - RECORD_CONTEXT))
+        try:
+            for rec in records:
+                got.append(rec)
+                if rec.seq >= start + self.page - 1:
+                    break
+        finally:
+            records.close()
+        before = [r for r in got if r.seq < start]
+        page = [r for r in got if r.seq >= start]
+        return RecordPage(before, page, max(info.last_seq, got[-1].seq if got else 0))
 
     def _record(self, run_id: str, seq: int) -> JournalRecord | None:
         """The stored record at ``seq`` (None past the end)."""

@@ -32,6 +32,8 @@ EXTRA_WORDS = {  # what a binding's short description leaves out
     "Top": "the first message of the run",
     "Follow": "the end of the run, following it live",
     "Fold": "fold or expand the entry under the cursor",
+    "Records": "the run's records as stored: timeline, raw JSON (y copies it)",
+    "Copy": "copy the entry under the cursor",
 }
 
 

@@ -214,6 +214,8 @@ class RunsScreen(DaemonScreen):
         Binding("s", "sort", "Sort"),
         Binding("r", "reverse", "Reverse", show=False),
         Binding("x", "delete", "Delete", show=False),
+        Binding("R", "records", "Records", show=False),
+        Binding("y", "copy", "Copy run id", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -225,6 +227,7 @@ class RunsScreen(DaemonScreen):
         self.sort = "updated"
         self.reverse = False
         self.loaded = False
+        self.copied = ""  # what y copied last (tests read it)
         self.rebuilds = 0  # how often the table was filled (tests: not when nothing moved)
         self._cols: dict[str, int] = {}
 
@@ -341,6 +344,20 @@ class RunsScreen(DaemonScreen):
         run = self.selected_run()
         if run is not None:
             self.viewer.open_details(run)
+
+    def action_records(self) -> None:
+        run = self.selected_run()
+        if run is not None:
+            from journald.view.records import RecordsScreen
+
+            self.app.push_screen(RecordsScreen(run))
+
+    def action_copy(self) -> None:
+        run = self.selected_run()
+        if run is not None:
+            self.copied = run
+            self.app.copy_to_clipboard(run)
+            self.notify(f"copied run id {run}", markup=False)
 
     def action_delete(self) -> None:
         run = self.selected_run()

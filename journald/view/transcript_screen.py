@@ -65,7 +65,9 @@ class TranscriptScreen(DaemonScreen):
         Binding("escape", "back", "Runs"),
         Binding("d", "details", "Details"),
         Binding("slash", "search", "Search"),
-        Binding("colon", "goto", "Go to"),
+        Binding("colon", "goto", "Go to", show=False),  # in ? (the footer keeps ? in 80)
+        Binding("R", "records", "Records"),
+        Binding("y", "copy", "Copy", show=False),
         Binding("n", "find(-1)", "Older match", show=False),
         Binding("N", "find(1)", "Newer match", show=False),
     ]
@@ -87,6 +89,7 @@ class TranscriptScreen(DaemonScreen):
         self.closing = False
         self.failed = ""
         self.search_text = ""
+        self.copied = ""  # what y copied last (tests read it)
         self.matches: list[tuple[int, int]] = []  # keys of the entries holding search_text
         self.search_done = False
         self.search_stop = threading.Event()
@@ -539,6 +542,24 @@ class TranscriptScreen(DaemonScreen):
 
     def action_details(self) -> None:
         self.viewer.open_details(self.run_id)
+
+    def action_records(self) -> None:
+        from journald.view.records import RecordsScreen
+
+        self.app.push_screen(RecordsScreen(self.run_id))
+
+    def action_copy(self) -> None:
+        """The entry under the cursor (a call with its result) as text."""
+        v = self.view
+        if not v.entries:
+            return
+        e = v.entries[min(v.cursor, len(v.entries) - 1)]
+        parts = [f"{e.tool_name} [{e.tool_use_id}] {e.text}" if e.tool_name else e.text]
+        if e.result is not None:
+            parts.append(e.result)
+        self.copied = "\n".join(parts)
+        self.app.copy_to_clipboard(self.copied)
+        self.notify(f"copied {len(self.copied):,} characters", markup=False)
 
     def on_transcript_view_moved(self, event: TranscriptView.Moved) -> None:
         self._update_head()

@@ -20,6 +20,7 @@ from journald.view.app import NotRunningScreen, ViewerApp
 from journald.view.data import Source
 from journald.view.details import DetailsScreen
 from journald.view.help import HelpScreen
+from journald.view.records import RecordsScreen
 from journald.view.runs import RunsScreen
 from journald.view.transcript_screen import TranscriptScreen
 from tests.daemon import Daemon
@@ -153,3 +154,18 @@ def test_help_screen_over_a_transcript(demo: Daemon, snap_compare: Snap) -> None
 
     app = at_noon(Source(str(demo.socket)), "demo-research")
     assert snap_compare(app, terminal_size=(80, 30), run_before=help_shown)
+
+
+def test_records_screen_of_a_completed_run(demo: Daemon, snap_compare: Snap) -> None:
+    async def records(pilot: Pilot[Any]) -> None:
+        await transcript_loaded(pilot)
+        await pilot.press("R")
+        app = pilot.app
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, RecordsScreen) and bool(app.screen.records),
+            "the records",
+        )
+
+    app = at_noon(Source(str(demo.socket)), "demo-research")
+    assert snap_compare(app, terminal_size=(100, 30), run_before=records)
