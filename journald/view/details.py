@@ -141,6 +141,7 @@ class DetailsScreen(DaemonScreen):
         Binding("f", "fork", "Fork", show=False),
         Binding("e", "export", "Export", show=False),
         Binding("v", "verify", "Verify"),
+        Binding("o", "open_fork", "Open the fork", show=False),
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -150,6 +151,7 @@ class DetailsScreen(DaemonScreen):
         self.checkpoints: list[CheckpointMeta] = []
         self.verified: VerifyResult | JournaldError | None = None
         self.facts: Table | None = None
+        self.last_fork = ""  # the run the last f made (o opens its transcript)
 
     def compose(self) -> ComposeResult:
         yield Static(f"details of run {self.run_id}", id="head")
@@ -288,9 +290,16 @@ class DetailsScreen(DaemonScreen):
 
     def _fork(self, checkpoint_id: str, new_id: str) -> None:
         def done(run_id: str) -> None:
-            self.notify(f"forked run {run_id}")
+            self.last_fork = run_id
+            self.notify(f"forked run {run_id} (o opens it)", markup=False)
 
         self.fetch(lambda: self.source.fork(self.run_id, checkpoint_id, new_id), done)
+
+    def action_open_fork(self) -> None:
+        if self.last_fork:
+            self.viewer.open_transcript(self.last_fork)
+        else:
+            self.notify("no fork made here yet (f forks from the selected checkpoint)")
 
     def action_export(self) -> None:
         c = self.selected()

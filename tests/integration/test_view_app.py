@@ -260,6 +260,15 @@ async def test_details_take_export_fork_and_restore_a_checkpoint_after_confirmin
             await until(pilot, lambda: ready(app, Confirm, "#yes"), "the fork dialog")
             await pilot.press(*"ops-fork", "enter")
             await until(pilot, lambda: _has_run(jd, "ops-fork"), "the fork")
+            await until(pilot, lambda: screen.last_fork == "ops-fork", "the fork's notice")
+            await pilot.press("o")  # opens the fork just made
+            await until(pilot, lambda: loaded(app) and transcript(app).run_id == "ops-fork", "it")
+            await pilot.press("escape")  # back to the runs: the details again
+            await pilot.press("d")
+            await until(pilot, lambda: _details(app) is not None, "details")
+            screen = app.screen
+            assert isinstance(screen, DetailsScreen)
+            await until(pilot, lambda: len(screen.checkpoints) == 1, "its checkpoint")
 
             before = jd.fold("ops").last_seq
             await pilot.press("r")
