@@ -236,8 +236,7 @@ async def test_details_take_export_fork_and_restore_a_checkpoint_after_confirmin
             await until(pilot, lambda: runs_screen(app).loaded, "the runs table")
             await pilot.press("d")
             await until(pilot, lambda: _details(app) is not None, "details")
-            screen = app.screen
-            assert isinstance(screen, DetailsScreen)
+            screen = details_screen(app)
 
             await pilot.press("c")
             await until(pilot, lambda: ready(app, Confirm, "#yes"), "the confirmation")
@@ -266,8 +265,7 @@ async def test_details_take_export_fork_and_restore_a_checkpoint_after_confirmin
             await pilot.press("escape")  # back to the runs: the details again
             await pilot.press("d")
             await until(pilot, lambda: _details(app) is not None, "details")
-            screen = app.screen
-            assert isinstance(screen, DetailsScreen)
+            screen = details_screen(app)
             await until(pilot, lambda: len(screen.checkpoints) == 1, "its checkpoint")
 
             before = jd.fold("ops").last_seq
@@ -281,6 +279,12 @@ async def test_details_take_export_fork_and_restore_a_checkpoint_after_confirmin
             await until(pilot, lambda: jd.fold("ops").last_seq > before, "the restore")
             assert list(jd.load("ops", before + 1))[-1].kind == "rebase"
             assert len(jd.fold("ops").messages) == ckpt.message_count
+
+
+def details_screen(app: ViewerApp) -> DetailsScreen:
+    screen = app.screen
+    assert isinstance(screen, DetailsScreen), screen
+    return screen
 
 
 def _details(app: ViewerApp) -> Any:
