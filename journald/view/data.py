@@ -24,6 +24,7 @@ from journald_client import (
     DaemonUnavailable,
     JournaldError,
     JournalRecord,
+    ResponseTooLarge,
     RestoreResult,
     RunInfo,
     RunState,
@@ -39,7 +40,8 @@ from journald.view.model import Entry, build_entries, plural
 
 PAGE_MESSAGES = 100  # messages per History page the transcript asks for
 RECORD_CONTEXT = 50  # records read before a page of records, for the calls of its results
-SEARCH_PAGE_MESSAGES = 500  # messages per History page a search reads (nothing is kept)
+SEARCH_PAGE_MESSAGES = 2000  # messages per History page a search reads (nothing is kept):
+# each page far from the end costs a fold from the mark before it, so few large pages
 PING_TIMEOUT_S = 2.0
 OPEN_STATUSES = ("open", "held")
 
@@ -311,9 +313,15 @@ class Source:
         of ``SEARCH_PAGE_MESSAGES`` from the start, none kept: ``found(hits, done, total)``
         after each page, which returns False to stop."""
         q = query.lower()
-        offset, total = 0, 1
+        offset, total, size = 0, 1, SEARCH_PAGE_MESSAGES
         while offset < total:
-            page = self.client.history(run_id, offset, SEARCH_PAGE_MESSAGES, stored=True)
+            try:
+                page = self.client.history(run_id, offset, size, stored=True)
+            except ResponseTooLarge:  # big tool outputs: ask for fewer messages at a time
+                if size == 1:
+                    raise
+                size = max(1, size // 4)
+                continue
             self.stats.history_calls += 1
             total = page.total
             entries = build_entries(page.messages, page.offset, None)

@@ -20,12 +20,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer, Input, Static
 
 from journald.cli.commands import record_summary
 from journald.replay import elide_end, one_line
 from journald.view.base import DaemonScreen
 from journald.view.data import RecordPage
+from journald.view.transcript_screen import Box
 
 MARKED_KINDS = {  # what rewrote or framed the conversation, and how it shows
     "meta": "bold cyan",
@@ -111,10 +112,13 @@ class RecordsScreen(DaemonScreen):
     RecordsScreen DataTable { height: 2fr; }
     RecordsScreen #raw-box { height: 1fr; border-top: solid $primary; }
     RecordsScreen #raw { padding: 0 1; }
+    RecordsScreen Box { dock: bottom; height: 3; display: none; }
+    RecordsScreen Box.shown { display: block; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("y", "copy", "Copy record"),
+        Binding("colon", "goto", "Go to seq"),
         # priority: the table's own keys would scroll within the page instead
         Binding("home,g", "first", "First page", priority=True),
         Binding("end,G", "last", "Last page", priority=True),
@@ -138,6 +142,7 @@ class RecordsScreen(DaemonScreen):
         yield table
         with VerticalScroll(id="raw-box"):
             yield Static("", id="raw")
+        yield Box(placeholder="go to seq N (escape: close)", id="seq")
         yield Footer()
 
     @property
@@ -219,6 +224,21 @@ class RecordsScreen(DaemonScreen):
     def action_later(self) -> None:
         if self.records and self.records[-1].seq < self.last_seq:
             self._read(self.records[-1].seq + 1, cursor_last=False)
+
+    def action_goto(self) -> None:
+        box = self.query_one("#seq", Input)
+        box.add_class("shown")
+        box.value = ""
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.remove_class("shown")
+        self.table.focus()
+        text = event.value.strip().replace(",", "").replace("_", "")
+        if not text.isdigit() or not 1 <= int(text) <= max(1, self.last_seq):
+            self.notify(f"no seq {event.value.strip()!r}: the run has seq 1 to {self.last_seq}")
+            return
+        self._read(int(text), cursor_last=False)
 
     def action_copy(self) -> None:
         rec = self.selected()

@@ -51,7 +51,9 @@ class Box(Input):
 
     def action_close(self) -> None:
         self.remove_class("shown")
-        self.screen.query_one(TranscriptView).focus()
+        for main in self.screen.query("TranscriptView, DataTable").results():
+            main.focus()  # what the screen shows: the transcript, or the records table
+            break
 
 
 class TranscriptScreen(DaemonScreen):

@@ -63,6 +63,9 @@ async def test_the_records_screen_shows_a_timeline_the_raw_record_and_copies_it(
         assert "tokens in 1200 out 300" in rows[1]
         await pilot.press("G")
         await until(pilot, lambda: screen.records[-1].seq == 6, "the last page again")
+        await pilot.press("colon", "2", "enter")
+        await until(pilot, lambda: screen.records[0].seq == 2, "seq 2 first")
+        assert [r.seq for r in screen.records] == [2, 3, 4, 5]
 
 
 async def test_the_runs_table_copies_a_run_id_and_deletes_a_run_after_confirming(
