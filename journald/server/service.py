@@ -38,10 +38,10 @@ from journald.server.convert import (
 )
 from journald.server.edge import streaming, unary
 from journald.server.history import HistoryRpcs
-from journald.server.leases import END, new_holder
+from journald.server.leases import END, Holder, Lease, new_holder
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
-from journald.storage.base import Store
+from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.pipeline import Ticket
@@ -94,6 +94,7 @@ class JournalService:
         checkpoints: CheckpointStore | None = None,
         checkpoint_max: int = 0,
         attachments: AttachmentStore | None = None,
+        host: HostLeases | None = None,
     ) -> None:
         self.runs = Runs(
             store,
@@ -101,6 +102,7 @@ class JournalService:
             checkpoints or MemoryCheckpointStore(),
             checkpoint_max,
             attachments or MemoryAttachmentStore(),
+            host,
         )
         self.store, self.limits = self.runs.store, self.runs.limits
         self.leases, self.hub = self.runs.leases, self.runs.hub
@@ -119,58 +121,13 @@ class JournalService:
         async with self.leases.opening_lock(run_id):
             self.leases.refuse_if_held(run_id)
             await self.leases.wait_closed(run_id)
-            exists = await self.store.exists(run_id)
-            mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
-            if exists and mode == pb.OPEN_MODE_CREATE:
-                raise SessionExists(
-                    f"run {run_id} already exists; resume it or pick another id",
-                    metadata={"run_id": run_id},
-                )
-            if not exists and mode == pb.OPEN_MODE_RESUME:
-                raise SessionNotFound(
-                    f"run {run_id} does not exist; start it instead of "
-                    "resuming (list runs with `journald ls`)",
-                    metadata={"run_id": run_id},
-                )
-            warnings: list[tuple[str, str]] = []
-            if exists:
-                # the writer indexes the run (fold marks for History, a snapshot for the
-                # next Open) and folds it from its last snapshot when that still matches
-                state = await self.runs.fold_for_writer(run_id)
-                assert state.fingerprint is not None
-                current = fingerprint_from_pb(request.fingerprint)
-                check_gates(
-                    run_id=run_id,
-                    stored=state.fingerprint,
-                    stored_interactive=state.interactive,
-                    completed=state.completed,
-                    current=current,
-                    current_interactive=request.interactive,
-                    force=request.force,
-                )
-                drift = diff(state.fingerprint, current)
-                if drift:
-                    warnings.append(
-                        (
-                            "fingerprint_drift_forced",
-                            "resumed with force despite drift: " + "; ".join(drift),
-                        )
-                    )
-                # right after the fold: the file store's open takes the active segment from
-                # that read instead of decoding it again, if the files did not change between
-                journal = await self.store.open(run_id)
-                if journal.repair is not None:
-                    warnings.append(("torn_tail_repaired", journal.repair.sentence()))
-                if journal.last_seq != state.last_seq:
-                    state = await self.runs.fold_for_writer(run_id)
-                warnings.extend(resume_warnings(state))
-            else:
-                telemetry.stamp_open(request, context)
-                meta = self._meta_record(run_id, request)
-                journal = await self.store.create(meta)
-                state = fold_into(RunState(), (meta,))
-                self.runs.marks.created(run_id)
-            lease = self.leases.grant(run_id, holder, journal, state)
+            # before any state is read: a run held through another daemon is refused here
+            await self.runs.take_host(run_id, holder)
+            try:
+                lease, exists, state, warnings = await self._grant(run_id, request, holder, context)
+            except BaseException:
+                await self.runs.free_host(run_id)
+                raise
         try:
             first = pb.OpenResponse(
                 lease=pb.Lease(
@@ -201,6 +158,65 @@ class JournalService:
             )
         finally:
             self.leases.release(lease)
+
+    async def _grant(
+        self, run_id: str, request: pb.OpenRequest, holder: Holder, context: Ctx
+    ) -> tuple[Lease, bool, RunState, list[tuple[str, str]]]:
+        """Create or resume the run for an Open (caller holds its opening lock and its
+        cross-host lease) and grant the lease."""
+        exists = await self.store.exists(run_id)
+        mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
+        if exists and mode == pb.OPEN_MODE_CREATE:
+            raise SessionExists(
+                f"run {run_id} already exists; resume it or pick another id",
+                metadata={"run_id": run_id},
+            )
+        if not exists and mode == pb.OPEN_MODE_RESUME:
+            raise SessionNotFound(
+                f"run {run_id} does not exist; start it instead of "
+                "resuming (list runs with `journald ls`)",
+                metadata={"run_id": run_id},
+            )
+        warnings: list[tuple[str, str]] = []
+        if exists:
+            # the writer indexes the run (fold marks for History, a snapshot for the
+            # next Open) and folds it from its last snapshot when that still matches
+            state = await self.runs.fold_for_writer(run_id)
+            assert state.fingerprint is not None
+            current = fingerprint_from_pb(request.fingerprint)
+            check_gates(
+                run_id=run_id,
+                stored=state.fingerprint,
+                stored_interactive=state.interactive,
+                completed=state.completed,
+                current=current,
+                current_interactive=request.interactive,
+                force=request.force,
+            )
+            drift = diff(state.fingerprint, current)
+            if drift:
+                warnings.append(
+                    (
+                        "fingerprint_drift_forced",
+                        "resumed with force despite drift: " + "; ".join(drift),
+                    )
+                )
+            # right after the fold: the file store's open takes the active segment from
+            # that read instead of decoding it again, if the files did not change between
+            journal = await self.store.open(run_id)
+            if journal.repair is not None:
+                warnings.append(("torn_tail_repaired", journal.repair.sentence()))
+            if journal.last_seq != state.last_seq:
+                state = await self.runs.fold_for_writer(run_id)
+            warnings.extend(resume_warnings(state))
+        else:
+            telemetry.stamp_open(request, context)
+            meta = self._meta_record(run_id, request)
+            journal = await self.store.create(meta)
+            state = fold_into(RunState(), (meta,))
+            self.runs.marks.created(run_id)
+        lease = self.leases.grant(run_id, holder, journal, state)
+        return lease, exists, state, warnings
 
     def _meta_record(self, run_id: str, request: pb.OpenRequest) -> Record:
         if not request.HasField("fingerprint") or not request.fingerprint.provider:
@@ -373,7 +389,7 @@ class JournalService:
     @unary
     async def Delete(self, request: pb.DeleteRequest, context: Ctx) -> pb.DeleteResponse:
         run_id = validate_id(request.run_id)
-        async with self.leases.unheld(run_id):
+        async with self.runs.unheld(run_id):
             deleted = await self.store.delete(run_id)
             # even when the records were already gone: a Delete re-issued after a crash
             # between the two steps removes what the first one left behind
@@ -397,7 +413,7 @@ class JournalService:
     async def Recover(self, request: pb.RecoverRequest, context: Ctx) -> pb.RecoverResponse:
         """Hold the run as the daemon (no writer may hold it), quarantine its damage."""
         run_id = validate_id(request.run_id)
-        async with self.leases.unheld(run_id):
+        async with self.runs.unheld(run_id):
             rep = await self.store.recover(run_id)
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded

@@ -189,6 +189,7 @@ async def bind_run_stores(
         ack_timeout_s=store.ack_timeout_s,
         retry_window_s=store.retry_window_s,
         required=required,
+        leader_wait_s=store.leader_wait_s,
     )
     cps, blobs = found[CHECKPOINTS], found[ATTACHMENTS]
     return (
