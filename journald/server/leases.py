@@ -232,11 +232,15 @@ class WatchHub:
             if not subs:
                 del self._subs[run_id]
 
+    @staticmethod
+    def encode(records: Sequence[Record]) -> list[Published]:
+        return [(r.seq, pb.WatchResponse(record=record_to_pb(r, payload=False))) for r in records]
+
     def publish(self, run_id: str, records: Sequence[Record]) -> None:
         subs = self._subs.get(run_id)
         if not subs:
             return  # no tail: nothing to encode
-        out = [(r.seq, pb.WatchResponse(record=record_to_pb(r, payload=False))) for r in records]
+        out = self.encode(records)
         for q in subs:
             q.put_nowait(out)
 

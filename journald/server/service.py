@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from journald_client.pb import journal_pb2 as pb
 from journald import telemetry
 from journald.clock import utc_ts
 from journald.core import governance
+from journald.core.checkpoints import CheckpointMeta
 from journald.core.errors import (
     InvalidArgumentError,
     InvalidRecord,
@@ -28,7 +29,7 @@ from journald.core.fingerprint import check_gates, diff
 from journald.core.fold import Message, RunState, fold_into, resume_warnings
 from journald.core.records import GENESIS, Record, validate_id
 from journald.server.attachments import AttachmentRpcs
-from journald.server.checkpoints import CheckpointRpcs
+from journald.server.checkpoints import CheckpointRpcs, meta_to_pb
 from journald.server.convert import (
     fingerprint_from_pb,
     governance_to_pb,
@@ -38,7 +39,7 @@ from journald.server.convert import (
 )
 from journald.server.edge import streaming, unary
 from journald.server.history import HistoryRpcs
-from journald.server.leases import END, Holder, Lease, new_holder
+from journald.server.leases import END, Holder, HubItem, Lease, WatchHub, new_holder
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import HostLeases, Store
@@ -82,6 +83,33 @@ class PbDraft:
             raise
         self.check(rec)
         return rec
+
+
+async def follow_other_hosts(
+    runs: Runs, run_id: str, queue: asyncio.Queue[HubItem]
+) -> Callable[[], Awaitable[None]]:
+    """Feed a tail's queue with what other daemons store for the run (records, checkpoints
+    created), when the backend shares runs between hosts (its stores can ``follow``); the
+    tail drops what it already has by seq and checkpoint id. Returns what stops it."""
+    subs: list[Any] = []
+
+    def record(rec: Record) -> None:
+        queue.put_nowait(WatchHub.encode([rec]))
+
+    def checkpoint(meta: CheckpointMeta) -> None:
+        queue.put_nowait(pb.CheckpointEvent(kind="created", checkpoint=meta_to_pb(meta)))
+
+    for store, deliver in ((runs.store, record), (runs.checkpoints, checkpoint)):
+        follow = getattr(store, "follow", None)
+        if follow is not None:
+            subs.append(await follow(run_id, deliver))
+
+    async def stop() -> None:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    return stop
 
 
 class JournalService:
@@ -444,6 +472,9 @@ class JournalService:
     ) -> AsyncIterator[pb.WatchResponse]:
         run_id = validate_id(request.run_id)
         queue = self.hub.subscribe(run_id)
+        # before the replay, so nothing appended through another daemon falls in between
+        stop_following = await follow_other_hosts(self.runs, run_id, queue)
+        created: set[str] = set()  # a checkpoint made here arrives from the hub and the bucket
         try:
             last = max(1, request.from_seq) - 1
             async for rec in self.store.iter_records(run_id, last + 1):
@@ -454,6 +485,10 @@ class JournalService:
                 if batch is END:
                     return
                 if isinstance(batch, pb.CheckpointEvent):
+                    if batch.kind == "created":
+                        if batch.checkpoint.checkpoint_id in created:
+                            continue
+                        created.add(batch.checkpoint.checkpoint_id)
                     yield pb.WatchResponse(checkpoint=batch)
                     continue
                 for seq, response in batch:  # encoded once by the hub for every tail
@@ -462,6 +497,7 @@ class JournalService:
                         last = seq
         finally:
             self.hub.unsubscribe(run_id, queue)
+            await stop_following()
 
     async def shutdown(self) -> None:
         """End every lease stream and tail; wait for in-flight appends to reach the disk."""

@@ -695,6 +695,33 @@ class JetStreamStore:
             yield StoredMsg(str(msg.subject), int(msg.seq), data, len(data))
             sseq = int(msg.seq) + 1
 
+    async def follow(self, run_id: str, deliver: Callable[[Record], None]) -> Any:
+        """Hand ``deliver`` every record of the run stored from now on, whoever appended it
+        (an ordered push consumer on the run's subjects delivering new messages: the live
+        tail of another host's writer). Returns the subscription (``unsubscribe()`` ends it).
+        A message that is not a record is skipped: a tail only reports, ``verify`` judges."""
+        self._check_open()
+        validate_id(run_id)
+
+        async def on_msg(msg: Any) -> None:
+            try:
+                rec = decode(bytes(msg.data or b""))
+            except JournaldError:
+                return
+            deliver(rec)
+
+        async def make() -> Any:
+            return await self._js.subscribe(
+                self.run_subject(run_id),
+                stream=self.stream,
+                cb=on_msg,
+                ordered_consumer=True,
+                deliver_policy=js_api.DeliverPolicy.NEW,
+                inactive_threshold=30.0,
+            )
+
+        return await self._retrying(f"following run {run_id}", make)
+
     def _release(self, journal: JetStreamJournal) -> None:
         if self._open.get(journal.run_id) is journal:
             del self._open[journal.run_id]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from journald import failpoints
@@ -34,7 +35,7 @@ from journald.core.checkpoints import (
     valid_checkpoint_id,
     valid_sha256,
 )
-from journald.core.errors import CheckpointNotFound, StoreCorrupted
+from journald.core.errors import CheckpointNotFound, JournaldError, StoreCorrupted
 from journald.core.records import canonical_json, sha256_hex, validate_id
 from journald.storage.checkpoint_base import MARKS
 from journald.storage.checkpoints_file import MARK_FILE, mark_file
@@ -119,6 +120,23 @@ class JetStreamCheckpointStore:
 
     async def delete(self, run_id: str, checkpoint_id: str) -> bool:
         return await self.bucket.remove(self._name(run_id, checkpoint_id))
+
+    async def follow(self, run_id: str, deliver: Callable[[CheckpointMeta], None]) -> Any:
+        """Hand ``deliver`` the meta of every checkpoint of the run stored from now on, by any
+        host (an ordered consumer on the bucket's meta subjects; deletions purge, so they are
+        not seen). Returns the subscription (``unsubscribe()`` ends it)."""
+        prefix = validate_id(run_id) + "/"
+
+        async def created(name: str) -> None:
+            cid = name[len(prefix) :]
+            try:
+                deliver((await self.get(run_id, cid)).meta)
+            except JournaldError:  # deleted or damaged since: nothing to report
+                return
+
+        return await self.bucket.follow_names(
+            lambda name: name.startswith(prefix) and len(name) == len(prefix) + 26, created
+        )
 
     async def owner(self, checkpoint_id: str) -> str | None:
         leaf = "/" + valid_checkpoint_id(checkpoint_id)

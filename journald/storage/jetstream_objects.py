@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
+from nats.js.api import DeliverPolicy
 
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, JournaldError, StorageFull
@@ -279,6 +280,34 @@ class ObjectBucket:
             if not page or len(out) >= int(answer.get("total") or 0):
                 break
         return out
+
+    async def follow_names(
+        self, wanted: Callable[[str], bool], on_new: Callable[[str], Awaitable[None]]
+    ) -> Any:
+        """Call ``on_new(name)`` for each object ``wanted`` that is stored (its meta lands)
+        from now on; the subscription is returned (``unsubscribe()`` ends it)."""
+        meta_prefix = f"$O.{self.bucket}.M."
+
+        async def on_msg(msg: Any) -> None:
+            try:
+                name = base64.urlsafe_b64decode(str(msg.subject)[len(meta_prefix) :]).decode()
+                meta = json.loads(msg.data or b"{}")
+            except (ValueError, UnicodeDecodeError):
+                return
+            if isinstance(meta, dict) and not meta.get("deleted") and wanted(name):
+                await on_new(name)
+
+        async def make() -> Any:
+            return await self._js.subscribe(
+                meta_prefix + ">",
+                stream=self.stream,
+                cb=on_msg,
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.NEW,
+                inactive_threshold=30.0,
+            )
+
+        return await self._retrying("following new objects", make)
 
     async def names(self, prefix: str = "") -> list[str]:
         """Every object name starting with ``prefix``, sorted."""

@@ -80,9 +80,11 @@ def test_a_run_held_through_one_host_is_refused_at_open_and_for_changes_through_
             assert not any(r.run_id == "copy" for r in client_b.list())
         run.user("still A's run")  # the holder was never disturbed
         run.close()
-        with jc.connect(str(host_b.socket)) as client_b:  # released: B may take it at once
-            with client_b.resume("held", FP) as moved:
-                assert moved.fold().last_seq == len(before) + 1
+        with (
+            jc.connect(str(host_b.socket)) as client_b,  # released: B may take it at once
+            client_b.resume("held", FP) as moved,
+        ):
+            assert moved.fold().last_seq == len(before) + 1
 
 
 def test_a_host_killed_holding_a_run_frees_it_for_another_only_after_its_lease_ttl(
@@ -114,7 +116,9 @@ def test_a_host_killed_holding_a_run_frees_it_for_another_only_after_its_lease_t
             wait_until(take, what="host B to take the orphaned run", timeout_s=30)
             delay_s = time.monotonic() - killed
             with capsys.disabled():
-                print(f"\ntakeover after kill -9 of the holder: {delay_s:.2f}s (lease ttl {ttl_s}s)")
+                print(
+                    f"\ntakeover after kill -9 of the holder: {delay_s:.2f}s (lease ttl {ttl_s}s)"
+                )
             [moved] = granted
             assert moved.fold().last_seq == 2
             moved.user("continued on B")

@@ -18,7 +18,7 @@ from typing import Any
 
 import nats
 import pytest
-from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.api import DiscardPolicy, ObjectStoreConfig, StorageType, StreamConfig
 
 from journald.core.checkpoints import Checkpoint
 from journald.core.errors import StoreCorrupted
@@ -31,6 +31,12 @@ from journald.storage.jetstream_buckets import (
 )
 from journald.storage.jetstream_checkpoints import bind_run_stores
 from journald.storage.jetstream_config import Cli
+from journald.storage.jetstream_leases import (
+    JetStreamLeases,
+    bind_lease_bucket,
+    kv_stream,
+    lease_bucket_name,
+)
 from journald.storage.jetstream_objects import stream_of
 from tests.nats_server import NatsServer, create_stream, delete_stream
 from tests.natscli import printed_commands, printed_env, run_all
@@ -64,6 +70,44 @@ async def replace_bucket(url: str, stream: str, role: str, **config: Any) -> Non
             await js.create_object_store(bucket_name(stream, role), ObjectStoreConfig(**config))
     finally:
         await nc.close()
+
+
+async def drop_lease_bucket(url: str, stream: str) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().delete_key_value(lease_bucket_name(stream))
+    finally:
+        await nc.close()
+
+
+async def lease_refusal(url: str, stream: str) -> BucketConfigError:
+    store = await JetStreamStore.connect(url, stream)
+    try:
+        with pytest.raises(BucketConfigError) as err:
+            await bind_lease_bucket(
+                store.connection, stream, url, Cli(url), replicas=1, ack_timeout_s=2.0
+            )
+        return err.value
+    finally:
+        await store.close()
+
+
+async def leases_work(url: str, stream: str) -> None:
+    """The binding accepts the lease bucket and a daemon's leases run on it."""
+    store = await JetStreamStore.connect(url, stream)
+    try:
+        bucket = await bind_lease_bucket(
+            store.connection, stream, url, Cli(url), replicas=1, ack_timeout_s=2.0
+        )
+        leases = JetStreamLeases(store, bucket)
+        await leases.start()
+        try:
+            assert await leases.acquire("leased-run", {"name": "test"}) > 0
+            await leases.confirm("leased-run", "a write")
+        finally:
+            await leases.close()
+    finally:
+        await store.close()
 
 
 async def refusal(url: str, stream: str) -> BucketConfigError:
@@ -114,6 +158,7 @@ async def test_the_deploy_script_creates_buckets_the_binding_accepts(
 ) -> None:
     await replace_bucket(server.url, stream, CHECKPOINTS)
     await replace_bucket(server.url, stream, ATTACHMENTS)
+    await drop_lease_bucket(server.url, stream)
     env = printed_env(tmp_path / "home", server.url)
     env["PATH"] = f"{Path(natscli).parent}{os.pathsep}{env['PATH']}"
     done = subprocess.run(  # noqa: ASYNC221 - a short CLI run; nothing else runs meanwhile
@@ -127,6 +172,53 @@ async def test_the_deploy_script_creates_buckets_the_binding_accepts(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     await binds_and_stores(server.url, stream)
+    await leases_work(server.url, stream)
+
+
+async def test_a_missing_lease_bucket_is_refused_with_a_kv_add_line_that_works(
+    server: NatsServer, stream: str, natscli: str, tmp_path: Path
+) -> None:
+    await drop_lease_bucket(server.url, stream)
+    err = await lease_refusal(server.url, stream)
+    bucket = lease_bucket_name(stream)
+    assert f"bucket {bucket} does not exist" in err.message
+    assert "journald never creates it" in err.message
+    fixes = printed_commands(err.message)
+    assert fixes == [
+        f"nats --server {server.url} kv add {bucket} --storage file --replicas 1 --history 1 "
+        "--marker-ttl 1s"
+    ]
+    run_all(fixes, natscli, tmp_path / "home")
+    await leases_work(server.url, stream)
+
+
+async def test_a_lease_bucket_without_per_key_ttls_is_refused_with_an_edit_that_works(
+    server: NatsServer, stream: str, natscli: str, tmp_path: Path
+) -> None:
+    await drop_lease_bucket(server.url, stream)
+    bucket = lease_bucket_name(stream)
+    nc = await nats.connect(server.url)
+    try:  # a KV bucket as an older client makes it: no per-message TTLs
+        await nc.jetstream().add_stream(
+            StreamConfig(
+                name=kv_stream(bucket),
+                subjects=[f"$KV.{bucket}.>"],
+                max_msgs_per_subject=1,
+                allow_rollup_hdrs=True,
+                deny_delete=True,
+                allow_direct=True,
+                storage=StorageType.FILE,
+                discard=DiscardPolicy.NEW,
+            )
+        )
+    finally:
+        await nc.close()
+    err = await lease_refusal(server.url, stream)
+    assert "per-key TTLs are off" in err.message
+    fixes = printed_commands(err.message)
+    assert fixes == [f"nats --server {server.url} kv edit {bucket} --marker-ttl=1s"]
+    run_all(fixes, natscli, tmp_path / "home")
+    await leases_work(server.url, stream)
 
 
 async def test_a_bucket_whose_objects_expire_is_refused_with_an_edit_that_works(
