@@ -179,3 +179,114 @@ def test_a_watch_through_one_host_sees_the_records_and_checkpoints_made_through_
                 f"\ncross-host tail delay over {len(delays)} records: median "
                 f"{statistics.median(delays) * 1000:.1f} ms, max {max(delays) * 1000:.1f} ms"
             )
+
+
+class Schedule:
+    """Two daemons, one run, one client per daemon: the steps of a schedule, checking after
+    each that at most one lease on the run is live and that no seq is acknowledged twice."""
+
+    def __init__(self, hosts: dict[str, Daemon]) -> None:
+        self.hosts = hosts
+        self.clients: dict[str, jc.Client] = {}
+        self.holders: dict[str, jc.Run] = {}
+        self.acked: dict[int, tuple[str, str]] = {}  # seq -> (hash, the host that acked it)
+        self.log: list[str] = []
+
+    def client(self, host: str) -> jc.Client:
+        if host not in self.clients:
+            sock = str(self.hosts[host].socket)
+            self.clients[host] = jc.connect(sock, name=f"agent-{host}", reconnect_timeout=0)
+        return self.clients[host]
+
+    def open(self, host: str, wait_s: float = 0.0) -> bool:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                run = self.client(host).open("sched", FP, "go")
+            except jc.Locked:
+                if time.monotonic() >= deadline:
+                    self.log.append(f"open {host}: locked")
+                    return False
+                time.sleep(0.05)
+                continue
+            live = [h for h, r in self.holders.items() if r.lease_ended is None]
+            assert not live, f"{host} was granted the run while {live} hold it: {self.log}"
+            self.holders[host] = run
+            self.log.append(f"open {host}: granted")
+            return True
+
+    def append(self, host: str, text: str) -> None:
+        run = self.holders.get(host)
+        if run is None:
+            return
+        try:
+            ack = run.user(text)
+        except jc.JournaldError as exc:
+            self.log.append(f"append {host}: {exc.code}")
+            return
+        assert ack.seq not in self.acked, f"seq {ack.seq} acknowledged twice: {self.log}"
+        self.acked[ack.seq] = (ack.hash, host)
+        self.log.append(f"append {host}: seq {ack.seq}")
+
+    def release(self, host: str) -> None:
+        run = self.holders.pop(host, None)
+        if run is not None:
+            run.close()
+            self.log.append(f"release {host}")
+
+    def kill(self, host: str) -> None:
+        self.hosts[host].kill9()
+        self.holders.pop(host, None)  # its leases died with it
+        client = self.clients.pop(host, None)
+        if client is not None:
+            client.close()
+        self.log.append(f"kill -9 {host}")
+
+    def restart(self, host: str) -> None:
+        self.hosts[host].start()
+        self.log.append(f"restart {host}")
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def test_a_schedule_of_opens_appends_kills_and_restarts_never_has_two_holders(
+    tmp_path: Path,
+) -> None:
+    url, stream, _ = asyncio.run(fresh_stream())
+    host_a, host_b = two_hosts(tmp_path, url, stream, "--lease-ttl", "1.5")
+    takeover_s = 15.0  # the bound waited for, far above the lease TTL
+    with host_a, host_b:
+        s = Schedule({"a": host_a, "b": host_b})
+        try:
+            assert s.open("a")
+            s.append("a", "1")
+            assert not s.open("b")  # held through a
+            s.append("a", "2")
+            s.kill("a")
+            s.open("b")  # refused or granted: only a live holder matters
+            assert s.open("b", wait_s=takeover_s)
+            s.append("b", "3")
+            s.restart("a")
+            assert not s.open("a")
+            s.append("b", "4")
+            s.release("b")
+            assert s.open("a")
+            s.append("a", "5")
+            s.kill("b")
+            s.restart("b")
+            assert not s.open("b")
+            s.append("a", "6")
+            s.kill("a")
+            assert s.open("b", wait_s=takeover_s)
+            s.append("b", "7")
+            s.restart("a")
+            s.open("a")
+            s.append("b", "8")
+            stored = {r.seq: r.hash for r in s.client("b").load("sched")}
+        finally:
+            s.close()
+    assert sorted(s.acked) == list(range(2, 10)), s.log
+    for seq, (digest, host) in s.acked.items():
+        assert stored[seq] == digest, f"seq {seq} acked by {host} is not what is stored: {s.log}"
