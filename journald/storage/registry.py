@@ -16,8 +16,10 @@ for a factory module ``tests/storage/backend_NAME.py``).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from journald.core.errors import BackendUnavailable, InvalidArgumentError
@@ -27,6 +29,8 @@ from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpoin
 from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.io_pool import DEFAULT_IO_THREADS
 from journald.storage.jetstream_options import NatsOptions
+
+log = logging.getLogger("journald.storage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +75,36 @@ class OpenedBackend:
     leases: HostLeases | None = None
     """Who holds each run across hosts, when runs are shared between daemons (JetStream):
     a daemon starts it (``start``) before it serves."""
+    sweep: Callable[[], Awaitable[int]] | None = None
+    """Reclaims what crashed writes left behind (JetStream: orphan object chunks); a daemon
+    runs it once in the background at start-up."""
+    _background: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def start(self) -> None:
-        """What the backend runs while a daemon serves it (the cross-host lease renewals)."""
+        """What the backend runs while a daemon serves it (the cross-host lease renewals, the
+        start-up sweep)."""
         start = getattr(self.leases, "start", None)
         if start is not None:
             await start()
+        if self.sweep is not None:
+            self._background.append(asyncio.get_running_loop().create_task(self._swept()))
+
+    async def _swept(self) -> None:
+        assert self.sweep is not None
+        try:
+            swept = await self.sweep()
+        except Exception as exc:  # a sweep only reclaims space: the next start tries again
+            log.warning("the start-up sweep of orphan chunks failed: %s", exc)
+            return
+        log.log(
+            logging.WARNING if swept else logging.INFO,
+            "start-up sweep: purged the chunks of %d write(s) that never got their meta",
+            swept,
+        )
 
     async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
         close = getattr(self.leases, "close", None)
         if close is not None:
             await close()
@@ -165,7 +191,7 @@ async def _open_jetstream(opts: BackendOptions) -> OpenedBackend:
     like the stream: refused when missing or unsafe, except for a read-only source (a
     ``migrate`` from a stream without buckets: its runs have no side data)."""
     from journald.storage.jetstream import JetStreamStore
-    from journald.storage.jetstream_checkpoints import bind_run_stores
+    from journald.storage.jetstream_checkpoints import bind_run_stores, sweep_orphan_chunks
     from journald.storage.jetstream_leases import JetStreamLeases, bind_lease_bucket
 
     records = await JetStreamStore.connect(
@@ -202,6 +228,7 @@ async def _open_jetstream(opts: BackendOptions) -> OpenedBackend:
         cps if cps is not None else MemoryCheckpointStore(),
         blobs if blobs is not None else MemoryAttachmentStore(),
         leases,
+        sweep=lambda: sweep_orphan_chunks((cps, blobs)),
     )
 
 

@@ -29,7 +29,7 @@ from journald.storage.jetstream_buckets import (
     BucketConfigError,
     bucket_name,
 )
-from journald.storage.jetstream_checkpoints import bind_run_stores
+from journald.storage.jetstream_checkpoints import bind_run_stores, sweep_orphan_chunks
 from journald.storage.jetstream_config import Cli
 from journald.storage.jetstream_leases import (
     JetStreamLeases,
@@ -291,5 +291,56 @@ async def test_nothing_of_a_refused_write_stays_in_the_bucket(
             await cps.put(clash)
         after = (await nc.jsm().stream_info(stream_of(f"{stream}_CHECKPOINTS"))).state.messages
         assert after == before
+    finally:
+        await store.close()
+
+
+async def test_listing_a_runs_checkpoints_reads_its_index_not_every_name_in_the_bucket(
+    server: NatsServer, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await JetStreamStore.connect(server.url, stream)
+    try:
+        cps, _ = await bind_run_stores(store, Cli(server.url))
+        assert cps is not None
+        for other in range(5):
+            await cps.put(checkpoint(f"other-{other}"))
+        mine = [checkpoint("indexed") for _ in range(3)]
+        for cp in mine:
+            await cps.put(cp)
+        assert await cps.delete("indexed", mine[1].checkpoint_id)
+
+        def no_scan(prefix: str = "") -> list[str]:
+            raise AssertionError("listing one run read every object name of the bucket")
+
+        monkeypatch.setattr(cps.bucket, "names", no_scan)
+        listed = [m.checkpoint_id for m in await cps.list("indexed")]
+        assert listed == [mine[0].checkpoint_id, mine[2].checkpoint_id]
+    finally:
+        await store.close()
+
+
+async def test_chunks_a_crashed_write_left_without_a_meta_are_swept_and_live_objects_kept(
+    server: NatsServer, stream: str
+) -> None:
+    store = await JetStreamStore.connect(server.url, stream)
+    try:
+        cps, blobs = await bind_run_stores(store, Cli(server.url))
+        assert cps is not None
+        assert blobs is not None
+        kept = checkpoint("swept-run")
+        await cps.put(kept)
+        digest, _ = await blobs.put("swept-run", b"attached bytes" * 20_000)  # 3 chunks
+        bucket = bucket_name(stream, CHECKPOINTS)
+        js = store.connection.jetstream()
+        for n in range(3):  # a writer killed after its chunks, before its meta
+            await js.publish(f"$O.{bucket}.C.crashedwrite", b"x" * 1000, headers={"n": str(n)})
+        info = await store.connection.jsm().stream_info(stream_of(bucket))
+        assert await sweep_orphan_chunks((cps, blobs)) == 0  # too young: may be in progress
+        assert await cps.bucket.sweep_orphans(min_age_s=0) == 1
+        after = await store.connection.jsm().stream_info(stream_of(bucket))
+        assert after.state.messages == info.state.messages - 3
+        assert await blobs.bucket.sweep_orphans(min_age_s=0) == 0
+        assert (await cps.get("swept-run", kept.checkpoint_id)).messages == kept.messages
+        assert await blobs.get("swept-run", digest) == b"attached bytes" * 20_000
     finally:
         await store.close()
