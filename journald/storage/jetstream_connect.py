@@ -42,6 +42,8 @@ from journald.storage.jetstream_options import NatsOptions
 T = TypeVar("T")
 log = logging.getLogger("journald.storage")
 MIN_SERVER = (2, 11, 0)
+JS_TEMPORARILY_UNAVAILABLE = 10008
+"""``JetStream system temporarily unavailable``: what a request gets while leaders are elected."""
 CONNECT_SLACK_S = 5.0
 _AUTH_WORDS = ("authorization violation", "authentication", "user authentication expired")
 
@@ -173,7 +175,12 @@ async def answered(what: str, where: str, op: Callable[[], Awaitable[T]], wait_s
     told = False
     while True:
         try:
-            return await op()
+            try:
+                return await op()
+            except nats.js.errors.ServiceUnavailableError as exc:
+                if getattr(exc, "err_code", None) != JS_TEMPORARILY_UNAVAILABLE:
+                    raise
+                raise TimeoutError(str(exc)) from exc  # mid-election: no leader to answer
         except (TimeoutError, nats.errors.TimeoutError) as exc:
             if time.monotonic() + delay > deadline:
                 raise no_answer(where, what, exc) from exc
