@@ -183,11 +183,11 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--lease-ttl",
-        type=float,
-        default=3.0,
+        type=_positive,
+        default=3,
         metavar="SECONDS",
         help="jetstream: a daemon that dies holding runs blocks them on other hosts for at most "
-        "this long after its last renewal (renewed every third of it; default 3, at least 1)",
+        "this many seconds after its last renewal (renewed every third of it; default 3)",
     )
     p.add_argument(
         "--nats-leader-wait",
@@ -232,7 +232,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         checkpoint_max=args.checkpoint_max,
         io_threads=args.io_threads,
         blocking_threads=args.blocking_threads,
-        lease_ttl_s=max(args.lease_ttl, 1.0),
+        lease_ttl_s=float(args.lease_ttl),
         leader_wait_s=max(args.nats_leader_wait, 0.0),
     )
     return run(cfg)

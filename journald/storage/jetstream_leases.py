@@ -29,7 +29,8 @@ stays underneath: a write already in flight when the holder lost its lease canno
 interleave with the next holder's.
 
 A dead daemon therefore blocks its runs for at most ``ttl`` seconds after its last renewal
-(3 s by default, ``serve --lease-ttl``); a daemon that stops cleanly deletes its entries and
+(3 s by default, ``serve --lease-ttl``, whole seconds: the server keeps a per-message TTL
+to the second, cutting off any fraction); a daemon that stops cleanly deletes its entries and
 its key at once.
 """
 
@@ -39,6 +40,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import shlex
@@ -202,7 +204,8 @@ class JetStreamLeases:
         self.bucket = bucket
         self.stream = kv_stream(bucket)
         self.writer = store.writer
-        self.ttl_s = max(ttl_s, MIN_LEASE_TTL_S)
+        # whole seconds: the server truncates a per-message TTL to them (1500ms lives 1 s)
+        self.ttl_s = float(max(math.ceil(ttl_s), MIN_LEASE_TTL_S))
         self.renew_s = self.ttl_s / 3
         self.margin_s = min(0.5, self.ttl_s / 4)
         self.instance = secrets.token_hex(8)
@@ -287,7 +290,7 @@ class JetStreamLeases:
     async def _beat(self) -> None:
         sent = time.monotonic()
         doc = {"writer": self.writer, "host": socket.gethostname(), "pid": os.getpid()}
-        ttl = f"{max(1, round(self.ttl_s * 1000))}ms"
+        ttl = f"{int(self.ttl_s)}s"
 
         async def op() -> Any:
             return await self._js.publish(
@@ -319,25 +322,29 @@ class JetStreamLeases:
         while True:
             await asyncio.sleep(self.renew_s if self.valid() else min(0.2, self.renew_s))
             try:
-                await self._beat()
-            except Exception as exc:  # retried until it lands; writes stop meanwhile
-                log.warning(
-                    "lease bucket %s: renewing this daemon's key failed: %s", self.bucket, exc
-                )
-            if not self.valid() and not self._expired_told and self._held:
-                self._expired_told = True
-                lost = list(self._held)
-                log.error(
-                    "lease bucket %s: this daemon's key was not renewed for %gs; ending its "
-                    "%d lease(s): another host may take those runs now",
-                    self.bucket,
-                    self.ttl_s,
-                    len(lost),
-                )
-                self._tell_lost(lost)
-            for run_id, revision in list(self._unreleased.items()):
-                if await self._delete_entry(run_id, revision):
-                    self._unreleased.pop(run_id, None)
+                await self._renew_once()
+            except Exception:  # the loop outlives any one failure: writes stop meanwhile
+                log.exception("lease bucket %s: the renewal loop failed; retrying", self.bucket)
+
+    async def _renew_once(self) -> None:
+        try:
+            await self._beat()
+        except (BackendUnavailable, nats.js.errors.APIError) as exc:
+            log.warning("lease bucket %s: renewing this daemon's key failed: %s", self.bucket, exc)
+        if not self.valid() and not self._expired_told and self._held:
+            self._expired_told = True
+            lost = list(self._held)
+            log.error(
+                "lease bucket %s: this daemon's key was not renewed for %gs; ending its %d "
+                "lease(s): another host may take those runs now",
+                self.bucket,
+                self.ttl_s,
+                len(lost),
+            )
+            self._tell_lost(lost)
+        for run_id, revision in list(self._unreleased.items()):
+            if await self._delete_entry(run_id, revision):
+                self._unreleased.pop(run_id, None)
 
     def _tell_lost(self, runs: list[str]) -> None:
         if self.on_lost is not None:

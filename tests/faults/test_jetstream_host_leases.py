@@ -91,8 +91,8 @@ def test_a_host_killed_holding_a_run_frees_it_for_another_only_after_its_lease_t
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, stream, _ = asyncio.run(fresh_stream())
-    ttl_s = 4.0
-    host_a, host_b = two_hosts(tmp_path, url, stream, "--lease-ttl", str(ttl_s))
+    ttl_s = 3  # the default
+    host_a, host_b = two_hosts(tmp_path, url, stream)
     with host_a, host_b:
         client_a = jc.connect(str(host_a.socket), name="agent-a", reconnect_timeout=0)
         run = client_a.start("orphan", FP, "hello")
@@ -255,7 +255,7 @@ def test_a_schedule_of_opens_appends_kills_and_restarts_never_has_two_holders(
     tmp_path: Path,
 ) -> None:
     url, stream, _ = asyncio.run(fresh_stream())
-    host_a, host_b = two_hosts(tmp_path, url, stream, "--lease-ttl", "1.5")
+    host_a, host_b = two_hosts(tmp_path, url, stream, "--lease-ttl", "2")
     takeover_s = 15.0  # the bound waited for, far above the lease TTL
     with host_a, host_b:
         s = Schedule({"a": host_a, "b": host_b})
