@@ -71,6 +71,8 @@ HDR_TTL = "Nats-TTL"
 HDR_OPERATION = "KV-Operation"
 HDR_MARKER = "Nats-Marker-Reason"
 ACQUIRE_ATTEMPTS = 5
+MARKER_TTL = "60s"
+"""How long the delete marker of a released entry or a stopped daemon's key is kept."""
 log = logging.getLogger("journald.leases")
 
 
@@ -434,7 +436,8 @@ class JetStreamLeases:
                 self._run_key(run_id),
                 b"",
                 stream=self.stream,
-                headers={HDR_EXPECT: str(revision), HDR_OPERATION: "DEL"},
+                # the marker expires too: a bucket of many runs keeps no marker per run
+                headers={HDR_EXPECT: str(revision), HDR_OPERATION: "DEL", HDR_TTL: MARKER_TTL},
             )
 
         try:
@@ -505,6 +508,6 @@ class JetStreamLeases:
                 self._daemon_key(self.instance),
                 b"",
                 stream=self.stream,
-                headers={HDR_OPERATION: "DEL"},
+                headers={HDR_OPERATION: "DEL", HDR_TTL: MARKER_TTL},
             )
         self._deadline = 0.0

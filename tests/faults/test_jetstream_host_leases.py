@@ -2,8 +2,8 @@
 nats-server, each a real process killed -9 by its pid (docs/design.md#leases-across-hosts).
 
 * A run held through daemon A is refused ``locked`` at Open through daemon B, naming A's client,
-  pid, host, since and A's writer name; compact, restore, checkpoint, fork of the head and
-  delete through B are refused the same way and change nothing.
+  pid, host, since and A's writer name; compact, restore, checkpoint, fork of the head,
+  delete and recover through B are refused the same way and change nothing.
 * A killed -9 holding the run: B's Open is refused until A's key expires, then granted (the
   delay is printed); A restarted while B holds it is refused at Open, naming B.
 * A Watch through B sees what is appended through A.
@@ -70,6 +70,7 @@ def test_a_run_held_through_one_host_is_refused_at_open_and_for_changes_through_
                 "restore": lambda: client_b.restore("held", mark.checkpoint_id),
                 "fork of the head": lambda: client_b.fork("held", new_run_id="copy"),
                 "delete": lambda: client_b.delete("held"),
+                "recover": lambda: client_b.recover("held"),
             }
             for what, attempt in attempts.items():
                 with pytest.raises(jc.Locked) as refused:
