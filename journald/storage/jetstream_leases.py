@@ -232,16 +232,28 @@ class JetStreamLeases:
         return self._subject(f"daemon.{instance}")
 
     async def _call(self, what: str, op: Callable[[], Awaitable[Any]]) -> Any:
-        try:
-            return await op()
-        except nats.js.errors.APIError:
-            raise
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
-            raise BackendUnavailable(
-                f"JetStream bucket {self.bucket}: {what} failed ({type(exc).__name__}); check "
-                "the NATS servers and retry",
-                metadata={"bucket": self.bucket},
-            ) from exc
+        """``op()``, retried for up to a renewal period while NATS does not answer or is
+        electing a leader; then ``BackendUnavailable`` (an ``APIError`` with an answer, such
+        as a compare-and-set refused, is the caller's to read)."""
+        deadline = time.monotonic() + self.renew_s
+        delay = 0.05
+        while True:
+            try:
+                return await op()
+            except nats.js.errors.ServiceUnavailableError as exc:
+                failure: BaseException = exc
+            except nats.js.errors.APIError:
+                raise
+            except (TimeoutError, nats.errors.Error, OSError) as exc:
+                failure = exc
+            if time.monotonic() + delay > deadline or self._nc.is_closed:
+                raise BackendUnavailable(
+                    f"JetStream bucket {self.bucket}: {what} failed ({type(failure).__name__}); "
+                    "check the NATS servers and retry",
+                    metadata={"bucket": self.bucket},
+                ) from failure
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     async def _last(self, subject: str) -> tuple[int, dict[str, str], bytes] | None:
         """The key's last message, None when absent or a delete/expiry marker."""
@@ -309,8 +321,17 @@ class JetStreamLeases:
     async def start(self) -> None:
         """Publish this daemon's key (refused with ``BackendUnavailable`` when the bucket does
         not take it), keep renewing it, and fence every write of the store on it."""
+        deadline = time.monotonic() + self._store.leader_wait_s
         try:
-            await self._beat()
+            while True:
+                try:
+                    await self._beat()
+                    break
+                except BackendUnavailable as exc:  # the bucket's leader is being elected
+                    if time.monotonic() + 0.5 > deadline:
+                        raise
+                    log.warning("%s; waiting for the bucket to have a leader", exc.message)
+                    await asyncio.sleep(0.5)
         except nats.js.errors.APIError as exc:
             raise BackendUnavailable(
                 f"JetStream bucket {self.bucket} refused this daemon's key: {exc}; check that "
