@@ -149,6 +149,7 @@ from journald import failpoints
 from journald.clock import utc_ts
 from journald.core.errors import (
     InvalidRecord,
+    JournaldError,
     Locked,
     SessionExists,
     SessionNotFound,
@@ -163,6 +164,7 @@ from journald.storage.base import (
     RunInfo,
     VerifyReport,
 )
+from journald.storage.file_errors import data_dir_gone, disk_error, vanished
 from journald.storage.file_journal import (
     FileJournal,
     OpenState,
@@ -192,7 +194,6 @@ from journald.storage.segments import (
     SegmentInfo,
     atomic_write,
     corrupted,
-    fds_exhausted,
     file_lines,
     fsync_dir,
     read_manifest,
@@ -250,13 +251,25 @@ class FileStore(FileReads, FileMaintenance):
 
     # -- damage is logged --------------------------------------------------------------------
 
-    async def _checked(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on a worker thread; a ``StoreCorrupted`` it raises is logged."""
+    async def _checked(
+        self, fn: Callable[..., T], *args: Any, run_id: str = "", action: str = ""
+    ) -> T:
+        """``fn(*args)`` on a worker thread, the one way every call of the store reaches the
+        disk: a ``StoreCorrupted`` it raises is logged, an ``OSError`` becomes the journald
+        error of ``file_errors.disk_error`` (``action``: what the call was doing)."""
         try:
             return await asyncio.to_thread(fn, *args)
         except StoreCorrupted as exc:
             self._log_corrupted(exc)
             raise
+        except OSError as exc:
+            err = self.disk_error(exc, run_id, action)
+            if isinstance(err, StoreCorrupted):
+                self._log_corrupted(err)
+            raise err from exc
+
+    def disk_error(self, exc: OSError, run_id: str = "", action: str = "") -> JournaldError:
+        return disk_error(exc, root=self.sessions_dir, run_id=run_id, action=action)
 
     def _log_corrupted(self, exc: StoreCorrupted) -> None:
         """Log a run's damage at ERROR the first time this store meets it (run, file, line,
@@ -292,7 +305,9 @@ class FileStore(FileReads, FileMaintenance):
         if self._open.get(run_id) is journal:
             del self._open[run_id]
 
-    def _not_found(self, run_id: str) -> SessionNotFound:
+    def _not_found(self, run_id: str) -> JournaldError:
+        if data_dir_gone(self.sessions_dir):
+            return vanished(self.sessions_dir, run_id)
         return SessionNotFound(
             f"run {run_id} does not exist in {self.sessions_dir}; list runs with `journald ls`",
             metadata={"run_id": run_id},
@@ -480,17 +495,20 @@ class FileStore(FileReads, FileMaintenance):
                 raise
             return lock, OpenState(Manifest(), 0, SegmentStats(), 0, GENESIS, None)
 
-        try:
-            lock, st = await asyncio.to_thread(prepare)
+        def start() -> FileJournal:
+            lock, st = prepare()
             try:
-                journal = FileJournal(self, run_id, lock, st, first=True)
+                return FileJournal(self, run_id, lock, st, first=True)
             except BaseException:
                 os.close(lock)
                 raise
-        except OSError as exc:
-            if made:  # the run is not there yet: nothing of it stays
-                unmake_run_dir(run_dir)
-            raise fds_exhausted(exc, run_id) or exc from exc
+
+        try:
+            journal = await self._checked(start, run_id=run_id, action="creating the run")
+        except JournaldError as exc:
+            if made and isinstance(exc.__cause__, OSError):  # nothing of the run stays
+                await asyncio.to_thread(unmake_run_dir, run_dir)
+            raise
         self._open[run_id] = journal
         try:
             await journal.append([meta])
@@ -517,51 +535,58 @@ class FileStore(FileReads, FileMaintenance):
 
     async def open(self, run_id: str) -> FileJournal:
         run_dir = self.run_dir(run_id)
-        try:
-            lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
+
+        def start() -> FileJournal:
+            lock = self._lock_existing(run_id, run_dir)
             try:
-                st = await self._checked(self._open_state, run_id, run_dir)
+                st = self._open_state(run_id, run_dir)
                 if st.last_seq == 0:
                     raise self._not_found(run_id)
-                journal = FileJournal(self, run_id, lock, st, first=False)
+                return FileJournal(self, run_id, lock, st, first=False)
             except BaseException:
                 os.close(lock)
                 raise
-        except OSError as exc:
-            raise fds_exhausted(exc, run_id) or exc from exc
+
+        journal = await self._checked(start, run_id=run_id, action="opening the run")
         self._open[run_id] = journal
         return journal
 
     async def exists(self, run_id: str) -> bool:
         run_dir = self.run_dir(run_id)
-        return await asyncio.to_thread(self._has_records, run_dir)
+        return await self._checked(self._has_records, run_dir, run_id=run_id)
 
     async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
-        for rec in await self._checked(self._read_records, run_id, from_seq):
+        for rec in await self.load(run_id, from_seq):
             yield rec
 
     async def load(self, run_id: str, from_seq: int = 1) -> Records:
-        return await self._checked(self._read_records, run_id, from_seq)
+        return await self._checked(
+            self._read_records, run_id, from_seq, run_id=run_id, action="reading the run"
+        )
 
     async def info(self, run_id: str) -> RunInfo:
-        return await self._checked(self._info, run_id)
+        return await self._checked(self._info, run_id, run_id=run_id, action="reading the run")
 
     async def list(self) -> list[RunInfo]:
-        return await asyncio.to_thread(self._list)
+        return await self._checked(self._list, action="listing the runs")
 
     async def delete(self, run_id: str) -> bool:
         run_dir = self.run_dir(run_id)
-        return await asyncio.to_thread(self._delete, run_id, run_dir)
+        return await self._checked(
+            self._delete, run_id, run_dir, run_id=run_id, action="deleting the run"
+        )
 
     async def verify(self, run_id: str) -> VerifyReport:
-        return await self._checked(self._verify, run_id)
+        return await self._checked(self._verify, run_id, run_id=run_id, action="verifying the run")
 
     async def segments(self, run_id: str) -> Segments:
         """The sealed segments of a run, oldest first (seq range, record and message counts,
         bytes, first/last hash), from its manifest; empty for a single-volume run. History
         paging walks this from the tail to pick ``from_seq`` without reading old segments."""
         run_dir = self.run_dir(run_id)
-        m = await self._checked(read_manifest, run_dir, run_id)
+        m = await self._checked(
+            read_manifest, run_dir, run_id, run_id=run_id, action="reading the run's manifest"
+        )
         if m is None or m.pending:
             if not await self.exists(run_id):
                 raise self._not_found(run_id)
@@ -578,6 +603,10 @@ class FileStore(FileReads, FileMaintenance):
     # -- reads -----------------------------------------------------------------------------
 
     def _delete(self, run_id: str, run_dir: str) -> bool:
+        if data_dir_gone(self.sessions_dir):
+            raise vanished(self.sessions_dir, run_id)
+        if os.path.islink(run_dir):
+            return self._delete_link(run_id, run_dir)
         if not os.path.isdir(run_dir):
             return False
         lock = self._lock(run_id, run_dir)
@@ -588,4 +617,24 @@ class FileStore(FileReads, FileMaintenance):
         finally:
             os.close(lock)
         shutil.rmtree(trash, ignore_errors=True)
+        return True
+
+    def _delete_link(self, run_id: str, run_dir: str) -> bool:
+        """Delete a run whose directory is a symbolic link: the link alone goes. Delete never
+        reaches outside the data directory, so what the link points to stays as it was."""
+        if run_id in self._open:
+            raise Locked(
+                f"run {run_id} is open for append in this daemon; end that lease first",
+                metadata={"run_id": run_id},
+            )
+        target = os.readlink(run_dir)
+        os.unlink(run_dir)
+        fsync_dir(self.sessions_dir)
+        log.warning(
+            "run %s: its directory was a symbolic link to %s; the link was removed and the "
+            "files it points to were left untouched (remove them yourself if they are not "
+            "needed)",
+            run_id,
+            target,
+        )
         return True

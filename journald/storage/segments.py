@@ -8,18 +8,16 @@ checker that names the damaged seq) plus the small durable-write helpers.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
-import resource
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from journald import failpoints
-from journald.core.errors import BackendUnavailable, JournaldError, StorageFull, StoreCorrupted
+from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex
 from journald.storage.verify import record_problem
 
@@ -82,54 +80,6 @@ def atomic_write(
         failpoints.hit(renamed_failpoint)
     if sync:
         fsync_dir(directory)
-
-
-def storage_error(
-    exc: OSError, run_id: str, where: str, seq: int, retry: str = ""
-) -> JournaldError:
-    """Map an OS error of a write to the journald error the caller sees (``retry``: what to
-    retry once the disk is fixed; the append at ``seq`` by default)."""
-    name = errno.errorcode.get(exc.errno or 0, "EIO")
-    meta: dict[str, object] = {"run_id": run_id, "errno": name, "path": where}
-    if seq:
-        meta["seq"] = seq
-    retry = retry or f"the append at seq {seq}"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageFull(
-            f"run {run_id}: the disk holding {where} is full ({name}); nothing was written. "
-            f"Free space, then retry {retry}",
-            metadata=meta,
-        )
-    return BackendUnavailable(
-        f"run {run_id}: writing {where} failed ({name}: {exc.strerror}); nothing was "
-        f"acknowledged. Check the disk, then retry {retry}",
-        metadata=meta,
-    )
-
-
-def fds_exhausted(exc: OSError, run_id: str) -> BackendUnavailable | None:
-    """The error an open that ran out of file descriptors answers (None for any other
-    error): which limit was reached and how to get under it."""
-    if exc.errno == errno.EMFILE:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        what = f"its limit of {soft} open files (RLIMIT_NOFILE; hard limit {hard})"
-        fix = "raise the daemon's limit (LimitNOFILE= in its systemd unit, or `ulimit -n`"
-        fix += " before `journald serve`) and restart it"
-    elif exc.errno == errno.ENFILE:
-        soft = -1
-        what = "the system's limit of open files (fs.file-max)"
-        fix = "raise fs.file-max or stop what else holds files on this host"
-    else:
-        return None
-    return BackendUnavailable(
-        f"run {run_id}: cannot open the run: the daemon has reached {what}; every open "
-        f"lease holds two. Nothing was opened or changed. End leases that are idle, or {fix}",
-        metadata={
-            "run_id": run_id,
-            "errno": errno.errorcode[exc.errno],
-            **({"limit": str(soft)} if soft >= 0 else {}),
-        },
-    )
 
 
 def unmake_run_dir(run_dir: str) -> None:
