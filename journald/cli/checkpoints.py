@@ -164,7 +164,9 @@ def _run_fork(ctx: Context, args: argparse.Namespace) -> int:
 def _add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id")
     p.add_argument("checkpoint", help="checkpoint id")
-    p.add_argument("-o", "--output", type=Path, help="write to this file, mode 0600 (default: stdout)")
+    p.add_argument(
+        "-o", "--output", type=Path, help="write to this file, mode 0600 (default: stdout)"
+    )
 
 
 def _run_export(ctx: Context, args: argparse.Namespace) -> int:

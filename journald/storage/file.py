@@ -187,12 +187,14 @@ from journald.storage.segments import (
     LOCK,
     MANIFEST,
     META_CACHE,
+    RUN_FORMAT,
     SEGMENTS,
     STAGED,
     Line,
     Manifest,
     SegmentInfo,
     atomic_write,
+    check_format,
     corrupted,
     file_lines,
     fsync_dir,
@@ -341,6 +343,7 @@ class FileStore(FileReads, FileMaintenance):
     def _lock_existing(self, run_id: str, run_dir: str, outside: str = "") -> int:
         if not os.path.isdir(run_dir):
             raise self._not_found(run_id)
+        check_format(run_dir, run_id)  # a newer journald's run: refused before the lock file
         real = os.path.realpath(run_dir)
         if outside and os.path.commonpath([os.path.realpath(outside), real]) == real:
             raise ValueError(f"the quarantine directory {outside} must be outside the run {real}")
@@ -361,7 +364,7 @@ class FileStore(FileReads, FileMaintenance):
         staged = os.path.join(run_dir, STAGED)
         if os.path.exists(staged):
             os.unlink(staged)  # an uncommitted prune/recovery: roll back
-        m = m or Manifest()
+        m = m or Manifest(run_format=1)  # no manifest: a run from before format identity
         seg_dir = os.path.join(run_dir, SEGMENTS)
         on_disk = sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else []
         listed = {s.file for s in m.segments}
@@ -448,6 +451,11 @@ class FileStore(FileReads, FileMaintenance):
             meta = self._first_record(run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file))
         elif tail.first is not None and tail.first.seq == 1:
             meta = tail.first
+        if m.run_format < RUN_FORMAT:
+            # the run's format, before this writer's first framed line (a run made before
+            # format identity, or before line framing, that an older journald may also serve)
+            m = Manifest(m.generation + 1, m.segments, m.anchors)
+            write_manifest(run_dir, m)
         return OpenState(m, end, stats, last_seq, last_hash, meta, tail.recent, report)
 
     # -- Store protocol --------------------------------------------------------------------
@@ -486,14 +494,18 @@ class FileStore(FileReads, FileMaintenance):
                     f"run {run_id} already exists; resume it or pick another id",
                     metadata={"run_id": run_id},
                 )
+            m = Manifest(generation=1)
             try:
                 fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
                 os.ftruncate(fd, 0)  # a create that crashed before its meta was durable
                 os.close(fd)
+                # the run's format before its first line; the first write fsyncs the run
+                # directory before it is acknowledged, which makes the rename durable too
+                atomic_write(os.path.join(run_dir, MANIFEST), m.encode(), sync_dir=False)
             except BaseException:
                 os.close(lock)
                 raise
-            return lock, OpenState(Manifest(), 0, SegmentStats(), 0, GENESIS, None)
+            return lock, OpenState(m, 0, SegmentStats(), 0, GENESIS, None)
 
         def start() -> FileJournal:
             lock, st = prepare()
@@ -522,16 +534,22 @@ class FileStore(FileReads, FileMaintenance):
         return journal
 
     def _has_records(self, run_dir: str) -> bool:
-        """Whether the run ever held records: a manifest or a listing cache (written after
-        its first record, see ``listed_last_seq``) or a non-empty journal. A run whose
+        """Whether the run ever held records: a listing cache (written after its first
+        record, see ``listed_last_seq``), a non-empty journal, or a manifest that says more
+        than the run's format (which a create writes before its first record). A run whose
         journal went missing still exists, and reads report the damage."""
-        for name in (MANIFEST, META_CACHE):
-            if os.path.exists(os.path.join(run_dir, name)):
-                return True
+        if os.path.exists(os.path.join(run_dir, META_CACHE)):
+            return True
         try:
-            return os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0
+            if os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0:
+                return True
         except FileNotFoundError:
-            return False
+            pass
+        try:
+            m = read_manifest(run_dir, os.path.basename(run_dir))
+        except JournaldError:
+            return True  # unreadable or of a newer format: there, and reads say why
+        return m is not None and not m.bare
 
     async def open(self, run_id: str) -> FileJournal:
         run_dir = self.run_dir(run_id)

@@ -30,7 +30,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from journald.core.errors import BackendUnavailable, JournaldError, SessionNotFound, StoreCorrupted
+from journald.core.errors import (
+    BackendUnavailable,
+    JournaldError,
+    SessionNotFound,
+    StoreCorrupted,
+    VersionUnsupported,
+)
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, SegmentStats, read_file
@@ -359,6 +365,8 @@ class FileReads:
                 except StoreCorrupted as exc:  # one damaged run does not hide the others
                     self._log_corrupted(exc)
                     cached = corrupted_info(name, exc)
+                except VersionUnsupported as exc:  # a newer journald's run, listed unread
+                    cached = corrupted_info(name, exc)
             out.append(cached)
         return sorted(out, key=lambda i: i.updated, reverse=True)
 
@@ -544,5 +552,5 @@ def _cached_info(run_dir: str) -> RunInfo | None:
         ):
             return None
         return RunInfo(**obj["info"])
-    except (OSError, ValueError, TypeError, KeyError, StoreCorrupted):
+    except (OSError, ValueError, TypeError, KeyError, StoreCorrupted, VersionUnsupported):
         return None
