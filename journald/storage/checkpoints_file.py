@@ -256,6 +256,18 @@ class FileCheckpointStore(RunDirs):
     async def owner(self, checkpoint_id: str) -> str | None:
         return await self._disk("", "the call", self._owner, checkpoint_id)
 
+    def _newest_id(self) -> str | None:
+        ids = []
+        for path in glob.glob(os.path.join(self._pattern, "*" + SUFFIX)):
+            name = os.path.basename(path)
+            if len(name) == 26 + len(SUFFIX):
+                with contextlib.suppress(InvalidCheckpointId):
+                    ids.append(valid_checkpoint_id(name[:26]))
+        return max(ids, default=None)
+
+    async def newest_id(self) -> str | None:
+        return await self._disk("", "the call", self._newest_id)
+
     def _save_mark(self, run_id: str, mark: dict[str, Any], part: str) -> None:
         try:
             d = self._ready_dir(run_id)
