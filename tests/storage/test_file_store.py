@@ -264,7 +264,8 @@ async def test_seals_by_bytes_and_never_when_segmentation_is_off(tmp_path: Path)
     assert (await by_bytes.verify(RUN)).segments > 2
     assert (await off.verify(RUN)).segments == 1
     unsealed = read_manifest(str(tmp_path / "b" / "sessions" / RUN), RUN)
-    assert unsealed is not None and unsealed.segments == []
+    assert unsealed is not None
+    assert unsealed.segments == []
 
 
 async def test_a_run_without_a_manifest_reads_as_a_single_volume(tmp_path: Path) -> None:
