@@ -473,6 +473,8 @@ class FileStore(FileReads, FileMaintenance):
 
         def prepare() -> tuple[int, OpenState]:
             nonlocal made
+            if failpoints.ARMED:
+                failpoints.hit("before_run_create")
             try:
                 os.mkdir(run_dir, DIR_MODE)
                 made = True
@@ -629,6 +631,8 @@ class FileStore(FileReads, FileMaintenance):
             return False
         lock = self._lock(run_id, run_dir)
         try:
+            if failpoints.ARMED:
+                failpoints.hit("before_run_delete")
             trash = os.path.join(self.sessions_dir, f".deleted-{run_id}-{uuid.uuid4().hex[:8]}")
             os.rename(run_dir, trash)
             fsync_dir(self.sessions_dir)

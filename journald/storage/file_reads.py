@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from journald import failpoints
 from journald.core.errors import (
     BackendUnavailable,
     JournaldError,
@@ -347,6 +348,8 @@ class FileReads:
         return run_info_from(run_id, first, last, count, size)
 
     def _list(self) -> Infos:
+        if failpoints.ARMED:
+            failpoints.hit("before_run_list")
         out: Infos = []
         for name in sorted(os.listdir(self.sessions_dir)):
             try:
