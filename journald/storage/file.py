@@ -573,6 +573,8 @@ class FileStore(FileReads, FileMaintenance):
 
     async def exists(self, run_id: str) -> bool:
         run_dir = self.run_dir(run_id)
+        if data_dir_gone(self.sessions_dir):  # not "no such run": there is no data at all
+            raise vanished(self.sessions_dir, run_id)
         return await self._checked(self._has_records, run_dir, run_id=run_id)
 
     async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
