@@ -21,6 +21,7 @@ from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 
 ROOT = Path(__file__).resolve().parents[2]
+EXPORT = [sys.executable, "-m", "journald.cli", "export"]
 
 
 def test_a_data_dir_deleted_under_an_open_lease_acknowledges_nothing(tmp_path: Path) -> None:
@@ -76,22 +77,25 @@ def remount(mnt: Path, mode: str) -> None:
 def use_up(what: str, filler: Path) -> None:
     """Use up the file system's inodes (``inodes``: empty files) or its bytes."""
     filler.mkdir()
+    failed: OSError | None = None
     if what == "inodes":
         for i in range(1000):
             try:
                 (filler / f"f{i}").touch()
             except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-                return
-        raise AssertionError("the inodes never ran out")
-    fd = os.open(filler / "bytes", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 65536)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
+                failed = exc
+                break
+    else:
+        fd = os.open(filler / "bytes", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            for _ in range(1000):
+                os.write(fd, b"\0" * 65536)
+        except OSError as exc:
+            failed = exc
+        finally:
+            os.close(fd)
+    assert failed is not None, f"the {what} never ran out"
+    assert failed.errno == errno.ENOSPC
 
 
 @pytest.mark.slow
@@ -159,10 +163,10 @@ def test_export_writes_a_file_only_its_owner_can_read(tmp_path: Path) -> None:
         fresh, existing = tmp_path / "fresh.json", tmp_path / "existing.json"
         existing.write_bytes(b"old")
         existing.chmod(0o644)
+        socket = ["--socket", str(daemon.socket)]
         for out in (fresh, existing):
             subprocess.run(
-                [sys.executable, "-m", "journald.cli", "export", "exported", cp.checkpoint_id]
-                + ["-o", str(out), "--socket", str(daemon.socket)],
+                [*EXPORT, "exported", cp.checkpoint_id, "-o", str(out), *socket],
                 check=True,
                 capture_output=True,
                 timeout=60,

@@ -6,7 +6,6 @@ checkpoint write and a checkpoint listing (named failpoints), is ``storage_full`
 from __future__ import annotations
 
 import errno
-import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -96,5 +95,5 @@ async def test_a_file_that_is_not_the_kind_it_must_be_is_store_corrupted(tmp_pat
     journal.mkdir()  # EISDIR where the journal belongs
     with pytest.raises(StoreCorrupted, match="EISDIR"):
         await store.open("kept")
-    assert os.path.isdir(journal)
+    assert journal.is_dir()
     await store.close()
