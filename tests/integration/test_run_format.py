@@ -157,15 +157,15 @@ def test_the_release_before_line_framing_refuses_a_run_this_release_appended_to(
         acknowledged = records_of(client, run_id)
         client.close()
     run_dir = data / "sessions" / run_id
-    stamped = json.loads((run_dir / MANIFEST).read_text())["format"]
-    assert stamped == f"journald-manifest/{RUN_FORMAT}"  # before its first framed line
     before = files_of(run_dir, skip=("journal.lock",))
 
     with old_daemon() as old:  # the downgrade
         refused = old_client(pre_framing, old, run_id, "resume")
     assert "acks" not in refused, refused
     assert refused["error"] == "store_corrupted", refused
-    assert "journald-manifest/2" in str(refused["message"])
+    assert f"journald-manifest/{RUN_FORMAT}" in str(refused["message"])
+    stamped = json.loads((run_dir / MANIFEST).read_text())["format"]
+    assert stamped == f"journald-manifest/{RUN_FORMAT}"  # written before the framed line
     # the old release rewrites only its lock file's holder line
     assert files_of(run_dir, skip=("journal.lock",)) == before
 
