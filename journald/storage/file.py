@@ -9,7 +9,7 @@ Layout
         <run_id>/                    0700  run id checked by records.validate_id first
           journal.jsonl              0600  active segment: one framed record per line
           segments/000001.jsonl      0600  sealed segments (immutable once listed)
-          manifest.json              0600  segment list + chain anchors (absent: single volume)
+          manifest.json              0600  run format, segment list, chain anchors
           meta.json                  0600  listing cache (ignored when stale; its last_seq is
                                            a floor: see "Missing records" below)
           journal.lock               0600  flock of the append handle; holds "pid host since"
@@ -33,7 +33,13 @@ later record covers yet. A line without its newline is not a record. Lines writt
 the framing existed (``<canonical JSON> LF``, no tab) are still read: they are "legacy"
 lines, checked by the chain as before and, when last, by the record schema only.
 
-Manifest (``journald-manifest/1``, JSON): ``generation`` (bumped by every write), ``segments``
+Format identity: the manifest's format, ``journald-manifest/N`` with N = ``RUN_FORMAT`` (2,
+framed lines), is the run's format. A create writes it before the meta record and the first
+open for append of an older run (no manifest, or format 1) before its first framed line; a
+run of a higher number is refused (``VersionUnsupported``) before anything is written
+(docs/design.md#format-identity). OS errors: ``file_errors.disk_error``, once, in ``_checked``.
+
+Manifest (``journald-manifest/2``, JSON): ``generation`` (bumped by every write), ``segments``
 (in order: file, first_seq, last_seq, records, messages, bytes, first_hash, last_hash,
 first_prev), ``anchors`` (legitimate chain breaks: after_seq/after_hash → resume_seq/
 resume_prev, reason ``prune`` or ``quarantine``, dropped_from..dropped_to), and ``pending``
