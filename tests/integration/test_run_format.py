@@ -50,6 +50,10 @@ try:
 except jc.JournaldError as exc:
     out["error"] = exc.code
     out["message"] = str(exc)
+try:
+    out["listed"] = [r.run_id for r in client.list()]
+except jc.JournaldError as exc:
+    out["list_error"] = exc.code
 print(json.dumps(out))
 """
 
@@ -164,6 +168,7 @@ def test_the_release_before_line_framing_refuses_a_run_this_release_appended_to(
     assert "acks" not in refused, refused
     assert refused["error"] == "store_corrupted", refused
     assert f"journald-manifest/{RUN_FORMAT}" in str(refused["message"])
+    assert refused["list_error"] == "store_corrupted"  # its listing refuses the run too
     stamped = json.loads((run_dir / MANIFEST).read_text())["format"]
     assert stamped == f"journald-manifest/{RUN_FORMAT}"  # written before the framed line
     # the old release rewrites only its lock file's holder line
