@@ -30,10 +30,11 @@ STAGED = "journal.jsonl.staged"
 BROKEN = "journal.jsonl.broken"
 MANIFEST_PREFIX = "journald-manifest/"
 RUN_FORMAT = 2
-"""The format of the runs this daemon writes (docs/design.md#format-identity): 1, lines
-without a checksum (before line framing); 2, framed lines. It is the number of the run's
-manifest format, written before the run's first framed line; a run of a higher number was
-written by a newer journald and is refused, unchanged."""
+"""The format of the runs this daemon writes (docs/design.md#format-identity): 1, no stamp
+(a run from before format identity: framed lines, or before line framing legacy ones); 2,
+stamped, framed lines. It is the number of the run's manifest format, written before the
+run's first framed line; a run of a higher number was written by a newer journald and is
+refused, unchanged."""
 MANIFEST_FORMAT = f"{MANIFEST_PREFIX}{RUN_FORMAT}"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
