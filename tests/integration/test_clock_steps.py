@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import journald_client as jc
-import pytest
 
 from journald.clock import OFFSET_ENV
 from tests.daemon import Daemon
@@ -46,7 +45,6 @@ def checkpoint_after_restart(tmp_path: Path, offset_s: int, label: str) -> list[
     return [c.label for c in listed]
 
 
-@pytest.mark.slow
 def test_a_clock_step_of_an_hour_either_way_keeps_the_new_checkpoint_and_evicts_the_oldest(
     tmp_path: Path,
 ) -> None:

@@ -98,7 +98,6 @@ def use_up(what: str, filler: Path) -> None:
     assert failed.errno == errno.ENOSPC
 
 
-@pytest.mark.slow
 def test_a_read_only_or_full_disk_is_a_typed_error_on_open_and_delete(
     tmp_path: Path, small_disk: Path
 ) -> None:

@@ -139,7 +139,6 @@ def old_client(tree: Path, daemon: Daemon, run_id: str, mode: str) -> dict[str, 
     return result
 
 
-@pytest.mark.slow
 def test_the_release_before_line_framing_refuses_a_run_this_release_appended_to(
     tmp_path: Path, pre_framing: Path
 ) -> None:
