@@ -282,8 +282,10 @@ class FileMaintenance:
         self, run_id: str, qdir: str, bad: Damaged, report: QuarantineReport
     ) -> None:
         """Copy each damaged line, as stored, to a new directory under ``qdir`` (fsynced)."""
-        out = os.path.join(qdir, f"{run_id}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}")
-        os.makedirs(out, DIR_MODE, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        # a new directory even if the clock stepped back onto an earlier recovery's stamp
+        out = unique_path(os.path.join(qdir, f"{run_id}-{stamp}"))
+        os.makedirs(out, DIR_MODE)
         for i, (ln, seq, reason) in enumerate(bad, 1):
             digest = sha256_hex(ln.raw)
             name = f"{i:04d}-seq{seq}-{digest[:16]}.bad"
