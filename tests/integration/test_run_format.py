@@ -92,7 +92,7 @@ def test_a_run_of_a_newer_format_is_refused_by_name_and_left_unchanged(tmp_path:
         assert err.metadata["supported"] == str(RUN_FORMAT)
         assert f"run format {RUN_FORMAT + 1}" in err.message
         assert f"1 to {RUN_FORMAT}" in err.message
-        for read in (lambda r: list(client.load(r)), client.verify, client.fold):
+        for read in (lambda r: list(client.load(r)), client.verify, client.fold, client.recover):
             with pytest.raises(jc.VersionUnsupported):
                 read("next-release")
         with pytest.raises(jc.SessionExists):  # still there: never created over
