@@ -175,7 +175,11 @@ def _run_export(ctx: Context, args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
-        write_private(args.output, data)
+        try:
+            write_private(args.output, data)
+        except OSError as exc:
+            ctx.note(f"cannot write {args.output} ({exc.strerror}); nothing was exported there")
+            return EXIT_ERROR
         ctx.note(f"wrote {len(data)} bytes to {args.output}")
     return EXIT_OK
 
