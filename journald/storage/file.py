@@ -457,7 +457,7 @@ class FileStore(FileReads, FileMaintenance):
             meta = self._first_record(run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file))
         elif tail.first is not None and tail.first.seq == 1:
             meta = tail.first
-        if m.run_format < RUN_FORMAT:
+        if m.run_format < RUN_FORMAT and last_seq > 0:
             # the run's format, before this writer's first framed line (a run made before
             # format identity, or before line framing, that an older journald may also serve)
             m = Manifest(m.generation + 1, m.segments, m.anchors)
