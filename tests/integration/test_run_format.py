@@ -157,24 +157,32 @@ def test_the_release_before_line_framing_refuses_a_run_this_release_appended_to(
         run = client.resume(run_id, FP)
         assert run.user("written by this release").seq == 5
         run.close()
+        client.start("fresh", FP, "made by this release").close()  # one framed line
         acknowledged = records_of(client, run_id)
         client.close()
     run_dir = data / "sessions" / run_id
     before = files_of(run_dir, skip=("journal.lock",))
+    fresh_before = files_of(data / "sessions" / "fresh", skip=("journal.lock",))
 
     with old_daemon() as old:  # the downgrade
         refused = old_client(pre_framing, old, run_id, "resume")
+        # unstamped, a run of one framed line reads as no run at all to it (its only line
+        # taken for a torn write): listed nowhere, "not found" on resume
+        fresh = old_client(pre_framing, old, "fresh", "resume")
     assert "acks" not in refused, refused
     assert refused["error"] == "store_corrupted", refused
     assert f"journald-manifest/{RUN_FORMAT}" in str(refused["message"])
     assert refused["list_error"] == "store_corrupted"  # its listing refuses the run too
     stamped = json.loads((run_dir / MANIFEST).read_text())["format"]
     assert stamped == f"journald-manifest/{RUN_FORMAT}"  # written before the framed line
+    assert fresh.get("error") == "store_corrupted", fresh
     # the old release rewrites only its lock file's holder line
     assert files_of(run_dir, skip=("journal.lock",)) == before
+    assert files_of(data / "sessions" / "fresh", skip=("journal.lock",)) == fresh_before
 
     with Daemon(tmp_path, "file", data_dir=data) as new:  # and back
         client = jc.Client(str(new.socket), reconnect_timeout=2)
         assert records_of(client, run_id) == acknowledged
         assert client.verify(run_id).last_seq == 5
+        assert client.verify("fresh").last_seq == 1
         client.close()
