@@ -6,6 +6,7 @@ checkpoint write and a checkpoint listing (named failpoints), is ``storage_full`
 from __future__ import annotations
 
 import errno
+import shutil
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from journald.core.errors import BackendUnavailable, StorageFull, StoreCorrupted
 from journald.storage.checkpoint_base import make_checkpoint
 from journald.storage.checkpoints_file import FileCheckpointStore
 from journald.storage.file import FileStore
-from tests.builders import TS, JournalBuilder, text
+from tests.builders import TS, JournalBuilder, text, user_payload
 
 CLASSES = {
     "ENOSPC": StorageFull,
@@ -96,4 +97,17 @@ async def test_a_file_that_is_not_the_kind_it_must_be_is_store_corrupted(tmp_pat
     with pytest.raises(StoreCorrupted, match="EISDIR"):
         await store.open("kept")
     assert journal.is_dir()
+    await store.close()
+
+
+async def test_a_run_deleted_under_its_open_journal_acknowledges_nothing(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "data")
+    b = JournalBuilder("gone")
+    b.add("user", user_payload("after the delete"))
+    journal = await store.create(b.records[0])
+    shutil.rmtree(tmp_path / "data" / "sessions" / "gone")  # by hand, under the lease
+    with pytest.raises(BackendUnavailable, match="was deleted while the run was open"):
+        await journal.append(b.records[1:])
+    assert journal.last_seq == 1
+    await journal.close()
     await store.close()
