@@ -433,7 +433,8 @@ def test_go_and_typescript_pipelined_writers_ack_in_order_and_fail_a_refused_app
     # 16 appends in flight fold like unary ones; the agent pattern; a refused append voids the
     # ones behind it and the writer resyncs; the window blocks (clients/go/pipelined_test.go,
     # clients/ts/test/pipelined.test.ts); a stream cut after the daemon stored an append is
-    # resent and stores every record once (clients/go/relay_test.go, clients/ts/test/relay.test.ts)
+    # resent and stores every record once, whether cut by a bare UNAVAILABLE or a bare INTERNAL
+    # (clients/go/relay_test.go, clients/ts/test/relay.test.ts)
     env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
     go_tests = "|".join(
         [
@@ -442,8 +443,9 @@ def test_go_and_typescript_pipelined_writers_ack_in_order_and_fail_a_refused_app
             "TestARefusedAppendFailsItAndTheAppendsBehindItWhileEarlierOnesStayStored",
             "TestAppendWaitsWhileTheWindowIsFullAndHonoursItsContext",
             "TestAStreamCutAfterTheDaemonStoredAnAppendIsResentAndEveryRecordIsStoredOnce",
+            "TestAStreamCutByABareInternalIsResentAndEveryRecordIsStoredOnce",
             "TestCancellingTheWritersContextFailsItsAppendsInFlightAndTheRunWritesOnAfterClose",
         ]
     )
     ts_tests = ["pipelined.test.js", "relay.test.js"]
-    _client_test(agents, language, go_tests, ts_tests, env, passes=6 if language == "go" else 5)
+    _client_test(agents, language, go_tests, ts_tests, env, passes=7 if language == "go" else 6)
