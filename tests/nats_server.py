@@ -200,9 +200,7 @@ class NatsServer:
     def restart(self) -> None:
         """Start again on the same port and store dir (after ``kill`` or ``stop``)."""
         self.stop()
-        wait_until(
-            lambda: not _port_open(self.port), what=f"port {self.port} to be free", timeout_s=5
-        )
+        wait_until(lambda: not _port_open(self.port), what=f"port {self.port} to be free")
         self.start()
 
 
