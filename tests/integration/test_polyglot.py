@@ -409,6 +409,22 @@ def test_a_go_or_typescript_writer_closes_and_reopens_a_run_ten_times_without_lo
 
 
 @pytest.mark.parametrize("language", ["go", "ts"])
+def test_go_and_typescript_surface_the_field_seq_and_run_of_a_refused_record(
+    agents: dict[str, list[str]], daemon: Daemon, language: str
+) -> None:
+    # a repeated key, a lone surrogate, NaN: invalid_record with field, seq and run_id in the
+    # metadata each client exposes (clients/go/refusals_test.go, clients/ts/test/refusals.test.ts)
+    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    _client_test(
+        agents,
+        language,
+        "TestARefusedRecordCarriesItsFieldSeqAndRunIDAndTheRunWritesOn",
+        "refusals.test.js",
+        env,
+    )
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
 def test_go_and_typescript_fold_and_resume_page_every_message_of_a_run_past_the_window(
     agents: dict[str, list[str]], language: str, tmp_path: Path
 ) -> None:
