@@ -261,8 +261,8 @@ class JournalService:
         lease = self.leases.check(run_id, request.lease_id)
         if not request.records:
             raise InvalidRecord(
-                f"run {run_id}: an append needs at least one record; send the records, or "
-                "nothing at all",
+                f"run {run_id}: an Append with no records writes nothing and is refused; "
+                "send at least one record",
                 metadata={"run_id": run_id, "seq": 0, "field": "records"},
             )
         first_seq = request.records[0].seq
