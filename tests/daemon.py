@@ -15,7 +15,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.waiting import wait_until
 
 JOURNALD = [sys.executable, "-m", "journald.cli"]
-START_TIMEOUT_S = 20.0
+START_TIMEOUT_S = 60.0
+"""How long a daemon may take to serve: a bound on a condition, generous for a machine
+running two test suites at once (an idle start takes about a second)."""
 
 
 class Daemon:
