@@ -32,6 +32,7 @@ class Daemon:
         socket: Path | None = None,
         env: dict[str, str] | None = None,
         nofile: tuple[int, int] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.tmp_path = tmp_path
         self.backend = backend
@@ -42,6 +43,9 @@ class Daemon:
             f"/tmp/jd-{os.getpid()}-{abs(hash(str(tmp_path))) % 10**8}/journald.sock"
         )
         self.env = env
+        self.cwd = cwd
+        """The daemon's working directory (None: this process's); ``python -m`` imports
+        from it first, so a test running another release's code starts it there."""
         self.nofile = nofile
         """RLIMIT_NOFILE (soft, hard) to start the daemon under (None: this process's)."""
         self.proc: subprocess.Popen[bytes] | None = None
@@ -82,7 +86,7 @@ class Daemon:
     def start(self) -> Daemon:
         env = {**os.environ, **(self.env or {})}
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env, cwd=self.cwd)
         log.close()
         try:
             self.wait_ready()
