@@ -47,6 +47,7 @@ from journald.server.startup import (
     raise_fd_limit,
     refusal,
 )
+from journald.storage.checkpoint_base import seed_ids
 from journald.storage.io_pool import (
     DEFAULT_EXECUTOR_THREADS,
     DEFAULT_IO_THREADS,
@@ -116,6 +117,8 @@ async def serve(
         opened = await open_backend(cfg.backend, backend_options(cfg))
         try:
             await opened.start()
+            # checkpoint ids keep sorting after every stored one, whatever the clock did since
+            seed_ids(await opened.checkpoints.newest_id())
         except BaseException:
             await opened.close()
             raise

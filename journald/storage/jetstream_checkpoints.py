@@ -22,6 +22,7 @@ stream's records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from journald.core.checkpoints import (
 from journald.core.errors import (
     BackendUnavailable,
     CheckpointNotFound,
+    InvalidCheckpointId,
     JournaldError,
     StoreCorrupted,
 )
@@ -207,6 +209,15 @@ class JetStreamCheckpointStore:
             if name.endswith(leaf):
                 return name[: -len(leaf)]
         return None
+
+    async def newest_id(self) -> str | None:
+        ids = []
+        for name in await self.bucket.names():
+            leaf = name.rpartition("/")[2]
+            if len(leaf) == 26:
+                with contextlib.suppress(InvalidCheckpointId):
+                    ids.append(valid_checkpoint_id(leaf))
+        return max(ids, default=None)
 
     async def drop_run(self, run_id: str) -> None:
         for name in await self.bucket.names(validate_id(run_id) + "/"):
