@@ -18,6 +18,11 @@ appends:
   operation (a concurrent ``Open`` gets ``locked`` naming the daemon), then releases it;
 * no lease is held and the operation only reads: it folds the stored records (from the run's
   snapshot on, when that still matches).
+
+Across hosts (JetStream, ``host``): every lease this daemon grants, its own included, first
+takes the run's entry in the stream's lease bucket, and an operation that copies the head of
+a run no lease here holds is refused ``locked`` while another daemon holds it
+(docs/design.md#leases-across-hosts).
 """
 
 from __future__ import annotations
