@@ -91,9 +91,11 @@ async def test_navigates_runs_transcript_and_details_and_quits(daemon: Daemon) -
         await pilot.press("escape")
         runs = runs_screen(app)
         await pilot.press("slash", *"status:suspended", "enter")
-        assert [r.info.run_id for r in runs.shown] == ["demo-triage"]
+        await until(
+            pilot, lambda: [r.info.run_id for r in runs.shown] == ["demo-triage"], "the filter"
+        )
         await pilot.press("escape")
-        assert len(runs.shown) == 2
+        await until(pilot, lambda: len(runs.shown) == 2, "the filter cleared")
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, "the app to quit")
 
@@ -121,7 +123,7 @@ async def test_a_live_append_shows_at_the_bottom_and_never_moves_a_reader_scroll
             assert view.line_texts()[:3] == top
             assert "paused" in str(app.screen.query_one("#head").render())
             await pilot.press("end")
-            assert view.at_bottom
+            await until(pilot, lambda: view.at_bottom, "following again")
 
 
 async def test_a_pending_turn_is_shown_apart_and_its_results_arrive_live(daemon: Daemon) -> None:
