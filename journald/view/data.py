@@ -87,6 +87,7 @@ class RecordPage:
 class Opening:
     ended: str  # "" while the run is open; else the terminal's reason (and its text)
     marker: str  # the rebase or fork the conversation starts from ("" if none)
+    checkpoint_id: str = ""  # the checkpoint that holds the conversation before the rebase
 
 
 @dataclass(slots=True)
@@ -239,7 +240,7 @@ class Source:
                 reason = str(last.payload.get("reason", info.status))
                 text = one_line(str(last.payload.get("message") or ""))
                 ended = f"{reason} · {text}" if text else reason
-        marker = ""
+        marker, checkpoint_id = "", ""
         pre = [
             c
             for c in self.client.checkpoints(run_id)
@@ -252,13 +253,14 @@ class Source:
                 reason = str(rec.payload.get("reason", "rebase"))
                 marker = f"{reason} at seq {rec.seq} (checkpoint {cp.checkpoint_id} holds "
                 marker += f"the {plural(cp.message_count, 'message')} before it)"
+                checkpoint_id = cp.checkpoint_id
         if not marker:
             meta = self._record(run_id, 1)
             lineage = meta.payload.get("lineage") if meta is not None else None
             if isinstance(lineage, dict):
                 src = one_line(str(lineage.get("forked_from_run_id", "?")))
                 marker = f"fork of run {src} at seq {lineage.get('forked_at_seq', '?')}"
-        return Opening(ended, marker)
+        return Opening(ended, marker, checkpoint_id)
 
     def records(self, run_id: str, from_seq: int | None) -> RecordPage:
         """A page of stored records from ``from_seq`` (None: the last page), up to

@@ -70,6 +70,8 @@ class TranscriptScreen(DaemonScreen):
         Binding("colon", "goto", "Go to", show=False),  # in ? (the footer keeps ? in 80)
         Binding("R", "records", "Records"),
         Binding("y", "copy", "Copy", show=False),
+        Binding("f", "fork_here", "Fork from the marker", show=False),
+        Binding("r", "restore_here", "Restore to the marker", show=False),
         Binding("n", "find(-1)", "Older match", show=False),
         Binding("N", "find(1)", "Newer match", show=False),
     ]
@@ -81,6 +83,7 @@ class TranscriptScreen(DaemonScreen):
         self.bounds: list[int] = []  # the page starts inside the window (clean boundaries)
         self.ended = ""
         self.marker = ""  # the rebase or fork the conversation starts from
+        self.marker_checkpoint = ""  # the checkpoint before that rebase (f and r act on it)
         self.notes: list[Entry] = []  # dim lines for record kinds not rendered
         self.loading_earlier = False
         self.loading_later = False
@@ -153,7 +156,7 @@ class TranscriptScreen(DaemonScreen):
             return
         if self.ended and opening.ended.startswith(self.ended):
             self.ended = opening.ended
-        self.marker = opening.marker
+        self.marker, self.marker_checkpoint = opening.marker, opening.checkpoint_id
         self._redraw()
 
     def reconnected(self) -> None:
@@ -549,6 +552,65 @@ class TranscriptScreen(DaemonScreen):
         from journald.view.records import RecordsScreen
 
         self.app.push_screen(RecordsScreen(self.run_id))
+
+    def _marker_checkpoint(self) -> str:
+        """The checkpoint of the marker under the cursor ("" with a notice if there is none)."""
+        v = self.view
+        on_marker = (
+            bool(v.entries) and v.entries[min(v.cursor, len(v.entries) - 1)].kind == "marker"
+        )
+        if on_marker and self.marker_checkpoint:
+            return self.marker_checkpoint
+        self.notify("put the cursor on a compaction or restore marker first (Home: the top)")
+        return ""
+
+    def action_fork_here(self) -> None:
+        cp = self._marker_checkpoint()
+        if not cp:
+            return
+        from journald.view.details import Ask, Confirm
+
+        ask = Ask(
+            "Fork a new run from before this rebase?",
+            f"A new run starts from checkpoint {cp} of {self.run_id} (the conversation before "
+            "the marker); this run is untouched.",
+            "Fork",
+            field="new run id (empty: the daemon picks one)",
+        )
+
+        def answered(new_id: str | None) -> None:
+            if new_id is None:
+                return
+
+            def done(run_id: str) -> None:
+                self.notify(f"forked run {run_id}; it opens now", markup=False)
+                self.viewer.open_transcript(run_id)
+
+            self.fetch(lambda: self.source.fork(self.run_id, cp, new_id), done)
+
+        self.app.push_screen(Confirm(ask), answered)
+
+    def action_restore_here(self) -> None:
+        cp = self._marker_checkpoint()
+        if not cp:
+            return
+        from journald.view.details import Ask, Confirm
+
+        ask = Ask(
+            "Restore the conversation from before this rebase?",
+            f"Run {self.run_id} goes back to checkpoint {cp}. The current conversation is "
+            "kept first in a pre_restore checkpoint; the journal only grows (a rebase record).",
+            "Restore",
+        )
+
+        def answered(value: str | None) -> None:
+            if value is not None:
+                self.fetch(
+                    lambda: self.source.restore(self.run_id, cp),
+                    lambda r: self.notify(f"restored: {r.to_messages} messages", markup=False),
+                )
+
+        self.app.push_screen(Confirm(ask), answered)
 
     def action_copy(self) -> None:
         """The entry under the cursor (a call with its result) as text."""

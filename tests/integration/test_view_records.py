@@ -1,5 +1,6 @@
-"""The records screen (the journal as stored, with a timeline and the raw record) and the
-actions of the runs table: copy a run id, delete a run after a confirmation."""
+"""The records screen (the journal as stored, with a timeline and the raw record), the
+actions of the runs table (copy a run id, delete a run after a confirmation) and of a
+compaction marker (fork from, or restore, the checkpoint before it)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from journald.view.app import ViewerApp
 from journald.view.data import Source
 from journald.view.details import Confirm
 from journald.view.records import RecordsScreen
+from journald.view.transcript_screen import TranscriptScreen
 from tests.daemon import Daemon
-from tests.integration.test_view_app import loaded, runs_screen
+from tests.integration.test_view_app import loaded, runs_screen, shows, transcript, turns
 from tests.integration.view_runs import FP, ready, research_run, until
 
 
@@ -19,6 +21,11 @@ def records_screen(app: ViewerApp) -> RecordsScreen:
     screen = app.screen
     assert isinstance(screen, RecordsScreen), screen
     return screen
+
+
+def on_marker(screen: TranscriptScreen) -> bool:
+    v = screen.view
+    return bool(v.entries) and v.entries[v.cursor].kind == "marker"
 
 
 def row_texts(screen: RecordsScreen) -> list[str]:
@@ -95,3 +102,43 @@ async def test_the_runs_table_copies_a_run_id_and_deletes_a_run_after_confirming
             await pilot.click("#yes")
             await until(pilot, lambda: [r.info.run_id for r in screen.shown] == ["keep-me"], "gone")
             assert [r.run_id for r in jd.list()] == ["keep-me"]
+
+
+async def test_a_compaction_marker_forks_or_restores_from_before_it_after_confirming(
+    daemon: Daemon,
+) -> None:
+    with jc.connect(str(daemon.socket)) as jd:
+        with jd.start("squashed", FP, "compact me") as run:
+            run.append_many(turns(6))
+        before = len(jd.fold("squashed").messages)
+        assert jd.compact("squashed", "SUMMARY: six steps ran", keep_last=2).compacted
+        app = ViewerApp(Source(str(daemon.socket)), "squashed")
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: shows(app, "compaction at seq"), "the marker")
+            screen = transcript(app)
+            await pilot.press("home")
+            await until(
+                pilot, lambda: screen.view.entries[screen.view.cursor].kind == "marker", "on it"
+            )
+
+            await pilot.press("f")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the fork dialog")
+            await pilot.press(*"unsquashed", "enter")
+            await until(
+                pilot, lambda: loaded(app) and transcript(app).run_id == "unsquashed", "the fork"
+            )
+            assert len(jd.fold("unsquashed").messages) == before
+            await pilot.press("escape")
+            app.push_screen(TranscriptScreen("squashed"))
+            await until(pilot, lambda: shows(app, "compaction at seq"), "the marker again")
+            screen = transcript(app)
+            await pilot.press("home")
+            await until(
+                pilot, lambda: screen.view.entries[screen.view.cursor].kind == "marker", "on it"
+            )
+
+            await pilot.press("r")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the restore dialog")
+            await pilot.click("#yes")
+            await until(pilot, lambda: len(jd.fold("squashed").messages) == before, "the restore")
+            await until(pilot, lambda: shows(app, "restore at seq"), "the restore marker")
