@@ -267,3 +267,16 @@ def find(entries: Sequence[Entry], query: str, start: int, step: int) -> int | N
             return i
         i += step
     return None
+
+
+def merge_notes(entries: list[Entry], notes: list[Entry]) -> list[Entry]:
+    """Put each note after the last entry of the message it arrived after."""
+    out: list[Entry] = []
+    pending_notes = sorted(notes, key=lambda n: n.key)
+    for e in entries:
+        while pending_notes and e.key[0] >= 0 and pending_notes[0].key[0] <= e.key[0]:
+            out.append(pending_notes.pop(0))
+        out.append(e)
+    end = [e for e in out if e.kind == "end"]
+    body = [e for e in out if e.kind != "end"]
+    return body + pending_notes + end

@@ -24,9 +24,8 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from journald.cli.commands import record_summary
 from journald.replay import elide_end, one_line
-from journald.view.base import DaemonScreen
+from journald.view.base import Box, DaemonScreen
 from journald.view.data import RecordPage
-from journald.view.transcript_screen import Box
 
 MARKED_KINDS = {  # what rewrote or framed the conversation, and how it shows
     "meta": "bold cyan",

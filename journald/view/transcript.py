@@ -131,6 +131,7 @@ class TranscriptView(ScrollView, can_focus=True):
         """Show ``entries``; keep the reader's place, or follow the end if the view was at
         its bottom (``follow`` overrides)."""
         follow = self.at_bottom if follow is None else follow
+        self.following = follow  # not following: no size change may pin the view to the end
         anchor = self._anchor()
         cursor_key = self.entries[self.cursor].key if self.entries else None
         self.entries = list(entries)

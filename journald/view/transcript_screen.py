@@ -34,26 +34,14 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
 from journald.replay import one_line
-from journald.view.base import DaemonScreen, describe_error
+from journald.view.base import Box, DaemonScreen, describe_error
 from journald.view.data import OPEN_STATUSES, Opening, Slice
-from journald.view.model import Entry, build_entries, plural, unknown_record_entry
+from journald.view.markers import fork_from, restore_to
+from journald.view.model import Entry, build_entries, merge_notes, plural, unknown_record_entry
 from journald.view.transcript import TranscriptView
 
 LOADED_PAGES = 4  # the window holds about this many pages of messages
 WATCH_RETRY_S = 0.5  # a Watch ended while the run is still listed: read it again after this
-
-
-class Box(Input):
-    """A one-line prompt at the bottom (search, go to); escape closes it and leaves the
-    transcript where it was."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", show=False)]
-
-    def action_close(self) -> None:
-        self.remove_class("shown")
-        for main in self.screen.query("TranscriptView, DataTable").results():
-            main.focus()  # what the screen shows: the transcript, or the records table
-            break
 
 
 class TranscriptScreen(DaemonScreen):
@@ -89,6 +77,8 @@ class TranscriptScreen(DaemonScreen):
         self.loading_later = False
         self.refreshing = False
         self.stale = False
+        self.counting = False  # a header count is being read (away from the end)
+        self.count_stale = False
         self.watch_handle: Watch | None = None
         self.watching_from = 0
         self.closing = False
@@ -180,7 +170,7 @@ class TranscriptScreen(DaemonScreen):
             entries.insert(0, Entry((-3, 0), "marker", self.marker))
         notes = [n for n in self.notes if s.start <= n.key[0] <= s.stop]
         if notes:
-            entries = _merge_notes(entries, notes)
+            entries = merge_notes(entries, notes)
         self.view.set_entries(entries, follow=follow if at_end else False)
         self._update_head()
 
@@ -378,15 +368,27 @@ class TranscriptScreen(DaemonScreen):
             self.refresh_count()
 
     def refresh_count(self) -> None:
-        """Away from the end: only the header's count and seq follow the run."""
+        """Away from the end: only the header's count and seq follow the run (one read at a
+        time: records arriving meanwhile ask for one more)."""
+        if self.counting:
+            self.count_stale = True
+            return
+        self.counting, self.count_stale = True, False
 
         def done(head: Slice) -> None:
+            self.counting = False
             cur = self.slice
             if cur is not None and not cur.at_end:
                 cur.total, cur.last_seq = head.total, head.last_seq
                 self._redraw(follow=False)
+            if self.count_stale:
+                self.refresh_count()
 
-        self.fetch(lambda: self.source.head(self.run_id), done, group="count", exclusive=True)
+        def failed(err: JournaldError) -> None:
+            self.counting = False
+            self.show_error(err)
+
+        self.fetch(lambda: self.source.head(self.run_id), done, group="count", failed=failed)
 
     def refresh_tail(self) -> None:
         """Re-read the conversation from the last loaded message on (one read at a time)."""
@@ -566,51 +568,13 @@ class TranscriptScreen(DaemonScreen):
 
     def action_fork_here(self) -> None:
         cp = self._marker_checkpoint()
-        if not cp:
-            return
-        from journald.view.details import Ask, Confirm
-
-        ask = Ask(
-            "Fork a new run from before this rebase?",
-            f"A new run starts from checkpoint {cp} of {self.run_id} (the conversation before "
-            "the marker); this run is untouched.",
-            "Fork",
-            field="new run id (empty: the daemon picks one)",
-        )
-
-        def answered(new_id: str | None) -> None:
-            if new_id is None:
-                return
-
-            def done(run_id: str) -> None:
-                self.notify(f"forked run {run_id}; it opens now", markup=False)
-                self.viewer.open_transcript(run_id)
-
-            self.fetch(lambda: self.source.fork(self.run_id, cp, new_id), done)
-
-        self.app.push_screen(Confirm(ask), answered)
+        if cp:
+            fork_from(self, cp)
 
     def action_restore_here(self) -> None:
         cp = self._marker_checkpoint()
-        if not cp:
-            return
-        from journald.view.details import Ask, Confirm
-
-        ask = Ask(
-            "Restore the conversation from before this rebase?",
-            f"Run {self.run_id} goes back to checkpoint {cp}. The current conversation is "
-            "kept first in a pre_restore checkpoint; the journal only grows (a rebase record).",
-            "Restore",
-        )
-
-        def answered(value: str | None) -> None:
-            if value is not None:
-                self.fetch(
-                    lambda: self.source.restore(self.run_id, cp),
-                    lambda r: self.notify(f"restored: {r.to_messages} messages", markup=False),
-                )
-
-        self.app.push_screen(Confirm(ask), answered)
+        if cp:
+            restore_to(self, cp)
 
     def action_copy(self) -> None:
         """The entry under the cursor (a call with its result) as text."""
@@ -627,16 +591,3 @@ class TranscriptScreen(DaemonScreen):
 
     def on_transcript_view_moved(self, event: TranscriptView.Moved) -> None:
         self._update_head()
-
-
-def _merge_notes(entries: list[Entry], notes: list[Entry]) -> list[Entry]:
-    """Put each note after the last entry of the message it arrived after."""
-    out: list[Entry] = []
-    pending_notes = sorted(notes, key=lambda n: n.key)
-    for e in entries:
-        while pending_notes and e.key[0] >= 0 and pending_notes[0].key[0] <= e.key[0]:
-            out.append(pending_notes.pop(0))
-        out.append(e)
-    end = [e for e in out if e.kind == "end"]
-    body = [e for e in out if e.kind != "end"]
-    return body + pending_notes + end

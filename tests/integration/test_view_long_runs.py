@@ -183,7 +183,11 @@ async def test_the_view_pages_searches_and_follows_a_run_on_the_jetstream_backen
             await pilot.press("N")
             await until(pilot, lambda: "1 of 1" in head(app), "the newer match, counted")
             v = screen.view
-            assert "output of step 120" in (v.entries[v.cursor].result or "")
+            await until(
+                pilot,
+                lambda: "output of step 120" in (v.entries[v.cursor].result or ""),
+                "the cursor on it",
+            )
             await pilot.press("end")
             await until(pilot, lambda: screen.view.following, "the end")
             with jd.resume("js-run", FP) as run:
