@@ -72,6 +72,7 @@ class TranscriptScreen(DaemonScreen):
         self.ended = ""
         self.marker = ""  # the rebase or fork the conversation starts from
         self.marker_checkpoint = ""  # the checkpoint before that rebase (f and r act on it)
+        self.opened = False  # the terminal's text and the marker have been read
         self.notes: list[Entry] = []  # dim lines for record kinds not rendered
         self.loading_earlier = False
         self.loading_later = False
@@ -147,6 +148,7 @@ class TranscriptScreen(DaemonScreen):
         if self.ended and opening.ended.startswith(self.ended):
             self.ended = opening.ended
         self.marker, self.marker_checkpoint = opening.marker, opening.checkpoint_id
+        self.opened = True
         self._redraw()
 
     def reconnected(self) -> None:

@@ -43,7 +43,9 @@ def transcript(app: ViewerApp) -> TranscriptScreen:
 
 
 def loaded(app: ViewerApp) -> bool:
-    return isinstance(app.screen, TranscriptScreen) and app.screen.slice is not None
+    """The transcript's page and what frames it (the end line's text, a marker) are shown."""
+    screen = app.screen
+    return isinstance(screen, TranscriptScreen) and screen.slice is not None and screen.opened
 
 
 def shows(app: ViewerApp, needle: str) -> bool:

@@ -77,7 +77,11 @@ def transcript_loaded(pilot: Pilot[Any]) -> Any:
     app = pilot.app
     return until(
         pilot,
-        lambda: isinstance(app.screen, TranscriptScreen) and app.screen.slice is not None,
+        lambda: (
+            isinstance(app.screen, TranscriptScreen)
+            and app.screen.slice is not None
+            and app.screen.opened
+        ),
         "the transcript",
     )
 
