@@ -312,25 +312,32 @@ class Source:
         self, run_id: str, query: str, found: Callable[[list[Entry], int, int], bool]
     ) -> None:
         """Every entry of the run whose text holds ``query`` (case-insensitive), read by pages
-        of ``SEARCH_PAGE_MESSAGES`` from the start, none kept: ``found(hits, done, total)``
-        after each page, which returns False to stop."""
+        of ``SEARCH_PAGE_MESSAGES`` from the end back to the start (the newest matches, the
+        ones a reader at the end looks for first, come first), none kept:
+        ``found(hits, from_message, total)`` after each page (everything from message
+        ``from_message`` on has been read), which returns False to stop."""
         q = query.lower()
-        offset, total, size = 0, 1, SEARCH_PAGE_MESSAGES
-        while offset < total:
+        total = self.client.history(run_id, 0, 0, stored=True).total
+        self.stats.history_calls += 1
+        before, size = total, SEARCH_PAGE_MESSAGES
+        while before > 0:
             try:
-                page = self.client.history(run_id, offset, size, stored=True)
+                page = self.client.history(run_id, max(0, before - size), size, stored=True)
             except ResponseTooLarge:  # big tool outputs: ask for fewer messages at a time
                 if size == 1:
                     raise
                 size = max(1, size // 4)
                 continue
             self.stats.history_calls += 1
-            total = page.total
-            entries = build_entries(page.messages, page.offset, None)
-            hits = [e for e in entries if e.kind != "gap" and q in e.haystack()]
-            if not found(hits, page.next_offset, total) or page.next_offset <= offset:
+            if page.offset >= before:  # no progress (the run shrank under us): stop
                 break
-            offset = page.next_offset
+            # pages end at clean boundaries, so a call and its result stay in one slice
+            msgs = page.messages[: before - page.offset]
+            entries = build_entries(msgs, page.offset, None)
+            hits = [e for e in entries if e.kind != "gap" and q in e.haystack()]
+            before = page.offset
+            if not found(hits, before, total):
+                break
 
     def watch(self, run_id: str, from_seq: int) -> Watch:
         return self.client.watch(run_id, from_seq)

@@ -90,7 +90,7 @@ class TranscriptScreen(DaemonScreen):
         self.search_done = False
         self.search_stop = threading.Event()
         self.match_at = -1  # index in matches of the entry the cursor went to
-        self.scanned_to = 0  # the search has read the messages before this one
+        self.scanned_from = 1 << 62  # the search has read the messages from this one on
         self.wanted_step = 0  # a find waiting for the search to reach further
 
     def compose(self) -> ComposeResult:
@@ -467,7 +467,7 @@ class TranscriptScreen(DaemonScreen):
         self.search_stop.set()
         stop = self.search_stop = threading.Event()
         self.search_text, self.matches, self.search_done, self.match_at = text, [], False, -1
-        self.scanned_to = 0
+        self.scanned_from = 1 << 62
         self.view.search_query = text
         if not text:
             return
@@ -489,7 +489,7 @@ class TranscriptScreen(DaemonScreen):
         if stop is not self.search_stop:
             return
         self.matches = sorted({*self.matches, *keys})
-        self.scanned_to = done
+        self.scanned_from = done
         if self.wanted_step:
             step, self.wanted_step = self.wanted_step, 0
             self.action_find(step)
@@ -525,9 +525,10 @@ class TranscriptScreen(DaemonScreen):
             at = i - 1
         else:
             at = i + 1 if i < len(self.matches) and self.matches[i] == here else i
-        # the search reads from the start: an older match is the nearest one only once it
-        # has read past the cursor (a newer one is the nearest as soon as it is found)
-        sure = self.search_done or (step > 0 or self.scanned_to > here[0])
+        # the search reads from the end back: every match after what it has read is known,
+        # so an older match found is the nearest one, and a newer one is once the search has
+        # read back past the cursor
+        sure = self.search_done or step < 0 or self.scanned_from <= here[0]
         if not sure or not 0 <= at < len(self.matches):
             if self.search_done:
                 way = "older" if step < 0 else "newer"
