@@ -99,7 +99,7 @@ def test_a_limited_read_returns_as_many_items_as_sqlite_session(daemon: Daemon) 
         {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "a", "output": "1"},
         {"type": "function_call_output", "call_id": "b", "output": "2"},
-        {"type": "message", "role": "assistant", "content": "done"},  # type: ignore[typeddict-item]
+        {"type": "message", "role": "assistant", "content": "done"},
     ]
     ours = JournaldSession("limited", socket=str(daemon.socket))
     theirs = SQLiteSession("limited")
