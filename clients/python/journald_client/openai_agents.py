@@ -198,27 +198,29 @@ def sendable(items: Sequence[Item], limit: int | None) -> list[Item]:
     """The history to hand the model, as ``SQLiteSession`` gives it: the stored items, the
     latest ``limit`` of them (all when None or negative, none when 0). A window that would
     start inside a tool round starts earlier instead, at the call of every output it holds,
-    so it never has fewer than ``limit`` items when more exist and never an output without
-    its call. A call without an output is left as it is: it may be waiting for an approval
-    (``needs_approval``), and the SDK drops a call it cannot pair when it builds the input."""
+    so it never has fewer than ``limit`` items when more exist and never cuts an output from
+    its call. Everything else is as stored, as ``SQLiteSession`` returns it: a call without an
+    output may be waiting for an approval (``needs_approval``), and an output whose call was
+    popped stays; the SDK drops what it cannot pair when it builds the model input."""
     if limit is not None and limit >= 0:
         start = max(0, len(items) - limit) if limit else len(items)
     else:
         start = 0
-    where = {i.get("call_id"): n for n, i in enumerate(items) if _role(i) == "call"}
-    for item in items[start:]:
-        if _role(item) == "output" and where.get(item.get("call_id"), start) < start:
-            start = where[item.get("call_id")]
-    out: list[Item] = []
-    calls: set[Any] = set()
-    for item in items[start:]:
+    # each output answers the latest call of its id before it (ids repeat across turns)
+    latest: dict[Any, int] = {}
+    call_of: dict[int, int] = {}
+    for n, item in enumerate(items):
         role = _role(item)
         if role == "call":
-            calls.add(item.get("call_id"))
-        elif role == "output" and item.get("call_id") not in calls:
-            continue  # an output whose call was never stored: the model would refuse it
-        out.append(item)
-    return out
+            latest[item.get("call_id")] = n
+        elif role == "output" and item.get("call_id") in latest:
+            call_of[n] = latest[item.get("call_id")]
+    n = len(items) - 1
+    while n >= start:  # newest first: a window grown to a call may take in older outputs
+        if n in call_of:
+            start = min(start, call_of[n])
+        n -= 1
+    return list(items[start:])
 
 
 # --- the session ----------------------------------------------------------------------------
