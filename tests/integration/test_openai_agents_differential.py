@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents import Agent, Runner, SQLiteSession, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -28,21 +28,10 @@ from journald_client.openai_agents import JournaldSession
 
 from tests.daemon import Daemon
 from tests.integration.test_langgraph_differential import diff_size
+from tests.integration.test_openai_agents_patterns import lookup, pay
 from tests.profiles import run_machine
 
 set_tracing_disabled(True)
-
-
-@function_tool
-def lookup(q: str) -> str:
-    """Look a thing up."""
-    return f"found {q}"
-
-
-@function_tool(needs_approval=True)
-def pay(amount: int) -> str:
-    """Pay an amount."""
-    return f"paid {amount}"
 
 
 def _text(item: Any) -> str:
