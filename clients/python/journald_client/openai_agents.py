@@ -22,9 +22,10 @@ removes the last item and rewrites the conversation with an ``edit`` rebase;
 ``clear_session`` empties both.
 
 A session is the run ``oa-<session id>``, apart from any LangGraph thread of the same id.
-Each write takes the run's writer lease and gives it back when it is durable, so one session
-object per request (the usual web-handler pattern) just works, and a second process writing
-the same session waits up to ``lock_wait_s`` for the other's write to end. ``hold_lease=True``
+A write takes the run's writer lease and the session gives it back ``idle_release_s`` after
+its last write (a run's writes pay one Open): a new session object of the same process (one
+per request, the usual web-handler pattern) takes an idle lease over at once, and another
+process writing the same session waits up to ``lock_wait_s`` for it. ``hold_lease=True``
 keeps the lease from the first write until ``close()`` (or the end of the process): another
 process writing the session meanwhile is refused ``locked`` naming this one. ``close()``
 works called plainly (as ``SQLiteSession.close()``) or awaited. Calls go through the sync
@@ -36,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
@@ -55,7 +58,16 @@ INLINE_MAX_BYTES = 4096
 FINGERPRINT: Fingerprint = compute(provider="openai-agents", model="session", system_prompt=[])
 SESSION_LABEL = "openai_agents.session_id"
 LOCKED_WAIT_S = 5.0
-"""How long a write waits for another writer's lease (one write, unless it holds it)."""
+"""How long a write waits for another writer's lease (held while it writes, then idle)."""
+IDLE_RELEASE_S = 0.5
+"""A session gives its lease back this long after its last write (unless ``hold_lease``):
+a run's writes come in quick succession and pay one Open; the next request's session, or
+another process, gets the lease soon after."""
+_IDLE_HOLDERS: weakref.WeakValueDictionary[tuple[str, str], JournaldSession] = (
+    weakref.WeakValueDictionary()
+)
+"""Sessions of this process holding an idle lease, by (daemon, run): a new session object on
+the same id (one per request) takes the lease over at once instead of waiting."""
 ABANDONED = (
     "journald: this tool call never returned (the process stopped while it ran); its "
     "outcome is unknown. Check any state it may have changed before running it again."
@@ -241,9 +253,13 @@ class JournaldSession:
         session_settings: SessionSettings | None = None,
         hold_lease: bool = False,
         lock_wait_s: float = LOCKED_WAIT_S,
+        idle_release_s: float = IDLE_RELEASE_S,
     ) -> None:
         self.session_id = session_id
         self.lock_wait_s = lock_wait_s
+        self.idle_release_s = idle_release_s
+        self._last_write = 0.0
+        self._idle_timer: threading.Thread | None = None
         self.session_settings = session_settings
         self.hold_lease = hold_lease
         self._owns_client = client is None
@@ -305,7 +321,11 @@ class JournaldSession:
                 )
                 break
             except errors.Locked as exc:
-                # another writer's lease lasts one write unless it holds it: wait a moment
+                idle = _IDLE_HOLDERS.get((self.client.target, self.run_id))
+                if exc.holder_pid == os.getpid() and idle is not None and idle is not self:
+                    idle._give_back()  # an earlier session object of this process: idle
+                    continue
+                # another writer's lease ends soon after its last write: wait for it
                 if time.monotonic() >= deadline:
                     raise self._in_session_terms(exc) from exc
                 time.sleep(0.02)
@@ -333,13 +353,49 @@ class JournaldSession:
             raise
         self._items_seq = run.last_seq
         if not self.hold_lease:
-            self._release()
+            self._idle_soon()
         return out
+
+    def _idle_soon(self) -> None:
+        """Keep the lease for ``idle_release_s`` after this write, then give it back."""
+        self._last_write = time.monotonic()
+        _IDLE_HOLDERS[(self.client.target, self.run_id)] = self
+        if self.idle_release_s <= 0:
+            self._release()
+        elif self._idle_timer is None:
+            self._idle_timer = threading.Thread(
+                target=self._release_when_idle, name="journald-session-idle", daemon=True
+            )
+            self._idle_timer.start()
+
+    def _release_when_idle(self) -> None:
+        while True:
+            left = self._last_write + self.idle_release_s - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+                continue
+            with self._lock:
+                if self._last_write + self.idle_release_s > time.monotonic():
+                    continue  # written again meanwhile
+                self._idle_timer = None
+                self._release()
+                return
+
+    def _give_back(self) -> None:
+        """Another session object of this process wants the lease: release it now."""
+        if self._lock.acquire(timeout=self.lock_wait_s):
+            try:
+                self._release()
+            finally:
+                self._lock.release()
 
     def _release(self) -> None:
         if self._run is not None:
             self._run.close()
             self._run = None
+        key = (self.client.target, self.run_id)
+        if _IDLE_HOLDERS.get(key) is self:
+            del _IDLE_HOLDERS[key]
 
     def _in_session_terms(self, exc: errors.JournaldError) -> errors.JournaldError:
         """The error in the SDK's words: what happened to the session and what to do."""
