@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from journald_client.langgraph import JournaldSaver
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -38,6 +39,7 @@ from langgraph.types import Command, Interrupt, Send, interrupt
 
 from tests.daemon import Daemon
 from tests.profiles import PROFILE, MachineRun, run_machine
+from tests.waiting import wait_until
 
 DIFF_SIZES = {"ci": MachineRun(5, 10), "dev": MachineRun(3, 8)}
 
@@ -76,6 +78,20 @@ def echo(text: str) -> str:
 
 
 def build(crash: Callable[[], bool]) -> StateGraph[Any]:
+    """The graph; ``crash()`` True makes worker 0 die once its siblings' writes are saved."""
+
+    def siblings_saved(config: RunnableConfig, state: Item) -> None:
+        # Which siblings finish before a crash is a race in any saver; the crash waits for
+        # all of them so that every saver sees the same step (the sub graph and worker 1).
+        saver = config["configurable"]["__pregel_checkpointer"]
+        latest: Any = {"configurable": {"thread_id": config["configurable"]["thread_id"]}}
+
+        def saved() -> bool:
+            t = saver.get_tuple(latest)
+            return t is not None and sum(1 for w in t.pending_writes if w[1] == "notes") >= 2
+
+        wait_until(saved, what="the siblings' writes", timeout_s=30)
+
     def agent(state: State) -> State:
         msgs = state["messages"]
         n = len(msgs)
@@ -99,11 +115,12 @@ def build(crash: Callable[[], bool]) -> StateGraph[Any]:
         return {}
 
     def fan(state: State) -> list[Any]:
-        k = 1 + len(state.get("notes", [])) % 2
+        k = 2 if crash() else 1 + len(state.get("notes", [])) % 2
         return [Send("worker", {"item": i}) for i in range(k)] + ["sub"]
 
-    def worker(state: Item) -> Any:  # called with the Send's Item, not the graph state
+    def worker(state: Item, config: RunnableConfig) -> Any:  # called with the Send's Item
         if state["item"] == 0 and crash():
+            siblings_saved(config, state)
             raise Crash("the worker died")
         return {"notes": [f"w{state['item']}"]}
 
