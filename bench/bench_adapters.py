@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import itertools
 import json
 import sqlite3
@@ -38,6 +39,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from common import pct  # noqa: E402
+
+
+def accepted(cls: Any, **options: Any) -> dict[str, Any]:
+    """The options ``cls`` takes (an older client held every lease and took none of them), so
+    the same script measures a checkout before the lease options existed."""
+    params = inspect.signature(cls).parameters
+    return {k: v for k, v in options.items() if k in params}
 
 
 def timed(fn: Callable[[], Any], n: int) -> dict[str, float]:
@@ -85,7 +93,7 @@ def bench_langgraph(tmp: Path, socket: str, steps: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # put called directly is a write outside a graph run: hold the lease throughout, as a
     # graph run does (without it every put would also Open and close the lease)
-    with JournaldSaver(socket=socket, hold_leases=True) as saver:
+    with JournaldSaver(socket=socket, **accepted(JournaldSaver, hold_leases=True)) as saver:
         out["JournaldSaver"] = langgraph_steps(saver, "bench-thread", steps)
         with JournaldSaver(socket=socket) as reader:  # does not hold the thread: one Fold
             latest: RunnableConfig = {
@@ -222,7 +230,8 @@ def bench_agents(tmp: Path, socket: str, steps: int) -> dict[str, Any]:
     async def both() -> dict[str, Any]:
         res = {}
         for label, hold in (("JournaldSession", False), ("JournaldSession hold_lease", True)):
-            journald = JournaldSession(f"bench-session-{hold}", socket=socket, hold_lease=hold)
+            opts = accepted(JournaldSession, hold_lease=hold)
+            journald = JournaldSession(f"bench-session-{hold}", socket=socket, **opts)
             try:
                 res[label] = await one(journald)
             finally:
