@@ -75,20 +75,26 @@ def test_a_loaded_checkpoint_is_a_copy_the_caller_may_change(daemon: Daemon) -> 
         assert again.metadata["step"] != 99
 
 
-@pytest.mark.parametrize("style", ["constructor", "connect", "await-connect"])
+@pytest.mark.parametrize("style", ["constructor", "connect", "await-connect", "sync-saver"])
 def test_the_async_saver_works_entered_or_awaited(daemon: Daemon, style: str) -> None:
     sock = str(daemon.socket)
 
-    async def drive(saver: AsyncJournaldSaver) -> list[str]:
+    async def drive(saver: BaseCheckpointSaver[Any]) -> list[str]:
         graph = counting_graph(saver)
         cfg: Any = {"configurable": {"thread_id": f"async-{style}"}}
         out = await graph.ainvoke({"log": ["hi"]}, cfg)
+        with jc.connect(sock) as client:  # the run ended, so did its lease (saver still open)
+            (info,) = [i for i in client.list() if i.run_id == f"async-{style}"]
+            assert info.status != "held"
         return list(out["log"])
 
     async def main() -> list[str]:
         if style == "constructor":
             async with AsyncJournaldSaver(socket=sock) as saver:
                 return await drive(saver)
+        if style == "sync-saver":  # the sync saver under an async graph
+            with JournaldSaver(socket=sock) as sync:
+                return await drive(sync)
         if style == "connect":
             async with AsyncJournaldSaver.connect(sock) as saver:
                 return await drive(saver)
@@ -99,6 +105,3 @@ def test_the_async_saver_works_entered_or_awaited(daemon: Daemon, style: str) ->
             await saver.aclose()
 
     assert asyncio.run(main()) == ["hi", "a0", "b1"]
-    with jc.connect(sock) as client:  # the run ended, so did its lease
-        (info,) = [i for i in client.list() if i.run_id == f"async-{style}"]
-        assert info.status != "held"
