@@ -120,6 +120,8 @@ class JournalService:
             self.leases.refuse_if_held(run_id)
             await self.leases.wait_closed(run_id)
             exists = await self.store.exists(run_id)
+            if exists:  # checked under the opening lock: no run appears between
+                await self.runs.owners.check(run_id, missing_ok=False)
             mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
             if exists and mode == pb.OPEN_MODE_CREATE:
                 raise SessionExists(
@@ -170,6 +172,7 @@ class JournalService:
                 journal = await self.store.create(meta)
                 state = fold_into(RunState(), (meta,))
                 self.runs.marks.created(run_id)
+                await self.runs.owners.claim(run_id)
             lease = self.leases.grant(run_id, holder, journal, state)
         try:
             first = pb.OpenResponse(
@@ -343,6 +346,8 @@ class JournalService:
     @unary
     async def List(self, request: pb.ListRequest, context: Ctx) -> pb.ListResponse:
         infos = await self.store.list()
+        if self.runs.owners.enforcing:
+            infos = [i for i in infos if await self.runs.owners.may_see(i.run_id)]
         if request.limit:
             infos = infos[: request.limit]
         rows = []
@@ -379,6 +384,7 @@ class JournalService:
             # between the two steps removes what the first one left behind
             await self.runs.checkpoints.drop_run(run_id)
             await self.runs.attachments.drop_run(run_id)
+        self.runs.owners.forget(run_id)
         if deleted:
             self.hub.close_run(run_id)
         return pb.DeleteResponse(deleted=deleted)

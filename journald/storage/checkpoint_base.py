@@ -30,8 +30,10 @@ from journald.core.fold import fold
 
 MARKS = "marks"
 SNAPSHOT = "snapshot"
-MARK_PARTS = (MARKS, SNAPSHOT)
-"""The parts of a run's index a checkpoint store keeps (``save_mark``)."""
+OWNER = "owner"
+MARK_PARTS = (MARKS, SNAPSHOT, OWNER)
+"""The parts of a run's index a checkpoint store keeps (``save_mark``). ``owner`` is not a
+cache: the uid that created the run on a shared daemon (``journald.server.owners``)."""
 
 
 class CheckpointStore(Protocol):

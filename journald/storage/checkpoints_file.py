@@ -40,17 +40,18 @@ from journald.core.errors import (
     StoreCorrupted,
 )
 from journald.core.records import canonical_json, sha256_hex, validate_id
-from journald.storage.checkpoint_base import MARKS, SNAPSHOT
+from journald.storage.checkpoint_base import MARKS, OWNER, SNAPSHOT
 from journald.storage.segments import DIR_MODE, atomic_write, fsync_dir, storage_error
 
 SUFFIX = ".json"
 MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
 SNAPSHOT_FILE = "fold-snapshot.json"  # the fold snapshot Open continues from
+OWNER_FILE = "run-owner.json"  # the uid that created the run on a shared daemon
 
 
 def mark_file(part: str) -> str:
     """The file (or object) name of one part of a run's index."""
-    return SNAPSHOT_FILE if part == SNAPSHOT else MARK_FILE
+    return {SNAPSHOT: SNAPSHOT_FILE, OWNER: OWNER_FILE}.get(part, MARK_FILE)
 
 
 T = TypeVar("T")
