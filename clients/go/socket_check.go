@@ -59,7 +59,8 @@ func untrusted(socket, path, what string, found, expected int) error {
 // CheckSocket refuses (ErrPermissionDenied) a socket the expected daemon uid (or root) did
 // not put in a directory only it may write: the socket and its directory must each belong
 // to that uid or root, neither may be a symbolic link, and the directory may not be
-// writable by its group or others. A missing socket passes (dialing it fails). Nothing is
+// writable by its group or others. A socket missing or out of reach passes (dialing it
+// fails the same way). Nothing is
 // sent anywhere.
 func CheckSocket(socket string, daemonUID *int) error { return checkSocket(socket, daemonUID) }
 
@@ -77,8 +78,8 @@ func checkSocket(socket string, daemonUID *int) error {
 		isDir bool
 	}{{filepath.Dir(abs), true}, {abs, false}} {
 		fi, err := os.Lstat(c.path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return nil // dialing it fails the same way, before a byte is sent
 		}
 		if err != nil {
 			return untrusted(socket, c.path, fmt.Sprintf("%s cannot be examined (%v)", c.path, err), -1, expected)

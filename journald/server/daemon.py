@@ -42,6 +42,7 @@ from journald.server.service import JournalService
 from journald.server.startup import (
     DataDirLocked,
     StartupRefused,
+    check_socket_place,
     lock_data_dir,
     prepare_socket,
     raise_fd_limit,
@@ -105,6 +106,7 @@ async def serve(
     cfg: ServeConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
 ) -> int:
     """Serve until SIGTERM/SIGINT (or until ``stop`` is set, for in-process use)."""
+    check_socket_place(cfg.socket_path, cfg.socket_group)
     lock = lock_data_dir(cfg.data_dir)
     # Reads, lock files and every other asyncio.to_thread queue on a fixed number of threads
     # (docs/design.md#io-threads-and-file-descriptors).

@@ -50,17 +50,31 @@ def supported() -> bool:
 class _Half(asyncio.Protocol):
     """One side of a relayed connection; ``other`` is the side its bytes go to."""
 
-    def __init__(self) -> None:
+    def __init__(self, paused: bool = False) -> None:
         self.transport: asyncio.Transport | None = None
         self.other: _Half | None = None
         self.closed = False
+        self.paused = paused
+        """Read nothing until linked (the peer's side: its uid is not known yet)."""
+        self.early: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.paused:
+            self.transport.pause_reading()
 
     def data_received(self, data: bytes) -> None:
         if self.other is not None and self.other.transport is not None:
             self.other.transport.write(data)
+        else:  # only ever what was in flight as reading paused
+            self.early.append(data)
+
+    def link(self, other: _Half) -> None:
+        self.other = other
+        assert other.transport is not None
+        for data in self.early:
+            other.transport.write(data)
+        self.early.clear()
 
     def eof_received(self) -> bool | None:
         self.close()
@@ -87,7 +101,9 @@ class _Half(asyncio.Protocol):
 class PeerGate:
     """The public socket of a shared daemon (see the module's text)."""
 
-    def __init__(self, path: Path, serve_uid: Callable[[int, Path], Coroutine[Any, Any, None]]) -> None:
+    def __init__(
+        self, path: Path, serve_uid: Callable[[int, Path], Coroutine[Any, Any, None]]
+    ) -> None:
         self.path = path
         self.peers_dir = path.parent / PEERS_DIR
         self._serve_uid = serve_uid
@@ -115,7 +131,7 @@ class PeerGate:
         )
 
     def _accepted(self) -> _Half:
-        half = _Half()
+        half = _Half(paused=True)
         task = asyncio.get_running_loop().create_task(self._link(half))
         self._relays.add(task)
         task.add_done_callback(self._relays.discard)
@@ -133,11 +149,10 @@ class PeerGate:
         return self.uid_socket(uid)
 
     async def _link(self, down: _Half) -> None:
-        await asyncio.sleep(0)  # connection_made has run
+        await asyncio.sleep(0)  # connection_made has run (and paused reading)
         transport = down.transport
         if transport is None:
             return
-        transport.pause_reading()  # nothing is read before the peer is known
         try:
             uid = peer_uid(transport.get_extra_info("socket"))
             path = await self._server_for(uid)
@@ -148,7 +163,8 @@ class PeerGate:
             transport.close()
             return
         self.connections += 1
-        up.other, down.other = down, up
+        up.link(down)
+        down.link(up)
         if down.closed:
             up.close()
             return

@@ -117,11 +117,11 @@ class JournalService:
         c = request.client
         holder = new_holder(c.name, c.pid, c.host, c.cwd)
         async with self.leases.opening_lock(run_id):
+            # under the opening lock (no run appears meanwhile), before `locked` names a holder
+            await self.runs.owners.check(run_id)
             self.leases.refuse_if_held(run_id)
             await self.leases.wait_closed(run_id)
             exists = await self.store.exists(run_id)
-            if exists:  # checked under the opening lock: no run appears between
-                await self.runs.owners.check(run_id, missing_ok=False)
             mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
             if exists and mode == pb.OPEN_MODE_CREATE:
                 raise SessionExists(

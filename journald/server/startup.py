@@ -133,6 +133,19 @@ def _untrusted_dir(parent: Path, st: os.stat_result) -> str | None:
     return None
 
 
+def check_socket_place(path: Path, group: str | None) -> None:
+    """Refuse, before anything is written (the data dir included), a socket path that is too
+    long, an unknown group, or a socket directory someone else could write."""
+    check_socket_options(path, group)
+    try:
+        st = os.lstat(path.parent)
+    except OSError:
+        return  # made (or refused) by prepare_socket
+    why = _untrusted_dir(path.parent, st)
+    if why is not None:
+        raise StartupRefused(why)
+
+
 def prepare_socket(path: Path, group: str | None) -> None:
     """Make the socket's directory (0700, or 0750 owned by ``group``) or check the one that
     exists: it must be a real directory of this daemon's uid that no one else may write.

@@ -88,16 +88,16 @@ def check_socket(socket: str, daemon_uid: int | str | None = None) -> None:
     """Refuse (``UntrustedSocket``) a socket that the expected daemon uid (or root) did not
     put in a directory only it may write: the socket and its directory must each be owned
     by that uid or root, neither may be a symbolic link, and the directory may not be
-    writable by its group or others. A socket that does not exist passes (dialing it fails
-    as unavailable). Nothing is sent anywhere."""
+    writable by its group or others. A socket that does not exist or that we may not reach
+    passes (dialing it fails as unavailable). Nothing is sent anywhere."""
     expected = expected_daemon_uid(daemon_uid)
     trusted = (expected, ROOT_UID)
     directory = os.path.dirname(os.path.abspath(socket)) or "/"
     for path, is_dir in ((directory, True), (socket, False)):
         try:
             st = os.lstat(path)
-        except FileNotFoundError:
-            return
+        except (FileNotFoundError, PermissionError):
+            return  # dialing it fails the same way, before a byte is sent
         except OSError as exc:
             raise _untrusted(
                 socket, path, f"{path} cannot be examined ({exc})", -1, expected

@@ -77,7 +77,8 @@ function untrusted(socket: string, p: string, what: string, found: number, expec
  * Refuse (UntrustedSocketError) a socket that the expected daemon uid (or root) did not put in
  * a directory only it may write: the socket and its directory must each belong to that uid or
  * root, neither may be a symbolic link, and the directory may not be writable by its group or
- * others. A missing socket passes (dialing it fails). Nothing is sent anywhere.
+ * others. A socket missing or out of reach passes (dialing it fails the same way). Nothing is
+ * sent anywhere.
  */
 export function checkSocket(socketPath: string, daemonUid?: number | string): void {
   const expected = expectedDaemonUid(daemonUid);
@@ -90,7 +91,8 @@ export function checkSocket(socketPath: string, daemonUid?: number | string): vo
     try {
       st = fs.lstatSync(p);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "EACCES") return; // dialing fails the same way
       throw untrusted(socketPath, p, `${p} cannot be examined (${String(err)})`, -1, expected);
     }
     if (st.isSymbolicLink()) throw untrusted(socketPath, p, `${p} is a symbolic link`, st.uid, expected);
