@@ -61,7 +61,7 @@ class _Half(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         if self.paused:
-            self.transport.pause_reading()
+            transport.pause_reading()  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         if self.other is not None and self.other.transport is not None:

@@ -138,9 +138,11 @@ def test_serve_refuses_a_socket_dir_another_uid_prepared_and_writes_nothing(
     captured = impostor.captured()
     assert done.returncode == 2, done.stderr
     if symlink:
-        assert "is a symbolic link" in done.stderr and "rm " in done.stderr
+        assert "is a symbolic link" in done.stderr
+        assert "rm " in done.stderr
     else:
-        assert f"belongs to uid {NOBODY}" in done.stderr and "rm -r" in done.stderr
+        assert f"belongs to uid {NOBODY}" in done.stderr
+        assert "rm -r" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "data").exists()  # not even the data dir
     assert captured == (0, 0)  # not even the stale-socket probe dialed it
@@ -159,11 +161,14 @@ def test_the_python_client_and_the_cli_refuse_an_impostor_and_send_it_nothing(
     captured = impostor.captured()
     print(f"impostor captured {captured[0]} bytes over {captured[1]} connections")
     err = refused.value
-    assert err.code == "permission_denied" and isinstance(err, jc.PermissionDenied)
+    assert err.code == "permission_denied"
+    assert isinstance(err, jc.PermissionDenied)
     assert err.metadata["found_uid"] == str(NOBODY)
     assert err.metadata["path"] == str(impostor.dir)
-    assert str(impostor.dir) in err.message and "JOURNALD_DAEMON_UID" in err.message
-    assert cli.returncode != 0 and "refusing to dial" in cli.stderr, cli.stderr
+    assert str(impostor.dir) in err.message
+    assert "JOURNALD_DAEMON_UID" in err.message
+    assert cli.returncode != 0, cli.stderr
+    assert "refusing to dial" in cli.stderr, cli.stderr
     assert captured == (0, 0)
 
 
@@ -221,7 +226,8 @@ def test_group_members_reach_a_group_socket_outside_systemd_and_others_do_not(
         member = run_as(NOBODY, NOGROUP, LIST_RUNS, str(d.socket))
         assert member.returncode == 0, member.stderr
         stranger = run_as(DAEMON_USER, DAEMON_USER, LIST_RUNS, str(d.socket))
-        assert stranger.returncode != 0 and "DaemonUnavailable" in stranger.stderr
+        assert stranger.returncode != 0
+        assert "DaemonUnavailable" in stranger.stderr
 
 
 ALICE = """
@@ -276,7 +282,8 @@ def test_a_second_uid_may_not_read_append_or_delete_the_first_uids_run(tmp_path:
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert alice.stdin is not None and alice.stdout is not None
+        assert alice.stdin is not None
+        assert alice.stdout is not None
         lease = alice.stdout.readline().strip()
         assert lease, "alice could not start her run"
         denied = run_as(*bob, BOB, sock, lease)
@@ -303,7 +310,8 @@ def test_a_second_uid_may_not_read_append_or_delete_the_first_uids_run(tmp_path:
     with Daemon(tmp_path, "file", *flags, "--shared-runs") as d:  # unless the operator allows
         shared = run_as(*bob, BOB, str(d.socket), "no-lease")
         outcome = json.loads(shared.stdout)
-        assert outcome["load"] == "ok" and outcome["delete"] == "ok", shared.stderr
+        assert outcome["load"] == "ok", shared.stderr
+        assert outcome["delete"] == "ok", shared.stderr
 
 
 def test_a_private_daemons_peer_is_its_own_uid_and_the_socket_dir_is_made_0700(
