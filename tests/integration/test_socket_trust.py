@@ -88,8 +88,10 @@ class Impostor:
         self.proc = subprocess.Popen(
             [*as_uid(NOBODY, NOGROUP), sys.executable, "-c", IMPOSTOR, str(self.dir), link],
             stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             text=True,
         )
+        LIVE.append(self.proc)
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
 
@@ -101,12 +103,21 @@ class Impostor:
         return int(got_bytes), int(conns)
 
 
+LIVE: list[subprocess.Popen[str]] = []
+"""Impostors started by the current test (each stopped by its own pid at the end)."""
+
+
 @pytest.fixture
 def tmp_base() -> Iterator[Path]:
     """A /tmp of our own (sticky, world-writable, short enough for socket paths)."""
     base = Path(tempfile.mkdtemp(prefix="jdimp", dir="/tmp"))
     base.chmod(0o1777)
     yield base
+    while LIVE:
+        proc = LIVE.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     shutil.rmtree(base, ignore_errors=True)
 
 
