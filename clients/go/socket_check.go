@@ -59,7 +59,7 @@ func untrusted(socket, path, what string, found, expected int) error {
 // CheckSocket refuses (ErrPermissionDenied) a socket the expected daemon uid (or root) did
 // not put in a directory only it may write: the socket and its directory must each belong
 // to that uid or root, neither may be a symbolic link, and the directory may not be
-// writable by its group or others. A socket missing or out of reach passes (dialing it
+// writable by its group or others unless it is sticky (/tmp). A socket missing or out of reach passes (dialing it
 // fails the same way). Nothing is
 // sent anywhere.
 func CheckSocket(socket string, daemonUID *int) error { return checkSocket(socket, daemonUID) }
@@ -99,7 +99,9 @@ func checkSocket(socket string, daemonUID *int) error {
 			}
 			return untrusted(socket, c.path, what+" belongs to another user", owner, expected)
 		}
-		if c.isDir && fi.Mode().Perm()&0o022 != 0 {
+		// a sticky directory (/tmp) lets no one replace a socket that is not theirs: the
+		// socket's own owner, checked next, then says who put it there
+		if c.isDir && fi.Mode().Perm()&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 {
 			return untrusted(socket, c.path, fmt.Sprintf("its directory %s is writable by others (mode %04o), who could replace the socket",
 				c.path, fi.Mode().Perm()), owner, expected)
 		}

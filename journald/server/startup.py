@@ -116,14 +116,15 @@ def _untrusted_dir(parent: Path, st: os.stat_result) -> str | None:
         )
     if not stat.S_ISDIR(st.st_mode):
         return f"{parent}, where the socket would go, is not a directory; pass another --socket"
-    if st.st_uid != me:
+    if st.st_uid not in (me, 0):  # root's directories (/run, /tmp) only root could make
         return (
             f"the socket directory {parent} belongs to uid {st.st_uid}, not to this daemon's uid "
             f"{me}: whoever owns it can replace the socket and read every client's calls. If "
             f"you did not create it, someone else may be waiting there: remove it (as root: "
             f"`rm -r {parent}`) and start again, or pass a --socket in a directory you own"
         )
-    if st.st_mode & 0o022:
+    # in a sticky directory (/tmp) no one else may replace the socket once it is ours
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
         return (
             f"the socket directory {parent} is writable by its group or others (mode "
             f"{stat.S_IMODE(st.st_mode):04o}): they could replace the socket and read every "
@@ -144,6 +145,35 @@ def check_socket_place(path: Path, group: str | None) -> None:
     why = _untrusted_dir(path.parent, st)
     if why is not None:
         raise StartupRefused(why)
+    _refuse_foreign_socket(path)
+
+
+def _refuse_foreign_socket(path: Path) -> None:
+    """A file at the socket path that another uid made (possible in a sticky directory) is
+    refused before anything dials it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if st.st_uid != os.geteuid():
+        raise StartupRefused(
+            f"{path} exists and belongs to uid {st.st_uid}, not to this daemon's uid "
+            f"{os.geteuid()}: it may be someone waiting for your clients' calls. Remove it "
+            f"(as root: `rm {path}`) or pass another --socket"
+        )
+
+
+def _refuse_foreign_dir_change(parent: Path, name: str, group: str | None) -> None:
+    """A directory that holds more than journald's socket (``/run``, a home) is not given to
+    the socket group: the operator is told what to change instead."""
+    if os.lstat(parent).st_uid == os.geteuid() and set(os.listdir(parent)) <= {name, ".peers"}:
+        return
+    raise StartupRefused(
+        f"the socket directory {parent} does not let group {group} reach the socket, and it "
+        f"holds more than journald's socket, so it is left as it is; give the socket a "
+        f"directory of its own (`--socket {parent}/journald/{name}`), or `chgrp {group} "
+        f"{parent} && chmod g+rx {parent}`"
+    )
 
 
 def prepare_socket(path: Path, group: str | None) -> None:
@@ -168,12 +198,15 @@ def prepare_socket(path: Path, group: str | None) -> None:
     why = _untrusted_dir(parent, st)
     if why is not None:
         raise StartupRefused(why)
+    _refuse_foreign_socket(path)
     if created or group:
+        gid = grp.getgrnam(group).gr_gid if group else -1
+        want = dir_mode if created else stat.S_IMODE(st.st_mode) | 0o050
+        if not created and (gid, want) != (st.st_gid, stat.S_IMODE(st.st_mode)):
+            _refuse_foreign_dir_change(parent, path.name, group)
         try:
-            gid = grp.getgrnam(group).gr_gid if group else -1
             if gid != -1 and st.st_gid != gid:
                 os.chown(parent, -1, gid)
-            want = dir_mode if created else stat.S_IMODE(st.st_mode) | 0o050
             if stat.S_IMODE(st.st_mode) != want:
                 os.chmod(parent, want)
         except OSError as exc:

@@ -88,7 +88,7 @@ def check_socket(socket: str, daemon_uid: int | str | None = None) -> None:
     """Refuse (``UntrustedSocket``) a socket that the expected daemon uid (or root) did not
     put in a directory only it may write: the socket and its directory must each be owned
     by that uid or root, neither may be a symbolic link, and the directory may not be
-    writable by its group or others. A socket that does not exist or that we may not reach
+    writable by its group or others unless it is sticky (``/tmp``). A socket that does not exist or that we may not reach
     passes (dialing it fails as unavailable). Nothing is sent anywhere."""
     expected = expected_daemon_uid(daemon_uid)
     trusted = (expected, ROOT_UID)
@@ -109,7 +109,9 @@ def check_socket(socket: str, daemon_uid: int | str | None = None) -> None:
             raise _untrusted(
                 socket, path, f"{what} {path} belongs to another user", st.st_uid, expected
             )
-        if is_dir and st.st_mode & 0o022:
+        # a sticky directory (/tmp) lets no one replace a socket that is not theirs: the
+        # socket's own owner, checked next, then says who put it there
+        if is_dir and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
             raise _untrusted(
                 socket,
                 path,

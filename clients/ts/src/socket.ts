@@ -77,7 +77,7 @@ function untrusted(socket: string, p: string, what: string, found: number, expec
  * Refuse (UntrustedSocketError) a socket that the expected daemon uid (or root) did not put in
  * a directory only it may write: the socket and its directory must each belong to that uid or
  * root, neither may be a symbolic link, and the directory may not be writable by its group or
- * others. A socket missing or out of reach passes (dialing it fails the same way). Nothing is
+ * others unless it is sticky (/tmp). A socket missing or out of reach passes (dialing it fails the same way). Nothing is
  * sent anywhere.
  */
 export function checkSocket(socketPath: string, daemonUid?: number | string): void {
@@ -100,7 +100,9 @@ export function checkSocket(socketPath: string, daemonUid?: number | string): vo
       const what = isDir ? `its directory ${p}` : `the socket ${p}`;
       throw untrusted(socketPath, p, `${what} belongs to another user`, st.uid, expected);
     }
-    if (isDir && (st.mode & 0o022) !== 0) {
+    // a sticky directory (/tmp) lets no one replace a socket that is not theirs: the socket's
+    // own owner, checked next, then says who put it there
+    if (isDir && (st.mode & 0o022) !== 0 && (st.mode & 0o1000) === 0) {
       const mode = (st.mode & 0o7777).toString(8).padStart(4, "0");
       throw untrusted(
         socketPath,
