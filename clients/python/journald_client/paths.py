@@ -88,8 +88,9 @@ def check_socket(socket: str, daemon_uid: int | str | None = None) -> None:
     """Refuse (``UntrustedSocket``) a socket that the expected daemon uid (or root) did not
     put in a directory only it may write: the socket and its directory must each be owned
     by that uid or root, neither may be a symbolic link, and the directory may not be
-    writable by its group or others unless it is sticky (``/tmp``). A socket that does not exist or that we may not reach
-    passes (dialing it fails as unavailable). Nothing is sent anywhere."""
+    writable by its group or others unless it is sticky (``/tmp``). A socket that does not
+    exist or that we may not reach passes (dialing it fails as unavailable). Nothing is sent
+    anywhere."""
     expected = expected_daemon_uid(daemon_uid)
     trusted = (expected, ROOT_UID)
     directory = os.path.dirname(os.path.abspath(socket)) or "/"
