@@ -200,9 +200,7 @@ class NatsServer:
     def restart(self) -> None:
         """Start again on the same port and store dir (after ``kill`` or ``stop``)."""
         self.stop()
-        wait_until(
-            lambda: not _port_open(self.port), what=f"port {self.port} to be free", timeout_s=5
-        )
+        wait_until(lambda: not _port_open(self.port), what=f"port {self.port} to be free")
         self.start()
 
 
@@ -265,11 +263,14 @@ async def create_stream(
     name: str,
     prefix: str,
     connect: Mapping[str, object] | None = None,
+    *,
+    buckets: bool = True,
     **overrides: object,
 ) -> None:
     """Create a stream for journald with nats-py's JetStream management API (``connect``:
-    extra ``nats.connect`` options, e.g. credentials), and its checkpoint and attachment
-    buckets as deploy/nats/buckets.sh makes them (file storage, the stream's replicas)."""
+    extra ``nats.connect`` options, e.g. credentials), and (``buckets``) its checkpoint and
+    attachment buckets as deploy/nats/buckets.sh makes them (file storage, the stream's
+    replicas)."""
     import nats
     from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
@@ -280,21 +281,36 @@ async def create_stream(
     nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=2, **(connect or {}))
     try:
         await nc.jetstream().add_stream(StreamConfig(name=name, **params))  # type: ignore[arg-type]
-        await create_buckets(nc, name, int(params["num_replicas"]))  # type: ignore[call-overload]
+        if buckets:
+            await create_buckets(nc, name, int(params["num_replicas"]))  # type: ignore[call-overload]
     finally:
         await nc.close()
 
 
-async def create_buckets(nc: Any, stream: str, replicas: int = 1, **overrides: object) -> None:
-    """The stream's Object Store buckets (``overrides``: ``ObjectStoreConfig`` fields)."""
-    from nats.js.api import ObjectStoreConfig, StorageType
+async def create_buckets(
+    nc: Any, stream: str, replicas: int = 1, leases: bool = True, **overrides: object
+) -> None:
+    """The stream's Object Store buckets (``overrides``: ``ObjectStoreConfig`` fields) and its
+    lease bucket (KV, per-key TTLs on) as deploy/nats/buckets.sh makes them."""
+    from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType
 
     from journald.storage.jetstream_buckets import ROLES, bucket_name
+    from journald.storage.jetstream_leases import lease_bucket_name
 
     for role in ROLES:
         fields: dict[str, Any] = {"storage": StorageType.FILE, "replicas": replicas, **overrides}
         await nc.jetstream().create_object_store(
             bucket_name(stream, role), ObjectStoreConfig(**fields)
+        )
+    if leases:
+        await nc.jetstream().create_key_value(
+            KeyValueConfig(
+                bucket=lease_bucket_name(stream),
+                storage=StorageType.FILE,
+                replicas=replicas,
+                history=1,
+                limit_marker_ttl=1.0,
+            )
         )
 
 
@@ -310,6 +326,10 @@ async def delete_stream(url: str | list[str], name: str) -> None:
         for role in ROLES:
             with contextlib.suppress(Exception):
                 await nc.jetstream().delete_object_store(bucket_name(name, role))
+        from journald.storage.jetstream_leases import lease_bucket_name
+
+        with contextlib.suppress(Exception):
+            await nc.jetstream().delete_key_value(lease_bucket_name(name))
     finally:
         await nc.close()
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextvars
 import os
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from journald.core.errors import PermissionDenied
 from journald.storage.checkpoint_base import OWNER, CheckpointStore
@@ -94,13 +95,19 @@ class Owners:
             metadata={"run_id": run_id, "owner_uid": str(owner), "peer_uid": str(uid)},
         )
 
-    async def claim(self, run_id: str) -> None:
+    async def claim(self, run_id: str, journal: Any = None) -> None:
         """Record the peer as the owner of the run it just created (before anyone is told
-        the run exists: callers hold the run's opening lock)."""
+        the run exists: callers hold the run's opening lock). If that fails, ``journal`` (the
+        new run's append handle) is closed and the run stays the daemon's uid's."""
         if not self.enforcing:
             return
         uid = self._peer()
-        await self.checkpoints.save_mark(run_id, {"uid": uid}, OWNER)
+        try:
+            await self.checkpoints.save_mark(run_id, {"uid": uid}, OWNER)
+        except BaseException:
+            if journal is not None:
+                await journal.close()
+            raise
         self._known[run_id] = uid
 
     def forget(self, run_id: str) -> None:
