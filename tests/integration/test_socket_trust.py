@@ -41,15 +41,18 @@ ROOT_ONLY = pytest.mark.skipif(
 IMPOSTOR = r"""
 import os, selectors, signal, socket, sys
 where, link = sys.argv[1], sys.argv[2]
-if link:  # the victim's path is a symbolic link to a directory of ours
+sock = os.path.join(where, "journald.sock")
+if link == "-":  # the victim's socket path itself, in a sticky directory
+    sock = where
+elif link:  # the victim's path is a symbolic link to a directory of ours
     os.mkdir(link, 0o700)
     os.symlink(link, where)
-    where = link
+    sock = os.path.join(link, "journald.sock")
 else:
     os.mkdir(where)
     os.chmod(where, 0o755)
 srv = socket.socket(socket.AF_UNIX)
-srv.bind(os.path.join(where, "journald.sock"))
+srv.bind(sock)
 srv.listen(64)
 counts = {"bytes": 0, "conns": 0}
 def report(*_):
@@ -81,12 +84,15 @@ def as_uid(uid: int, gid: int) -> list[str]:
 class Impostor:
     """Another uid waiting at the victim's default socket path."""
 
-    def __init__(self, base: Path, symlink: bool = False) -> None:
+    def __init__(self, base: Path, symlink: bool = False, socket: Path | None = None) -> None:
         self.dir = base / f"journald-{os.geteuid()}"
-        self.socket = self.dir / "journald.sock"
+        self.socket = socket or self.dir / "journald.sock"
         link = str(base / "impostor-owned") if symlink else ""
+        where = str(self.dir)
+        if socket is not None:
+            where, link = str(socket), "-"
         self.proc = subprocess.Popen(
-            [*as_uid(NOBODY, NOGROUP), sys.executable, "-c", IMPOSTOR, str(self.dir), link],
+            [*as_uid(NOBODY, NOGROUP), sys.executable, "-c", IMPOSTOR, where, link],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -157,6 +163,21 @@ def test_serve_refuses_a_socket_dir_another_uid_prepared_and_writes_nothing(
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "data").exists()  # not even the data dir
     assert captured == (0, 0)  # not even the stale-socket probe dialed it
+
+
+@ROOT_ONLY
+def test_serve_refuses_another_uids_socket_at_its_path_in_a_sticky_dir_without_dialing_it(
+    tmp_path: Path, tmp_base: Path
+) -> None:
+    impostor = Impostor(tmp_base, socket=tmp_base / "shared.sock")
+    done = serve_refused(tmp_path, default_env(tmp_base), "--socket", str(impostor.socket))
+    captured = impostor.captured()
+    assert done.returncode == 2, done.stderr
+    assert f"belongs to uid {NOBODY}" in done.stderr
+    assert not (tmp_path / "data").exists()
+    assert captured == (0, 0)
+    with pytest.raises(jc.UntrustedSocket, match="the socket .* belongs to another user"):
+        jc.connect(str(impostor.socket), timeout=2)
 
 
 @ROOT_ONLY
