@@ -176,7 +176,7 @@ def test_serve_refuses_another_uids_socket_at_its_path_in_a_sticky_dir_without_d
     assert f"belongs to uid {NOBODY}" in done.stderr
     assert not (tmp_path / "data").exists()
     assert captured == (0, 0)
-    with pytest.raises(jc.UntrustedSocket, match="the socket .* belongs to another user"):
+    with pytest.raises(jc.UntrustedSocket, match=r"the socket .* belongs to another user"):
         jc.connect(str(impostor.socket), timeout=2)
 
 
