@@ -38,6 +38,7 @@ from journald import telemetry
 from journald.core.errors import JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.runs import Limits
+from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S, DEFAULT_SCRUB_INTERVAL_S, Scrubber
 from journald.server.service import JournalService
 from journald.server.startup import (
     DataDirLocked,
@@ -81,6 +82,8 @@ class ServeConfig:
     checkpoint_max: int = 0
     io_threads: int = DEFAULT_IO_THREADS
     blocking_threads: int = DEFAULT_EXECUTOR_THREADS
+    scrub_bytes_per_s: int = DEFAULT_SCRUB_BYTES_PER_S
+    scrub_interval_s: float = DEFAULT_SCRUB_INTERVAL_S
 
 
 def backend_options(cfg: ServeConfig) -> BackendOptions:
@@ -176,8 +179,15 @@ async def serve(
         if ready is not None:
             ready.set()
         trimming = loop.create_task(trimmer.run())
+        scrubber = Scrubber(
+            opened.records, service.runs.scrubs, cfg.scrub_bytes_per_s, cfg.scrub_interval_s
+        )
+        scrubbing = loop.create_task(scrubber.run())
         await stop.wait()
         trimming.cancel()
+        scrubbing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await scrubbing
         log.info("shutting down: ending leases, finishing in-flight appends")
         await health_servicer.enter_graceful_shutdown()
         await service.shutdown()

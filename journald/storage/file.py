@@ -196,6 +196,7 @@ from journald.storage.segments import (
     file_lines,
     fsync_dir,
     read_manifest,
+    sealed_problem,
     split_complete,
     tail_end,
     unmake_run_dir,
@@ -374,7 +375,7 @@ class FileStore(FileReads, FileMaintenance):
                 os.unlink(seg)  # never sealed a partial file; roll the seal back
                 fsync_dir(seg_dir)
                 continue
-            m = Manifest(m.generation + 1, [*m.segments, stats.segment(name, end)], m.anchors)
+            m = Manifest(m.generation + 1, [*m.segments, stats.segment(name, end, seg)], m.anchors)
             write_manifest(run_dir, m)
         for s in m.segments:
             if not os.path.exists(os.path.join(seg_dir, s.file)):
@@ -409,6 +410,9 @@ class FileStore(FileReads, FileMaintenance):
     def _open_state(self, run_id: str, run_dir: str) -> OpenState:
         floor = listed_last_seq(run_dir)
         m = self._settle(run_id, run_dir)
+        problem = sealed_problem(run_id, run_dir, m) if not m.pending else None
+        if problem is not None:
+            raise problem
         path = os.path.join(run_dir, JOURNAL)
         try:
             data = read_file(path)

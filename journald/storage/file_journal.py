@@ -33,6 +33,7 @@ from journald.storage.segments import (
     frame,
     fsync_dir,
     message_count,
+    sealed_facts,
     storage_error,
     write_all,
     write_manifest,
@@ -67,7 +68,9 @@ class SegmentStats:
         self.messages += message_count(rec)
         self.last_seq, self.last_hash = rec.seq, rec.hash
 
-    def segment(self, name: str, size: int) -> SegmentInfo:
+    def segment(self, name: str, size: int, path: str) -> SegmentInfo:
+        """The manifest entry of the segment at ``path`` (``size`` bytes, sealed now)."""
+        digest, mtime_ns = sealed_facts(path)
         return SegmentInfo(
             name,
             self.first_seq,
@@ -78,6 +81,8 @@ class SegmentStats:
             self.first_hash,
             self.last_hash,
             self.first_prev,
+            digest,
+            mtime_ns,
         )
 
 
@@ -252,7 +257,7 @@ class FileJournal:
             failpoints.hit("mid_seal")
         nm = Manifest(
             m.generation + 1,
-            [*m.segments, self._stats.segment(name, self._size)],
+            [*m.segments, self._stats.segment(name, self._size, seg)],
             list(m.anchors),
         )
         try:

@@ -1,0 +1,106 @@
+"""The file backend's scrub: every run verified at a paced read rate, in a child process.
+
+The daemon's scrubber (``journald.server.scrub``, docs/design.md#scrubbing) starts this module
+as ``python -m journald.storage.file_scrub DATA_DIR BYTES_PER_S`` once per pass, writes the
+run ids to verify on its stdin (one a line) and reads one JSON line per run on its stdout:
+
+    {"run_id": ..., "ok": true, "records": n, "bytes": n, "key": [...]}
+    {"run_id": ..., "ok": false, "message": ..., "metadata": {...}, "key": [...]}
+    {"run_id": ..., "gone": true}                      deleted meanwhile
+    {"run_id": ..., "skipped": "..."}                  could not be read now; next pass
+
+Each run gets the walk ``journald verify`` makes (``FileReads._verify``: framing, checksums,
+chain, manifest entries and digests, then ``journald.storage.verify``'s walk), with every file
+read through a ``ReadBudget``. A process of its own, at the lowest CPU priority, so that its
+decoding never holds the daemon's interpreter lock while an append waits for it. It only
+reads: no lock, no write (the daemon records the results).
+
+``key`` is what ``run_key`` says about the run's files when its walk started: a finding
+applies to the run only while its files still have that key (see ``run_key``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterable
+from typing import IO, Any
+
+from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
+from journald.storage.scrub_budget import ReadBudget
+from journald.storage.segments import MANIFEST, SEGMENTS
+
+NICE = 19
+
+
+def run_key(run_dir: str) -> list[Any]:
+    """What the files a finding is about look like to a stat: the manifest's and each sealed
+    segment's inode, size and mtime. Appends to the active segment leave it alone (a damaged
+    active segment is refused by every open and read on its own); a seal, a prune, a recovery
+    or a restore from a backup changes it, and the finding no longer applies."""
+
+    def facts(path: str) -> list[int] | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+    seg_dir = os.path.join(run_dir, SEGMENTS)
+    names = sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else []
+    segments = [[n, facts(os.path.join(seg_dir, n))] for n in names]
+    return [facts(os.path.join(run_dir, MANIFEST)), segments]
+
+
+def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
+    """One run verified through ``budget``: its result line (see the module doc)."""
+    try:
+        key = run_key(store.run_dir(run_id))
+    except (OSError, JournaldError) as exc:
+        return {"run_id": run_id, "skipped": str(exc)}
+    start = budget.bytes_read
+    try:
+        rep = store._verify(run_id, budget)
+    except SessionNotFound:
+        return {"run_id": run_id, "gone": True}
+    except StoreCorrupted as exc:
+        meta = {k: str(v) for k, v in exc.metadata.items()}
+        return {"run_id": run_id, "ok": False, "message": exc.message, "metadata": meta, "key": key}
+    except (OSError, JournaldError) as exc:  # changing too fast, unreadable now: next pass
+        return {"run_id": run_id, "skipped": str(exc)}
+    return {
+        "run_id": run_id,
+        "ok": True,
+        "records": rep.records,
+        "bytes": budget.bytes_read - start,
+        "key": key,
+    }
+
+
+def scrub_runs(data_dir: str, run_ids: Iterable[str], bytes_per_s: int, out: IO[str]) -> None:
+    from journald.storage.file import FileStore
+
+    store = FileStore(data_dir)
+    budget = ReadBudget(bytes_per_s)
+    try:
+        for line in run_ids:
+            run_id = line.strip()
+            if run_id:
+                out.write(json.dumps(scrub_run(store, run_id, budget)) + "\n")
+                out.flush()
+    finally:
+        store.io_pool.stop()
+
+
+def main(argv: list[str]) -> int:
+    data_dir, bytes_per_s = argv[0], int(argv[1])
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+    scrub_runs(data_dir, sys.stdin, bytes_per_s, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
