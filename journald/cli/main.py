@@ -185,7 +185,8 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=DEFAULT_SCRUB_INTERVAL_S,
         help="seconds from the end of one scrub pass to the start of the next (default "
-        f"{DEFAULT_SCRUB_INTERVAL_S:.0f}; the first starts with the daemon; 0 disables it)",
+        f"{DEFAULT_SCRUB_INTERVAL_S:.0f}; the first starts a minute after the daemon, or "
+        "sooner for a shorter interval; 0 disables it)",
     )
     p.add_argument(
         "--checkpoint-dir",
@@ -240,10 +241,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def command_modules() -> list[Any]:
     """Every module that contributes client commands (each has a ``COMMANDS`` tuple); the one
     place a new command module is added."""
-    from journald.cli import checkpoints, commands, recover
+    from journald.cli import checkpoints, commands, recover, verify
     from journald.view import command as view
 
-    return [commands, checkpoints, recover, view]
+    return [commands, checkpoints, recover, verify, view]
 
 
 def build_parser() -> argparse.ArgumentParser:

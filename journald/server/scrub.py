@@ -7,7 +7,8 @@ to it is seen only by what reads every record. The scrubber does that, in the ba
 
 * a **pass** lists the runs and verifies each with the walk ``journald verify`` makes, reading
   at ``--scrub-bytes-per-s``; a pass starts ``--scrub-interval-s`` after the last one ended
-  (the first at start-up), and ``0`` for either disables it. On the file backend the walk runs
+  (the first a minute after start-up, or sooner for a shorter interval), and ``0`` for
+  either disables it. On the file backend the walk runs
   in a child process at the lowest CPU priority (``journald.storage.file_scrub``); on the
   memory and JetStream backends it is the store's own ``verify``, in the daemon, followed by a
   pause as long as reading the run's bytes at the budget would take;
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 DEFAULT_SCRUB_BYTES_PER_S = 4 * MiB
 DEFAULT_SCRUB_INTERVAL_S = 3600.0
+FIRST_PASS_DELAY_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +208,8 @@ class Scrubber:
             log.warning("scrub: could not read the runs' findings (%s)", exc)
         if not self.enabled:
             return
+        # the first pass waits a little: a daemon's start is when its clients open runs again
+        await asyncio.sleep(min(self.interval_s, FIRST_PASS_DELAY_S))
         while True:
             try:
                 self.last = await self.pass_once()

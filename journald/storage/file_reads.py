@@ -220,8 +220,8 @@ class FileReads:
                             if not _still_at(path, st):
                                 continue  # sealed and replaced since it was opened: again
                     files.append((path, active[: tail_end(active)], None))
-                held = {os.path.basename(n): d for n, d, i in files if i is not None}
-                problem = None if m.pending else sealed_problem(run_id, run_dir, m, held)
+                walked = {os.path.basename(n) for n, _, i in files if i is not None}
+                problem = None if m.pending else sealed_problem(run_id, run_dir, m, walked)
                 again = read_manifest(run_dir, run_id) or Manifest()
                 if again.generation == m.generation:
                     if problem is not None:

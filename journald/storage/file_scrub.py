@@ -67,7 +67,14 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
         return {"run_id": run_id, "gone": True}
     except StoreCorrupted as exc:
         meta = {k: str(v) for k, v in exc.metadata.items()}
-        return {"run_id": run_id, "ok": False, "message": exc.message, "metadata": meta, "key": key}
+        return {
+            "run_id": run_id,
+            "ok": False,
+            "message": exc.message,
+            "metadata": meta,
+            "bytes": budget.bytes_read - start,
+            "key": key,
+        }
     except (OSError, JournaldError) as exc:  # changing too fast, unreadable now: next pass
         return {"run_id": run_id, "skipped": str(exc)}
     return {

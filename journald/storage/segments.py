@@ -15,7 +15,7 @@ import os
 import re
 import resource
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -534,15 +534,17 @@ def sealed_facts(path: str) -> tuple[str, int]:
 
 
 def sealed_problem(
-    run_id: str, run_dir: str, m: Manifest, read: dict[str, bytes] | None = None
+    run_id: str, run_dir: str, m: Manifest, skip: Collection[str] = ()
 ) -> StoreCorrupted | None:
-    """What a stat of every sealed segment finds wrong against its manifest entry, without
-    reading segment bodies: a segment missing, or of another size than sealed (cut, extended,
+    """What a stat of every sealed segment (but those in ``skip``: a read that walks them
+    checks them line by line) finds wrong against its manifest entry, without reading
+    segment bodies: a segment missing, or of another size than sealed (cut, extended,
     replaced). A segment whose mtime is not the one sealed was written to since: its bytes
-    are read (``read``: the ones a read already holds, by file name) and compared with the
-    digest sealed. Sealed segments never change, so any of these is damage
-    (docs/design.md#segments-and-manifest)."""
+    are read and compared with the digest sealed. Sealed segments never change, so any of
+    these is damage (docs/design.md#segments-and-manifest)."""
     for s in m.segments:
+        if s.file in skip:
+            continue
         path = os.path.join(run_dir, SEGMENTS, s.file)
         pos = Line(path, 0, b"")
         try:
@@ -560,9 +562,8 @@ def sealed_problem(
                 "(a sealed segment never changes: it was cut, extended or replaced)",
             )
         if s.sha256 and s.mtime_ns and st.st_mtime_ns != s.mtime_ns:
-            data = (read or {}).get(s.file)
             try:
-                digest = sha256_hex(data) if data is not None else sealed_facts(path)[0]
+                digest = sealed_facts(path)[0]
             except FileNotFoundError:
                 return corrupted(
                     run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
