@@ -58,6 +58,10 @@ def cut_last_line(path: Path) -> None:
     path.write_bytes(raw[: raw.rfind(b"\n", 0, len(raw) - 1) + 1])
 
 
+def garble_manifest(run: Path) -> None:
+    (run / "manifest.json").write_bytes(b'{"form')
+
+
 def alter_manifest_entry(run: Path) -> None:
     """Change what the manifest says segment 1 ends in, keeping its size and times."""
     path = run / "manifest.json"
@@ -77,10 +81,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], bool]] = {
     "rotted": (lambda run: flip_seq(seg(run, 1), 2, keep_mtime=True), False),
     "deleted": (lambda run: seg(run, 2).unlink(), True),
     "truncated": (lambda run: cut_last_line(seg(run, 1)), True),
-    "manifest-garbled": (
-        lambda run: (run / "manifest.json").write_bytes(b'{"format": "jour'),
-        True,
-    ),
+    "manifest-garbled": (garble_manifest, True),
     "manifest-altered": (alter_manifest_entry, False),
 }
 
@@ -164,6 +165,7 @@ def test_one_scrub_pass_shows_every_damaged_run_as_corrupted_and_open_refuses_it
         s = stub(d.target)
         first = re.compile(r"scrub: pass 1 verified (\d+) runs .*; (\d+) damaged")
         found = wait_until(lambda: first.search(d.log()), what="the first scrub pass to end")
+        assert found is not None
         assert found.groups() == (str(len(DAMAGE) + 1), str(len(DAMAGE))), d.log()
         assert {r: st[0] for r, st in statuses(s).items()} == {
             HEALTHY: "open",
