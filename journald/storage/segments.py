@@ -14,7 +14,9 @@ import json
 import os
 import re
 import resource
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -561,14 +563,17 @@ def sealed_problem(
                 f"the sealed segment is {st.st_size} bytes, its manifest entry says {s.bytes} "
                 "(a sealed segment never changes: it was cut, extended or replaced)",
             )
-        if s.sha256 and s.mtime_ns and st.st_mtime_ns != s.mtime_ns:
+        seen = (path, st.st_ino, st.st_size, st.st_mtime_ns, s.sha256)
+        if s.sha256 and s.mtime_ns and st.st_mtime_ns != s.mtime_ns and not _vouched(seen):
             try:
                 digest = sealed_facts(path)[0]
             except FileNotFoundError:
                 return corrupted(
                     run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
                 )
-            if digest != s.sha256:
+            if digest == s.sha256:  # a copy (a restore keeps the bytes, not the mtime)
+                _vouch(seen)
+            else:
                 return corrupted(
                     run_id,
                     pos,
@@ -577,3 +582,22 @@ def sealed_problem(
                     "longer have the digest its manifest entry recorded",
                 )
     return None
+
+
+_VOUCHED: OrderedDict[tuple[str, int, int, int, str], None] = OrderedDict()
+_VOUCHED_LOCK = threading.Lock()  # reads run on worker threads
+VOUCHED_KEPT = 65536
+"""Segment files (path, inode, size, mtime) whose digest was read and matched although their
+mtime is not the one sealed (restored from a backup): read once per process, not per open."""
+
+
+def _vouched(seen: tuple[str, int, int, int, str]) -> bool:
+    with _VOUCHED_LOCK:
+        return seen in _VOUCHED
+
+
+def _vouch(seen: tuple[str, int, int, int, str]) -> None:
+    with _VOUCHED_LOCK:
+        _VOUCHED[seen] = None
+        while len(_VOUCHED) > VOUCHED_KEPT:
+            _VOUCHED.popitem(last=False)

@@ -159,6 +159,24 @@ def test_a_manifest_written_before_digests_still_opens_and_its_segments_are_stil
     assert scrubbed(data)["ok"] is False
 
 
+def test_a_sealed_segment_restored_with_its_bytes_but_another_mtime_still_opens(
+    pristine: Path, tmp_path: Path
+) -> None:
+    data = Path(shutil.copytree(pristine, tmp_path / "d", copy_function=shutil.copyfile))
+
+    async def reads() -> int:
+        store = FileStore(data, segment_max_records=4)
+        try:
+            journal = await store.open(RUN)
+            await journal.close()
+            return len(await store.load(RUN, 9))
+        finally:
+            await store.close()
+
+    assert asyncio.run(reads()) == 1
+    assert scrubbed(data)["ok"] is True
+
+
 def test_the_key_of_a_finding_changes_when_a_segment_is_replaced_but_not_on_a_read(
     pristine: Path, tmp_path: Path
 ) -> None:
