@@ -156,10 +156,15 @@ def main() -> int:
         per_gb = paced_s * 1e9 / read
         print(f"  1 GB data dir (extrapolated):   {per_gb:7.0f} s  ({per_gb / 60:.1f} min)")
         modes: dict[bool, list[float]] = {False: [], True: []}
-        for n_phase, scrub in enumerate((False, True, False, True)):
-            modes[scrub] += bystander(tmp, data, scrub, args.phase_s, n_phase)
-        print(f"\nbystander: unary Append of ~1 KB, one run, {args.phase_s:.0f} s phases x2")
+        print(f"\nbystander: unary Append of ~1 KB, one run, {args.phase_s:.0f} s phases")
         print(f"{'scrubber':>10} {'appends':>8} {'p50 ms':>8} {'p99 ms':>8}")
+        for n_phase, scrub in enumerate((False, True, False, True)):
+            lat = bystander(tmp, data, scrub, args.phase_s, n_phase)
+            modes[scrub] += lat
+            print(
+                f"{'running' if scrub else 'off':>10} {len(lat):>8} "
+                f"{pct(lat, 50) * 1e3:>8.2f} {pct(lat, 99) * 1e3:>8.2f}   phase {n_phase + 1}"
+            )
         for scrub in (False, True):
             lat = modes[scrub]
             print(

@@ -35,9 +35,11 @@ lines, checked by the chain as before and, when last, by the record schema only.
 
 Manifest (``journald-manifest/1``, JSON): ``generation`` (bumped by every write), ``segments``
 (in order: file, first_seq, last_seq, records, messages, bytes, first_hash, last_hash,
-first_prev), ``anchors`` (legitimate chain breaks: after_seq/after_hash → resume_seq/
-resume_prev, reason ``prune`` or ``quarantine``, dropped_from..dropped_to), and ``pending``
-while a volume replacement is committed but not settled. The active segment continues the
+first_prev, and sha256 of the whole file and its mtime_ns when sealed, absent from manifests
+written before they were recorded), ``anchors`` (legitimate chain breaks: after_seq/
+after_hash → resume_seq/resume_prev, reason ``prune`` or ``quarantine``,
+dropped_from..dropped_to), and ``pending`` while a volume replacement is committed but not
+settled. The active segment continues the
 chain from the last sealed segment (or from seq 0 / the genesis hash).
 
 Append (group commit)
@@ -84,6 +86,11 @@ Recovery rules
   a complete record followed by other bytes (a changed newline merging two lines or trailing
   the last). It is reported like interior damage (below); nothing is cut, and the open is
   refused, so no append can reuse an acknowledged seq.
+* Structural check: every read and open stats the sealed segments it does not walk
+  (``segments.sealed_problem``): one missing or of another size than its manifest entry is
+  ``StoreCorrupted`` without reading any body; one whose mtime is not the one sealed is read
+  once and compared with its sealed digest (a match is a restored copy). Rot in place is the
+  background scrubber's to find (``file_scrub``, docs/design.md#scrubbing).
 * Interior damage — a line that does not decode to a canonical record or fails its
   checksum, a seq out of order, a hash-chain break not covered by an anchor, a sealed
   segment with a partial line or disagreeing with its manifest entry, a listed segment

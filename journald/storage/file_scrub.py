@@ -12,8 +12,9 @@ run ids to verify on its stdin (one a line) and reads one JSON line per run on i
 Each run gets the walk ``journald verify`` makes (``FileReads._verify``: framing, checksums,
 chain, manifest entries and digests, then ``journald.storage.verify``'s walk), with every file
 read through a ``ReadBudget``. A process of its own, at the lowest CPU priority, so that its
-decoding never holds the daemon's interpreter lock while an append waits for it. It only
-reads: no lock, no write (the daemon records the results).
+decoding never holds the daemon's interpreter lock while an append waits for it; after each
+run it rests as long as the run's walk took, so it uses at most half a core. It only reads:
+no lock, no write (the daemon records the results).
 
 ``key`` is what ``run_key`` says about the run's files when its walk started: a finding
 applies to the run only while its files still have that key (see ``run_key``).
@@ -25,6 +26,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable
 from typing import IO, Any
 
@@ -94,9 +96,13 @@ def scrub_runs(data_dir: str, run_ids: Iterable[str], bytes_per_s: int, out: IO[
     try:
         for line in run_ids:
             run_id = line.strip()
-            if run_id:
-                out.write(json.dumps(scrub_run(store, run_id, budget)) + "\n")
-                out.flush()
+            if not run_id:
+                continue
+            started, slept = time.monotonic(), budget.slept_s
+            out.write(json.dumps(scrub_run(store, run_id, budget)) + "\n")
+            out.flush()
+            if bytes_per_s > 0:  # at most half a core, in slices no longer than one run's walk
+                time.sleep(max(0.0, time.monotonic() - started - (budget.slept_s - slept)))
     finally:
         store.io_pool.stop()
 

@@ -219,3 +219,19 @@ def test_verify_all_names_every_damaged_run_and_exits_1_then_0_once_they_are_gon
         assert res.returncode == 0, res.stdout + res.stderr
         assert "1 run verified (9 records): every hash chain intact" in res.stdout
         assert cli(d, "verify").returncode == 2
+
+
+def test_on_the_memory_backend_a_pass_verifies_every_run_and_flags_no_healthy_one(
+    tmp_path: Path,
+) -> None:
+    env = {"JOURNALD_LOG_LEVEL": "INFO"}
+    flags = ("--scrub-interval-s", "0.2", "--scrub-bytes-per-s", "64m")
+    with Daemon(tmp_path, "memory", *flags, env=env) as d:
+        s = stub(d.target)
+        write_run(s, HEALTHY)
+        held = Lease(s, "held")
+        again = re.compile(r"scrub: pass \d+ verified 2 runs .*; 0 damaged")
+        wait_until(lambda: again.search(d.log()), what="a pass over both runs")
+        assert statuses(s) == {HEALTHY: ("open", ""), "held": ("held", "")}
+        assert held.append(held.assistant(stop="end_turn")).acks[0].seq == 2
+        assert Lease(s, HEALTHY, mode=pb.OPEN_MODE_RESUME).lease.last_seq == 9
