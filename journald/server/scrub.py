@@ -29,7 +29,9 @@ import contextlib
 import dataclasses
 import json
 import logging
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -229,12 +231,11 @@ class Scrubber:
 
     async def pass_once(self) -> PassReport:
         started = time.monotonic()
-        ids = [i.run_id for i in await self.store.list()]
         report = PassReport()
         if isinstance(self.store, FileStore):
-            await self._pass_in_child(self.store, ids, report)
+            await self._pass_in_child(self.store, report)
         else:
-            await self._pass_inline(ids, report)
+            await self._pass_inline([i.run_id for i in await self.store.list()], report)
         report.seconds = time.monotonic() - started
         return report
 
@@ -256,32 +257,41 @@ class Scrubber:
         f = Finding(run_id, utc_ts(), str(result["message"]), meta, list(result["key"]))
         await self.records.found(run_id, f)
 
-    async def _pass_in_child(self, store: FileStore, ids: list[str], report: PassReport) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "journald.storage.file_scrub",
-            store.data_dir,
-            str(self.bytes_per_s),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+    async def _pass_in_child(self, store: FileStore, report: PassReport) -> None:
+        """The pass as a child process (it lists the runs itself), its results as they come."""
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+        argv = [sys.executable, "-m", "journald.storage.file_scrub", store.data_dir]
+        # spawned by subprocess from a thread, which vforks: the event loop's own spawn forks,
+        # and a fork runs gRPC's fork handlers (they log, and wait for gRPC's threads)
+        proc = await asyncio.to_thread(
+            subprocess.Popen,
+            [*argv, str(self.bytes_per_s)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
         )
-        assert proc.stdin is not None
-        assert proc.stdout is not None
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            try:
+                for line in proc.stdout:
+                    loop.call_soon_threadsafe(lines.put_nowait, line)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop closed: shutting down
+                    loop.call_soon_threadsafe(lines.put_nowait, None)
+
+        threading.Thread(target=pump, name="journald-scrub-results", daemon=True).start()
         try:
-            proc.stdin.write("".join(f"{i}\n" for i in ids).encode())
-            await proc.stdin.drain()
-            proc.stdin.close()
-            async for line in proc.stdout:
+            while (line := await lines.get()) is not None:
                 await self._record(json.loads(line), report)
-            code = await proc.wait()
+            code = await asyncio.to_thread(proc.wait)
             if code != 0:
                 log.warning("scrub: the scrub process exited with %s", code)
         finally:
-            if proc.returncode is None:  # cancelled (shutdown): stop the child we started
+            if proc.poll() is None:  # cancelled (shutdown): stop the child we started
                 proc.kill()
-                with contextlib.suppress(Exception):
-                    await proc.wait()
+                await asyncio.to_thread(proc.wait)
 
     async def _pass_inline(self, ids: list[str], report: PassReport) -> None:
         for run_id in ids:

@@ -1,8 +1,8 @@
 """The file backend's scrub: every run verified at a paced read rate, in a child process.
 
 The daemon's scrubber (``journald.server.scrub``, docs/design.md#scrubbing) starts this module
-as ``python -m journald.storage.file_scrub DATA_DIR BYTES_PER_S`` once per pass, writes the
-run ids to verify on its stdin (one a line) and reads one JSON line per run on its stdout:
+as ``python -m journald.storage.file_scrub DATA_DIR BYTES_PER_S`` once per pass; it verifies
+every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on its stdout:
 
     {"run_id": ..., "ok": true, "records": n, "bytes": n, "key": [...]}
     {"run_id": ..., "ok": false, "message": ..., "metadata": {...}, "key": [...]}
@@ -31,17 +31,19 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
+from journald.core.records import validate_id
 from journald.storage.scrub_budget import ReadBudget
-from journald.storage.segments import MANIFEST, SEGMENTS
+from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS
 
 NICE = 19
 
 
 def run_key(run_dir: str) -> list[Any]:
     """What the files a finding is about look like to a stat: the manifest's and each sealed
-    segment's inode, size and mtime. Appends to the active segment leave it alone (a damaged
-    active segment is refused by every open and read on its own); a seal, a prune, a recovery
-    or a restore from a backup changes it, and the finding no longer applies."""
+    segment's inode, size and mtime, and the active segment's inode. Appends to the active
+    segment leave it alone (a damaged active segment is refused by every open and read on its
+    own); a seal, a prune, a recovery or a restore from a backup changes it, and the finding
+    no longer applies."""
 
     def facts(path: str) -> list[int] | None:
         try:
@@ -53,7 +55,8 @@ def run_key(run_dir: str) -> list[Any]:
     seg_dir = os.path.join(run_dir, SEGMENTS)
     names = sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else []
     segments = [[n, facts(os.path.join(seg_dir, n))] for n in names]
-    return [facts(os.path.join(run_dir, MANIFEST)), segments]
+    active = facts(os.path.join(run_dir, JOURNAL))
+    return [facts(os.path.join(run_dir, MANIFEST)), segments, active and active[0]]
 
 
 def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
@@ -88,13 +91,13 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
     }
 
 
-def scrub_runs(data_dir: str, run_ids: Iterable[str], bytes_per_s: int, out: IO[str]) -> None:
+def scrub_runs(data_dir: str, ids: Iterable[str], bytes_per_s: int, out: IO[str]) -> None:
     from journald.storage.file import FileStore
 
     store = FileStore(data_dir)
     budget = ReadBudget(bytes_per_s)
     try:
-        for line in run_ids:
+        for line in ids:
             run_id = line.strip()
             if not run_id:
                 continue
@@ -107,11 +110,23 @@ def scrub_runs(data_dir: str, run_ids: Iterable[str], bytes_per_s: int, out: IO[
         store.io_pool.stop()
 
 
+def run_ids(data_dir: str) -> list[str]:
+    """Every run directory of the data directory (names that are not run ids are skipped)."""
+    sessions = os.path.join(data_dir, "sessions")
+    out = []
+    for name in sorted(os.listdir(sessions)) if os.path.isdir(sessions) else ():
+        try:
+            out.append(validate_id(name))
+        except JournaldError:
+            continue
+    return out
+
+
 def main(argv: list[str]) -> int:
     data_dir, bytes_per_s = argv[0], int(argv[1])
     with contextlib.suppress(OSError):
         os.nice(NICE)
-    scrub_runs(data_dir, sys.stdin, bytes_per_s, sys.stdout)
+    scrub_runs(data_dir, run_ids(data_dir), bytes_per_s, sys.stdout)
     return 0
 
 

@@ -9,11 +9,15 @@ way, next to a healthy run, served by real daemons:
 * the background scrubber finds every damage, including what no stat sees (a byte rotted in
   place, a manifest entry altered), in its first pass: List shows the run ``corrupted``, Open
   and Fold refuse it, also after a restart, before any pass; the healthy run is never flagged;
-* ``journald verify --all`` names the damaged runs and exits 1, 0 once they are gone.
+* ``journald recover`` (what the refusal says to do) lets the run open again;
+* ``journald verify --all`` names the damaged runs and exits 1, 0 once they are gone;
+* on the memory and JetStream backends a pass verifies every run and flags none that is
+  healthy (their runs cannot be damaged from outside the daemon here).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -29,6 +33,7 @@ from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, error_of, stub
 from tests.integration.test_damaged_runs import cli
+from tests.storage.backend_jetstream import fresh_stream
 from tests.waiting import wait_until
 
 SEGMENT = ("--segment-max-records", "4")
@@ -198,6 +203,13 @@ def test_one_scrub_pass_shows_every_damaged_run_as_corrupted_and_open_refuses_it
             what="List to show the finding kept from before the restart",
         )
         assert "scrub: pass" not in d.log()
+        # what the refusal says to do: the recovery moves the rotted record out, and the run
+        # opens again (warning about the hole), also for the scrubber's next pass
+        recovered = cli(d, "recover", "rotted")
+        assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+        lease = Lease(s, "rotted", mode=pb.OPEN_MODE_RESUME)
+        assert "records_quarantined" in {w.code for w in lease.lease.warnings}
+        assert statuses(s)["rotted"][0] != "corrupted"
 
 
 def test_verify_all_names_every_damaged_run_and_exits_1_then_0_once_they_are_gone(
@@ -221,12 +233,18 @@ def test_verify_all_names_every_damaged_run_and_exits_1_then_0_once_they_are_gon
         assert cli(d, "verify").returncode == 2
 
 
-def test_on_the_memory_backend_a_pass_verifies_every_run_and_flags_no_healthy_one(
-    tmp_path: Path,
+@pytest.mark.parametrize("backend", ["memory", "jetstream"])
+def test_on_the_memory_and_jetstream_backends_a_pass_verifies_every_run_and_flags_none(
+    tmp_path: Path, backend: str
 ) -> None:
     env = {"JOURNALD_LOG_LEVEL": "INFO"}
-    flags = ("--scrub-interval-s", "0.2", "--scrub-bytes-per-s", "64m")
-    with Daemon(tmp_path, "memory", *flags, env=env) as d:
+    flags: list[str] = ["--scrub-interval-s", "0.2", "--scrub-bytes-per-s", "64m"]
+    sock = None
+    if backend == "jetstream":
+        url, stream, _ = asyncio.run(fresh_stream())
+        flags += ["--nats-url", url, "--stream", stream]
+        sock = Path(f"/tmp/jd-scrub-{os.getpid()}-{stream}/s")
+    with Daemon(tmp_path, backend, *flags, env=env, socket=sock) as d:
         s = stub(d.target)
         write_run(s, HEALTHY)
         held = Lease(s, "held")
