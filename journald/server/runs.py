@@ -319,7 +319,9 @@ class Runs:
     async def dormant_state(self, run_id: str) -> tuple[Any, RunState]:
         """The folded state of a run no lease holds, and its cache key (None when the store
         cannot say; then it is folded every time). The key is what ``Store.info`` reports, so
-        any append, prune or re-creation changes it."""
+        any append, prune or re-creation changes it. A kept state is not served once the
+        scrubber found the run damaged."""
+        await self.scrubs.refuse_if_damaged(run_id)
         try:
             info = await self.store.info(run_id)
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely

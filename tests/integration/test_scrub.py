@@ -29,7 +29,12 @@ import grpc
 import pytest
 from journald_client.pb import journal_pb2 as pb
 
-from tests.builders import TS
+from journald.core.errors import StoreCorrupted
+from journald.server.scrub import Finding
+from journald.server.service import JournalService
+from journald.storage.checkpoints_file import FileCheckpointStore
+from journald.storage.file import FileStore
+from tests.builders import TS, JournalBuilder, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, error_of, stub
 from tests.integration.test_damaged_runs import cli
@@ -253,3 +258,32 @@ def test_on_the_memory_and_jetstream_backends_a_pass_verifies_every_run_and_flag
         assert statuses(s) == {HEALTHY: ("open", ""), "held": ("held", "")}
         assert held.append(held.assistant(stop="end_turn")).acks[0].seq == 2
         assert Lease(s, HEALTHY, mode=pb.OPEN_MODE_RESUME).lease.last_seq == 9
+
+
+async def test_a_dormant_state_kept_from_before_a_finding_is_not_served_after_it(
+    tmp_path: Path,
+) -> None:
+    """In process: a Fold before the scrubber's finding keeps the run's folded state; the
+    next Fold after the finding refuses instead of serving it."""
+    store = FileStore(tmp_path / "data", segment_max_records=4)
+    checkpoints = FileCheckpointStore.colocated_with(store.sessions_dir)
+    try:
+        service = JournalService(store, checkpoints=checkpoints)
+        runs = service.runs
+        b = JournalBuilder("kept")
+        for i in range(4):
+            b.add("user", user_payload(f"message {i}"))
+        journal = await store.create(b.records[0])
+        await journal.append(b.records[1:])
+        await journal.close()
+        assert (await runs.state_of("kept")).last_seq == 5
+        key = await runs.scrubs.key_of("kept")
+        meta = {"file": "segments/000001.jsonl", "seq": "3"}
+        await runs.scrubs.found("kept", Finding("kept", TS, "run kept: damaged", meta, key))
+        with pytest.raises(StoreCorrupted) as refused:
+            await runs.state_of("kept")
+        assert refused.value.metadata["found_by"] == "scrub"
+        await runs.scrubs.found("kept", None)  # a pass that finds it healthy again
+        assert (await runs.state_of("kept")).last_seq == 5
+    finally:
+        await store.close()
