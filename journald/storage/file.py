@@ -203,6 +203,7 @@ from journald.storage.segments import (
     file_lines,
     fsync_dir,
     read_manifest,
+    sealed_facts,
     sealed_problem,
     split_complete,
     tail_end,
@@ -382,7 +383,8 @@ class FileStore(FileReads, FileMaintenance):
                 os.unlink(seg)  # never sealed a partial file; roll the seal back
                 fsync_dir(seg_dir)
                 continue
-            m = Manifest(m.generation + 1, [*m.segments, stats.segment(name, end, seg)], m.anchors)
+            sealed = stats.segment(name, end, sealed_facts(seg))
+            m = Manifest(m.generation + 1, [*m.segments, sealed], m.anchors)
             write_manifest(run_dir, m)
         for s in m.segments:
             if not os.path.exists(os.path.join(seg_dir, s.file)):

@@ -9,6 +9,7 @@ and a read from the last seq (what an Open that starts from the fold snapshot re
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -205,3 +206,33 @@ def test_a_read_budget_paces_reads_to_its_rate() -> None:
     free = ReadBudget(0, clock=lambda: now[0], sleep=sleep)
     free.spend(1 << 30)
     assert free.slept_s == 0
+
+
+def test_each_seal_records_the_digest_of_the_segment_file_also_after_a_reopen(
+    pristine: Path, tmp_path: Path
+) -> None:
+    """Segments 1 and 2 were sealed by the journal that created the run (digest fed by its
+    writes); segment 3 by one that opened it with seq 9 already in its active segment."""
+    data = Path(shutil.copytree(pristine, tmp_path / "d", copy_function=shutil.copy2))
+    b = JournalBuilder(RUN, prompt="the prompt")
+    for i in range(2, 13):
+        b.add("user", user_payload(f"message {i}"))
+
+    async def more() -> None:
+        store = FileStore(data, segment_max_records=4)
+        try:
+            journal = await store.open(RUN)
+            for rec in b.records[9:12]:
+                await journal.append([rec])
+            await journal.close()
+        finally:
+            await store.close()
+
+    asyncio.run(more())
+    doc = json.loads((run_dir(data) / MANIFEST).read_bytes())
+    assert [s["file"] for s in doc["segments"]] == [f"00000{i}.jsonl" for i in (1, 2, 3)]
+    for s in doc["segments"]:
+        seg = run_dir(data) / SEGMENTS / s["file"]
+        assert s["sha256"] == hashlib.sha256(seg.read_bytes()).hexdigest(), s["file"]
+        assert s["mtime_ns"] == seg.stat().st_mtime_ns
+    assert scrubbed(data)["ok"] is True
