@@ -4,7 +4,8 @@ Start-up (``journald.server.startup``): take an exclusive lock on the data direc
 (``<data_dir>/daemon.lock``, holding the pid) so two daemons never share one; open the store;
 bind the unix socket (directory 0700, socket 0600 unless told otherwise; a stale socket left by
 a dead daemon is replaced, a live one is refused); serve JournalService plus the standard
-health and reflection services on a uvloop event loop.
+health and reflection services on a uvloop event loop; start the background scrubber
+(``journald.server.scrub``), which verifies every run at its I/O budget.
 
 Shutdown: the first SIGTERM/SIGINT stops accepting calls, ends every lease stream with a
 ``shutdown`` event, lets in-flight appends reach the disk, closes the store and exits 0; a

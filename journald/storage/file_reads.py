@@ -164,9 +164,10 @@ class FileReads:
         self, run_id: str, from_seq: int, budget: ReadBudget | None = None
     ) -> tuple[Manifest, Files, int, str]:
         """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
-        the active segment without its torn tail) and the chain state before the first. Every
-        sealed segment, read or not, passes the structural check (``sealed_problem``: a stat
-        against its manifest entry). ``budget``: the scrubber's paced reads."""
+        the active segment without its torn tail) and the chain state before the first. The
+        sealed segments it does not read pass the structural check (``sealed_problem``: a
+        stat against their manifest entries; the walk checks the others line by line).
+        ``budget``: the scrubber's paced reads."""
         read = budget.read_file if budget is not None else read_file
         run_dir = self.run_dir(run_id)
         path = os.path.join(run_dir, JOURNAL)
