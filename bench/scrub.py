@@ -1,7 +1,7 @@
 """The background scrubber's cost: how long one pass over a data directory takes, and what it
 does to a bystander's appends (docs/design.md#scrubbing), printed as a table.
 
-    .venv/bin/python bench/scrub.py                      # 100 MB data dir, ~2 minutes
+    .venv/bin/python bench/scrub.py                      # 100 MB data dir, ~3 minutes
     .venv/bin/python bench/scrub.py --mb 20 --phase-s 5  # quick look
 
 Steps, all on one disk (a temp dir under --dir):
@@ -14,8 +14,8 @@ Steps, all on one disk (a temp dir under --dir):
    the paced one (the pass is linear in bytes);
 3. a bystander: one run appending ~1 KB records by unary ``Append``, one at a time, on a daemon
    over that directory with the scrubber off and with it in the middle of a pass at the default
-   budget, in alternating phases of ``--phase-s`` seconds (off, on, off, on), one daemon per
-   phase; p50/p99 of each mode and their ratio.
+   budget, in alternating phases of ``--phase-s`` seconds (off, on, off, on, ... ``--rounds``
+   of each), one daemon per phase; p50/p99 of each mode and their ratio.
 
 Every daemon and child is stopped by its own pid; each loop is bounded by its phase time.
 """
@@ -86,11 +86,14 @@ def one_pass(data: Path, bytes_per_s: int) -> tuple[float, int, int]:
 
 
 def children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(x) for x in text.split()]
+    """The child processes of ``pid``, whichever of its threads started them."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
 
 
 def bystander(tmp: Path, data: Path, scrub: bool, phase_s: float, n: int) -> list[float]:
@@ -133,7 +136,8 @@ def pb_record(seq: int, user: pb.UserPayload) -> pb.Record:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=int, default=100, help="size of the data directory")
-    ap.add_argument("--phase-s", type=float, default=12.0, help="seconds per bystander phase")
+    ap.add_argument("--phase-s", type=float, default=10.0, help="seconds per bystander phase")
+    ap.add_argument("--rounds", type=int, default=3, help="bystander phases per mode")
     ap.add_argument("--dir", default=None, help="where the temp data directory goes")
     args = ap.parse_args()
     budget = DEFAULT_SCRUB_BYTES_PER_S
@@ -156,7 +160,8 @@ def main() -> int:
         modes: dict[bool, list[float]] = {False: [], True: []}
         print(f"\nbystander: unary Append of ~1 KB, one run, {args.phase_s:.0f} s phases")
         print(f"{'scrubber':>10} {'appends':>8} {'p50 ms':>8} {'p99 ms':>8}")
-        for n_phase, scrub in enumerate((False, True, False, True)):
+        for n_phase in range(2 * args.rounds):
+            scrub = n_phase % 2 == 1
             lat = bystander(tmp, data, scrub, args.phase_s, n_phase)
             modes[scrub] += lat
             print(

@@ -11,9 +11,10 @@ every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on 
 
 Each run gets the walk ``journald verify`` makes (``FileReads._verify``: framing, checksums,
 chain, manifest entries and digests, then ``journald.storage.verify``'s walk), with every file
-read through a ``ReadBudget``. A process of its own, at the lowest CPU priority, so that its
-decoding never holds the daemon's interpreter lock while an append waits for it; after each
-run it rests as long as the run's walk took, so it uses at most half a core. It only reads:
+read through a ``ReadBudget``. A process of its own, at the lowest CPU and I/O priority, so
+that its decoding never holds the daemon's interpreter lock while an append waits for it;
+after each run it rests as long as the CPU time the run's walk took, so it uses at most half
+a core. It only reads:
 no lock, no write (the daemon records the results).
 
 ``key`` is what ``run_key`` says about the run's files when its walk started: a finding
@@ -23,8 +24,10 @@ applies to the run only while its files still have that key (see ``run_key``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
+import platform
 import sys
 import time
 from collections.abc import Iterable
@@ -36,6 +39,8 @@ from journald.storage.scrub_budget import ReadBudget
 from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS
 
 NICE = 19
+IOPRIO_CLASS_IDLE = 3
+IOPRIO_SET = {"x86_64": 251, "aarch64": 30}  # syscall numbers of ioprio_set(2)
 
 
 def run_key(run_dir: str) -> list[Any]:
@@ -101,11 +106,11 @@ def scrub_runs(data_dir: str, ids: Iterable[str], bytes_per_s: int, out: IO[str]
             run_id = line.strip()
             if not run_id:
                 continue
-            started, slept = time.monotonic(), budget.slept_s
+            cpu = time.process_time()
             out.write(json.dumps(scrub_run(store, run_id, budget)) + "\n")
             out.flush()
             if bytes_per_s > 0:  # at most half a core, in slices no longer than one run's walk
-                time.sleep(max(0.0, time.monotonic() - started - (budget.slept_s - slept)))
+                time.sleep(time.process_time() - cpu)
     finally:
         store.io_pool.stop()
 
@@ -122,10 +127,19 @@ def run_ids(data_dir: str) -> list[str]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    data_dir, bytes_per_s = argv[0], int(argv[1])
+def lowest_priority() -> None:
+    """The lowest CPU priority, and the idle I/O class where the kernel's I/O scheduler
+    honours it (the disk serves the scrubber's reads only when nothing else waits)."""
     with contextlib.suppress(OSError):
         os.nice(NICE)
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall(IOPRIO_SET.get(platform.machine(), -1), 1, 0, IOPRIO_CLASS_IDLE << 13)
+
+
+def main(argv: list[str]) -> int:
+    data_dir, bytes_per_s = argv[0], int(argv[1])
+    lowest_priority()
     scrub_runs(data_dir, run_ids(data_dir), bytes_per_s, sys.stdout)
     return 0
 
