@@ -128,10 +128,14 @@ def run_ids(data_dir: str) -> list[str]:
 
 
 def lowest_priority() -> None:
-    """The lowest CPU priority, and the idle I/O class where the kernel's I/O scheduler
-    honours it (the disk serves the scrubber's reads only when nothing else waits)."""
+    """The lowest CPU priority (``SCHED_IDLE``: any other thread that wakes, such as the
+    daemon's after an fsync, takes the core at once, where a nice-19 thread could finish its
+    slice first), and the idle I/O class where the kernel's I/O scheduler honours it (the
+    disk serves the scrubber's reads only when nothing else waits)."""
     with contextlib.suppress(OSError):
         os.nice(NICE)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     with contextlib.suppress(OSError, AttributeError, ValueError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall(IOPRIO_SET.get(platform.machine(), -1), 1, 0, IOPRIO_CLASS_IDLE << 13)
