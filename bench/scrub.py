@@ -96,9 +96,11 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def bystander(tmp: Path, data: Path, scrub: bool, phase_s: float, n: int) -> list[float]:
+def bystander(
+    tmp: Path, data: Path, scrub: bool, phase_s: float, n: int, budget: int
+) -> list[float]:
     """Append latencies (s) of one run on a daemon over ``data`` for ``phase_s`` seconds."""
-    flags = ["--scrub-interval-s", "0.1"] if scrub else ["--scrub-interval-s", "0"]
+    flags = ["--scrub-interval-s", "0.1" if scrub else "0", "--scrub-bytes-per-s", str(budget)]
     home = tmp / f"phase-{n}"
     home.mkdir()
     lat: list[float] = []
@@ -133,36 +135,45 @@ def pb_record(seq: int, user: pb.UserPayload) -> pb.Record:
     return pb.Record(seq=seq, ts=TS, user=user)
 
 
+def passes(data: Path, budget: int) -> None:
+    free_s, _, _ = one_pass(data, 0)
+    paced_s, n, read = one_pass(data, budget)
+    print(f"\nscrub pass over {n} runs, {read / 1e6:.1f} MB read")
+    print(f"  unpaced (the walk alone):       {free_s:7.1f} s  {read / free_s / 1e6:6.1f} MB/s")
+    print(
+        f"  budget {budget / MiB:.0f} MiB/s:                {paced_s:7.1f} s  "
+        f"{read / paced_s / 1e6:6.1f} MB/s"
+    )
+    per_gb = paced_s * 1e9 / read
+    print(f"  1 GB data dir (extrapolated):   {per_gb:7.0f} s  ({per_gb / 60:.1f} min)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=int, default=100, help="size of the data directory")
     ap.add_argument("--phase-s", type=float, default=10.0, help="seconds per bystander phase")
     ap.add_argument("--rounds", type=int, default=3, help="bystander phases per mode")
+    ap.add_argument(
+        "--budget", type=int, default=DEFAULT_SCRUB_BYTES_PER_S, help="scrub bytes per second"
+    )
+    ap.add_argument("--no-pass", action="store_true", help="only the bystander phases")
     ap.add_argument("--dir", default=None, help="where the temp data directory goes")
     args = ap.parse_args()
-    budget = DEFAULT_SCRUB_BYTES_PER_S
+    budget = args.budget
     with tempfile.TemporaryDirectory(prefix="jd-scrub-bench-", dir=args.dir) as tmp_s:
         tmp = Path(tmp_s)
         data = tmp / "data"
         t0 = time.perf_counter()
         runs, total = build(data, args.mb)
         print(f"data dir: {runs} runs, {total / 1e6:.1f} MB ({time.perf_counter() - t0:.1f} s)")
-        free_s, _, _ = one_pass(data, 0)
-        paced_s, n, read = one_pass(data, budget)
-        print(f"\nscrub pass over {n} runs, {read / 1e6:.1f} MB read")
-        print(f"  unpaced (the walk alone):       {free_s:7.1f} s  {read / free_s / 1e6:6.1f} MB/s")
-        print(
-            f"  default budget {budget / MiB:.0f} MiB/s:        {paced_s:7.1f} s  "
-            f"{read / paced_s / 1e6:6.1f} MB/s"
-        )
-        per_gb = paced_s * 1e9 / read
-        print(f"  1 GB data dir (extrapolated):   {per_gb:7.0f} s  ({per_gb / 60:.1f} min)")
+        if not args.no_pass:
+            passes(data, budget)
         modes: dict[bool, list[float]] = {False: [], True: []}
         print(f"\nbystander: unary Append of ~1 KB, one run, {args.phase_s:.0f} s phases")
         print(f"{'scrubber':>10} {'appends':>8} {'p50 ms':>8} {'p99 ms':>8}")
         for n_phase in range(2 * args.rounds):
             scrub = n_phase % 2 == 1
-            lat = bystander(tmp, data, scrub, args.phase_s, n_phase)
+            lat = bystander(tmp, data, scrub, args.phase_s, n_phase, budget)
             modes[scrub] += lat
             print(
                 f"{'running' if scrub else 'off':>10} {len(lat):>8} "

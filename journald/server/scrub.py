@@ -47,7 +47,7 @@ from journald.storage.info import CORRUPTED
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
-DEFAULT_SCRUB_BYTES_PER_S = 4 * MiB
+DEFAULT_SCRUB_BYTES_PER_S = 2 * MiB
 DEFAULT_SCRUB_INTERVAL_S = 3600.0
 FIRST_PASS_DELAY_S = 60.0
 
