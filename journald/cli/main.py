@@ -197,6 +197,22 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--checkpoint-max", type=int, default=0, help="checkpoints kept per run (0 = no limit)"
     )
+    p.add_argument(
+        "--lease-ttl",
+        type=_positive,
+        default=3,
+        metavar="SECONDS",
+        help="jetstream: a daemon that dies holding runs blocks them on other hosts for at most "
+        "this many seconds after its last renewal (renewed every third of it; default 3)",
+    )
+    p.add_argument(
+        "--nats-leader-wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="jetstream: how long start-up waits for the stream and its buckets to have a "
+        "leader (a cluster electing after a node loss) before exiting 5 (default 30)",
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -232,6 +248,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         checkpoint_max=args.checkpoint_max,
         io_threads=args.io_threads,
         blocking_threads=args.blocking_threads,
+        lease_ttl_s=float(args.lease_ttl),
+        leader_wait_s=max(args.nats_leader_wait, 0.0),
         scrub_bytes_per_s=args.scrub_bytes_per_s,
         scrub_interval_s=args.scrub_interval_s,
     )

@@ -84,6 +84,8 @@ class ServeConfig:
     checkpoint_max: int = 0
     io_threads: int = DEFAULT_IO_THREADS
     blocking_threads: int = DEFAULT_EXECUTOR_THREADS
+    lease_ttl_s: float = 3.0
+    leader_wait_s: float = 30.0
     scrub_bytes_per_s: int = DEFAULT_SCRUB_BYTES_PER_S
     scrub_interval_s: float = DEFAULT_SCRUB_INTERVAL_S
 
@@ -101,6 +103,8 @@ def backend_options(cfg: ServeConfig) -> BackendOptions:
         nats=cfg.nats,
         check_fsync=True,
         io_threads=cfg.io_threads,
+        lease_ttl_s=cfg.lease_ttl_s,
+        leader_wait_s=cfg.leader_wait_s,
     )
 
 
@@ -115,11 +119,21 @@ async def serve(
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         opened = await open_backend(cfg.backend, backend_options(cfg))
-        # checkpoint ids keep sorting after every stored one, whatever the clock did since
-        seed_ids(await opened.checkpoints.newest_id())
+        try:
+            await opened.start()
+            # checkpoint ids keep sorting after every stored one, whatever the clock did since
+            seed_ids(await opened.checkpoints.newest_id())
+        except BaseException:
+            await opened.close()
+            raise
         limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
         service = JournalService(
-            opened.records, limits, opened.checkpoints, cfg.checkpoint_max, opened.attachments
+            opened.records,
+            limits,
+            opened.checkpoints,
+            cfg.checkpoint_max,
+            opened.attachments,
+            opened.leases,
         )
         telemetry.observe_leases(lambda: len(service.leases))
         server = grpc.aio.server(
