@@ -411,6 +411,7 @@ class JournalService:
         infos = await self.store.list()
         if request.limit:
             infos = infos[: request.limit]
+        infos = await self.runs.scrubs.listed(infos)  # damage the scrubber found
         rows = []
         for i in infos:
             lease = self.leases.held(i.run_id)
@@ -445,6 +446,7 @@ class JournalService:
             # between the two steps removes what the first one left behind
             await self.runs.checkpoints.drop_run(run_id)
             await self.runs.attachments.drop_run(run_id)
+            await self.runs.scrubs.forget(run_id, deleted=True)
         if deleted:
             self.hub.close_run(run_id)
         return pb.DeleteResponse(deleted=deleted)
@@ -465,6 +467,7 @@ class JournalService:
         run_id = validate_id(request.run_id)
         async with self.runs.unheld(run_id):
             rep = await self.store.recover(run_id)
+            await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded
         return pb.RecoverResponse(
