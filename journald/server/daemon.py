@@ -4,7 +4,8 @@ Start-up (``journald.server.startup``): take an exclusive lock on the data direc
 (``<data_dir>/daemon.lock``, holding the pid) so two daemons never share one; open the store;
 bind the unix socket (directory 0700, socket 0600 unless told otherwise; a stale socket left by
 a dead daemon is replaced, a live one is refused); serve JournalService plus the standard
-health and reflection services on a uvloop event loop.
+health and reflection services on a uvloop event loop; start the background scrubber
+(``journald.server.scrub``), which verifies every run at its I/O budget.
 
 Shutdown: the first SIGTERM/SIGINT stops accepting calls, ends every lease stream with a
 ``shutdown`` event, lets in-flight appends reach the disk, closes the store and exits 0; a
@@ -17,6 +18,7 @@ as a traceback, and exits with a code that says what kind of problem it is (``EX
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import grp
@@ -38,6 +40,7 @@ from journald.core.errors import JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.peers import PeerGate
 from journald.server.runs import Limits
+from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S, DEFAULT_SCRUB_INTERVAL_S, Scrubber
 from journald.server.service import JournalService
 from journald.server.startup import (
     DataDirLocked,
@@ -87,6 +90,8 @@ class ServeConfig:
     blocking_threads: int = DEFAULT_EXECUTOR_THREADS
     lease_ttl_s: float = 3.0
     leader_wait_s: float = 30.0
+    scrub_bytes_per_s: int = DEFAULT_SCRUB_BYTES_PER_S
+    scrub_interval_s: float = DEFAULT_SCRUB_INTERVAL_S
 
 
 def backend_options(cfg: ServeConfig) -> BackendOptions:
@@ -196,10 +201,17 @@ async def serve(
         if ready is not None:
             ready.set()
         trimming = loop.create_task(trimmer.run())
+        scrubber = Scrubber(
+            opened.records, service.runs.scrubs, cfg.scrub_bytes_per_s, cfg.scrub_interval_s
+        )
+        scrubbing = loop.create_task(scrubber.run())
         watching = loop.create_task(watch_socket(cfg.socket_path, bound))
         await stop.wait()
         trimming.cancel()
+        scrubbing.cancel()
         watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await scrubbing
         log.info("shutting down: ending leases, finishing in-flight appends")
         if gate is not None:
             await gate.close()

@@ -416,6 +416,7 @@ class JournalService:
             infos = [i for i in infos if await self.runs.owners.may_see(i.run_id)]
         if request.limit:
             infos = infos[: request.limit]
+        infos = await self.runs.scrubs.listed(infos)  # damage the scrubber found
         rows = []
         for i in infos:
             lease = self.leases.held(i.run_id)
@@ -450,6 +451,7 @@ class JournalService:
             # between the two steps removes what the first one left behind
             await self.runs.checkpoints.drop_run(run_id)
             await self.runs.attachments.drop_run(run_id)
+            await self.runs.scrubs.forget(run_id, deleted=True)
         self.runs.owners.forget(run_id)
         if deleted:
             self.hub.close_run(run_id)
@@ -471,6 +473,7 @@ class JournalService:
         run_id = validate_id(request.run_id)
         async with self.runs.unheld(run_id):
             rep = await self.store.recover(run_id)
+            await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded
         return pb.RecoverResponse(
