@@ -42,7 +42,7 @@ from journald_client import (
     RunInfo,
     RunState,
 )
-from journald_client.paths import default_socket_path
+from journald_client.paths import check_socket, default_socket_path
 
 from journald import replay
 from journald.replay import Line, cell_width, elide_end, one_line
@@ -102,6 +102,7 @@ class Context:
         daemon to finish the connection handshake."""
         if self._client is None:
             path = self.socket_path.removeprefix("unix:")
+            check_socket(path)  # whose socket it is, before even the probe dials it
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.connect(path)

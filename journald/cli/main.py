@@ -147,7 +147,18 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--socket-mode", type=_octal_mode, default=0o600, help="socket file mode (octal, 0600)"
     )
-    p.add_argument("--socket-group", default=None, help="group to share the socket with")
+    p.add_argument(
+        "--socket-group",
+        default=None,
+        help="group to share the socket with (its directory becomes 0750 in that group); a "
+        "shared socket learns each peer's uid, and a run belongs to the uid that created it",
+    )
+    p.add_argument(
+        "--shared-runs",
+        action="store_true",
+        help="on a shared socket, let every peer read, write and delete every run (without "
+        "it, a uid other than root and the daemon's touches only the runs it created)",
+    )
     p.add_argument(
         "--max-message-bytes",
         type=_size,
@@ -246,6 +257,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         segmentation=not args.no_segments,
         checkpoint_dir=args.checkpoint_dir.absolute() if args.checkpoint_dir else None,
         checkpoint_max=args.checkpoint_max,
+        shared_runs=args.shared_runs,
         io_threads=args.io_threads,
         blocking_threads=args.blocking_threads,
         lease_ttl_s=float(args.lease_ttl),

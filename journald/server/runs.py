@@ -52,6 +52,7 @@ from journald.core.fold import QUARANTINE, RunState, fold_into
 from journald.core.records import Record
 from journald.server.leases import Holder, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.marks import FoldMarks, mark_due, mark_of
+from journald.server.owners import Owners
 from journald.server.scrub import ScrubRecords
 from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
@@ -217,6 +218,7 @@ class Runs:
         self.checkpoint_max = checkpoint_max
         self.attachments = attachments
         self.marks = FoldMarks(checkpoints)
+        self.owners = Owners(checkpoints, store.exists)
         self.leases = LeaseTable()
         self.leases.on_close = self._lease_closed
         self.leases.on_closed = self.free_host
@@ -424,6 +426,7 @@ class Runs:
             journal = await self.store.create(create)
             state = fold_into(RunState(), (create,))
             self.marks.created(run_id)
+            await self.owners.claim(run_id, journal)
         else:
             await self.require_run(run_id)
             journal = await self.store.open(run_id)

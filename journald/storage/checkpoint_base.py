@@ -35,8 +35,10 @@ MARKS = "marks"
 SNAPSHOT = "snapshot"
 SCRUB = "scrub"
 """The damage the background scrubber found in the run (journald.server.scrub)."""
-MARK_PARTS = (MARKS, SNAPSHOT, SCRUB)
-"""The parts of a run's index a checkpoint store keeps (``save_mark``)."""
+OWNER = "owner"
+MARK_PARTS = (MARKS, SNAPSHOT, SCRUB, OWNER)
+"""The parts of a run's index a checkpoint store keeps (``save_mark``). ``owner`` is not a
+cache: the uid that created the run on a shared daemon (``journald.server.owners``)."""
 
 
 class CheckpointStore(Protocol):
