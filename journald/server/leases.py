@@ -37,6 +37,16 @@ class Holder:
         who = self.name or "an unnamed client"
         return f"{who} (pid {self.pid} on {self.host or 'an unknown host'}) since {self.since}"
 
+    def as_doc(self) -> dict[str, object]:
+        """What a cross-host lease entry says of its holder."""
+        return {
+            "name": self.name,
+            "pid": self.pid,
+            "host": self.host,
+            "cwd": self.cwd,
+            "since": self.since,
+        }
+
 
 @dataclass(eq=False)
 class Lease:
@@ -69,6 +79,8 @@ class LeaseTable:
         self._closing: dict[str, asyncio.Task[None]] = {}
         self.on_close: Callable[[Lease], Awaitable[None]] | None = None
         """Runs under the lease lock when a lease ends, before its journal closes."""
+        self.on_closed: Callable[[str], Awaitable[None]] | None = None
+        """Runs once the journal is closed (the run's cross-host lease is released)."""
 
     def __len__(self) -> int:
         return len(self._by_run)
@@ -132,7 +144,11 @@ class LeaseTable:
                         await self.on_close(lease)
                     except Exception:  # a hook never keeps a journal open
                         log.exception("lease close hook failed for run %s", lease.run_id)
-                await lease.journal.close()
+                try:
+                    await lease.journal.close()
+                finally:
+                    if self.on_closed is not None:
+                        await self.on_closed(lease.run_id)
 
         task = asyncio.get_running_loop().create_task(close())
         self._closing[lease.run_id] = task
@@ -216,11 +232,15 @@ class WatchHub:
             if not subs:
                 del self._subs[run_id]
 
+    @staticmethod
+    def encode(records: Sequence[Record]) -> list[Published]:
+        return [(r.seq, pb.WatchResponse(record=record_to_pb(r, payload=False))) for r in records]
+
     def publish(self, run_id: str, records: Sequence[Record]) -> None:
         subs = self._subs.get(run_id)
         if not subs:
             return  # no tail: nothing to encode
-        out = [(r.seq, pb.WatchResponse(record=record_to_pb(r, payload=False))) for r in records]
+        out = self.encode(records)
         for q in subs:
             q.put_nowait(out)
 
