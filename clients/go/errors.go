@@ -46,6 +46,7 @@ const (
 	CodeInternal                = "internal"
 	CodeResponseTooLarge        = "response_too_large"
 	CodeUnsupported             = "unsupported"
+	CodePermissionDenied        = "permission_denied"
 )
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
@@ -110,6 +111,9 @@ var (
 	ErrInternal                = &Error{Code: CodeInternal, Status: codes.Internal}
 	ErrResponseTooLarge        = &Error{Code: CodeResponseTooLarge, Status: codes.ResourceExhausted}
 	ErrUnsupported             = &Error{Code: CodeUnsupported, Status: codes.Unimplemented}
+	// ErrPermissionDenied: the run belongs to another uid of a shared daemon, or (raised by
+	// Connect itself, before dialing) the socket is not owned by the expected daemon uid.
+	ErrPermissionDenied = &Error{Code: CodePermissionDenied, Status: codes.PermissionDenied}
 )
 
 // Sentinels lists every sentinel by code (the mapping table).
@@ -123,6 +127,7 @@ func init() {
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
 		ErrAttachmentNotFound, ErrInvalidCheckpointID, ErrInvalidDigest, ErrInvalidRequest,
 		ErrBackendUnavailable, ErrStorageFull, ErrInternal, ErrResponseTooLarge, ErrUnsupported,
+		ErrPermissionDenied,
 	} {
 		Sentinels[s.Code] = s
 	}

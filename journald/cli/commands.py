@@ -1,5 +1,6 @@
-"""The client commands of the journald CLI: ``ls``, ``show``, ``replay``, ``tail``, ``rm``,
-``verify``. Every one talks to the daemon through ``journald_client`` (never to the files).
+"""The client commands of the journald CLI: ``ls``, ``show``, ``replay``, ``tail``, ``rm``
+(``verify`` is ``journald.cli.verify``). Every one talks to the daemon through
+``journald_client`` (never to the files).
 
 Adding a command: write ``add(parser)`` (its arguments) and ``run(ctx, args) -> exit code``,
 then add ``Command("name", "help", add, run)`` to its module's ``COMMANDS`` (the modules are
@@ -36,13 +37,14 @@ from typing import IO, Any
 from journald_client import (
     Client,
     DaemonUnavailable,
+    InvalidId,
     JournaldError,
     JournalRecord,
     NotFoundError,
     RunInfo,
     RunState,
 )
-from journald_client.paths import default_socket_path
+from journald_client.paths import check_socket, default_socket_path
 
 from journald import replay
 from journald.replay import Line, cell_width, elide_end, one_line
@@ -102,6 +104,7 @@ class Context:
         daemon to finish the connection handshake."""
         if self._client is None:
             path = self.socket_path.removeprefix("unix:")
+            check_socket(path)  # whose socket it is, before even the probe dials it
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.connect(path)
@@ -204,6 +207,12 @@ def dispatch(args: argparse.Namespace) -> int:
     cmd: Command = args.client_command
     ctx = Context(getattr(args, "socket", None) or getattr(args, "global_socket", None))
     try:
+        if isinstance(getattr(args, "run", None), str):
+            try:
+                args.run = resolve_run_id(ctx.client, args.run)
+            except DaemonUnavailable:
+                if cmd.name != "view":  # the viewer waits for the daemon and says how to start it
+                    raise
         return cmd.run(ctx, args)
     except DaemonUnavailable as err:
         where = (err.metadata.get("socket") or ctx.socket_path).removeprefix("unix:")
@@ -252,6 +261,32 @@ def unreachable(where: str, err: DaemonUnavailable, *, given: bool) -> str:
 
 
 # --- helpers ---------------------------------------------------------------------------
+
+FRAMEWORK_ID_LABELS = ("langgraph.thread_id", "openai_agents.session_id")
+"""Labels under which the framework adapters keep their own id of a run (a LangGraph thread,
+an Agents session): a command given that id finds the run it maps to."""
+
+
+def resolve_run_id(client: Client, given: str) -> str:
+    """The run a command means: ``given`` itself when such a run exists, else the one run
+    whose framework label (``FRAMEWORK_ID_LABELS``) is ``given`` (a thread id that is not a
+    safe run id maps to ``lg-<digest>``). Several such runs (a LangGraph thread and an Agents
+    session sharing an id) are refused naming them."""
+    runs = client.list()
+    if any(i.run_id == given for i in runs):
+        return given
+    found = sorted(
+        i.run_id for i in runs if any(i.labels.get(k) == given for k in FRAMEWORK_ID_LABELS)
+    )
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise InvalidId(
+            f"{given!r} names several runs ({', '.join(found)}): a LangGraph thread and an "
+            "Agents session share that id; give the run id itself",
+            metadata={"id": given, "runs": ",".join(found)},
+        )
+    return given
 
 
 def short_ts(ts: str) -> str:
@@ -605,7 +640,7 @@ def _run_tail(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# --- rm, verify ------------------------------------------------------------------------
+# --- rm --------------------------------------------------------------------------------
 
 
 def _add_rm(p: argparse.ArgumentParser) -> None:
@@ -627,24 +662,6 @@ def _run_rm(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_verify(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="run id")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _run_verify(ctx: Context, args: argparse.Namespace) -> int:
-    v = ctx.client.verify(args.run)
-    if args.json:
-        ctx.json(asdict(v))
-    else:
-        ctx.text(
-            f"ok: run {args.run}: {v.records} records in {v.segments} segment"
-            f"{'s' if v.segments != 1 else ''}, hash chain intact, last seq {v.last_seq}, "
-            f"last hash {v.last_hash}"
-        )
-    return EXIT_OK
-
-
 COMMANDS = (
     Command("ls", "list runs, newest first", _add_ls, _run_ls),
     Command("show", "a run's status, model, counters and pending turn", _add_show, _run_show),
@@ -656,5 +673,4 @@ COMMANDS = (
     ),
     Command("tail", "print a run's last records; -f follows appends live", _add_tail, _run_tail),
     Command("rm", "delete a run and its co-located checkpoints", _add_rm, _run_rm),
-    Command("verify", "check a run's hash chain and record schemas", _add_verify, _run_verify),
 )

@@ -211,6 +211,14 @@ class Unsupported(JournaldError):
     grpc_status = "UNIMPLEMENTED"
 
 
+class PermissionDenied(JournaldError):
+    """The caller's uid may not touch this run: another uid of a shared daemon created it
+    (docs/design.md#who-may-talk-to-whom)."""
+
+    code = "permission_denied"
+    grpc_status = "PERMISSION_DENIED"
+
+
 def clip(text: str, limit_bytes: int, keep_tail: bool = True) -> str:
     """``text`` if its UTF-8 form fits ``limit_bytes``, else cut to fit with a mark saying how
     many bytes went. ``keep_tail``: keep the head and the tail (the tail of an error message

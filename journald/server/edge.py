@@ -50,8 +50,11 @@ from journald.core.errors import (
     ResponseTooLarge,
     clip,
 )
+from journald.server.owners import PEER_UID, Owners
 
 log = logging.getLogger("journald.server")
+_CHECKED_INSIDE = frozenset({"Open", "List"})
+"""RPCs that check their runs' owners themselves (docs/design.md#who-may-talk-to-whom)."""
 DOMAIN = "journald"
 ERROR_TRAILER = "journald-error-bin"
 STATUS_TRAILER = "grpc-status-details-bin"
@@ -272,12 +275,33 @@ class Edge:
     max message size; ``on_size`` sees the size of every message in and out."""
 
     def __init__(
-        self, parts: Sequence[Any], max_message_bytes: int, on_size: Callable[[int], None]
+        self,
+        parts: Sequence[Any],
+        max_message_bytes: int,
+        on_size: Callable[[int], None],
+        owners: Owners | None = None,
+        peer_uid: int | None = None,
     ) -> None:
         self.parts = parts
         self.cap = max_message_bytes
         self.on_size = on_size
         self.undecodable = PeerLog()
+        self.owners = owners if owners is not None and owners.enforcing else None
+        """Checks every run a call names against the peer's uid (a shared daemon only)."""
+        self.peer_uid = peer_uid
+
+    async def _admitted(self, context: Ctx, name: str, request: Any) -> bool:
+        """Sets the call's peer; False (refused, status set) when it names a run of another
+        uid. Open checks under the run's opening lock instead (a run may appear meanwhile)."""
+        PEER_UID.set(self.peer_uid)
+        if self.owners is None or name in _CHECKED_INSIDE:
+            return True
+        try:
+            await self.owners.check(request.run_id)
+        except JournaldError as err:
+            send(context, refusal(err))
+            return False
+        return True
 
     def _refuse_undecodable(self, context: Ctx, method: str, bad: Undecodable) -> None:
         self.undecodable.note(context.peer(), method, bad)
@@ -300,6 +324,8 @@ class Edge:
             if isinstance(request, Undecodable):
                 self._refuse_undecodable(context, name, request)
                 return None
+            if not await self._admitted(context, name, request):
+                return None
             response = await fn(request, context)
             return None if response is None else self._encode(context, name, response)
 
@@ -317,6 +343,8 @@ class Edge:
             if isinstance(request, Undecodable):
                 self._refuse_undecodable(context, name, request)
                 return
+            if not await self._admitted(context, name, request):
+                return
             async for data in out(fn(request, context), context):
                 yield data
 
@@ -325,9 +353,12 @@ class Edge:
                 if isinstance(request, Undecodable):
                     self.undecodable.note(context.peer(), name, request)
                     raise undecodable_error(request, name)
+                if self.owners is not None:
+                    await self.owners.check(request.append.run_id)
                 yield request
 
         async def stream_stream(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:
+            PEER_UID.set(self.peer_uid)
             async for data in out(fn(checked(requests, context), context), context):
                 yield data
 
@@ -355,9 +386,13 @@ def add_service(
     parts: Sequence[Any],
     max_message_bytes: int,
     on_size: Callable[[int], None] = lambda size_bytes: None,
+    owners: Owners | None = None,
+    peer_uid: int | None = None,
 ) -> None:
-    """Register ``parts`` as journald.v1.JournalService (in place of the generated helper)."""
-    edge = Edge(parts, max_message_bytes, on_size)
+    """Register ``parts`` as journald.v1.JournalService (in place of the generated helper);
+    ``peer_uid``: the uid of every peer of ``server`` (journald.server.peers), whose calls
+    ``owners`` checks."""
+    edge = Edge(parts, max_message_bytes, on_size, owners, peer_uid)
     handlers = {m.name: edge.handler(m) for m in SERVICE.methods}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)

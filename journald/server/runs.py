@@ -52,6 +52,8 @@ from journald.core.fold import QUARANTINE, RunState, fold_into
 from journald.core.records import Record
 from journald.server.leases import Holder, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.marks import FoldMarks, mark_due, mark_of
+from journald.server.owners import Owners
+from journald.server.scrub import ScrubRecords
 from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.pipeline import Draft, OnDurable, RecordDraft, Ticket
@@ -216,12 +218,14 @@ class Runs:
         self.checkpoint_max = checkpoint_max
         self.attachments = attachments
         self.marks = FoldMarks(checkpoints)
+        self.owners = Owners(checkpoints, store.exists)
         self.leases = LeaseTable()
         self.leases.on_close = self._lease_closed
         self.leases.on_closed = self.free_host
         if host is not None:
             host.on_lost = self._host_leases_lost
         self.hub = WatchHub()
+        self.scrubs = ScrubRecords(store, checkpoints)
         self._dormant: OrderedDict[str, tuple[Any, RunState]] = OrderedDict()
 
     # --- records --------------------------------------------------------------------------
@@ -334,12 +338,15 @@ class Runs:
 
     async def fold_for_read(self, run_id: str) -> RunState:
         """A dormant run's state for a read: from its snapshot when that still matches.
-        Writes nothing."""
+        Writes nothing. Refused while the scrubber's finding of damage holds."""
+        await self.scrubs.refuse_if_damaged(run_id)
         return await fold_stored(self.store, run_id, None, await self.marks.load_snapshot(run_id))
 
     async def fold_for_writer(self, run_id: str) -> RunState:
         """The run's state for a lease about to be granted: from its snapshot when that still
-        matches, collecting the marks its lease saves when it ends."""
+        matches, collecting the marks its lease saves when it ends. Refused while the
+        scrubber's finding of damage holds (docs/design.md#scrubbing)."""
+        await self.scrubs.refuse_if_damaged(run_id)
         doc = await self.marks.load_index(run_id)
         snapshot = await self.marks.load_snapshot(run_id)
         at = snapshot.last_seq if snapshot is not None else 0
@@ -360,7 +367,9 @@ class Runs:
     async def dormant_state(self, run_id: str) -> tuple[Any, RunState]:
         """The folded state of a run no lease holds, and its cache key (None when the store
         cannot say; then it is folded every time). The key is what ``Store.info`` reports, so
-        any append, prune or re-creation changes it."""
+        any append, prune or re-creation changes it. A kept state is not served once the
+        scrubber found the run damaged."""
+        await self.scrubs.refuse_if_damaged(run_id)
         try:
             info = await self.store.info(run_id)
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely
@@ -417,6 +426,7 @@ class Runs:
             journal = await self.store.create(create)
             state = fold_into(RunState(), (create,))
             self.marks.created(run_id)
+            await self.owners.claim(run_id, journal)
         else:
             await self.require_run(run_id)
             journal = await self.store.open(run_id)

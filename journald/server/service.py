@@ -158,6 +158,8 @@ class JournalService:
         c = request.client
         holder = new_holder(c.name, c.pid, c.host, c.cwd)
         async with self.leases.opening_lock(run_id):
+            # under the opening lock (no run appears meanwhile), before `locked` names a holder
+            await self.runs.owners.check(run_id)
             self.leases.refuse_if_held(run_id)
             await self.leases.wait_closed(run_id)
             # before any state is read: a run held through another daemon is refused here
@@ -254,6 +256,7 @@ class JournalService:
             journal = await self.store.create(meta)
             state = fold_into(RunState(), (meta,))
             self.runs.marks.created(run_id)
+            await self.runs.owners.claim(run_id, journal)
         lease = self.leases.grant(run_id, holder, journal, state)
         return lease, exists, state, warnings
 
@@ -409,8 +412,11 @@ class JournalService:
     @unary
     async def List(self, request: pb.ListRequest, context: Ctx) -> pb.ListResponse:
         infos = await self.store.list()
+        if self.runs.owners.enforcing:
+            infos = [i for i in infos if await self.runs.owners.may_see(i.run_id)]
         if request.limit:
             infos = infos[: request.limit]
+        infos = await self.runs.scrubs.listed(infos)  # damage the scrubber found
         rows = []
         for i in infos:
             lease = self.leases.held(i.run_id)
@@ -445,6 +451,8 @@ class JournalService:
             # between the two steps removes what the first one left behind
             await self.runs.checkpoints.drop_run(run_id)
             await self.runs.attachments.drop_run(run_id)
+            await self.runs.scrubs.forget(run_id, deleted=True)
+        self.runs.owners.forget(run_id)
         if deleted:
             self.hub.close_run(run_id)
         return pb.DeleteResponse(deleted=deleted)
@@ -465,6 +473,7 @@ class JournalService:
         run_id = validate_id(request.run_id)
         async with self.runs.unheld(run_id):
             rep = await self.store.recover(run_id)
+            await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded
         return pb.RecoverResponse(

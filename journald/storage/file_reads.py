@@ -42,6 +42,7 @@ from journald.core.records import GENESIS, Record, decode, decode_stored, sha256
 from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, SegmentStats, read_file
 from journald.storage.info import corrupted_info, run_info_from
+from journald.storage.scrub_budget import ReadBudget
 from journald.storage.segments import (
     JOURNAL,
     META_CACHE,
@@ -56,6 +57,7 @@ from journald.storage.segments import (
     line_start,
     message_count,
     read_manifest,
+    sealed_problem,
     split_complete,
     tail_end,
     unframe,
@@ -165,9 +167,15 @@ class FileReads:
             while len(self._tails) > TAILS_KEPT:
                 self._tails.popitem(last=False)
 
-    def _snapshot(self, run_id: str, from_seq: int) -> tuple[Manifest, Files, int, str]:
+    def _snapshot(
+        self, run_id: str, from_seq: int, budget: ReadBudget | None = None
+    ) -> tuple[Manifest, Files, int, str]:
         """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
-        the active segment without its torn tail) and the chain state before the first."""
+        the active segment without its torn tail) and the chain state before the first. The
+        sealed segments it does not read pass the structural check (``sealed_problem``: a
+        stat against their manifest entries; the walk checks the others line by line).
+        ``budget``: the scrubber's paced reads."""
+        read = budget.read_file if budget is not None else read_file
         run_dir = self.run_dir(run_id)
         path = os.path.join(run_dir, JOURNAL)
         for _ in range(16):
@@ -200,7 +208,7 @@ class FileReads:
                     for s in segs[idx:]:
                         seg = os.path.join(run_dir, SEGMENTS, s.file)
                         try:
-                            data = read_file(seg)
+                            data = read(seg)
                         except FileNotFoundError:
                             data = MISSING
                         self.segment_opens += 1
@@ -215,11 +223,17 @@ class FileReads:
                         if not same:
                             with os.fdopen(os.dup(afd), "rb") as f:
                                 active = f.read()
+                            if budget is not None:
+                                budget.spend(len(active))
                             if not _still_at(path, st):
                                 continue  # sealed and replaced since it was opened: again
                     files.append((path, active[: tail_end(active)], None))
+                walked = {os.path.basename(n) for n, _, i in files if i is not None}
+                problem = None if m.pending else sealed_problem(run_id, run_dir, m, walked)
                 again = read_manifest(run_dir, run_id) or Manifest()
                 if again.generation == m.generation:
+                    if problem is not None:
+                        raise problem
                     return m, files, start_seq, start_hash
             finally:
                 if afd is not None:
@@ -230,12 +244,16 @@ class FileReads:
         )
 
     def _iter_checked(
-        self, run_id: str, from_seq: int, where: dict[int, Line] | None = None
+        self,
+        run_id: str,
+        from_seq: int,
+        where: dict[int, Line] | None = None,
+        budget: ReadBudget | None = None,
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
         filled with the line each record was read from, and no line is skipped."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
-        m, files, start_seq, start_hash = self._snapshot(run_id, from_seq)
+        m, files, start_seq, start_hash = self._snapshot(run_id, from_seq, budget)
         for name, data, info in files:
             if info is None:
                 continue
@@ -409,16 +427,26 @@ class FileReads:
             metadata={"run_id": run_id},
         )
 
-    def _verify(self, run_id: str) -> VerifyReport:
+    def _verify(self, run_id: str, budget: ReadBudget | None = None) -> VerifyReport:
         """The files' own checks (framing, checksums, chain, manifest) as every read makes
-        them, then the walk every backend's verify makes, naming the file and line."""
+        them, each sealed segment's digest, then the walk every backend's verify makes, naming
+        the file and line. ``budget``: the scrubber's paced reads."""
         where: dict[int, Line] = {}
-        m, _, recs = self._iter_checked(run_id, 1, where)
+        m, files, recs = self._iter_checked(run_id, 1, where, budget)
         if not recs:
             raise self._not_found(run_id)
         self._check_segment_files(run_id)
         seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
+        digests = {os.path.basename(n): sha256_hex(d) for n, d, i in files if i is not None}
         for s in m.segments:
+            if s.sha256 and digests.get(s.file, s.sha256) != s.sha256:
+                raise corrupted(
+                    run_id,
+                    Line(os.path.join(seg_dir, s.file), 0, b""),
+                    s.first_seq,
+                    "the sealed segment's bytes no longer have the digest its manifest entry "
+                    "recorded when it was sealed",
+                )
             inside = [r for r in recs if s.first_seq <= r.seq <= s.last_seq]
             msgs = sum(message_count(r) for r in inside)
             if not inside or inside[0].hash != s.first_hash or msgs != s.messages:
@@ -541,7 +569,8 @@ def _stored(run_id: str, line: Line, seq: int) -> Record:
 
 
 def _cached_info(run_dir: str) -> RunInfo | None:
-    """The listing row from ``meta.json`` if it still describes the files, else None."""
+    """The listing row from ``meta.json`` if it still describes the files (and the sealed
+    segments pass the structural check), else None."""
     try:
         obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
         st = os.stat(os.path.join(run_dir, JOURNAL))
@@ -554,6 +583,8 @@ def _cached_info(run_dir: str) -> RunInfo | None:
             or obj["generation"] != gen
         ):
             return None
+        if m is not None and not m.pending and sealed_problem("", run_dir, m) is not None:
+            return None  # listed afresh: the read names the damage
         return RunInfo(**obj["info"])
     except (OSError, ValueError, TypeError, KeyError, StoreCorrupted, VersionUnsupported):
         return None

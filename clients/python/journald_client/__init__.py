@@ -30,6 +30,7 @@ from journald_client.errors import (
     LeaseLost,
     Locked,
     NotFoundError,
+    PermissionDenied,
     ProviderChanged,
     ResponseTooLarge,
     SeqConflict,
@@ -42,6 +43,7 @@ from journald_client.errors import (
     StoreCorrupted,
     TurnRunning,
     Unsupported,
+    UntrustedSocket,
     VersionUnsupported,
 )
 from journald_client.fingerprint import Fingerprint, compute
@@ -117,6 +119,7 @@ __all__ = [
     "Pending",
     "PendingResult",
     "PendingTurn",
+    "PermissionDenied",
     "PipelinedWriter",
     "ProviderChanged",
     "QuarantinedRecord",
@@ -139,6 +142,7 @@ __all__ = [
     "ToolOutput",
     "TurnRunning",
     "Unsupported",
+    "UntrustedSocket",
     "VerifyResult",
     "VersionUnsupported",
     "Watch",

@@ -275,6 +275,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
     JetStream); retrying will not help.
     """
+    ERROR_CODE_PERMISSION_DENIED: _ErrorCode.ValueType  # 28
+    """gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
+    a client itself, the socket is not owned by the expected daemon uid).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
@@ -345,6 +349,10 @@ less (a message window, History pages, Load from a seq).
 ERROR_CODE_UNSUPPORTED: ErrorCode.ValueType  # 27
 """gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
 JetStream); retrying will not help.
+"""
+ERROR_CODE_PERMISSION_DENIED: ErrorCode.ValueType  # 28
+"""gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
+a client itself, the socket is not owned by the expected daemon uid).
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

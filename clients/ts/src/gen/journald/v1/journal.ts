@@ -394,6 +394,11 @@ export enum ErrorCode {
    * JetStream); retrying will not help.
    */
   ERROR_CODE_UNSUPPORTED = 27,
+  /**
+   * ERROR_CODE_PERMISSION_DENIED - gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
+   * a client itself, the socket is not owned by the expected daemon uid).
+   */
+  ERROR_CODE_PERMISSION_DENIED = 28,
   UNRECOGNIZED = -1,
 }
 
@@ -483,6 +488,9 @@ export function errorCodeFromJSON(object: any): ErrorCode {
     case 27:
     case "ERROR_CODE_UNSUPPORTED":
       return ErrorCode.ERROR_CODE_UNSUPPORTED;
+    case 28:
+    case "ERROR_CODE_PERMISSION_DENIED":
+      return ErrorCode.ERROR_CODE_PERMISSION_DENIED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -548,6 +556,8 @@ export function errorCodeToJSON(object: ErrorCode): string {
       return "ERROR_CODE_RESPONSE_TOO_LARGE";
     case ErrorCode.ERROR_CODE_UNSUPPORTED:
       return "ERROR_CODE_UNSUPPORTED";
+    case ErrorCode.ERROR_CODE_PERMISSION_DENIED:
+      return "ERROR_CODE_PERMISSION_DENIED";
     case ErrorCode.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
