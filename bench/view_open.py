@@ -12,9 +12,15 @@
 
    * ``first_paint_s``: from starting the app to the transcript holding the run's last
      message, laid out, and one refresh after it;
-   * ``earlier_page_s``: from pressing ``home`` to the page before it being shown;
-   * History calls and messages fetched (the viewer's own counters), and the viewer
-     process's RSS after both;
+   * ``page_back_at_end_s``: PgUp at the top of the last page until the page before it is
+     shown;
+   * ``jump_to_first_message_s``: ``home`` until the run's first message is shown;
+   * ``go_to_middle_s`` and ``page_back_in_middle_s``: ``:`` N/2, then a page back there
+     (a page should cost the same wherever it is);
+   * History calls and messages fetched (the viewer's own counters), the messages and
+     lines the window holds, the viewer process's RSS;
+   * idle CPU of the viewer process over ``--idle-s`` on the transcript, then on the runs
+     table (process CPU time / wall time);
 4. for scale, times ``Fold`` without messages (what the details screen asks) on the same
    run.
 
@@ -64,7 +70,7 @@ def build(socket: str, run_id: str, messages: int) -> float:
     return time.perf_counter() - t0
 
 
-async def measure(socket: str, run_id: str, last_text: str) -> dict[str, Any]:
+async def measure(socket: str, run_id: str, last_text: str, idle_s: float) -> dict[str, Any]:
     from journald.view.app import ViewerApp
     from journald.view.data import Source
     from journald.view.transcript_screen import TranscriptScreen
@@ -77,35 +83,86 @@ async def measure(socket: str, run_id: str, last_text: str) -> dict[str, Any]:
         s = app.screen
         return s if isinstance(s, TranscriptScreen) and s.slice is not None else None
 
+    async def until(cond: Any, what: str) -> None:
+        while not cond():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"never: {what}")
+            await pilot.pause(0.005)
+        await pilot.pause()  # one refresh after it: laid out and painted
+
     t0 = time.perf_counter()
     async with app.run_test(size=(100, 30)) as pilot:
-        while not ((s := screen()) and any(last_text in t for t in s.view.line_texts())):
-            if time.monotonic() > deadline:
-                raise SystemExit("the transcript never showed the last message")
-            await pilot.pause(0.005)
-        await pilot.pause()
+        await until(
+            lambda: (s := screen()) and any(last_text in t for t in s.view.line_texts()),
+            "the last message",
+        )
         first_paint = time.perf_counter() - t0
-        calls, fetched = source.stats.history_calls, source.stats.messages_fetched
+        s = screen()
+        assert s is not None
         assert s.slice is not None
-        start, total = s.slice.start, s.slice.total
+        calls, fetched = source.stats.history_calls, source.stats.messages_fetched
+        total = s.slice.total
+
+        async def page_back() -> float:
+            assert s is not None
+            assert s.slice is not None
+            start = s.slice.start
+            s.view.go_first()  # the top of what is loaded (untimed): the next PgUp reads
+            await pilot.pause()
+            t = time.perf_counter()
+            await pilot.press("pageup")
+            await until(lambda: s.slice is not None and s.slice.start < start, "a page back")
+            return time.perf_counter() - t
+
+        back_at_end = await page_back()
         t1 = time.perf_counter()
         await pilot.press("home")
-        while s.slice is None or s.slice.start >= start:
-            if time.monotonic() > deadline:
-                raise SystemExit("no earlier page")
-            await pilot.pause(0.005)
-        await pilot.pause()
-        earlier = time.perf_counter() - t1
+        await until(
+            lambda: (
+                s.slice is not None
+                and s.slice.start == 0
+                and any("a very long run" in t for t in s.view.line_texts())
+            ),
+            "the first message",
+        )
+        to_first = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        middle = total // 2
+        await pilot.press("colon", *str(middle), "enter")
+        await until(
+            lambda: s.slice is not None and s.slice.start <= middle - 1 < s.slice.stop,
+            "the middle",
+        )
+        to_middle = time.perf_counter() - t2
+        back_in_middle = await page_back()
         rss_mb = _rss_mb()
+        loaded = len(s.slice.messages)
+        lines = len(s.view.line_texts())
+
+        c0, w0 = time.process_time(), time.perf_counter()
+        await pilot.pause(idle_s)
+        idle_transcript = (time.process_time() - c0) / (time.perf_counter() - w0)
+        await pilot.press("escape")
+        await pilot.pause(0.5)
+        c0, w0 = time.process_time(), time.perf_counter()
+        await pilot.pause(idle_s)
+        idle_runs = (time.process_time() - c0) / (time.perf_counter() - w0)
         return {
             "messages_in_run": total,
             "first_paint_s": round(first_paint, 3),
             "history_calls_to_first_paint": calls,
             "messages_fetched_to_first_paint": fetched,
-            "earlier_page_s": round(earlier, 3),
-            "messages_loaded_after_one_earlier_page": total - s.slice.start,
+            "page_back_at_end_s": round(back_at_end, 3),
+            "jump_to_first_message_s": round(to_first, 3),
+            "go_to_middle_s": round(to_middle, 3),
+            "page_back_in_middle_s": round(back_in_middle, 3),
+            "messages_held_in_window": loaded,
+            "lines_laid_out": lines,
             "viewer_rss_mb": rss_mb,
             "viewer_max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "idle_cpu_transcript_pct": round(idle_transcript * 100, 1),
+            "idle_cpu_runs_table_pct": round(idle_runs * 100, 1),
+            "history_calls_total": source.stats.history_calls,
         }
 
 
@@ -119,10 +176,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--data", type=Path, default=Path("/tmp/jd-view-bench"))
-    ap.add_argument("--measure", nargs=3, metavar=("SOCKET", "RUN", "LAST"), help=argparse.SUPPRESS)
+    ap.add_argument("--idle-s", type=float, default=5.0, help="idle CPU sampled this long")
+    ap.add_argument(
+        "--measure", nargs=4, metavar=("SOCKET", "RUN", "LAST", "IDLE"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(asyncio.run(measure(*args.measure))))
+        sock, run, last, idle = args.measure
+        print(json.dumps(asyncio.run(measure(sock, run, last, float(idle)))))
         return
     run_id = f"v{args.messages}"
     args.data.mkdir(parents=True, exist_ok=True)
@@ -135,7 +196,15 @@ def main() -> None:
         turns = max(1, (args.messages - 1) // 2)
         last = f"output of step {turns - 1}"
         out = subprocess.run(
-            [sys.executable, __file__, "--measure", str(daemon.socket), run_id, last],
+            [
+                sys.executable,
+                __file__,
+                "--measure",
+                str(daemon.socket),
+                run_id,
+                last,
+                str(args.idle_s),
+            ],
             check=True,
             capture_output=True,
             text=True,

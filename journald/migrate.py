@@ -224,6 +224,8 @@ async def _copy_run(
         )
     if progress is not None and overall is not None:
         progress.advance(overall)
+    if progress is not None and task is not None:
+        progress.remove_task(task)  # one bar per run in flight, not one line per run done
     size = sum(len(r.raw) for r in records)
     return MigratedRun(run_id, len(records), size, after.last_hash, *side_counts)
 
@@ -303,7 +305,8 @@ async def _main(args: argparse.Namespace, console: Console) -> int:
             name, opts = parse_location(loc)
             if BACKENDS[name].owns_data_dir and opts.data_dir is not None:
                 # a daemon must not write the directory while we copy it
-                stack.callback(lock_data_dir(opts.data_dir).close)
+                busy = "stop it first: migrate copies a data dir only while no daemon writes it"
+                stack.callback(lock_data_dir(opts.data_dir, busy).close)
         src = await open_location(args.src, options, source=True)
         stack.push_async_callback(src.close)
         for problem in getattr(src.records, "unsafe", []):

@@ -167,10 +167,34 @@ def _call_line(prefix: str, name: str, args: str, width: int, suffix: str = "") 
     return f"{head} {elide_middle(args, room)}{suffix}"
 
 
-def _indent(text: str, first: str, rest: str | None = None) -> list[str]:
+def _indent(text: str, first: str, rest: str | None = None, width: int = 0) -> list[str]:
+    """``text`` under ``first`` with the later lines under ``rest`` (default: as many spaces);
+    with ``width``, long lines are cut at a space near the edge and go on under ``rest``, so
+    a terminal never wraps them back to column 0."""
     lines = text.split("\n") if text else [""]
     pad = rest if rest is not None else " " * cell_width(first)
+    if width > 0:
+        room = max(10, width - cell_width(pad))
+        lines = [piece for ln in lines for piece in _cut(ln, room)]
     return [first + lines[0]] + [pad + ln for ln in lines[1:]]
+
+
+def _cut(line: str, room: int) -> list[str]:
+    """``line`` in pieces of at most ``room`` cells, cut at the last space when one is in
+    the second half of the piece."""
+    out: list[str] = []
+    while cell_width(line) > room:
+        used, end = 0, 0
+        for end, ch in enumerate(line):  # noqa: B007 (end is used after the loop)
+            used += cell_width(ch)
+            if used > room:
+                break
+        space = line.rfind(" ", 0, end)
+        cut = space if space > end // 2 else end
+        out.append(line[:cut].rstrip())
+        line = line[cut:].lstrip(" ") if space > end // 2 else line[cut:]
+    out.append(line)
+    return out
 
 
 # --- rendered lines --------------------------------------------------------------------
@@ -251,12 +275,12 @@ def narrate(state: RunState, width: int = DEFAULT_WIDTH) -> list[Line]:
 def _dump_block(out: list[Line], b: Block, width: int, show_output: bool) -> None:
     t = b.get("type")
     if t == "text":
-        out.extend(Line("text", s) for s in _indent(clean(str(b.get("text", ""))), "  "))
-    elif t == "thinking":
         out.extend(
-            Line("thinking", s)
-            for s in _indent(clean(str(b.get("thinking", ""))), "  (thinking) ", "  ")
+            Line("text", s) for s in _indent(clean(str(b.get("text", ""))), "  ", width=width)
         )
+    elif t == "thinking":
+        thinking = clean(str(b.get("thinking", "")))
+        out.extend(Line("thinking", s) for s in _indent(thinking, "  (thinking) ", "  ", width))
     elif t == "redacted_thinking":
         out.append(Line("thinking", "  (redacted thinking)"))
     elif t == "tool_use":
@@ -269,7 +293,7 @@ def _dump_block(out: list[Line], b: Block, width: int, show_output: bool) -> Non
         kind = "error" if err else "result"
         first = f"  <- [{tid}] " + ("error: " if err else "")
         if show_output:
-            out.extend(Line(kind, s) for s in _indent(result_text(b), first))
+            out.extend(Line(kind, s) for s in _indent(result_text(b), first, width=width))
         else:
             out.append(Line(kind, first.rstrip() if not err else f"  <- [{tid}] error"))
     elif t == "provider":

@@ -268,10 +268,15 @@ def _run_history(ctx: Context, args: argparse.Namespace) -> int:
     for i, m in enumerate(resp.messages, resp.offset):
         prefix = f"{i:>6} {m['role']:<9} "
         ctx.text(prefix + summarize(m, max(20, ctx.width - len(prefix))))
-    ctx.note(
-        f"messages {resp.offset}..{resp.next_offset - 1 if resp.messages else resp.offset} "
-        f"of {resp.total}; next offset {resp.next_offset}"
-    )
+    if args.limit <= 0:
+        ctx.note(f"{resp.total} messages (--limit 0 prints only the count)")
+    elif not resp.messages:
+        ctx.note(f"no messages from offset {offset}: the run has {resp.total}")
+    else:
+        ctx.note(
+            f"messages {resp.offset}..{resp.next_offset - 1} of {resp.total}; next offset "
+            f"{resp.next_offset}"
+        )
     return EXIT_OK
 
 

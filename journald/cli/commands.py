@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -214,14 +215,8 @@ def dispatch(args: argparse.Namespace) -> int:
                     raise
         return cmd.run(ctx, args)
     except DaemonUnavailable as err:
-        where = err.metadata.get("socket") or ctx.socket_path
-        if not os.path.exists(where):
-            what = f"cannot reach the journald daemon at {where} (no socket there)"
-        elif "why" in err.metadata:
-            what = f"cannot reach the journald daemon at {where} ({err.metadata['why']})"
-        else:
-            what = err.message.split("; ")[0]
-        ctx.note(f"{what}\nhint: {START_HINT}, or pass --socket PATH (or set JOURNALD_SOCKET)")
+        where = (err.metadata.get("socket") or ctx.socket_path).removeprefix("unix:")
+        ctx.note(unreachable(where, err, given=ctx.socket is not None))
         return EXIT_UNREACHABLE
     except NotFoundError as err:
         hint = "" if "journald ls" in err.message else " (list runs with `journald ls`)"
@@ -238,6 +233,31 @@ def dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         ctx.close()
+
+
+def unreachable(where: str, err: DaemonUnavailable, *, given: bool) -> str:
+    """What is at ``where`` instead of a daemon, and how to start one there."""
+    if os.path.isdir(where):
+        inside = os.path.join(where, "journald.sock")
+        return (
+            f"{where} is a directory, not the daemon's socket\nhint: pass the socket file "
+            f"(e.g. --socket {inside}); a daemon started with `journald serve --socket "
+            f"{inside}` listens there"
+        )
+    if os.path.exists(where) and not stat.S_ISSOCK(os.stat(where).st_mode):
+        return (
+            f"{where} is a regular file, not the daemon's socket\nhint: pass the socket a "
+            "daemon listens on (`journald serve --socket PATH` creates it)"
+        )
+    if not os.path.exists(where):
+        what = f"cannot reach the journald daemon at {where} (no socket there)"
+    elif "why" in err.metadata:
+        what = f"cannot reach the journald daemon at {where} ({err.metadata['why']})"
+    else:
+        what = err.message.split("; ")[0]
+    if given:  # the daemon must be started on the socket the command was pointed at
+        return f"{what}\nhint: start it with `journald serve --socket {where}`"
+    return f"{what}\nhint: {START_HINT}, or pass --socket PATH (or set JOURNALD_SOCKET)"
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -624,18 +644,22 @@ def _run_tail(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _add_rm(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="run id")
-    p.add_argument("-f", "--force", action="store_true", help="succeed when the run does not exist")
+    p.add_argument("run", nargs="+", help="run id (several: each is deleted)")
+    p.add_argument("-f", "--force", action="store_true", help="succeed when a run does not exist")
 
 
 def _run_rm(ctx: Context, args: argparse.Namespace) -> int:
-    if ctx.client.delete(args.run):
-        ctx.note(f"deleted run {args.run}")
-        return EXIT_OK
-    if args.force:
-        return EXIT_OK
-    ctx.note(f"run {args.run} does not exist (list runs with `journald ls`)")
-    return EXIT_NOT_FOUND
+    missing = []
+    for run in args.run:
+        if ctx.client.delete(run):
+            ctx.note(f"deleted run {run}")
+        else:
+            missing.append(run)
+    if missing and not args.force:
+        for run in missing:
+            ctx.note(f"run {run} does not exist (list runs with `journald ls`)")
+        return EXIT_NOT_FOUND
+    return EXIT_OK
 
 
 COMMANDS = (

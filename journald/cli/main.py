@@ -166,9 +166,27 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="largest gRPC message either way (default 16 MiB; larger requests are refused "
         "before they are read, larger responses fail with response_too_large)",
     )
-    p.add_argument("--max-record-bytes", type=_size, default=4 * 1024 * 1024)
-    p.add_argument("--segment-max-bytes", type=_size, default=16 * 1024 * 1024)
-    p.add_argument("--segment-max-records", type=int, default=5000)
+    p.add_argument(
+        "--max-record-bytes",
+        type=_size,
+        default=4 * 1024 * 1024,
+        help="largest record an Append may carry, as stored (default 4 MiB; 1k/1m/1g suffixes; "
+        "larger ones are refused as record_too_large: put big tool output in an attachment)",
+    )
+    p.add_argument(
+        "--segment-max-bytes",
+        type=_size,
+        default=16 * 1024 * 1024,
+        help="file backend: seal a run's active segment once it holds this many bytes "
+        "(default 16 MiB); sealed segments are read-only and verified by their digest",
+    )
+    p.add_argument(
+        "--segment-max-records",
+        type=int,
+        default=5000,
+        help="file backend: seal a run's active segment once it holds this many records "
+        "(default 5000), whichever of the two limits comes first",
+    )
     p.add_argument("--no-segments", action="store_true", help="never seal segments")
     p.add_argument(
         "--io-threads",

@@ -48,8 +48,11 @@ class DataDirLocked(StartupRefused):
     exit_code = EXIT_HELD
 
 
-def lock_data_dir(data_dir: Path) -> IO[str]:
-    """Hold ``daemon.lock`` for the life of the process; refuse if another daemon holds it."""
+def lock_data_dir(
+    data_dir: Path, busy_fix: str = "stop it, or start this one with another --data-dir"
+) -> IO[str]:
+    """Hold ``daemon.lock`` for the life of the process; refuse if another daemon holds it
+    (the refusal ends with ``busy_fix``: what the caller's user can do)."""
     try:
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(data_dir, 0o700)
@@ -68,8 +71,7 @@ def lock_data_dir(data_dir: Path) -> IO[str]:
         other = fh.read().strip() or "unknown"
         fh.close()
         raise DataDirLocked(
-            f"data dir {data_dir} is held by another journald daemon (pid {other}); stop it, "
-            "or start this one with another --data-dir"
+            f"data dir {data_dir} is held by another journald daemon (pid {other}); {busy_fix}"
         ) from None
     fh.seek(0)
     fh.truncate()

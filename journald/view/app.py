@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from journald_client.paths import default_socket_path
@@ -22,6 +24,7 @@ from textual.widgets import Footer, Static
 from journald.view.base import DaemonScreen
 from journald.view.data import Source
 from journald.view.details import DetailsScreen
+from journald.view.help import HelpScreen
 from journald.view.runs import RunsScreen
 from journald.view.transcript_screen import TranscriptScreen
 
@@ -122,6 +125,7 @@ class ViewerApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Keys"),
         Binding("t", "toggle_theme", "Light/dark", show=False),
     ]
 
@@ -133,8 +137,10 @@ class ViewerApp(App[None]):
         theme: str = "dark",
         retry_first_s: float = RETRY_FIRST_S,
         retry_cap_s: float = RETRY_CAP_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__()
+        self.clock = clock  # what "3m ago" is measured from (the snapshots fix it)
         self.source = source
         self.start_run = run_id
         self.theme_name = THEMES.get(theme, theme)
@@ -181,6 +187,10 @@ class ViewerApp(App[None]):
     def pop_to_runs(self) -> None:
         while len(self.screen_stack) > 2 and not isinstance(self.screen, RunsScreen):
             self.pop_screen()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme != "textual-light" else "textual-dark"

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from journald_client import DaemonUnavailable, JournaldError, NotFoundError
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.widgets import Input
 
 if TYPE_CHECKING:
     from journald.view.app import ViewerApp
@@ -70,9 +72,24 @@ class DaemonScreen(Screen[None]):
 
     def show_error(self, err: JournaldError) -> None:
         if isinstance(err, NotFoundError):
-            self.notify(f"{err.message} (it may have been deleted)", severity="warning")
+            self.notify(
+                f"{err.message} (it may have been deleted)", severity="warning", markup=False
+            )
         else:
-            self.notify(describe_error(err), severity="error", timeout=8)
+            self.notify(describe_error(err), severity="error", timeout=8, markup=False)
 
     def reconnected(self) -> None:
         """The daemon answers again: reload what this screen shows."""
+
+
+class Box(Input):
+    """A one-line prompt at the bottom (search, go to); escape closes it and leaves the
+    transcript where it was."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", show=False)]
+
+    def action_close(self) -> None:
+        self.remove_class("shown")
+        for main in self.screen.query("TranscriptView, DataTable").results():
+            main.focus()  # what the screen shows: the transcript, or the records table
+            break

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import socket as socketlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +22,13 @@ from journald_client import (
     CheckpointMeta,
     Client,
     DaemonUnavailable,
+    JournaldError,
+    JournalRecord,
+    ResponseTooLarge,
     RestoreResult,
     RunInfo,
     RunState,
+    SessionNotFound,
     VerifyResult,
     Watch,
 )
@@ -32,7 +36,13 @@ from journald_client.errors import UntrustedSocket
 from journald_client.paths import check_socket, default_socket_path
 from journald_client.state import Message, PendingTurn
 
+from journald.replay import one_line
+from journald.view.model import Entry, build_entries, plural
+
 PAGE_MESSAGES = 100  # messages per History page the transcript asks for
+RECORD_CONTEXT = 50  # records read before a page of records, for the calls of its results
+SEARCH_PAGE_MESSAGES = 2000  # messages per History page a search reads (nothing is kept):
+# each page far from the end costs a fold from the mark before it, so few large pages
 PING_TIMEOUT_S = 2.0
 OPEN_STATUSES = ("open", "held")
 
@@ -48,14 +58,37 @@ class RunRow:
 
 @dataclass(slots=True)
 class Slice:
-    """A loaded stretch of the conversation: ``messages`` from index ``start`` to the end
-    (``total``), the open turn, and the seq it all reflects."""
+    """A loaded stretch of the conversation: ``messages`` from index ``start`` (to the end
+    when ``at_end``; the run has ``total``), the open turn, and the seq it all reflects."""
 
     messages: list[Message]
     start: int
     total: int
     last_seq: int
     pending: PendingTurn | None
+
+    @property
+    def stop(self) -> int:
+        """The index after the last loaded message."""
+        return self.start + len(self.messages)
+
+    @property
+    def at_end(self) -> bool:
+        return self.stop >= self.total
+
+
+@dataclass(frozen=True, slots=True)
+class RecordPage:
+    before: list[JournalRecord]  # context: the records just before the page
+    records: list[JournalRecord]
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    ended: str  # "" while the run is open; else the terminal's reason (and its text)
+    marker: str  # the rebase or fork the conversation starts from ("" if none)
+    checkpoint_id: str = ""  # the checkpoint that holds the conversation before the rebase
 
 
 @dataclass(slots=True)
@@ -148,6 +181,16 @@ class Source:
             rows.append(RunRow(info, calls))
         return rows
 
+    def run_gone(self, run_id: str) -> bool | None:
+        """After a Watch ended: True when the daemon answers without the run, False when
+        the run is still there, None when no daemon answers (it stopped or is stopping)."""
+        if not self.ping():
+            return None
+        try:
+            return self.info(run_id) is None
+        except JournaldError:  # unavailable, or refused by a daemon shutting down
+            return None
+
     def info(self, run_id: str) -> RunInfo | None:
         return next((i for i in self.client.list() if i.run_id == run_id), None)
 
@@ -188,6 +231,119 @@ class Source:
         msgs, start, end = self._history(run_id, max(0, before - self.page), self.page)
         return msgs[: max(0, before - start)] if end > before else msgs, start
 
+    def opening(self, run_id: str) -> Opening:
+        """What the transcript says around the conversation: how the run ended (with the
+        terminal record's text) and where its current conversation came from (the last
+        compaction or restore, a fork's source). A few records read by seq (the last, the
+        first, the one after the last pre_compaction/pre_restore checkpoint) and the
+        checkpoint list: no fold, so it costs the same for any length of run."""
+        info = self.info(run_id)
+        ended = ""
+        if info is not None and info.status not in OPEN_STATUSES:
+            last = self._record(run_id, info.last_seq)
+            if last is not None and last.kind == "terminal":
+                reason = str(last.payload.get("reason", info.status))
+                text = one_line(str(last.payload.get("message") or ""))
+                ended = f"{reason} · {text}" if text else reason
+        marker, checkpoint_id = "", ""
+        pre = [
+            c
+            for c in self.client.checkpoints(run_id)
+            if c.trigger in ("pre_compaction", "pre_restore")
+        ]
+        if pre:
+            cp = max(pre, key=lambda c: c.seq)
+            rec = self._record(run_id, cp.seq + 1)
+            if rec is not None and rec.kind == "rebase":
+                reason = str(rec.payload.get("reason", "rebase"))
+                marker = f"{reason} at seq {rec.seq} (checkpoint {cp.checkpoint_id} holds "
+                marker += f"the {plural(cp.message_count, 'message')} before it)"
+                checkpoint_id = cp.checkpoint_id
+        if not marker:
+            meta = self._record(run_id, 1)
+            lineage = meta.payload.get("lineage") if meta is not None else None
+            if isinstance(lineage, dict):
+                src = one_line(str(lineage.get("forked_from_run_id", "?")))
+                marker = f"fork of run {src} at seq {lineage.get('forked_at_seq', '?')}"
+        return Opening(ended, marker, checkpoint_id)
+
+    def records(self, run_id: str, from_seq: int | None) -> RecordPage:
+        """A page of stored records from ``from_seq`` (None: the last page), up to
+        ``RECORD_CONTEXT`` records before it (a result's call may be there) and the run's last
+        seq; the Load stream is closed after the page."""
+        info = self.info(run_id)
+        if info is None:
+            raise SessionNotFound(f"run {run_id} not found", metadata={"run_id": run_id})
+        start = max(1, info.last_seq - self.page + 1) if from_seq is None else max(1, from_seq)
+        got: list[JournalRecord] = []
+        records = self.client.load(run_id, max(1, start - RECORD_CONTEXT))
+        try:
+            for rec in records:
+                got.append(rec)
+                if rec.seq >= start + self.page - 1:
+                    break
+        finally:
+            records.close()
+        before = [r for r in got if r.seq < start]
+        page = [r for r in got if r.seq >= start]
+        return RecordPage(before, page, max(info.last_seq, got[-1].seq if got else 0))
+
+    def _record(self, run_id: str, seq: int) -> JournalRecord | None:
+        """The stored record at ``seq`` (None past the end)."""
+        records = self.client.load(run_id, max(1, seq))
+        try:
+            return next(records, None)
+        finally:
+            records.close()
+
+    def at(self, run_id: str, offset: int) -> Slice:
+        """One page from message ``offset`` (aligned back to a clean boundary by the daemon);
+        the open turn only when the page reaches the end."""
+        page = self.client.history(run_id, max(0, offset), self.page, stored=True)
+        self.stats.history_calls += 1
+        self.stats.messages_fetched += len(page.messages)
+        got = Slice(page.messages, page.offset, page.total, page.last_seq, page.pending)
+        if not got.at_end:
+            got.pending = None
+        return got
+
+    def head(self, run_id: str) -> Slice:
+        """No messages: the run's total, last seq and open turn (one cheap History)."""
+        page = self.client.history(run_id, 0, 0, stored=True)
+        self.stats.history_calls += 1
+        return Slice([], page.total, page.total, page.last_seq, page.pending)
+
+    def search(
+        self, run_id: str, query: str, found: Callable[[list[Entry], int, int], bool]
+    ) -> None:
+        """Every entry of the run whose text holds ``query`` (case-insensitive), read by pages
+        of ``SEARCH_PAGE_MESSAGES`` from the end back to the start (the newest matches, the
+        ones a reader at the end looks for first, come first), none kept:
+        ``found(hits, from_message, total)`` after each page (everything from message
+        ``from_message`` on has been read), which returns False to stop."""
+        q = query.lower()
+        total = self.client.history(run_id, 0, 0, stored=True).total
+        self.stats.history_calls += 1
+        before, size = total, SEARCH_PAGE_MESSAGES
+        while before > 0:
+            try:
+                page = self.client.history(run_id, max(0, before - size), size, stored=True)
+            except ResponseTooLarge:  # big tool outputs: ask for fewer messages at a time
+                if size == 1:
+                    raise
+                size = max(1, size // 4)
+                continue
+            self.stats.history_calls += 1
+            if page.offset >= before:  # no progress (the run shrank under us): stop
+                break
+            # pages end at clean boundaries, so a call and its result stay in one slice
+            msgs = page.messages[: before - page.offset]
+            entries = build_entries(msgs, page.offset, None)
+            hits = [e for e in entries if e.kind != "gap" and q in e.haystack()]
+            before = page.offset
+            if not found(hits, before, total):
+                break
+
     def watch(self, run_id: str, from_seq: int) -> Watch:
         return self.client.watch(run_id, from_seq)
 
@@ -198,6 +354,9 @@ class Source:
         total = self.client.history(run_id, 0, 0, stored=True).total
         self.stats.history_calls += 1
         return Details(state, self.info(run_id), self.client.checkpoints(run_id), total)
+
+    def delete(self, run_id: str) -> bool:
+        return self.client.delete(run_id)
 
     def verify(self, run_id: str) -> VerifyResult:
         return self.client.verify(run_id)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from journald_client import CheckpointMeta, JournaldError, RestoreResult, VerifyResult
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -23,7 +24,7 @@ from journald.cli.commands import show_fields
 from journald.replay import one_line
 from journald.view.base import DaemonScreen, describe_error
 from journald.view.data import Details
-from journald.view.runs import short_time
+from journald.view.runs import STATUS_STYLES, short_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,7 @@ class DetailsScreen(DaemonScreen):
         Binding("f", "fork", "Fork", show=False),
         Binding("e", "export", "Export", show=False),
         Binding("v", "verify", "Verify"),
+        Binding("o", "open_fork", "Open the fork", show=False),
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -148,6 +150,8 @@ class DetailsScreen(DaemonScreen):
         self.details: Details | None = None
         self.checkpoints: list[CheckpointMeta] = []
         self.verified: VerifyResult | JournaldError | None = None
+        self.facts: Table | None = None
+        self.last_fork = ""  # the run the last f made (o opens its transcript)
 
     def compose(self) -> ComposeResult:
         yield Static(f"details of run {self.run_id}", id="head")
@@ -172,14 +176,17 @@ class DetailsScreen(DaemonScreen):
     def _got(self, d: Details) -> None:
         self.details = d
         self.checkpoints = list(d.checkpoints)
-        facts = fact_rows(d)
-        pad = max(len(k) for k, _ in facts)
-        text = Text()
-        for k, v in facts:
-            style = "bold" if k in ("status", "pending") and v != "none" else ""
-            text.append(f"{k:<{pad}}  ", style="dim")
-            text.append(v + "\n", style=style)
-        self.query_one("#facts", Static).update(text)
+        # a grid, so a long value wraps under itself, not under the labels
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for k, v in fact_rows(d):
+            style = "bold" if k == "pending" and v != "none" else ""
+            if k == "status":
+                style = STATUS_STYLES.get(v.split()[0] if v else "", "bold")
+            grid.add_row(k, Text(v, style=style))
+        self.facts = grid
+        self.query_one("#facts", Static).update(grid)
         self._show_checkpoints()
 
     def _show_checkpoints(self) -> None:
@@ -283,9 +290,16 @@ class DetailsScreen(DaemonScreen):
 
     def _fork(self, checkpoint_id: str, new_id: str) -> None:
         def done(run_id: str) -> None:
-            self.notify(f"forked run {run_id}")
+            self.last_fork = run_id
+            self.notify(f"forked run {run_id} (o opens it)", markup=False)
 
         self.fetch(lambda: self.source.fork(self.run_id, checkpoint_id, new_id), done)
+
+    def action_open_fork(self) -> None:
+        if self.last_fork:
+            self.viewer.open_transcript(self.last_fork)
+        else:
+            self.notify("no fork made here yet (f forks from the selected checkpoint)")
 
     def action_export(self) -> None:
         c = self.selected()

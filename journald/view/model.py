@@ -45,7 +45,7 @@ class Entry:
     """
 
     key: tuple[int, int]
-    kind: str  # user, assistant, thinking, call, result, note, pending, record, gap, end
+    kind: str  # user, assistant, thinking, call, result, note, pending, record, gap, end, marker
     text: str
     tool_name: str = ""
     tool_use_id: str = ""
@@ -61,6 +61,11 @@ class Entry:
         """The text a search looks in."""
         parts = [self.text, self.tool_name, self.tool_use_id, self.result or ""]
         return "\n".join(p for p in parts if p).lower()
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 message``, ``2,000 messages``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def _group(lines: Sequence[TranscriptLine], pending_calls: set[str]) -> list[Entry]:
@@ -104,8 +109,7 @@ def build_entries(
     ``ended`` (e.g. ``completed``) when the run has ended."""
     out: list[Entry] = []
     if base > 0:
-        noun = "message" if base == 1 else "messages"
-        out.append(Entry((-2, 0), "gap", f"{base:,} earlier {noun} (scroll up to load them)"))
+        out.append(Entry((-2, 0), "gap", f"{plural(base, 'earlier message')} (scroll up, Home)"))
     unanswered = {c.id for c in pending.unanswered} if pending is not None else set()
     lines = transcript_of(messages, pending, base)
     committed = [tl for tl in lines if tl.message != PENDING]
@@ -228,8 +232,9 @@ def render_entry(entry: Entry, width: int, expanded: bool) -> list[RenderedLine]
     if k == "pending":
         text = f"── {entry.text} "
         return [[(elide_end(text + "─" * max(0, width - cell_width(text)), width), "pending")]]
-    if k == "end":
-        return [[(elide_end(f"── {entry.text} ──", width), "note")]]
+    if k in ("end", "marker"):
+        text = f"── {entry.text} "
+        return [[(elide_end(text + "─" * max(2, width - cell_width(text)), width), "note")]]
     if k in ("record", "gap"):
         return [[(elide_end(("· " if k == "record" else "↑ ") + entry.text, width), "dim")]]
     return _block(
@@ -262,3 +267,16 @@ def find(entries: Sequence[Entry], query: str, start: int, step: int) -> int | N
             return i
         i += step
     return None
+
+
+def merge_notes(entries: list[Entry], notes: list[Entry]) -> list[Entry]:
+    """Put each note after the last entry of the message it arrived after."""
+    out: list[Entry] = []
+    pending_notes = sorted(notes, key=lambda n: n.key)
+    for e in entries:
+        while pending_notes and e.key[0] >= 0 and pending_notes[0].key[0] <= e.key[0]:
+            out.append(pending_notes.pop(0))
+        out.append(e)
+    end = [e for e in out if e.kind == "end"]
+    body = [e for e in out if e.kind != "end"]
+    return body + pending_notes + end

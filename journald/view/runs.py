@@ -7,24 +7,67 @@ must match).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input, Static
 
-from journald.replay import elide_end, one_line
+from journald.replay import cell_width, elide_end, one_line
 from journald.view.base import DaemonScreen
 from journald.view.data import RunRow
 
 REFRESH_S = 1.0
+STATUS_STYLES = {
+    "held": "bold green",
+    "open": "yellow",
+    "completed": "green",
+    "suspended": "cyan",
+    "error": "bold red",
+    "corrupted": "bold red reverse",
+    "budget": "magenta",
+    "max_iterations": "magenta",
+}
+
+
+def _parse(ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def short_time(ts: str) -> str:
-    """``2026-11-30T12:00:05.123456Z`` -> ``11-30 12:00:05``."""
-    return ts[5:19].replace("T", " ") if len(ts) >= 19 else (ts or "-")
+    """``2026-11-30T12:00:05.123456Z`` -> ``11-30 12:00:05`` in the local zone."""
+    when = _parse(ts)
+    if when is None:
+        return ts or "-"
+    return when.astimezone().strftime("%m-%d %H:%M:%S")
+
+
+def zone_name() -> str:
+    """The local zone as the times are shown (``UTC+01:00``)."""
+    offset = datetime.now(UTC).astimezone().strftime("%z")
+    return f"UTC{offset[:3]}:{offset[3:]}" if offset else "UTC"
+
+
+def ago(ts: str, now_s: float) -> str:
+    """``12s ago``, ``3m ago``, ``5h ago`` within a day, else the local ``11-30 12:00``."""
+    when = _parse(ts)
+    if when is None:
+        return ts or "-"
+    secs = now_s - when.timestamp()
+    if secs < 0:
+        return "now"
+    for unit, size, limit in (("s", 1, 60), ("m", 60, 3600), ("h", 3600, 86400)):
+        if secs < limit:
+            return f"{int(secs // size)}{unit} ago"
+    return when.astimezone().strftime("%m-%d %H:%M")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,36 +135,87 @@ def arrange(rows: Sequence[RunRow], flt: Filter, sort: str, reverse: bool) -> li
     return kept
 
 
-def cells(row: RunRow) -> tuple[str, ...]:
+FIXED_MIN = {"status": 6, "records": 7, "updated": 7, "pending": 7}
+FLEX_MIN = {"run": 8, "model": 6, "holder": 6, "prompt": 6}
+SQUEEZE = ("prompt", "holder", "model", "run")  # what gives up room first when there is none
+CELL_GAP = 1  # the table has no cell padding: each column is one cell wider than its text
+
+
+def widths(rows: Sequence[RunRow], width: int, now_s: float) -> dict[str, int]:
+    """Column widths that fit ``width`` cells: the short columns as wide as their longest
+    value, then run, model and holder up to their longest value from what is left (never
+    below a minimum), and the prompt the rest."""
+    want = {key: cell_width(title) for key, title in COLUMNS}
+    for row in rows:
+        for (key, _), text in zip(COLUMNS, plain_cells(row, now_s), strict=True):
+            want[key] = max(want[key], cell_width(text))
+    out = {k: max(m, want[k]) for k, m in FIXED_MIN.items()}
+    out.update(FLEX_MIN)
+    room = width - sum(out.values()) - CELL_GAP * len(COLUMNS) - 2  # 2: the scrollbar
+    for key in ("run", "model", "holder"):
+        extra = max(0, min(room, want[key] - out[key]))
+        out[key] += extra
+        room -= extra
+    out["prompt"] += max(0, room)
+    for key in SQUEEZE:  # a terminal narrower than the minimums: cut, never scroll sideways
+        take = min(max(0, -room), out[key] - 3)
+        out[key] -= take
+        room += take
+    return out
+
+
+def plain_cells(row: RunRow, now_s: float) -> tuple[str, ...]:
     i = row.info
     pending = "-" if row.pending_calls is None else str(row.pending_calls)
     return (
-        elide_end(one_line(i.run_id), 24),
+        one_line(i.run_id),
         one_line(i.status),
-        elide_end(one_line(i.model) or "-", 16),
-        str(i.record_count),
-        short_time(i.updated),
+        one_line(i.model) or "-",
+        f"{i.record_count:,}",
+        ago(i.updated, now_s),
         pending,
-        elide_end(one_line(i.holder.name), 16) if i.holder else "",
-        elide_end(one_line(i.prompt_preview), 40),
+        one_line(i.holder.name) if i.holder else "",
+        one_line(i.prompt_preview),
     )
+
+
+def cells(row: RunRow, cols: dict[str, int], now_s: float) -> tuple[Text, ...]:
+    """The row's cells cut to the column widths; the status in its colour."""
+    out = []
+    for (key, _), text in zip(COLUMNS, plain_cells(row, now_s), strict=True):
+        cut = elide_end(text, cols[key])
+        style = STATUS_STYLES.get(text, "") if key == "status" else ""
+        if key in ("records", "pending"):  # right-aligned by hand: rich trims a trailing gap
+            cut = " " * (cols[key] - cell_width(cut)) + cut
+        out.append(Text(cut, style=style))
+    return tuple(out)
+
+
+class RunsTable(DataTable[Text]):
+    """The runs; enter opens the run's transcript (shown in the footer)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select_cursor", "Transcript"),
+    ]
 
 
 class RunsScreen(DaemonScreen):
     """Every run the daemon holds; enter opens its transcript, d its details."""
 
     DEFAULT_CSS = """
-    RunsScreen #filter { dock: top; height: 3; display: none; }
+    RunsScreen #summary { height: 1; padding: 0 1; background: $panel; }
+    RunsScreen #filter { height: 3; display: none; }
     RunsScreen #filter.shown { display: block; }
-    RunsScreen #summary { dock: top; height: 1; padding: 0 1; background: $panel; }
-    RunsScreen DataTable { height: 1fr; }
+    RunsScreen RunsTable { height: 1fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open", "Transcript"),
         Binding("d", "details", "Details"),
         Binding("slash", "filter", "Filter"),
         Binding("s", "sort", "Sort"),
         Binding("r", "reverse", "Reverse", show=False),
+        Binding("x", "delete", "Delete", show=False),
+        Binding("R", "records", "Records", show=False),
+        Binding("y", "copy", "Copy run id", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -133,41 +227,81 @@ class RunsScreen(DaemonScreen):
         self.sort = "updated"
         self.reverse = False
         self.loaded = False
+        self.copied = ""  # what y copied last (tests read it)
+        self.rebuilds = 0  # how often the table was filled (tests: not when nothing moved)
+        self._cols: dict[str, int] = {}
 
     def compose(self) -> ComposeResult:
         yield Static("connecting…", id="summary")
         yield Input(placeholder="filter: status:held label:team=blue text", id="filter")
-        table: DataTable[str] = DataTable(cursor_type="row", zebra_stripes=True, id="runs")
-        for key, title in COLUMNS:
-            table.add_column(title, key=key)
-        yield table
+        yield RunsTable(cursor_type="row", zebra_stripes=True, cell_padding=0, id="runs")
         yield Footer()
 
+    @property
+    def table(self) -> RunsTable:
+        return self.query_one(RunsTable)
+
     def on_mount(self) -> None:
-        self.query_one(DataTable).focus()
+        self.table.focus()
         self.reload()
         self.set_interval(REFRESH_S, self.reload)
 
+    def on_screen_resume(self) -> None:
+        self.reload()
+
     def reload(self) -> None:
-        if self.viewer.offline:
+        # under another screen nothing of this one shows: List only when it is on top
+        if self.viewer.offline or self.app.screen is not self:
             return
         self.fetch(self.source.runs, self._got, group="runs", exclusive=True)
 
     def reconnected(self) -> None:
         self.reload()
 
+    def on_resize(self) -> None:
+        if self.loaded:
+            self._show()
+
     def _got(self, rows: list[RunRow]) -> None:
+        moved = rows != self.rows or not self.loaded
         self.rows = rows
         self.loaded = True
-        self._show()
+        if moved:
+            self._show()
+        else:
+            self._tick()
+
+    def _now(self) -> float:
+        return self.viewer.clock()
+
+    def _tick(self) -> None:
+        """Nothing moved: only the relative times that changed are redrawn."""
+        now = self._now()
+        col = self._cols.get("updated", 11)
+        for row in self.shown:
+            text = elide_end(ago(row.info.updated, now), col)
+            key = row.info.run_id
+            with contextlib.suppress(Exception):  # a row removed meanwhile
+                cell = Text(text)
+                if str(self.table.get_cell(key, "updated")) != str(cell):
+                    self.table.update_cell(key, "updated", cell)
 
     def _show(self) -> None:
-        table: DataTable[str] = self.query_one(DataTable)
+        table = self.table
         selected = self.selected_run()
         self.shown = arrange(self.rows, self.filter, self.sort, self.reverse)
-        table.clear()
+        now = self._now()
+        cols = widths(self.rows, table.size.width or self.size.width or 80, now)
+        self.rebuilds += 1
+        if cols != self._cols:
+            table.clear(columns=True)
+            for key, title in COLUMNS:
+                table.add_column(title, key=key, width=cols[key] + CELL_GAP)
+            self._cols = cols
+        else:
+            table.clear()
         for row in self.shown:
-            table.add_row(*cells(row), key=row.info.run_id)
+            table.add_row(*cells(row, cols, now), key=row.info.run_id)
         index = next((n for n, r in enumerate(self.shown) if r.info.run_id == selected), 0)
         if self.shown:
             table.move_cursor(row=index, animate=False)
@@ -175,12 +309,16 @@ class RunsScreen(DaemonScreen):
         order = f"sorted by {self.sort}{' (reversed)' if self.reverse else ''}"
         text = self.query_one("#filter", Input).value.strip()
         what = f" matching {text!r}" if text else ""
+        runs = "run" if len(self.rows) == 1 else "runs"
         self.query_one("#summary", Static).update(
-            f"{len(self.shown)} of {len(self.rows)} runs{what} · {held} held · {order}"
+            Text(
+                f"{len(self.shown)} of {len(self.rows)} {runs}{what} · {held} held · {order}"
+                f" · times {zone_name()}"
+            )
         )
 
     def selected_run(self) -> str | None:
-        table: DataTable[str] = self.query_one(DataTable)
+        table = self.table
         if not self.shown or table.cursor_row < 0 or table.cursor_row >= len(self.shown):
             return None
         return self.shown[table.cursor_row].info.run_id
@@ -207,6 +345,44 @@ class RunsScreen(DaemonScreen):
         if run is not None:
             self.viewer.open_details(run)
 
+    def action_records(self) -> None:
+        run = self.selected_run()
+        if run is not None:
+            from journald.view.records import RecordsScreen
+
+            self.app.push_screen(RecordsScreen(run))
+
+    def action_copy(self) -> None:
+        run = self.selected_run()
+        if run is not None:
+            self.copied = run
+            self.app.copy_to_clipboard(run)
+            self.notify(f"copied run id {run}", markup=False)
+
+    def action_delete(self) -> None:
+        run = self.selected_run()
+        if run is None:
+            return
+        from journald.view.details import Ask, Confirm
+
+        ask = Ask(
+            "Delete this run?",
+            f"Run {run} and its checkpoints are removed from the daemon's store for good.",
+            "Delete",
+        )
+
+        def answered(value: str | None) -> None:
+            if value is None:
+                return
+
+            def done(deleted: bool) -> None:
+                self.notify(f"deleted run {run}" if deleted else f"run {run} was already gone")
+                self.reload()
+
+            self.fetch(lambda: self.source.delete(run), done)
+
+        self.app.push_screen(Confirm(ask), answered)
+
     def action_sort(self) -> None:
         names = list(SORTS)
         self.sort = names[(names.index(self.sort) + 1) % len(names)]
@@ -227,16 +403,17 @@ class RunsScreen(DaemonScreen):
         box.value = ""
         box.remove_class("shown")
         self.filter = Filter()
-        self.query_one(DataTable).focus()
+        self.table.focus()
         self._show()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
             self.filter = Filter.parse(event.value)
-            self._show()
+            if self.loaded:
+                self._show()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
             if not event.value.strip():
                 event.input.remove_class("shown")
-            self.query_one(DataTable).focus()
+            self.table.focus()

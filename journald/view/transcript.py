@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import ClassVar
 
 from rich.segment import Segment
@@ -38,7 +39,13 @@ ROLES = (
     "dim",
     "more",
 )
-NEAR_TOP_LINES = 3  # ask for an earlier page when the view is this close to the top
+NEAR_EDGE_LINES = 3  # ask for an earlier (later) page this close to the top (bottom)
+LAYOUT_CACHE_ENTRIES = 8192  # laid-out entries kept (a page back lays out only the new page)
+
+
+@lru_cache(maxsize=LAYOUT_CACHE_ENTRIES)
+def _lines_of(entry: Entry, width: int, expanded: bool) -> list[RenderedLine]:
+    return render_entry(entry, width, expanded)
 
 
 class TranscriptView(ScrollView, can_focus=True):
@@ -77,6 +84,16 @@ class TranscriptView(ScrollView, can_focus=True):
     class NearTop(Message):
         """The reader reached the top: load an earlier page if there is one."""
 
+    class NearBottom(Message):
+        """The reader reached the bottom of what is loaded: load a later page if any."""
+
+    class Edge(Message):
+        """Home/End: the screen decides (the run's real start or end may not be loaded)."""
+
+        def __init__(self, start: bool) -> None:
+            super().__init__()
+            self.start = start
+
     class Moved(Message):
         """The view scrolled (the screen says whether it still follows the end)."""
 
@@ -101,17 +118,20 @@ class TranscriptView(ScrollView, can_focus=True):
     def _to_end(self) -> None:
         self.following = True
         self.scroll_to(y=self.max_scroll_y_for_content, animate=False, immediate=True)
-        # the size may not be known before the next refresh: go to the end again then
-        self.call_after_refresh(self._end_again)
 
-    def _end_again(self) -> None:
-        if self.following:
+    def _scroll_update(self, virtual_size: Size) -> None:
+        # A screen just pushed learns its size after the first entries are laid out: the
+        # scroll offset is clamped to the old (empty) size then. Following means "at the end"
+        # whatever the size becomes, so pin it here, where every size change passes.
+        super()._scroll_update(virtual_size)
+        if self.following and self.scroll_y != self.max_scroll_y:
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
 
     def set_entries(self, entries: Sequence[Entry], *, follow: bool | None = None) -> None:
         """Show ``entries``; keep the reader's place, or follow the end if the view was at
         its bottom (``follow`` overrides)."""
         follow = self.at_bottom if follow is None else follow
+        self.following = follow  # not following: no size change may pin the view to the end
         anchor = self._anchor()
         cursor_key = self.entries[self.cursor].key if self.entries else None
         self.entries = list(entries)
@@ -142,6 +162,10 @@ class TranscriptView(ScrollView, can_focus=True):
             return None
         y = int(self.scroll_y)
         i = max(0, bisect_right(self._starts, y) - 1)
+        # the "N earlier messages" line stays first when a page comes in above it: hold on
+        # to the entry after it, so the reader stays where they were
+        while i + 1 < len(self.entries) and self.entries[i].kind in ("gap", "marker"):
+            i += 1
         return self.entries[i].key, y - self._starts[i]
 
     def _layout(self) -> None:
@@ -150,7 +174,7 @@ class TranscriptView(ScrollView, can_focus=True):
         self._lines, self._starts = [], []
         for e in self.entries:
             self._starts.append(len(self._lines))
-            self._lines.extend(render_entry(e, width, e.key in self.expanded))
+            self._lines.extend(_lines_of(e, width, e.key in self.expanded))
         self.virtual_size = Size(width, len(self._lines))
 
     def on_resize(self) -> None:
@@ -212,8 +236,10 @@ class TranscriptView(ScrollView, can_focus=True):
         super().watch_scroll_y(old, new)
         self.following = new >= self.max_scroll_y
         self.post_message(self.Moved())
-        if new <= NEAR_TOP_LINES and new < old:
+        if new <= NEAR_EDGE_LINES and new < old:
             self.post_message(self.NearTop())
+        elif new >= self.max_scroll_y - NEAR_EDGE_LINES and new > old:
+            self.post_message(self.NearBottom())
 
     def on_focus(self) -> None:
         self.refresh()
@@ -227,7 +253,7 @@ class TranscriptView(ScrollView, can_focus=True):
         if not self.entries:
             return
         top = self._starts[self.cursor]
-        end = top + len(render_entry(self.entries[self.cursor], self._width, self._is_open()))
+        end = top + len(_lines_of(self.entries[self.cursor], self._width, self._is_open()))
         height = self.scrollable_content_region.height
         if top < self.scroll_y:
             self.scroll_to(y=top, animate=False, immediate=True)
@@ -244,6 +270,8 @@ class TranscriptView(ScrollView, can_focus=True):
             self._show_cursor()
             if self.cursor == 0:
                 self.post_message(self.NearTop())
+            elif self.cursor == len(self.entries) - 1:
+                self.post_message(self.NearBottom())
 
     def action_fold(self) -> None:
         if not self.entries or not self.entries[self.cursor].foldable:
@@ -260,22 +288,63 @@ class TranscriptView(ScrollView, can_focus=True):
         self._show_cursor()
 
     def action_first(self) -> None:
-        self.cursor = 0
-        self.scroll_to(y=0, animate=False, immediate=True)
-        self.post_message(self.NearTop())
-        self.refresh()
+        self.post_message(self.Edge(start=True))
 
     def action_last(self) -> None:
+        self.post_message(self.Edge(start=False))
+
+    def go_first(self) -> None:
+        """The cursor and the view on the first entry loaded."""
+        self.cursor = 0
+        self.following = False
+        self.scroll_to(y=0, animate=False, immediate=True)
+        self.refresh()
+
+    def go_last(self) -> None:
+        """The cursor on the last entry loaded, following the end."""
         self.cursor = max(0, len(self.entries) - 1)
         self._to_end()
         self.refresh()
+
+    def go_to_message(self, index: int, key: tuple[int, int] | None = None) -> bool:
+        """The cursor on entry ``key`` (else the first entry of message ``index`` or after),
+        at the top of the view; False when it is not loaded."""
+        at = next((i for i, e in enumerate(self.entries) if key is not None and e.key == key), None)
+        if at is None:  # the entry holding the message (a result is shown under its call)
+            before = [i for i, e in enumerate(self.entries) if 0 <= e.key[0] <= index]
+            after = (i for i, e in enumerate(self.entries) if e.key[0] >= index >= 0)
+            at = before[-1] if before else next(after, None)
+        if at is None:
+            return False
+        self.cursor = at
+        self.following = False
+        self.scroll_to(y=self._starts[at], animate=False, immediate=True)
+        self.following = self.scroll_y >= self.max_scroll_y and at == len(self.entries) - 1
+        self.refresh()
+        return True
 
     def action_page(self, direction: int) -> None:
         height = max(1, self.scrollable_content_region.height - 1)
         self.scroll_to(y=self.scroll_y + direction * height, animate=False, immediate=True)
         i = max(0, bisect_right(self._starts, int(self.scroll_y)) - 1)
         self.cursor = i if direction < 0 else max(i, min(self.cursor, len(self.entries) - 1))
+        if direction < 0 and self.scroll_y <= NEAR_EDGE_LINES:
+            self.post_message(self.NearTop())
+        elif direction > 0 and self.scroll_y >= self.max_scroll_y - NEAR_EDGE_LINES:
+            self.post_message(self.NearBottom())
         self.refresh()
+
+    def reveal(self, key: tuple[int, int]) -> None:
+        """The cursor on entry ``key``, expanded so a search match in it shows."""
+        at = next((i for i, e in enumerate(self.entries) if e.key == key), None)
+        if at is None:
+            return
+        e = self.entries[at]
+        if e.foldable and key not in self.expanded:
+            self.expanded.add(key)
+            self._layout()
+        self.cursor = at
+        self._show_cursor()
 
     def search(self, query: str, step: int) -> bool:
         """Move the cursor to the next entry holding ``query`` (``step`` -1: older, +1:

@@ -1,55 +1,65 @@
-"""The transcript screen of one run: the last page first, earlier pages on scroll-up, new
-records live.
+"""The transcript screen of one run: a window of a few pages of the conversation, opened on
+the last page, moved to any place at the cost of one page, new records live.
 
-Live: a Watch from the seq the loaded page reflects runs in a worker thread. Each record
-marks the tail stale; one refresh at a time re-reads the conversation from the last loaded
-turn (``Source.tail``), so a call's result shows under its call as soon as it is journaled,
-and the open turn is redrawn with its calls still waiting. A rebase (restore, compaction)
-reloads the last page. Records of a kind the transcript does not render become one dim line
-where they arrived.
+The window: ``slice`` holds at most ``LOADED_MESSAGES`` messages (plus what arrives live)
+from ``slice.start``; scrolling past either edge reads the next page that way and drops a
+page at the far side, so a page back costs the same at the end and at the start of a long
+run and memory is bounded by the window. Home/End and ``:`` (go to message N) replace the
+window by one page where the reader goes.
+
+Live: a Watch from the seq the loaded page reflects runs in a worker thread. While the window
+reaches the end, each record marks the tail stale and one refresh at a time re-reads the
+conversation from the last loaded turn (``Source.tail``), so a call's result shows under its
+call as soon as it is journaled; elsewhere a record only updates the count in the header. A
+rebase (restore, compaction) reloads the last page. Records of a kind the transcript does not
+render become one dim line where they arrived.
+
+Search reads the run by pages in a worker (nothing kept but the matches' places), so it finds
+text anywhere in the run and counts the matches ("3 of 17").
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ClassVar
+import threading
+from bisect import bisect_left
+from collections.abc import Callable
+from typing import ClassVar
 
-from journald_client import JournaldError, JournalRecord, Watch
+from journald_client import JournaldError, JournalRecord, NotFoundError, Watch
 from journald_client.state import Message
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
 from journald.replay import one_line
-from journald.view.base import DaemonScreen
-from journald.view.data import OPEN_STATUSES, Slice
-from journald.view.model import Entry, build_entries, unknown_record_entry
+from journald.view.base import Box, DaemonScreen, describe_error
+from journald.view.data import OPEN_STATUSES, Opening, Slice
+from journald.view.markers import fork_from, restore_to
+from journald.view.model import Entry, build_entries, merge_notes, plural, unknown_record_entry
 from journald.view.transcript import TranscriptView
 
-SEARCH_PAGES = 20  # earlier pages one search step may load before it asks to go on
-
-
-class SearchBox(Input):
-    """The search field; escape closes it (and leaves the transcript where it was)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", show=False)]
-
-    def action_close(self) -> None:
-        self.remove_class("shown")
-        self.screen.query_one(TranscriptView).focus()
+LOADED_PAGES = 4  # the window holds about this many pages of messages
+WATCH_RETRY_S = 0.5  # a Watch ended while the run is still listed: read it again after this
 
 
 class TranscriptScreen(DaemonScreen):
     DEFAULT_CSS = """
     TranscriptScreen #head { dock: top; height: 1; padding: 0 1; background: $panel; }
-    TranscriptScreen #search { dock: bottom; height: 3; display: none; }
-    TranscriptScreen #search.shown { display: block; }
+    TranscriptScreen Box { dock: bottom; height: 3; display: none; }
+    TranscriptScreen Box.shown { display: block; }
     TranscriptScreen TranscriptView { height: 1fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Runs"),
         Binding("d", "details", "Details"),
         Binding("slash", "search", "Search"),
+        Binding("colon", "goto", "Go to", show=False),  # in ? (the footer keeps ? in 80)
+        Binding("R", "records", "Records"),
+        Binding("y", "copy", "Copy", show=False),
+        Binding("f", "fork_here", "Fork from the marker", show=False),
+        Binding("r", "restore_here", "Restore to the marker", show=False),
         Binding("n", "find(-1)", "Older match", show=False),
         Binding("N", "find(1)", "Newer match", show=False),
     ]
@@ -58,22 +68,36 @@ class TranscriptScreen(DaemonScreen):
         super().__init__()
         self.run_id = run_id
         self.slice: Slice | None = None
+        self.bounds: list[int] = []  # the page starts inside the window (clean boundaries)
         self.ended = ""
+        self.marker = ""  # the rebase or fork the conversation starts from
+        self.marker_checkpoint = ""  # the checkpoint before that rebase (f and r act on it)
+        self.opened = False  # the terminal's text and the marker have been read
         self.notes: list[Entry] = []  # dim lines for record kinds not rendered
         self.loading_earlier = False
+        self.loading_later = False
         self.refreshing = False
         self.stale = False
+        self.counting = False  # a header count is being read (away from the end)
+        self.count_stale = False
         self.watch_handle: Watch | None = None
         self.watching_from = 0
         self.closing = False
+        self.failed = ""
         self.search_text = ""
+        self.copied = ""  # what y copied last (tests read it)
+        self.matches: list[tuple[int, int]] = []  # keys of the entries holding search_text
+        self.search_done = False
+        self.search_stop = threading.Event()
+        self.match_at = -1  # index in matches of the entry the cursor went to
+        self.scanned_from = 1 << 62  # the search has read the messages from this one on
+        self.wanted_step = 0  # a find waiting for the search to reach further
 
     def compose(self) -> ComposeResult:
-        yield Static(f"run {self.run_id} · loading…", id="head")
+        yield Static(Text(f"run {self.run_id} · loading…"), id="head")
         yield TranscriptView(id="transcript")
-        yield SearchBox(
-            placeholder="search this run (enter: find older, escape: close)", id="search"
-        )
+        yield Box(placeholder="search this run (enter: find older, escape: close)", id="search")
+        yield Box(placeholder="go to message N (1 is the first; escape: close)", id="goto")
         yield Footer()
 
     @property
@@ -86,6 +110,7 @@ class TranscriptScreen(DaemonScreen):
 
     def on_unmount(self) -> None:
         self.closing = True
+        self.search_stop.set()
         self._stop_watch()
 
     # --- loading ---------------------------------------------------------------------------
@@ -95,17 +120,36 @@ class TranscriptScreen(DaemonScreen):
 
         def read() -> tuple[Slice, str]:
             info = self.source.info(self.run_id)
-            got = self.source.tail(self.run_id)
             status = info.status if info is not None else ""
-            return got, ("" if status in OPEN_STATUSES else status)
+            return self.source.tail(self.run_id), "" if status in OPEN_STATUSES else status
 
-        self.fetch(read, self._loaded, group="tail", exclusive=True)
+        self.fetch(read, self._loaded, group="tail", exclusive=True, failed=self._load_failed)
+
+    def _load_failed(self, err: JournaldError) -> None:
+        what = "not found" if isinstance(err, NotFoundError) else describe_error(err)
+        self.failed = what
+        self.query_one("#head", Static).update(Text(f"run {self.run_id} · {what}"))
+        self.show_error(err)
 
     def _loaded(self, got: tuple[Slice, str]) -> None:
         self.slice, self.ended = got
+        self.bounds = [self.slice.start]
+        self.failed = ""
         self.view.expanded.clear()  # a reload may follow a rebase: indexes mean new messages
         self._redraw(follow=True)
         self._start_watch(self.slice.last_seq + 1)
+        # the terminal's text and where the conversation came from take a Fold: after the
+        # first paint, not before it
+        self.fetch(lambda: self.source.opening(self.run_id), self._opened, group="opening")
+
+    def _opened(self, opening: Opening) -> None:
+        if self.slice is None:
+            return
+        if self.ended and opening.ended.startswith(self.ended):
+            self.ended = opening.ended
+        self.marker, self.marker_checkpoint = opening.marker, opening.checkpoint_id
+        self.opened = True
+        self._redraw()
 
     def reconnected(self) -> None:
         self._stop_watch()
@@ -115,31 +159,54 @@ class TranscriptScreen(DaemonScreen):
         s = self.slice
         if s is None:
             return
-        entries = build_entries(s.messages, s.start, s.pending, ended=self.ended)
-        if self.notes:
-            entries = _merge_notes(entries, self.notes)
-        self.view.set_entries(entries, follow=follow)
+        at_end = s.at_end
+        entries = build_entries(
+            s.messages, s.start, s.pending if at_end else None, ended=self.ended if at_end else ""
+        )
+        if not at_end:
+            later = s.total - s.stop
+            entries.append(
+                Entry((1 << 61, 0), "gap", f"{plural(later, 'later message')} (scroll down, End)")
+            )
+        if self.marker and s.start == 0:
+            entries.insert(0, Entry((-3, 0), "marker", self.marker))
+        notes = [n for n in self.notes if s.start <= n.key[0] <= s.stop]
+        if notes:
+            entries = merge_notes(entries, notes)
+        self.view.set_entries(entries, follow=follow if at_end else False)
         self._update_head()
 
     def _update_head(self) -> None:
         s = self.slice
         if s is None:
             return
-        where = "following" if self.view.at_bottom else "paused (end: follow)"
-        state = f"ended: {self.ended}" if self.ended else where
+        if not s.at_end:
+            where = f"at {s.start + 1:,}-{s.stop:,} (End: the end)"
+        else:
+            where = "following" if self.view.at_bottom else "paused (End: follow)"
+        state = f"ended: {self.ended}" if self.ended and s.at_end else where
         pending = ""
         if s.pending is not None:
-            n = len(s.pending.unanswered)
-            pending = f" · {n} call{'s' if n != 1 else ''} waiting"
+            pending = f" · {plural(len(s.pending.unanswered), 'call')} waiting"
+        found = ""
+        if self.search_text:
+            more = "" if self.search_done else "+"
+            at = f"{self.match_at + 1} of " if self.match_at >= 0 else ""
+            found = f" · {self.search_text!r}: {at}{len(self.matches)}{more}"
         self.query_one("#head", Static).update(
-            f"run {one_line(self.run_id)} · {s.total:,} messages · seq {s.last_seq:,}"
-            f"{pending} · {state}"
+            Text(
+                f"run {one_line(self.run_id)} · {plural(s.total, 'message')} · seq "
+                f"{s.last_seq:,}{pending} · {state}{found}"
+            )
         )
 
     def on_transcript_view_near_top(self, event: TranscriptView.NearTop) -> None:
         self.load_earlier()
 
-    def load_earlier(self, then: Any = None) -> None:
+    def on_transcript_view_near_bottom(self, event: TranscriptView.NearBottom) -> None:
+        self.load_later()
+
+    def load_earlier(self, then: Callable[[], None] | None = None) -> None:
         s = self.slice
         if s is None or s.start == 0 or self.loading_earlier:
             return
@@ -150,15 +217,92 @@ class TranscriptScreen(DaemonScreen):
             self.loading_earlier = False
             msgs, start = got
             cur = self.slice
-            if cur is None or cur.start != before:  # reloaded meanwhile
+            if cur is None or cur.start != before:  # moved meanwhile
                 return
             cur.messages[:0] = msgs
             cur.start = start
+            self.bounds.insert(0, start)
+            self._trim(keep_start=True)
             self._redraw(follow=False)
             if then is not None:
                 then()
 
         self.fetch(lambda: self.source.earlier(self.run_id, before), done, group="earlier")
+
+    def load_later(self) -> None:
+        s = self.slice
+        if s is None or s.at_end or self.loading_later:
+            return
+        self.loading_later = True
+        after = s.stop
+
+        def done(got: Slice) -> None:
+            self.loading_later = False
+            cur = self.slice
+            if cur is None or cur.stop != after:
+                return
+            if got.start < cur.start:  # the run changed under the window
+                self._show_window(got)
+                return
+            cur.messages[got.start - cur.start :] = got.messages
+            cur.total, cur.last_seq, cur.pending = got.total, got.last_seq, got.pending
+            self.bounds = [b for b in self.bounds if b < got.start] + [got.start]
+            self._trim(keep_start=False)
+            self._redraw(follow=False)
+
+        self.fetch(lambda: self.source.at(self.run_id, after), done, group="later")
+
+    def _trim(self, keep_start: bool) -> None:
+        """Drop pages at the far side of the window once it holds more than it should."""
+        s = self.slice
+        if s is None:
+            return
+        most = LOADED_PAGES * self.source.page
+        if keep_start:  # cut at the last page start that keeps at most ``most`` messages
+            cut = next((b for b in reversed(self.bounds) if s.start < b <= s.start + most), None)
+            if cut is not None and len(s.messages) > most:
+                del s.messages[cut - s.start :]
+                s.pending = None
+                self.bounds = [b for b in self.bounds if b < cut]
+        else:
+            cut = next((b for b in self.bounds if s.start < b and s.stop - b <= most), None)
+            if cut is not None and len(s.messages) > most:
+                del s.messages[: cut - s.start]
+                s.start = cut
+                self.bounds = [b for b in self.bounds if b >= cut]
+
+    def jump(self, offset: int, key: tuple[int, int] | None = None) -> None:
+        """Replace the window by the page holding message ``offset`` and put the cursor
+        there (on entry ``key`` if given)."""
+
+        def done(got: Slice) -> None:
+            self._show_window(got)
+            self.view.go_to_message(offset, key)
+            if key is not None:
+                self.view.reveal(key)
+            self._update_head()
+
+        self.fetch(lambda: self.source.at(self.run_id, offset), done, group="jump", exclusive=True)
+
+    def _show_window(self, got: Slice) -> None:
+        self.slice = got
+        self.bounds = [got.start]
+        self._redraw(follow=False)
+
+    def on_transcript_view_edge(self, event: TranscriptView.Edge) -> None:
+        s = self.slice
+        if s is None:
+            return
+        if event.start:
+            if s.start == 0:
+                self.view.go_first()
+            else:
+                self.jump(0)
+        elif s.at_end:
+            self.view.go_last()
+        else:
+            self.load()
+        self._update_head()
 
     # --- live ------------------------------------------------------------------------------
 
@@ -168,6 +312,7 @@ class TranscriptScreen(DaemonScreen):
         app = self.viewer
 
         def follow() -> None:
+            handle: Watch | None = None
             try:
                 handle = self.source.watch(self.run_id, from_seq)
                 self.watch_handle = handle
@@ -175,24 +320,32 @@ class TranscriptScreen(DaemonScreen):
                     self._back(self.on_record, rec)
             except JournaldError:
                 pass  # the check below tells a lost daemon from a deleted run
-            if not self.closing:
-                alive = self.source.ping()
-                self._back(self.watch_ended if alive else app.daemon_lost)
+            if self.closing or handle is not self.watch_handle:
+                return  # stopped on purpose (a reload starts another)
+            gone = self.source.run_gone(self.run_id)
+            if gone is None:
+                self._back(app.daemon_lost)
+            else:
+                self._back(self.watch_ended, gone)
 
         self.run_worker(follow, thread=True, group="watch", exit_on_error=False)
 
     def _stop_watch(self) -> None:
         if self.watch_handle is not None:
+            handle, self.watch_handle = self.watch_handle, None
             with contextlib.suppress(Exception):
-                self.watch_handle.cancel()
-            self.watch_handle = None
+                handle.cancel()
 
-    def watch_ended(self) -> None:
+    def watch_ended(self, gone: bool) -> None:
         if self.closing or self.viewer.offline:
+            return
+        if not gone:  # the stream ended, the run is there (a daemon stopping?): look again
+            self.set_timer(WATCH_RETRY_S, self.load)
             return
         self.notify(
             f"run {self.run_id} is no longer there (deleted?); esc goes back to the runs",
             severity="warning",
+            markup=False,
         )
 
     def on_record(self, rec: JournalRecord) -> None:
@@ -203,13 +356,41 @@ class TranscriptScreen(DaemonScreen):
             self.load()
             return
         if rec.kind == "terminal":
-            self.ended = str(rec.payload.get("reason", "ended"))
+            reason = str(rec.payload.get("reason", "ended"))
+            message = str(rec.payload.get("message") or "")
+            self.ended = f"{reason} · {message}" if message else reason
         elif rec.kind in ("assistant", "user", "tool_result"):
             self.ended = ""
-        note = unknown_record_entry(rec, self.slice.start + len(self.slice.messages))
+        note = unknown_record_entry(rec, self.slice.stop)
         if note is not None:
             self.notes.append(note)
-        self.refresh_tail()
+        if self.slice.at_end:
+            self.refresh_tail()
+        else:
+            self.refresh_count()
+
+    def refresh_count(self) -> None:
+        """Away from the end: only the header's count and seq follow the run (one read at a
+        time: records arriving meanwhile ask for one more)."""
+        if self.counting:
+            self.count_stale = True
+            return
+        self.counting, self.count_stale = True, False
+
+        def done(head: Slice) -> None:
+            self.counting = False
+            cur = self.slice
+            if cur is not None and not cur.at_end:
+                cur.total, cur.last_seq = head.total, head.last_seq
+                self._redraw(follow=False)
+            if self.count_stale:
+                self.refresh_count()
+
+        def failed(err: JournaldError) -> None:
+            self.counting = False
+            self.show_error(err)
+
+        self.fetch(lambda: self.source.head(self.run_id), done, group="count", failed=failed)
 
     def refresh_tail(self) -> None:
         """Re-read the conversation from the last loaded message on (one read at a time)."""
@@ -220,7 +401,7 @@ class TranscriptScreen(DaemonScreen):
             self.stale = True
             return
         self.refreshing, self.stale = True, False
-        from_offset = max(s.start, s.start + len(s.messages) - 1)
+        from_offset = max(s.start, s.stop - 1)
 
         def done(got: Slice) -> None:
             self.refreshing = False
@@ -232,13 +413,16 @@ class TranscriptScreen(DaemonScreen):
                 return
             cur.messages[got.start - cur.start :] = got.messages
             cur.total, cur.last_seq, cur.pending = got.total, got.last_seq, got.pending
+            self.bounds = [b for b in self.bounds if b < got.start] + [got.start]
+            if self.view.at_bottom:
+                self._trim(keep_start=False)
             self._redraw()
             if self.stale:
                 self.refresh_tail()
 
         self.fetch(lambda: self.source.tail(self.run_id, from_offset), done, group="refresh")
 
-    # --- search ----------------------------------------------------------------------------
+    # --- search and go to ------------------------------------------------------------------
 
     def action_search(self) -> None:
         box = self.query_one("#search", Input)
@@ -246,35 +430,120 @@ class TranscriptScreen(DaemonScreen):
         box.value = self.search_text
         box.focus()
 
+    def action_goto(self) -> None:
+        box = self.query_one("#goto", Input)
+        box.add_class("shown")
+        box.value = ""
+        box.focus()
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id != "search":
-            return
-        self.search_text = event.value.strip()
         event.input.remove_class("shown")
         self.view.focus()
-        self.action_find(-1)
+        if event.input.id == "goto":
+            self._go_to(event.value.strip())
+        elif event.input.id == "search":
+            text = event.value.strip()
+            if text != self.search_text or not self.search_done:
+                self._start_search(text)
+            self.action_find(-1)
 
-    def action_find(self, step: int, pages_left: int = SEARCH_PAGES) -> None:
+    def _go_to(self, text: str) -> None:
+        s = self.slice
+        try:
+            n = int(text.replace(",", "").replace("_", ""))
+        except ValueError:
+            self.notify(f"not a message number: {text!r} (e.g. 1 or 1200)", markup=False)
+            return
+        if s is None or not 1 <= n <= max(1, s.total):
+            total = s.total if s is not None else 0
+            self.notify(f"there is no message {n}: the run has {plural(total, 'message')}")
+            return
+        if s.start <= n - 1 < s.stop:
+            self.view.go_to_message(n - 1)
+        else:
+            self.jump(n - 1)
+
+    def _start_search(self, text: str) -> None:
+        self.search_stop.set()
+        stop = self.search_stop = threading.Event()
+        self.search_text, self.matches, self.search_done, self.match_at = text, [], False, -1
+        self.scanned_from = 1 << 62
+        self.view.search_query = text
+        if not text:
+            return
+
+        def found(hits: list[Entry], done: int, total: int) -> bool:
+            if not stop.is_set():
+                self._back(self._found, stop, [h.key for h in hits], done)
+            return not stop.is_set()
+
+        def scan() -> None:
+            try:
+                self.source.search(self.run_id, text, found)
+            finally:
+                self._back(self._scan_done, stop)
+
+        self.run_worker(scan, thread=True, group="search", exit_on_error=False)
+
+    def _found(self, stop: threading.Event, keys: list[tuple[int, int]], done: int) -> None:
+        if stop is not self.search_stop:
+            return
+        self.matches = sorted({*self.matches, *keys})
+        self.scanned_from = done
+        if self.wanted_step:
+            step, self.wanted_step = self.wanted_step, 0
+            self.action_find(step)
+        self._update_head()
+
+    def _scan_done(self, stop: threading.Event) -> None:
+        if stop is not self.search_stop:
+            return
+        self.search_done = True
+        if self.wanted_step:
+            step, self.wanted_step = self.wanted_step, 0
+            self.action_find(step)
+        self._update_head()
+
+    def _cursor_key(self) -> tuple[int, int]:
+        v, s = self.view, self.slice
+        if not v.entries or s is None:
+            return (0, 0)
+        e = v.entries[min(v.cursor, len(v.entries) - 1)]
+        if e.kind == "gap":
+            return (s.start, -1) if e.key[0] < 0 else (s.stop, 0)
+        if e.key[0] < 0:  # the open turn: after every committed message
+            return (s.total, 0)
+        return e.key
+
+    def action_find(self, step: int) -> None:
         if not self.search_text:
             self.action_search()
             return
-        if self.view.search(self.search_text, step):
+        here = self._cursor_key()
+        i = bisect_left(self.matches, here)
+        if step < 0:
+            at = i - 1
+        else:
+            at = i + 1 if i < len(self.matches) and self.matches[i] == here else i
+        # the search reads from the end back: every match after what it has read is known,
+        # so an older match found is the nearest one, and a newer one is once the search has
+        # read back past the cursor
+        sure = self.search_done or step < 0 or self.scanned_from <= here[0]
+        if not sure or not 0 <= at < len(self.matches):
+            if self.search_done:
+                way = "older" if step < 0 else "newer"
+                self.notify(f"no {way} match for {self.search_text!r}", markup=False)
+            else:
+                self.wanted_step = step  # retried as the search finds more
             return
+        self.match_at = at
+        key = self.matches[at]
         s = self.slice
-        if step < 0 and s is not None and s.start > 0:
-            if pages_left <= 0:
-                self.notify(f"no match in the last {s.total - s.start:,} messages; n: go on")
-                return
-            oldest = next((e.key for e in self.view.entries if e.kind != "gap"), None)
-
-            def again() -> None:  # go on from the oldest entry that was loaded before
-                keys = {e.key: i for i, e in enumerate(self.view.entries)}
-                self.view.cursor = keys.get(oldest, 0) if oldest is not None else 0
-                self.action_find(step, pages_left - 1)
-
-            self.load_earlier(then=again)
-            return
-        self.notify(f"no {'older' if step < 0 else 'newer'} match for {self.search_text!r}")
+        if s is not None and s.start <= key[0] < s.stop:
+            self.view.reveal(key)
+        else:
+            self.jump(key[0], key)
+        self._update_head()
 
     # --- navigation ------------------------------------------------------------------------
 
@@ -284,18 +553,44 @@ class TranscriptScreen(DaemonScreen):
     def action_details(self) -> None:
         self.viewer.open_details(self.run_id)
 
+    def action_records(self) -> None:
+        from journald.view.records import RecordsScreen
+
+        self.app.push_screen(RecordsScreen(self.run_id))
+
+    def _marker_checkpoint(self) -> str:
+        """The checkpoint of the marker under the cursor ("" with a notice if there is none)."""
+        v = self.view
+        on_marker = (
+            bool(v.entries) and v.entries[min(v.cursor, len(v.entries) - 1)].kind == "marker"
+        )
+        if on_marker and self.marker_checkpoint:
+            return self.marker_checkpoint
+        self.notify("put the cursor on a compaction or restore marker first (Home: the top)")
+        return ""
+
+    def action_fork_here(self) -> None:
+        cp = self._marker_checkpoint()
+        if cp:
+            fork_from(self, cp)
+
+    def action_restore_here(self) -> None:
+        cp = self._marker_checkpoint()
+        if cp:
+            restore_to(self, cp)
+
+    def action_copy(self) -> None:
+        """The entry under the cursor (a call with its result) as text."""
+        v = self.view
+        if not v.entries:
+            return
+        e = v.entries[min(v.cursor, len(v.entries) - 1)]
+        parts = [f"{e.tool_name} [{e.tool_use_id}] {e.text}" if e.tool_name else e.text]
+        if e.result is not None:
+            parts.append(e.result)
+        self.copied = "\n".join(parts)
+        self.app.copy_to_clipboard(self.copied)
+        self.notify(f"copied {len(self.copied):,} characters", markup=False)
+
     def on_transcript_view_moved(self, event: TranscriptView.Moved) -> None:
         self._update_head()
-
-
-def _merge_notes(entries: list[Entry], notes: list[Entry]) -> list[Entry]:
-    """Put each note after the last entry of the message it arrived after."""
-    out: list[Entry] = []
-    pending_notes = sorted(notes, key=lambda n: n.key)
-    for e in entries:
-        while pending_notes and e.key[0] >= 0 and pending_notes[0].key[0] <= e.key[0]:
-            out.append(pending_notes.pop(0))
-        out.append(e)
-    end = [e for e in out if e.kind == "end"]
-    body = [e for e in out if e.kind != "end"]
-    return body + pending_notes + end

@@ -291,5 +291,5 @@ def test_no_daemon_exits_with_the_unreachable_code_and_says_how_to_start_one(
     res = cli(None, "ls", socket=tmp_path / "nobody.sock")
     assert res.returncode == UNREACHABLE
     assert "cannot reach the journald daemon" in res.stderr
-    assert "start it with `journald serve` (or `make run`)" in res.stderr
+    assert f"start it with `journald serve --socket {tmp_path / 'nobody.sock'}`" in res.stderr
     assert res.stdout == ""

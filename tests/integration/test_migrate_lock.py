@@ -26,4 +26,6 @@ def test_migrate_refuses_a_data_dir_held_by_a_running_daemon(tmp_path: Path) -> 
         )
     assert proc.returncode == 3
     assert f"pid {d.pid}" in proc.stderr
+    assert "stop it first" in proc.stderr
+    assert "--data-dir" not in proc.stderr  # a flag migrate does not have
     assert not (tmp_path / "copy" / "sessions").exists()

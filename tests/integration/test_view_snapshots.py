@@ -8,7 +8,9 @@ change, with ``pytest tests/integration/test_view_snapshots.py --snapshot-update
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,6 +19,8 @@ from textual.pilot import Pilot
 from journald.view.app import NotRunningScreen, ViewerApp
 from journald.view.data import Source
 from journald.view.details import DetailsScreen
+from journald.view.help import HelpScreen
+from journald.view.records import RecordsScreen
 from journald.view.runs import RunsScreen
 from journald.view.transcript_screen import TranscriptScreen
 from tests.daemon import Daemon
@@ -26,11 +30,23 @@ SIZE = (80, 24)
 Snap = Callable[..., bool]
 
 
+NOW_S = datetime(2026, 11, 30, 12, 5, tzinfo=UTC).timestamp()  # "3m ago" says the same forever
+
+
+def at_noon(source: Source, run_id: str | None = None, **kw: Any) -> ViewerApp:
+    return ViewerApp(source, run_id, clock=lambda: NOW_S, **kw)
+
+
 @pytest.fixture(autouse=True)
-def colours(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The snapshots are in colour: a NO_COLOR set in the caller's shell would make Textual
-    draw them monochrome."""
+def colours_and_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The snapshots are in colour (a NO_COLOR set in the caller's shell would make Textual
+    draw them monochrome) and in UTC (times are shown in the local zone)."""
     monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 @pytest.fixture(scope="module")
@@ -61,34 +77,38 @@ def transcript_loaded(pilot: Pilot[Any]) -> Any:
     app = pilot.app
     return until(
         pilot,
-        lambda: isinstance(app.screen, TranscriptScreen) and app.screen.slice is not None,
+        lambda: (
+            isinstance(app.screen, TranscriptScreen)
+            and app.screen.slice is not None
+            and app.screen.opened
+        ),
         "the transcript",
     )
 
 
 def test_runs_screen(demo: Daemon, snap_compare: Snap) -> None:
     assert snap_compare(
-        ViewerApp(Source(str(demo.socket))), terminal_size=SIZE, run_before=runs_loaded
+        at_noon(Source(str(demo.socket))), terminal_size=SIZE, run_before=runs_loaded
     )
 
 
 def test_transcript_of_a_completed_run(demo: Daemon, snap_compare: Snap) -> None:
-    app = ViewerApp(Source(str(demo.socket)), "demo-research")
+    app = at_noon(Source(str(demo.socket)), "demo-research")
     assert snap_compare(app, terminal_size=SIZE, run_before=transcript_loaded)
 
 
 def test_transcript_with_a_pending_turn(demo: Daemon, snap_compare: Snap) -> None:
-    app = ViewerApp(Source(str(demo.socket)), "demo-pending")
+    app = at_noon(Source(str(demo.socket)), "demo-pending")
     assert snap_compare(app, terminal_size=SIZE, run_before=transcript_loaded)
 
 
 def test_transcript_in_a_light_terminal(demo: Daemon, snap_compare: Snap) -> None:
-    app = ViewerApp(Source(str(demo.socket)), "demo-research", theme="light")
+    app = at_noon(Source(str(demo.socket)), "demo-research", theme="light")
     assert snap_compare(app, terminal_size=SIZE, run_before=transcript_loaded)
 
 
 def test_runs_screen_in_a_light_terminal(demo: Daemon, snap_compare: Snap) -> None:
-    app = ViewerApp(Source(str(demo.socket)), theme="light")
+    app = at_noon(Source(str(demo.socket)), theme="light")
     assert snap_compare(app, terminal_size=SIZE, run_before=runs_loaded)
 
 
@@ -107,7 +127,7 @@ def test_details_screen(demo: Daemon, snap_compare: Snap) -> None:
             "details and verify",
         )
 
-    app = ViewerApp(Source(str(demo.socket)), "demo-research")
+    app = at_noon(Source(str(demo.socket)), "demo-research")
     assert snap_compare(app, terminal_size=SIZE, run_before=details)
 
 
@@ -127,3 +147,29 @@ def test_not_running_screen(snap_compare: Snap) -> None:
     source = Source("/tmp/journald-view-snapshot/nowhere.sock")
     app = ViewerApp(source, retry_first_s=600, retry_cap_s=600)
     assert snap_compare(app, terminal_size=SIZE, run_before=first_attempt)
+
+
+def test_help_screen_over_a_transcript(demo: Daemon, snap_compare: Snap) -> None:
+    async def help_shown(pilot: Pilot[Any]) -> None:
+        await transcript_loaded(pilot)
+        await pilot.press("question_mark")
+        app = pilot.app
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+
+    app = at_noon(Source(str(demo.socket)), "demo-research")
+    assert snap_compare(app, terminal_size=(80, 30), run_before=help_shown)
+
+
+def test_records_screen_of_a_completed_run(demo: Daemon, snap_compare: Snap) -> None:
+    async def records(pilot: Pilot[Any]) -> None:
+        await transcript_loaded(pilot)
+        await pilot.press("R")
+        app = pilot.app
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, RecordsScreen) and bool(app.screen.records),
+            "the records",
+        )
+
+    app = at_noon(Source(str(demo.socket)), "demo-research")
+    assert snap_compare(app, terminal_size=(100, 30), run_before=records)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import journald_client as jc
 from journald_client.pb import journal_pb2 as pb
 from textual.pilot import Pilot
+from textual.screen import Screen
 
 from tests.integration.rpc import Lease, stub
 
@@ -32,6 +33,24 @@ async def until(pilot: Pilot[Any], cond: Callable[[], object], what: str) -> Non
     """Let the app run until ``cond()`` holds (bounded: fails after ``WAIT_S``)."""
     deadline = time.monotonic() + WAIT_S
     while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {WAIT_S:g}s waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def ready(app: Any, screen_type: type[Screen[Any]], selector: str, *, focus: bool = True) -> bool:
+    """Whether the app's top screen is a ``screen_type`` that has composed ``selector`` and
+    (``focus``) focused a widget: keys pressed before that would go nowhere."""
+    screen = app.screen
+    if not isinstance(screen, screen_type):
+        return False
+    return bool(screen.query(selector)) and (screen.focused is not None or not focus)
+
+
+async def until_async(pilot: Pilot[Any], step: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Repeat ``step()`` (which may press keys) until it returns True (bounded like ``until``)."""
+    deadline = time.monotonic() + WAIT_S
+    while not await step():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {WAIT_S:g}s waiting for {what}")
         await pilot.pause(0.05)
