@@ -46,6 +46,7 @@ const (
 	CodeInternal                = "internal"
 	CodeResponseTooLarge        = "response_too_large"
 	CodeUnsupported             = "unsupported"
+	CodeResourceExhausted       = "resource_exhausted"
 )
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
@@ -109,6 +110,9 @@ var (
 	ErrInternal                = &Error{Code: CodeInternal, Status: codes.Internal}
 	ErrResponseTooLarge        = &Error{Code: CodeResponseTooLarge, Status: codes.ResourceExhausted}
 	ErrUnsupported             = &Error{Code: CodeUnsupported, Status: codes.Unimplemented}
+	// ErrResourceExhausted: a per-peer limit of the daemon was reached (Metadata["limit"],
+	// Metadata["flag"]); release what you hold before retrying, never in a tight loop.
+	ErrResourceExhausted = &Error{Code: CodeResourceExhausted, Status: codes.ResourceExhausted}
 )
 
 // Sentinels lists every sentinel by code (the mapping table).
@@ -122,6 +126,7 @@ func init() {
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
 		ErrAttachmentNotFound, ErrInvalidCheckpointID, ErrInvalidDigest, ErrInvalidRequest,
 		ErrBackendUnavailable, ErrStorageFull, ErrInternal, ErrResponseTooLarge, ErrUnsupported,
+		ErrResourceExhausted,
 	} {
 		Sentinels[s.Code] = s
 	}

@@ -41,6 +41,7 @@ from journald_client.errors import (
     StorageFull,
     StoreCorrupted,
     TurnRunning,
+    ResourceExhausted,
     Unsupported,
     VersionUnsupported,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "ToolCall",
     "ToolOutput",
     "TurnRunning",
+    "ResourceExhausted",
     "Unsupported",
     "VerifyResult",
     "VersionUnsupported",

@@ -21,6 +21,7 @@ status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
     ├── StorageFull
     ├── ResponseTooLarge
     ├── Unsupported
+    ├── ResourceExhausted (.limit, .flag)
     └── ConversationChanged (raised by the client itself, never by the daemon)
 
 The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
@@ -219,6 +220,22 @@ class Unsupported(JournaldError):
     """The daemon's backend cannot do this operation (e.g. recovery on JetStream)."""
 
     code = "unsupported"
+
+
+class ResourceExhausted(JournaldError):
+    """A per-peer limit of the daemon was reached: ``limit`` names it, ``flag`` the
+    ``journald serve`` option that raises it. Not retried: release what you hold first (a
+    Watch cut for falling behind is resumed from its last seq + 1, reading faster)."""
+
+    code = "resource_exhausted"
+
+    @property
+    def limit(self) -> str:
+        return self.metadata.get("limit", "")
+
+    @property
+    def flag(self) -> str:
+        return self.metadata.get("flag", "")
 
 
 class ConversationChanged(JournaldError):

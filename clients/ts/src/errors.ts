@@ -73,6 +73,11 @@ export class InternalError extends JournaldError {}
 export class ResponseTooLargeError extends JournaldError {}
 /** The daemon's backend cannot do this operation (e.g. recovery on JetStream). */
 export class UnsupportedError extends JournaldError {}
+/**
+ * A per-peer limit of the daemon was reached (metadata `limit`, and `flag`, the option that
+ * raises it): release what you hold before retrying, never in a tight loop.
+ */
+export class ResourceExhaustedError extends JournaldError {}
 /** A failure without a journald code (transport errors, daemon down, ...). */
 export class TransportError extends JournaldError {}
 
@@ -114,6 +119,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   internal: InternalError,
   response_too_large: ResponseTooLargeError,
   unsupported: UnsupportedError,
+  resource_exhausted: ResourceExhaustedError,
 };
 
 /** Rebuild a typed error from its wire form (unknown codes become JournaldError). */

@@ -275,6 +275,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
     JetStream); retrying will not help.
     """
+    ERROR_CODE_RESOURCE_EXHAUSTED: _ErrorCode.ValueType  # 28
+    """gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
+    in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
+    `journald serve` option that raises it. Retry only after releasing what you hold (or,
+    for a Watch, from its last seq + 1 reading faster), never in a tight loop.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
@@ -345,6 +351,12 @@ less (a message window, History pages, Load from a seq).
 ERROR_CODE_UNSUPPORTED: ErrorCode.ValueType  # 27
 """gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
 JetStream); retrying will not help.
+"""
+ERROR_CODE_RESOURCE_EXHAUSTED: ErrorCode.ValueType  # 28
+"""gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
+in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
+`journald serve` option that raises it. Retry only after releasing what you hold (or,
+for a Watch, from its last seq + 1 reading faster), never in a tight loop.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

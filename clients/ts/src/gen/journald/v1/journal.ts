@@ -394,6 +394,13 @@ export enum ErrorCode {
    * JetStream); retrying will not help.
    */
   ERROR_CODE_UNSUPPORTED = 27,
+  /**
+   * ERROR_CODE_RESOURCE_EXHAUSTED - gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
+   * in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
+   * `journald serve` option that raises it. Retry only after releasing what you hold (or,
+   * for a Watch, from its last seq + 1 reading faster), never in a tight loop.
+   */
+  ERROR_CODE_RESOURCE_EXHAUSTED = 28,
   UNRECOGNIZED = -1,
 }
 
@@ -483,6 +490,9 @@ export function errorCodeFromJSON(object: any): ErrorCode {
     case 27:
     case "ERROR_CODE_UNSUPPORTED":
       return ErrorCode.ERROR_CODE_UNSUPPORTED;
+    case 28:
+    case "ERROR_CODE_RESOURCE_EXHAUSTED":
+      return ErrorCode.ERROR_CODE_RESOURCE_EXHAUSTED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -548,6 +558,8 @@ export function errorCodeToJSON(object: ErrorCode): string {
       return "ERROR_CODE_RESPONSE_TOO_LARGE";
     case ErrorCode.ERROR_CODE_UNSUPPORTED:
       return "ERROR_CODE_UNSUPPORTED";
+    case ErrorCode.ERROR_CODE_RESOURCE_EXHAUSTED:
+      return "ERROR_CODE_RESOURCE_EXHAUSTED";
     case ErrorCode.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
