@@ -112,6 +112,7 @@ def nats_options(args: argparse.Namespace) -> NatsOptions:
 
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from journald.server import fairness
     from journald.server.startup import EXIT_CODES
     from journald.storage import registry
     from journald.storage.io_pool import DEFAULT_EXECUTOR_THREADS, DEFAULT_IO_THREADS
@@ -172,6 +173,7 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="threads for the daemon's other blocking calls: reads, lock files (default "
         f"{DEFAULT_EXECUTOR_THREADS})",
     )
+    fairness.add_arguments(p)
     p.add_argument(
         "--checkpoint-dir",
         type=Path,
@@ -184,6 +186,7 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from journald.server import fairness
     from journald.server.daemon import ServeConfig, run
     from journald.server.runs import Limits
     from journald.server.startup import EXIT_CONFIG
@@ -216,6 +219,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         checkpoint_max=args.checkpoint_max,
         io_threads=args.io_threads,
         blocking_threads=args.blocking_threads,
+        shares=fairness.from_args(args),
     )
     return run(cfg)
 

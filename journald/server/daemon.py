@@ -37,6 +37,7 @@ from journald_client.pb import journal_pb2 as pb
 from journald import telemetry
 from journald.core.errors import JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
+from journald.server.fairness import FairShares, PeerBudget, server_options
 from journald.server.runs import Limits
 from journald.server.service import JournalService
 from journald.server.startup import (
@@ -81,6 +82,7 @@ class ServeConfig:
     checkpoint_max: int = 0
     io_threads: int = DEFAULT_IO_THREADS
     blocking_threads: int = DEFAULT_EXECUTOR_THREADS
+    shares: FairShares = field(default_factory=FairShares)
 
 
 def backend_options(cfg: ServeConfig) -> BackendOptions:
@@ -106,24 +108,33 @@ async def serve(
     lock = lock_data_dir(cfg.data_dir)
     # Reads, lock files and every other asyncio.to_thread queue on a fixed number of threads
     # (docs/design.md#io-threads-and-file-descriptors).
-    bound_default_executor(asyncio.get_running_loop(), cfg.blocking_threads)
+    shares = cfg.shares.resolved()
+    bound_default_executor(asyncio.get_running_loop(), cfg.blocking_threads, shares.read_threads)
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         opened = await open_backend(cfg.backend, backend_options(cfg))
         limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
+        budget = PeerBudget(shares)
         service = JournalService(
-            opened.records, limits, opened.checkpoints, cfg.checkpoint_max, opened.attachments
+            opened.records,
+            limits,
+            opened.checkpoints,
+            cfg.checkpoint_max,
+            opened.attachments,
+            budget,
         )
+        service.hub.buffer_bytes = shares.watch_buffer_bytes
         telemetry.observe_leases(lambda: len(service.leases))
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),
                 ("grpc.max_send_message_length", cfg.max_message_bytes),
                 ("grpc.so_reuseport", 0),
+                *server_options(shares),
             ]
         )
         trimmer = memory.Trimmer()
-        edge.add_service(server, service.parts(), cfg.max_message_bytes, trimmer.note)
+        edge.add_service(server, service.parts(), cfg.max_message_bytes, trimmer.note, budget)
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

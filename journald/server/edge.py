@@ -50,6 +50,8 @@ from journald.core.errors import (
     ResponseTooLarge,
     clip,
 )
+from journald.server.fairness import BACKGROUND_RPCS, FairShares, PeerBudget, call_budget
+from journald.storage.io_pool import BACKGROUND
 
 log = logging.getLogger("journald.server")
 DOMAIN = "journald"
@@ -272,12 +274,17 @@ class Edge:
     max message size; ``on_size`` sees the size of every message in and out."""
 
     def __init__(
-        self, parts: Sequence[Any], max_message_bytes: int, on_size: Callable[[int], None]
+        self,
+        parts: Sequence[Any],
+        max_message_bytes: int,
+        on_size: Callable[[int], None],
+        budget: PeerBudget,
     ) -> None:
         self.parts = parts
         self.cap = max_message_bytes
         self.on_size = on_size
         self.undecodable = PeerLog()
+        self.budget = budget
 
     def _refuse_undecodable(self, context: Ctx, method: str, bad: Undecodable) -> None:
         self.undecodable.note(context.peer(), method, bad)
@@ -295,12 +302,21 @@ class Edge:
         name = method.name
         fn = implementation(self.parts, name)
         decode = decoder(getattr(pb, method.input_type.name), self.on_size)
+        background = name in BACKGROUND_RPCS
+        budget = self.budget
 
         async def unary_unary(request: Any, context: Ctx) -> bytes | None:
             if isinstance(request, Undecodable):
                 self._refuse_undecodable(context, name, request)
                 return None
-            response = await fn(request, context)
+            if background:  # this call's task alone: its reads queue on the read threads
+                BACKGROUND.set(True)
+            try:
+                with call_budget(budget, context, name):
+                    response = await fn(request, context)
+            except JournaldError as err:  # a per-peer limit: nothing was held
+                send(context, refusal(err))
+                return None
             return None if response is None else self._encode(context, name, response)
 
         async def out(stream: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:
@@ -317,8 +333,19 @@ class Edge:
             if isinstance(request, Undecodable):
                 self._refuse_undecodable(context, name, request)
                 return
-            async for data in out(fn(request, context), context):
-                yield data
+            if background:
+                BACKGROUND.set(True)
+            try:
+                held = call_budget(budget, context, name)
+                held.__enter__()
+            except JournaldError as err:
+                send(context, refusal(err))
+                return
+            try:
+                async for data in out(fn(request, context), context):
+                    yield data
+            finally:
+                held.__exit__(None, None, None)
 
         async def checked(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[Any]:
             async for request in requests:
@@ -328,8 +355,17 @@ class Edge:
                 yield request
 
         async def stream_stream(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:
-            async for data in out(fn(checked(requests, context), context), context):
-                yield data
+            try:
+                held = call_budget(budget, context, name)
+                held.__enter__()
+            except JournaldError as err:
+                send(context, refusal(err))
+                return
+            try:
+                async for data in out(fn(checked(requests, context), context), context):
+                    yield data
+            finally:
+                held.__exit__(None, None, None)
 
         if method.client_streaming and method.server_streaming:
             return grpc.stream_stream_rpc_method_handler(stream_stream, request_deserializer=decode)
@@ -355,9 +391,11 @@ def add_service(
     parts: Sequence[Any],
     max_message_bytes: int,
     on_size: Callable[[int], None] = lambda size_bytes: None,
+    budget: PeerBudget | None = None,
 ) -> None:
-    """Register ``parts`` as journald.v1.JournalService (in place of the generated helper)."""
-    edge = Edge(parts, max_message_bytes, on_size)
+    """Register ``parts`` as journald.v1.JournalService (in place of the generated helper);
+    every call holds its share of ``budget`` (docs/design.md#fair-shares) while it runs."""
+    edge = Edge(parts, max_message_bytes, on_size, budget or PeerBudget(FairShares().resolved()))
     handlers = {m.name: edge.handler(m) for m in SERVICE.methods}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)

@@ -6,6 +6,13 @@ wake-ups); the pool keeps it at ``size`` however many runs are open, starting th
 concurrent work needs them. Each journal calls in through its own ``IOLane``, which keeps that
 journal's calls in order and never lets two of them overlap (a seal swaps the fd a listing
 write reads), as a dedicated thread did. See docs/design.md#io-threads-and-file-descriptors.
+
+Two classes of work share the daemon's threads: the **foreground** (appends, Opens, List,
+Fold: what an agent waits on) and the **background** (Verify, Load, History, Watch replays,
+export, lease closes: bulk reads and clean-up). A call made in ``background()`` runs on the
+default executor's own small pool of read threads, and waits behind every foreground call in
+this pool, so a flood of reads or a dying client's thousand lease closes never takes the
+threads an Open needs (docs/design.md#fair-shares).
 """
 
 from __future__ import annotations
@@ -13,11 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import itertools
 import queue
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from journald import failpoints
 
 T = TypeVar("T")
 
@@ -28,7 +38,34 @@ gains little from more); a daemon option (``journald serve --io-threads``)."""
 DEFAULT_EXECUTOR_THREADS = 8
 """Threads of the event loop's default executor (reads, lock files, ``asyncio.to_thread``)."""
 
+DEFAULT_READ_THREADS = 2
+"""Threads of the background class (``journald serve --read-threads``): Verify, Load,
+History, Watch replays, export and lease closes queue there, apart from the foreground."""
+
+BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "journald_background", default=False
+)
+"""Whether the blocking calls made in this context are background work (see the module doc)."""
+
+_FOREGROUND, _LOW, _STOP = 0, 1, 2
 _Item = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+
+
+@contextlib.contextmanager
+def background() -> Iterator[None]:
+    """Make the blocking calls of the enclosed code (and of tasks it creates) background."""
+    token = BACKGROUND.set(True)
+    try:
+        yield
+    finally:
+        BACKGROUND.reset(token)
+
+
+def background_context() -> contextvars.Context:
+    """A copy of the current context in which blocking calls are background work."""
+    ctx = contextvars.copy_context()
+    ctx.run(BACKGROUND.set, True)
+    return ctx
 
 
 class IOPool:
@@ -39,7 +76,9 @@ class IOPool:
             raise ValueError(f"an I/O pool needs at least one thread (got {size})")
         self.size = size
         self._name = name
-        self._q: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        # (class, order, item): foreground calls first, each class first come first run
+        self._q: queue.PriorityQueue[tuple[int, int, _Item | None]] = queue.PriorityQueue()
+        self._order = itertools.count()
         self._threads: list[threading.Thread] = []
         self._pending = 0  # queued or running calls
         self._mutex = threading.Lock()
@@ -56,10 +95,11 @@ class IOPool:
         """``fn(*args)`` on a pool thread, in the caller's context (its trace spans)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._submit((contextvars.copy_context().run, (fn, *args), loop, fut))
+        item = (contextvars.copy_context().run, (fn, *args), loop, fut)
+        self._submit(item, _LOW if BACKGROUND.get() else _FOREGROUND)
         return await fut
 
-    def _submit(self, item: _Item) -> None:
+    def _submit(self, item: _Item, rank: int) -> None:
         start: threading.Thread | None = None
         with self._mutex:
             self._pending += 1
@@ -68,13 +108,13 @@ class IOPool:
                     target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
                 )
                 self._threads.append(start)
-        self._q.put(item)
+        self._q.put((rank, next(self._order), item))
         if start is not None:
             start.start()
 
     def _work(self) -> None:
         while True:
-            item = self._q.get()
+            item = self._q.get()[2]
             if item is None:
                 return
             call, args, loop, fut = item
@@ -96,7 +136,7 @@ class IOPool:
         with self._mutex:
             threads, self._threads = self._threads, []
         for _ in threads:
-            self._q.put(None)
+            self._q.put((_STOP, next(self._order), None))
         for t in threads:
             t.join(timeout=5)
 
@@ -130,12 +170,41 @@ def settle_exc(fut: asyncio.Future[Any], exc: BaseException) -> None:
         fut.set_exception(exc)
 
 
+def _background_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    if failpoints.ARMED:
+        failpoints.hit("background_call")  # a test holds every read thread here
+    return fn(*args, **kwargs)
+
+
+class ClassedExecutor(ThreadPoolExecutor):
+    """The daemon's default executor: ``size`` threads for the foreground and
+    ``read_threads`` for calls submitted in ``background()`` (``asyncio.to_thread`` copies
+    the caller's context, so the class follows the RPC or task that made the call)."""
+
+    def __init__(self, size: int, read_threads: int) -> None:
+        if size < 1 or read_threads < 1:
+            raise ValueError(f"executor classes need a thread each (got {size}, {read_threads})")
+        super().__init__(size, thread_name_prefix="journald-blocking")
+        self.background = ThreadPoolExecutor(read_threads, thread_name_prefix="journald-reads")
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        if BACKGROUND.get():
+            return self.background.submit(_background_call, fn, *args, **kwargs)
+        return super().submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait, cancel_futures=cancel_futures)
+        self.background.shutdown(wait, cancel_futures=cancel_futures)
+
+
 def bound_default_executor(
-    loop: asyncio.AbstractEventLoop, size: int = DEFAULT_EXECUTOR_THREADS
-) -> ThreadPoolExecutor:
-    """Give ``loop`` a default executor of ``size`` threads (``asyncio.to_thread``,
-    ``run_in_executor(None, ...)``): reads and lock files queue there instead of each
-    taking a thread of their own."""
-    executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="journald-blocking")
+    loop: asyncio.AbstractEventLoop,
+    size: int = DEFAULT_EXECUTOR_THREADS,
+    read_threads: int = DEFAULT_READ_THREADS,
+) -> ClassedExecutor:
+    """Give ``loop`` a default executor of ``size`` foreground threads and ``read_threads``
+    background ones (``asyncio.to_thread``, ``run_in_executor(None, ...)``): reads and lock
+    files queue there instead of each taking a thread of their own."""
+    executor = ClassedExecutor(size, read_threads)
     loop.set_default_executor(executor)
     return executor
