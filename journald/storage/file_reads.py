@@ -26,14 +26,14 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from journald.core.errors import BackendUnavailable, JournaldError, SessionNotFound, StoreCorrupted
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
-from journald.storage.file_journal import RECENT, SegmentStats, read_file
+from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
 from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.segments import (
     JOURNAL,
@@ -56,6 +56,7 @@ from journald.storage.segments import (
 from journald.storage.verify import VerifyWalk
 
 MISSING = b"\0missing"
+UNREAD = b"\0unread"  # a sealed segment of a snapshot, read when the walk reaches it
 Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
 Infos = list[RunInfo]
@@ -74,16 +75,26 @@ class ActiveTail:
     read_under: tuple[Any, ...] = ()  # active_key of the manifest the segment was read under
     digest: str = ""  # sha256 of the segment's complete lines (torn tail excluded)
 
+    recent_bytes: int = 0
+
     def add(self, rec: Record) -> None:
         self.stats.add(rec)
         if self.first is None:
             self.first = rec
         self.recent.append(rec)
-        if len(self.recent) > 2 * self.keep:  # trimmed in steps: O(1) per record
-            del self.recent[: -self.keep]
+        self.recent_bytes += len(rec.raw)
+        # trimmed in steps: O(1) per record
+        if len(self.recent) > 2 * self.keep or self.recent_bytes > 2 * RECENT_BYTES:
+            self._trim()
+
+    def _trim(self) -> None:
+        del self.recent[: -self.keep]
+        self.recent_bytes = sum(len(r.raw) for r in self.recent)
+        while self.recent_bytes > RECENT_BYTES and len(self.recent) > 1:
+            self.recent_bytes -= len(self.recent.pop(0).raw)
 
     def done(self) -> ActiveTail:
-        del self.recent[: -self.keep]
+        self._trim()
         return self
 
 
@@ -191,13 +202,9 @@ class FileReads:
                     if idx > 0:
                         start_seq, start_hash = segs[idx - 1].last_seq, segs[idx - 1].last_hash
                     for s in segs[idx:]:
-                        seg = os.path.join(run_dir, SEGMENTS, s.file)
-                        try:
-                            data = read_file(seg)
-                        except FileNotFoundError:
-                            data = MISSING
-                        self.segment_opens += 1
-                        files.append((seg, data, s))
+                        # immutable once listed: read when the walk reaches it, so a read
+                        # holds one sealed segment at a time, not the run
+                        files.append((os.path.join(run_dir, SEGMENTS, s.file), UNREAD, s))
                     active = b""
                     if afd is not None:
                         st = os.fstat(afd)
@@ -222,39 +229,73 @@ class FileReads:
             metadata={"run_id": run_id},
         )
 
+    def _sealed(self, run_id: str, m: Manifest, name: str, info: SegmentInfo) -> bytes:
+        """A sealed segment's bytes, checked whole (present, ending in a complete line)."""
+        self.segment_opens += 1
+        try:
+            data = read_file(name)
+        except FileNotFoundError:
+            again = read_manifest(self.run_dir(run_id), run_id) or Manifest()
+            if again.generation != m.generation:  # a prune or recovery replaced it since
+                raise BackendUnavailable(
+                    f"run {run_id} was rewritten while it was read; read it again",
+                    metadata={"run_id": run_id},
+                ) from None
+            raise corrupted(
+                run_id,
+                Line(name, 0, b""),
+                info.first_seq,
+                "a segment listed in the manifest is missing",
+            ) from None
+        if not data.endswith(b"\n"):
+            raise corrupted(
+                run_id,
+                Line(name, data.count(b"\n") + 1, b""),
+                info.last_seq,
+                "a sealed segment ends in a partial line",
+            )
+        return data
+
     def _iter_checked(
         self, run_id: str, from_seq: int, where: dict[int, Line] | None = None
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
         filled with the line each record was read from, and no line is skipped."""
+        out: Records = []
+        walk = self._walk(run_id, from_seq, where)
+        m, files = next(walk)  # type: ignore[misc]
+        out.extend(walk)  # type: ignore[arg-type]
+        return m, files, out
+
+    def _walk(
+        self, run_id: str, from_seq: int, where: dict[int, Line] | None = None
+    ) -> Generator[Record | tuple[Manifest, Files], None, None]:
+        """The walk of ``_iter_checked``, one record at a time: first (manifest, files) of
+        the snapshot, then each record with seq >= ``from_seq`` as its line is checked, one
+        sealed segment in memory at a time; the checks of the run as a whole (the listing's
+        floor, each segment against its manifest entry) when the last line is walked."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
         m, files, start_seq, start_hash = self._snapshot(run_id, from_seq)
-        for name, data, info in files:
-            if info is None:
-                continue
-            if data == MISSING:
-                raise corrupted(
-                    run_id,
-                    Line(name, 0, b""),
-                    info.first_seq,
-                    "a segment listed in the manifest is missing",
-                )
-            if not data.endswith(b"\n"):
-                raise corrupted(
-                    run_id,
-                    Line(name, data.count(b"\n") + 1, b""),
-                    info.last_seq,
-                    "a sealed segment ends in a partial line",
-                )
-        skip, rest = 0, files[0][1]
+        yield m, files
+        sizes: dict[str, int] = {}
+
+        def data_of(name: str, data: bytes, info: SegmentInfo | None) -> bytes:
+            if data is UNREAD and info is not None:
+                data = self._sealed(run_id, m, name, info)
+            sizes[name] = len(data)
+            return data
+
+        first = (files[0][0], data_of(*files[0]), files[0][2])
+        skip, rest = 0, first[1]
         if where is None and from_seq > 1:
-            skip, rest, start_seq, start_hash = _skip_to(
-                m, files[0], from_seq, start_seq, start_hash
-            )
+            skip, rest, start_seq, start_hash = _skip_to(m, first, from_seq, start_seq, start_hash)
         lines = itertools.chain(
             file_lines(files[0][0], rest, skip + 1),
-            itertools.chain.from_iterable(file_lines(name, data) for name, data, _ in files[1:]),
+            itertools.chain.from_iterable(
+                file_lines(name, data_of(name, data, info)) for name, data, info in files[1:]
+            ),
         )
+        del first, rest
         reader = self._chain(run_id, m, lines, start_seq, start_hash)
         first_info = files[0][2]
         if skip:
@@ -265,37 +306,36 @@ class FileReads:
         active_name, active_data, _ = files[-1]
         # the active segment is whole in this read unless the skip started inside it
         tail = None if m.pending or (skip and len(files) == 1) else ActiveTail(keep=1)
-        out: Records = []
         tally: dict[str, list[Any]] = {files[0][0]: [skip, ""]}
         for line, rec in reader:
             t = tally.setdefault(line.file, [0, ""])
             t[0] += 1
             t[1] = rec.hash
             if rec.seq >= from_seq:
-                out.append(rec)
+                yield rec
             if where is not None:
                 where[rec.seq] = line
             if tail is not None and line.file == active_name:
                 tail.add(rec)
         if reader.seq < floor:
             raise records_missing(run_id, active_name, reader.seq, floor)
-        for name, data, info in files:
+        for name, _, info in files:
             if info is None:
                 continue
             count, last_hash = tally.get(name, [0, ""])
-            if count != info.records or last_hash != info.last_hash or len(data) != info.bytes:
+            size = sizes.get(name, 0)
+            if count != info.records or last_hash != info.last_hash or size != info.bytes:
                 raise corrupted(
                     run_id,
                     Line(name, count, b""),
                     info.last_seq,
-                    f"the segment holds {count} records ({len(data)} bytes) ending in "
+                    f"the segment holds {count} records ({size} bytes) ending in "
                     f"{str(last_hash)[:12]}, the manifest says {info.records} ({info.bytes} "
                     f"bytes) ending in {info.last_hash[:12]}",
                 )
         if tail is not None:
             tail.read_under, tail.digest = active_key(m), sha256_hex(active_data)
             self._keep_tail(run_id, tail.done())
-        return m, files, out
 
     def _read_records(self, run_id: str, from_seq: int) -> Records:
         _, _, out = self._iter_checked(run_id, from_seq)

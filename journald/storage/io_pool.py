@@ -117,19 +117,24 @@ class IOPool:
             item = self._q.get()[2]
             if item is None:
                 return
-            call, args, loop, fut = item
-            try:
-                res = call(*args)
-            except BaseException as exc:
-                settle: Callable[..., None] = settle_exc
-                out: Any = exc
-            else:
-                settle, out = settle_ok, res
-            finally:
-                with self._mutex:
-                    self._pending -= 1
-            with contextlib.suppress(RuntimeError):  # the loop closed while we ran
-                loop.call_soon_threadsafe(settle, fut, out)
+            self._run_one(item)
+            # an idle thread holds nothing of its last call (a closed journal's method)
+            del item
+
+    def _run_one(self, item: _Item) -> None:
+        call, args, loop, fut = item
+        try:
+            res = call(*args)
+        except BaseException as exc:
+            settle: Callable[..., None] = settle_exc
+            out: Any = exc
+        else:
+            settle, out = settle_ok, res
+        finally:
+            with self._mutex:
+                self._pending -= 1
+        with contextlib.suppress(RuntimeError):  # the loop closed while we ran
+            loop.call_soon_threadsafe(settle, fut, out)
 
     def stop(self) -> None:
         """End the idle threads (a later ``run`` starts new ones)."""
