@@ -4,6 +4,7 @@ client never reads holds a window of the run in the daemon, not the run."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import grpc
 import journald_client as jc
@@ -33,7 +34,7 @@ def test_loads_and_watches_that_never_read_hold_a_window_in_the_daemon_not_the_r
         run_bytes = RECORDS * RECORD_BYTES
         channel = grpc.insecure_channel(daemon.target, options=[("grpc.http2.bdp_probe", 0)])
         stub = pb_grpc.JournalServiceStub(channel)
-        calls = [stub.Load(pb.LoadRequest(run_id="big")) for _ in range(READERS - 1)]
+        calls: list[Any] = [stub.Load(pb.LoadRequest(run_id="big")) for _ in range(READERS - 1)]
         calls.append(stub.Watch(pb.WatchRequest(run_id="big", from_seq=1)))
         try:
             for call in calls:  # each has started sending: what it holds is held now

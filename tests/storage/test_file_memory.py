@@ -8,9 +8,10 @@ import tracemalloc
 import weakref
 from pathlib import Path
 
+from journald.core.records import make_record
 from journald.storage.file import FileStore
 from journald.storage.file_journal import RECENT_BYTES
-from tests.builders import TS, JournalBuilder, make_record, user_payload
+from tests.builders import TS, JournalBuilder, user_payload
 
 MiB = 1024 * 1024
 
