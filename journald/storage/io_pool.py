@@ -113,16 +113,17 @@ class IOPool:
             start.start()
 
     def _work(self) -> None:
-        while True:
-            item = self._q.get()[2]
-            if item is None:
-                return
-            self._run_one(item)
-            # an idle thread holds nothing of its last call (a closed journal's method)
-            del item
+        while self._run_one(self._q.get()[2]):
+            pass
 
-    def _run_one(self, item: _Item) -> None:
+    def _run_one(self, item: _Item | None) -> bool:
+        """Run one call (False: the stop sentinel). Its function and arguments are dropped
+        before its caller is woken: an idle thread holds nothing of its last call (a closed
+        journal's method), so the caller sees what it let go freed."""
+        if item is None:
+            return False
         call, args, loop, fut = item
+        del item
         try:
             res = call(*args)
         except BaseException as exc:
@@ -131,10 +132,12 @@ class IOPool:
         else:
             settle, out = settle_ok, res
         finally:
+            del call, args
             with self._mutex:
                 self._pending -= 1
         with contextlib.suppress(RuntimeError):  # the loop closed while we ran
             loop.call_soon_threadsafe(settle, fut, out)
+        return True
 
     def stop(self) -> None:
         """End the idle threads (a later ``run`` starts new ones)."""
