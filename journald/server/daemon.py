@@ -201,6 +201,7 @@ async def serve(
         lock.close()
 
 
+SWITCH_INTERVAL_S = 0.001
 GC_YOUNG_THRESHOLD = 20_000
 """Allocations between young-generation collections (CPython's default is 700)."""
 
@@ -224,6 +225,9 @@ def run(cfg: ServeConfig) -> int:
     )
     log.info(telemetry.configure_from_env())
     tune_gc()
+    # a thread waiting for the interpreter lock (the event loop, behind a Verify's walk on a
+    # read thread) gets it after this long at most (CPython's default is 5 ms)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     memory.pin_mmap_threshold()
     before, now = raise_fd_limit()
     log.info("open files limit (RLIMIT_NOFILE soft): %s, was %s", now, before)

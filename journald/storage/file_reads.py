@@ -35,6 +35,7 @@ from journald.core.records import GENESIS, Record, decode, decode_stored, sha256
 from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
 from journald.storage.info import corrupted_info, run_info_from
+from journald.storage.io_pool import yield_to_foreground
 from journald.storage.segments import (
     JOURNAL,
     META_CACHE,
@@ -307,7 +308,8 @@ class FileReads:
         # the active segment is whole in this read unless the skip started inside it
         tail = None if m.pending or (skip and len(files) == 1) else ActiveTail(keep=1)
         tally: dict[str, list[Any]] = {files[0][0]: [skip, ""]}
-        for line, rec in reader:
+        for n, (line, rec) in enumerate(reader):
+            yield_to_foreground(n)
             t = tally.setdefault(line.file, [0, ""])
             t[0] += 1
             t[1] = rec.hash
@@ -459,7 +461,8 @@ class FileReads:
                 )
         walk = VerifyWalk(run_id, lambda r, seq, what: corrupted(run_id, where[r.seq], seq, what))
         anchors = m.anchor_after()
-        for rec in recs:
+        for n, rec in enumerate(recs):
+            yield_to_foreground(n)
             a = anchors.get(walk.seq)
             jumped = a is not None and (a.after_hash, a.resume_seq, a.resume_prev) == (
                 walk.hash,
