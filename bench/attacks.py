@@ -18,8 +18,10 @@ Attacks (sizes at ``--scale 1``; the issue's figures in brackets):
   new `journald ls` got through during the attack.
 * ``verify_flood``: 8 clients looping Verify on a 20,000-record run [the same].
 * ``dying_leases``: a client holding 3,000 leases is killed -9 [the same].
-* ``unread_loads``: 6 Loads of a 100 MB run that are never read [6 of 103 MiB], and a Watch
-  that never reads while 50 MB are appended.
+* ``unread_loads``: 6 Loads and a Watch of a 100 MB run that are never read [6 Loads of
+  103 MiB].
+* ``big_records``: one lease writes 1,000 records of 200 KB (200 MB) while a Watch of the
+  run never reads [210 MiB].
 * ``incomplete_requests``: 20 raw HTTP/2 calls with a body shorter than its length prefix and
   20 with half a prefix then end-of-stream; ``closed`` counts those the daemon ended within
   the run of the attack (needs ``--max-connection-age-s``, passed when the code has it).
@@ -228,11 +230,8 @@ def attacker_dying_leases(sock: str, n: int) -> None:
 
 def attacker_unread_loads(sock: str, n: int) -> None:
     import grpc
-    import journald_client as jc
     from journald_client.pb import journal_pb2 as pb
     from journald_client.pb import journal_pb2_grpc as pb_grpc
-
-    from tests.integration.clientbin.common import FP
 
     ch = grpc.insecure_channel(f"unix://{sock}")
     stub = pb_grpc.JournalServiceStub(ch)
@@ -240,13 +239,27 @@ def attacker_unread_loads(sock: str, n: int) -> None:
     calls.append(stub.Watch(pb.WatchRequest(run_id="big", from_seq=1)))
     for c in calls:  # each has started: from here on it is never read
         next(c)
-    with jc.connect(sock, name="feeder", reconnect_timeout=0) as client:
-        run = client.resume("big", FP)
-        for i in range(200):  # 50 MB past the unread Watch
-            run.user(f"{i} " + "y" * 250_000)
-        run.close()
     print("READY", flush=True)
     time.sleep(3600)
+
+
+def attacker_big_records(sock: str, n: int) -> None:
+    import grpc
+    import journald_client as jc
+    from journald_client.pb import journal_pb2 as pb
+    from journald_client.pb import journal_pb2_grpc as pb_grpc
+
+    from tests.integration.clientbin.common import FP
+
+    with jc.connect(sock, name="big-records", reconnect_timeout=0) as client:
+        run = client.start("fed", FP, "hello")
+        ch = grpc.insecure_channel(f"unix://{sock}")
+        watch: Any = pb_grpc.JournalServiceStub(ch).Watch(pb.WatchRequest(run_id="fed", from_seq=1))
+        next(watch)  # a tail that reads no further
+        for i in range(n):  # 200 KB records through one lease
+            run.user(f"{i} " + "y" * 200_000)
+        print("READY", flush=True)
+        time.sleep(3600)
 
 
 def attacker_incomplete_requests(sock: str, n: int) -> None:
@@ -274,6 +287,7 @@ ATTACKERS: dict[str, Callable[[str, int], None]] = {
     "verify_flood": attacker_verify_flood,
     "dying_leases": attacker_dying_leases,
     "unread_loads": attacker_unread_loads,
+    "big_records": attacker_big_records,
     "incomplete_requests": attacker_incomplete_requests,
 }
 
@@ -331,6 +345,7 @@ async def run_attack(name: str, code: Path, scale: float, work: Path) -> dict[st
         "verify_flood": 8,
         "dying_leases": max(50, int(3000 * scale)),
         "unread_loads": 6,
+        "big_records": max(100, int(1000 * scale)),
         "incomplete_requests": 40,
     }[name]
     flags: list[str] = []
