@@ -67,12 +67,25 @@ YIELD_EVERY = 16
 """Records a background walk checks between two offers of the interpreter to the others."""
 
 
+BACKOFF_S = 0.001
+"""How long a background walk pauses, at each offer, while foreground calls are running."""
+_FOREGROUND_CALLS = [0]  # foreground calls submitted to the default executor, not done
+_FOREGROUND_LOCK = threading.Lock()
+
+
 def yield_to_foreground(count: int) -> None:
     """Called by a walk over records with its running count: every ``YIELD_EVERY`` records
     a background walk lets go of the interpreter lock, so the event loop (appends, Opens)
-    takes it at once instead of after a whole switch interval of Verify's CPU work."""
+    takes it at once instead of after a whole switch interval of Verify's CPU work; while
+    foreground calls are running it stays off the CPU for ``BACKOFF_S`` (with two read
+    threads, letting go alone would often hand the lock to the other one)."""
     if count % YIELD_EVERY == 0 and BACKGROUND.get():
-        time.sleep(0)
+        time.sleep(BACKOFF_S if _FOREGROUND_CALLS[0] > 0 else 0)
+
+
+def _foreground_done(_: Future[Any]) -> None:
+    with _FOREGROUND_LOCK:  # on the worker thread that finished the call
+        _FOREGROUND_CALLS[0] -= 1
 
 
 def background_context() -> contextvars.Context:
@@ -110,8 +123,17 @@ class IOPool:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         item = (contextvars.copy_context().run, (fn, *args), loop, fut)
-        self._submit(item, _LOW if BACKGROUND.get() else _FOREGROUND)
-        return await fut
+        if BACKGROUND.get():
+            self._submit(item, _LOW)
+            return await fut
+        with _FOREGROUND_LOCK:  # a write waits: background walks step aside meanwhile
+            _FOREGROUND_CALLS[0] += 1
+        try:
+            self._submit(item, _FOREGROUND)
+            return await fut
+        finally:
+            with _FOREGROUND_LOCK:
+                _FOREGROUND_CALLS[0] -= 1
 
     def _submit(self, item: _Item, rank: int) -> None:
         start: threading.Thread | None = None
@@ -227,7 +249,11 @@ class ClassedExecutor(ThreadPoolExecutor):
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         if BACKGROUND.get():
             return self.background.submit(_background_call, fn, *args, **kwargs)
-        return super().submit(fn, *args, **kwargs)
+        with _FOREGROUND_LOCK:
+            _FOREGROUND_CALLS[0] += 1
+        fut = super().submit(fn, *args, **kwargs)
+        fut.add_done_callback(_foreground_done)
+        return fut
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         super().shutdown(wait, cancel_futures=cancel_futures)
