@@ -33,7 +33,11 @@ lists the segment, the active file not yet replaced), ``mid_manifest_write`` (an
 temp written and synced, not yet renamed), ``mid_repair`` (torn bytes copied aside, not yet cut),
 ``mid_prune_stage`` (new volume staged, not committed), ``mid_prune_rename`` (commit
 recorded in the manifest, staged volume not yet renamed in), ``after_prune_rename``
-(renamed in, old segments and final manifest not yet settled).
+(renamed in, old segments and final manifest not yet settled), and the first disk call of
+a run's create (``before_run_create``: the run directory not made yet), of a listing
+(``before_run_list``) and of a delete (``before_run_delete``: the run not renamed away yet),
+where ``raise:ERR`` stands for any errno the disk can answer
+(``tests/storage/test_file_disk_errors.py``).
 
 Points used by the JetStream backend (``journald.storage.jetstream``): ``before_write``
 (nothing of the append published yet) and ``after_fsync_before_advance`` (the server
@@ -80,6 +84,9 @@ POINTS = (
     "mid_prune_stage",
     "mid_prune_rename",
     "after_prune_rename",
+    "before_run_create",
+    "before_run_list",
+    "before_run_delete",
     "js_object_before_meta",
     "cp_before_write",
     "cp_after_temp_write",

@@ -330,7 +330,9 @@ async def _main(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(argv) if argv is not None else None)
-    console = Console(stderr=True)
+    # soft_wrap: a refusal's fix lines (`nats object add ...`) are pasted into a shell, so
+    # they must stay whole lines; rich would wrap them at 80 columns when stderr is a pipe
+    console = Console(stderr=True, soft_wrap=True)
     try:
         return asyncio.run(_main(args, console))
     except (StartupRefused, NatsOptionsError) as exc:

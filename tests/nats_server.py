@@ -200,9 +200,7 @@ class NatsServer:
     def restart(self) -> None:
         """Start again on the same port and store dir (after ``kill`` or ``stop``)."""
         self.stop()
-        wait_until(
-            lambda: not _port_open(self.port), what=f"port {self.port} to be free", timeout_s=5
-        )
+        wait_until(lambda: not _port_open(self.port), what=f"port {self.port} to be free")
         self.start()
 
 
@@ -265,11 +263,14 @@ async def create_stream(
     name: str,
     prefix: str,
     connect: Mapping[str, object] | None = None,
+    *,
+    buckets: bool = True,
     **overrides: object,
 ) -> None:
     """Create a stream for journald with nats-py's JetStream management API (``connect``:
-    extra ``nats.connect`` options, e.g. credentials), and its checkpoint and attachment
-    buckets as deploy/nats/buckets.sh makes them (file storage, the stream's replicas)."""
+    extra ``nats.connect`` options, e.g. credentials), and (``buckets``) its checkpoint and
+    attachment buckets as deploy/nats/buckets.sh makes them (file storage, the stream's
+    replicas)."""
     import nats
     from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
@@ -280,7 +281,8 @@ async def create_stream(
     nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=2, **(connect or {}))
     try:
         await nc.jetstream().add_stream(StreamConfig(name=name, **params))  # type: ignore[arg-type]
-        await create_buckets(nc, name, int(params["num_replicas"]))  # type: ignore[call-overload]
+        if buckets:
+            await create_buckets(nc, name, int(params["num_replicas"]))  # type: ignore[call-overload]
     finally:
         await nc.close()
 

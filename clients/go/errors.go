@@ -51,7 +51,8 @@ const (
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
 // trailer (or, without it, from the google.rpc.ErrorInfo status detail, or from the bare
-// gRPC status, whose snake_case name becomes the code, e.g. "unavailable").
+// gRPC status, whose snake_case name becomes the code, e.g. "unavailable"; a bare INTERNAL or
+// UNKNOWN is the transport failing and becomes "unavailable" too: see transportFailure).
 //
 // Match a kind with errors.Is against the sentinels (errors.Is(err, journald.ErrLocked))
 // and read the facts with errors.As:
@@ -168,8 +169,28 @@ func fromGRPC(err error, trailer metadata.MD) error {
 			return out
 		}
 	}
+	if st.Code() == codes.Internal || st.Code() == codes.Unknown {
+		return transportFailure(st)
+	}
 	out.Code = snakeCase(st.Code().String())
 	return out
+}
+
+// transportFailure is a bare INTERNAL or UNKNOWN: gRPC's own status (a stream reset, a
+// connection broken mid-call), never the daemon's, whose edge puts the trailer on every status
+// it sends, its own "internal" included. The call may or may not have reached the daemon, as
+// after a bare UNAVAILABLE, so it becomes one: writers reconnect and resend the same seqs.
+// Other bare statuses (RESOURCE_EXHAUSTED for a request over the cap) would come back the
+// same on a retry and keep their own code.
+func transportFailure(st *status.Status) *Error {
+	return &Error{
+		Code:   "unavailable",
+		Status: codes.Unavailable,
+		Message: "the connection to the journald daemon failed (gRPC " + st.Code().String() +
+			" without journald's error trailer: " + st.Message() + "); the call may not have " +
+			"reached the daemon: retry it (the writers do), and if it keeps failing check the daemon's log",
+		Metadata: map[string]string{"grpc_status": strings.ToUpper(snakeCase(st.Code().String()))},
+	}
 }
 
 // snakeCase turns a gRPC code name ("FailedPrecondition") into "failed_precondition".

@@ -23,16 +23,18 @@ import (
 // relay passes a writer's calls through to the real daemon on its own unix socket, and cuts
 // the first AppendStream once the daemon has sent cutAt answers on it, without passing the
 // last of them on: an ack lost after the daemon stored the records, which the client sees as
-// a bare UNAVAILABLE (what a broken connection looks like).
+// a bare cutCode without journald's trailer (UNAVAILABLE: a broken connection; INTERNAL: a
+// stream reset, "Internal error from Core").
 type relay struct {
 	pb.UnimplementedJournalServiceServer
 	up      pb.JournalServiceClient
 	cutAt   int32
+	cutCode codes.Code
 	cut     atomic.Bool
 	streams atomic.Int32
 }
 
-func startRelay(t *testing.T, daemonSocket string, cutAt int32) (*relay, string) {
+func startRelay(t *testing.T, daemonSocket string, cutAt int32, cutCode codes.Code) (*relay, string) {
 	t.Helper()
 	target, err := Target(daemonSocket)
 	if err != nil {
@@ -53,7 +55,7 @@ func startRelay(t *testing.T, daemonSocket string, cutAt int32) (*relay, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{up: pb.NewJournalServiceClient(conn), cutAt: cutAt}
+	r := &relay{up: pb.NewJournalServiceClient(conn), cutAt: cutAt, cutCode: cutCode}
 	srv := grpc.NewServer()
 	pb.RegisterJournalServiceServer(srv, r)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
@@ -112,7 +114,7 @@ func (r *relay) AppendStream(down grpc.BidiStreamingServer[pb.AppendStreamReques
 			return err
 		}
 		if answered == r.cutAt && r.cut.CompareAndSwap(false, true) {
-			return status.Error(codes.Unavailable, "relay: connection cut")
+			return status.Error(r.cutCode, "relay: connection cut")
 		}
 		if err := down.Send(m); err != nil {
 			return err
@@ -121,11 +123,21 @@ func (r *relay) AppendStream(down grpc.BidiStreamingServer[pb.AppendStreamReques
 }
 
 func TestAStreamCutAfterTheDaemonStoredAnAppendIsResentAndEveryRecordIsStoredOnce(t *testing.T) {
+	cutStreamIsResentAndStoredOnce(t, codes.Unavailable, "go-cut")
+}
+
+// A bare INTERNAL is gRPC's, not the daemon's (whose statuses all carry the trailer): the
+// writer treats it as the connection failing, not as a daemon bug that ends the agent.
+func TestAStreamCutByABareInternalIsResentAndEveryRecordIsStoredOnce(t *testing.T) {
+	cutStreamIsResentAndStoredOnce(t, codes.Internal, "go-cut-internal")
+}
+
+func cutStreamIsResentAndStoredOnce(t *testing.T, code codes.Code, prefix string) {
 	sock := liveSocket(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	r, relaySocket := startRelay(t, sock, 3)
-	_, run := startRun(ctx, t, relaySocket, uniqueID("go-cut"))
+	r, relaySocket := startRelay(t, sock, 3, code)
+	_, run := startRun(ctx, t, relaySocket, uniqueID(prefix))
 	w, err := run.Pipelined(ctx, 8)
 	if err != nil {
 		t.Fatal(err)

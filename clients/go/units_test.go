@@ -103,6 +103,22 @@ func TestTheEdgeCodesAreTheirOwnSentinels(t *testing.T) {
 	}
 }
 
+func TestABareInternalIsTheTransportFailingAndRetriedAsUnavailable(t *testing.T) {
+	for _, c := range []codes.Code{codes.Internal, codes.Unknown} {
+		got := fromGRPC(status.Error(c, "Internal error from Core"), nil)
+		var jerr *Error
+		if !errors.As(got, &jerr) || jerr.Code != "unavailable" || jerr.Status != codes.Unavailable ||
+			!strings.Contains(jerr.Message, "Internal error from Core") || !retryInPlace(got, 0) {
+			t.Fatalf("bare %v became %#v, want a retried unavailable", c, got)
+		}
+	}
+	raw, _ := proto.Marshal(&pb.ErrorDetail{Code: CodeInternal, Message: "a daemon bug"})
+	own := fromGRPC(status.Error(codes.Internal, "a daemon bug"), metadata.Pairs(ErrorTrailer, string(raw)))
+	if !errors.Is(own, ErrInternal) || retryInPlace(own, 0) {
+		t.Fatalf("the daemon's own internal became %#v, want ErrInternal, not retried", own)
+	}
+}
+
 func TestWithoutTheTrailerTheStatusIsTheFallback(t *testing.T) {
 	got := fromGRPC(status.Error(codes.FailedPrecondition, "nope"), nil)
 	if ErrorCode(got) != "failed_precondition" {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,9 @@ def _run_fork(ctx: Context, args: argparse.Namespace) -> int:
 def _add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run id")
     p.add_argument("checkpoint", help="checkpoint id")
-    p.add_argument("-o", "--output", type=Path, help="write to this file (default: stdout)")
+    p.add_argument(
+        "-o", "--output", type=Path, help="write to this file, mode 0600 (default: stdout)"
+    )
 
 
 def _run_export(ctx: Context, args: argparse.Namespace) -> int:
@@ -172,9 +175,28 @@ def _run_export(ctx: Context, args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
-        args.output.write_bytes(data)
+        try:
+            write_private(args.output, data)
+        except OSError as exc:
+            ctx.note(f"cannot write {args.output} ({exc.strerror}); nothing was exported there")
+            return EXIT_ERROR
         ctx.note(f"wrote {len(data)} bytes to {args.output}")
     return EXIT_OK
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` readable by its owner alone (0600, as the daemon's own data
+    files): an export holds a whole conversation. An existing file is made 0600 before its
+    old bytes are replaced, so the new ones are never readable by others."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _add_import(p: argparse.ArgumentParser) -> None:

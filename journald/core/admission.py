@@ -30,7 +30,7 @@ def admit(state: RunState, records: Sequence[Record]) -> None:
     open_ids = [c.id for c in state.pending.unanswered] if state.pending else []
     seen_assistant = state.counters.llm_calls > 0
     for rec in records:
-        where = {"seq": rec.seq, "run_id": state.run_id}
+        where = {"seq": rec.seq, "run_id": state.run_id, "field": "type"}
         if rec.kind == "meta":
             raise InvalidRecord(
                 f"seq {rec.seq}: a meta record is written only when Open creates the run",

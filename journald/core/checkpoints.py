@@ -37,6 +37,7 @@ from journald.core.errors import (
     CheckpointNotFound,
     InvalidCheckpointId,
     InvalidDigest,
+    InvalidRecord,
     JournaldError,
     StoreCorrupted,
 )
@@ -47,6 +48,7 @@ from journald.core.records import (
     canonical_json,
     json_too_deep,
     sha256_hex,
+    strict_json,
     validate_id,
 )
 
@@ -299,9 +301,9 @@ def verify_export(data: bytes, check_payload: PayloadCheck) -> Exported:
             f"{MAX_JSON_DEPTH})"
         )
     try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _invalid(f"not JSON ({exc})") from None
+        obj = strict_json(data, "export")  # a repeated key, NaN, a lone surrogate: named
+    except InvalidRecord as exc:
+        raise _invalid(exc.message.removeprefix("field export: ")) from None
     if not isinstance(obj, dict):
         raise _invalid("the document is not a JSON object")
     if obj.get("format") != EXPORT_FORMAT:

@@ -188,12 +188,101 @@ def decode_stored(raw: bytes) -> Record:
 
 
 def _parse(raw: bytes, check_depth: bool = True) -> object:
-    if check_depth and json_too_deep(raw, MAX_DOCUMENT_DEPTH):
+    """A whole record's JSON. ``check_depth=False`` is ``decode_stored``'s fast path: bytes
+    the store wrote and chain-checks, parsed without the repeated-key and constant checks
+    (any edit of canonical bytes, a repeated key included, changes the record's hash, which
+    the next ``prev`` or the manifest then refuses as damage)."""
+    if not check_depth:
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise InvalidRecord(
+                f"record is not valid JSON: {exc}", metadata={"field": "record"}
+            ) from exc
+    if json_too_deep(raw, MAX_DOCUMENT_DEPTH):
         raise _too_deep("record", MAX_DOCUMENT_DEPTH)
+    return strict_json(raw, "record")
+
+
+# --- strict JSON: what json.loads accepts but a record may not hold ------------------------
+
+
+class _Refused(ValueError):
+    """Raised inside the parser's hooks; ``strict_json`` turns it into ``invalid_record``."""
+
+
+def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(
+                    f"the key {clip(repr(key), 64)} appears twice in one object (a reader "
+                    "would silently keep only one of its values); send each key once"
+                )
+            seen.add(key)
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(
+        f"{name} is not a JSON number (and records hold no floats): send an integer, or the "
+        "value as a string"
+    )
+
+
+_STRICT = json.JSONDecoder(object_pairs_hook=_object_without_repeats, parse_constant=_no_constant)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: object) -> bool:
+    """Whether a parsed value holds a string (or key) that is not Unicode text: a UTF-16
+    surrogate escape (``\\ud800``) without its pair, which no UTF-8 encoder can write."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def strict_json(data: bytes, where: str) -> Any:
+    """Parse UTF-8 JSON a record is built from; ``invalid_record`` naming ``where`` for what
+    is not valid JSON, not UTF-8, a key repeated in one object, ``NaN``/``Infinity``, or a
+    lone surrogate: each a value no canonical encoder (ours or a client's) writes."""
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise InvalidRecord(f"record is not valid JSON: {exc}") from exc
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(
+            f"field {where}: not UTF-8 (byte {exc.start} starts an invalid sequence: a cut "
+            "character, a raw surrogate or another encoding); send UTF-8 text",
+            metadata={"field": where},
+        ) from None
+    try:
+        value = _STRICT.decode(text)
+    except _Refused as exc:
+        raise InvalidRecord(f"field {where}: {exc}", metadata={"field": where}) from None
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRecord(
+            f"field {where}: not valid JSON ({clip(str(exc), 120)})", metadata={"field": where}
+        ) from None
+    if _SURROGATE_ESCAPE.search(data) and _lone_surrogate(value):
+        raise InvalidRecord(
+            f"field {where}: a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff "
+            "without its pair), which is not Unicode text; send the character itself or a "
+            "complete surrogate pair",
+            metadata={"field": where},
+        )
+    return value
 
 
 # --- JSON from clients: nesting depth (json.loads recurses once per level) ------------------
@@ -230,15 +319,10 @@ def _too_deep(where: str, limit: int = MAX_JSON_DEPTH) -> InvalidRecord:
 
 def parse_json(data: bytes, where: str) -> Any:
     """Parse JSON a client sent in field ``where``; ``invalid_record`` naming the field if it
-    is not JSON or nests deeper than ``MAX_JSON_DEPTH``."""
+    is refused by ``strict_json`` or nests deeper than ``MAX_JSON_DEPTH``."""
     if json_too_deep(data):
         raise _too_deep(where)
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRecord(
-            f"field {where}: not valid JSON ({exc})", metadata={"field": where}
-        ) from exc
+    return strict_json(data, where)
 
 
 # --- timestamps -------------------------------------------------------------------------------

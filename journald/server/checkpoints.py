@@ -123,8 +123,11 @@ class CheckpointRpcs:
         await self.runs.checkpoints.put(cp)
         self._event("created", cp.meta)
         if self.runs.checkpoint_max > 0:
+            # oldest first: ids are minted in creation order (checkpoint_base.new_id); the one
+            # just made is never the one evicted
             metas = await self.runs.checkpoints.list(cp.meta.run_id)
-            for old in metas[: max(0, len(metas) - self.runs.checkpoint_max)]:
+            older = [m for m in metas if m.checkpoint_id != cp.checkpoint_id]
+            for old in older[: max(0, len(older) + 1 - self.runs.checkpoint_max)]:
                 if await self.runs.checkpoints.delete(old.run_id, old.checkpoint_id):
                     self._event("evicted", old)
 

@@ -97,7 +97,8 @@ def payload_from_pb(rec: pb.Record) -> tuple[str, dict[str, Any]]:
     kind = rec.WhichOneof("payload")
     if kind is None:
         raise InvalidRecord(
-            f"field payload: a record needs exactly one payload ({', '.join(KINDS)})"
+            f"field payload: a record needs exactly one payload ({', '.join(KINDS)})",
+            metadata={"field": "payload"},
         )
     if rec.type and rec.type != TYPE_OF[kind]:
         raise InvalidRecord(

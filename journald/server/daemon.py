@@ -48,6 +48,7 @@ from journald.server.startup import (
     raise_fd_limit,
     refusal,
 )
+from journald.storage.checkpoint_base import seed_ids
 from journald.storage.io_pool import (
     DEFAULT_EXECUTOR_THREADS,
     DEFAULT_IO_THREADS,
@@ -113,6 +114,8 @@ async def serve(
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         opened = await open_backend(cfg.backend, backend_options(cfg))
+        # checkpoint ids keep sorting after every stored one, whatever the clock did since
+        seed_ids(await opened.checkpoints.newest_id())
         limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
         budget = PeerBudget(shares)
         service = JournalService(

@@ -253,7 +253,7 @@ class Runs:
                 f"record seq {rec.seq} is {len(rec.raw)} bytes; the daemon's limit is "
                 f"{self.limits.max_record_bytes} bytes (--max-record-bytes): store large tool "
                 "output elsewhere and journal a reference",
-                metadata={"seq": rec.seq},
+                metadata={"seq": rec.seq, "field": "record"},
             )
         validate_record(rec)
 

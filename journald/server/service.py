@@ -80,11 +80,22 @@ class PbDraft:
             r.trace.span_id = trace.get("span_id", "")
         try:
             rec = record_from_pb(r, prev=prev, ts=r.ts or utc_ts())
+            self.check(rec)
         except InvalidArgumentError as err:
             err.message = f"records[{self.index}] (seq {r.seq}): {err.message}"
+            if isinstance(err, InvalidRecord):
+                err.metadata.setdefault("seq", str(r.seq))
+                err.metadata.setdefault("field", f"records[{self.index}]")
             raise
-        self.check(rec)
         return rec
+
+
+def locate(err: InvalidRecord, run_id: str, seq: int, field: str) -> InvalidRecord:
+    """Give a refusal the ``run_id``, ``seq`` and ``field`` every ``invalid_record`` carries
+    (docs/protocol.md#error-codes), keeping what the check that raised it already named."""
+    for key, value in (("run_id", run_id), ("seq", str(seq)), ("field", field)):
+        err.metadata.setdefault(key, value)
+    return err
 
 
 class JournalService:
@@ -222,7 +233,7 @@ class JournalService:
         if not request.HasField("fingerprint") or not request.fingerprint.provider:
             raise InvalidRecord(
                 "field fingerprint: creating a run needs a fingerprint with at least a provider",
-                metadata={"field": "fingerprint"},
+                metadata={"field": "fingerprint", "seq": 1, "run_id": run_id},
             )
         meta = pb.Record(
             seq=1,
@@ -238,8 +249,11 @@ class JournalService:
         )
         if request.HasField("trace"):
             meta.trace.CopyFrom(request.trace)
-        rec = record_from_pb(meta, prev=GENESIS, ts=request.created or utc_ts())
-        self.runs.check(rec)
+        try:
+            rec = record_from_pb(meta, prev=GENESIS, ts=request.created or utc_ts())
+            self.runs.check(rec)
+        except InvalidRecord as err:
+            raise locate(err, run_id, 1, "meta") from None
         return rec
 
     # --- appends ------------------------------------------------------------------------
@@ -277,14 +291,22 @@ class JournalService:
         run_id = validate_id(request.run_id)
         lease = self.leases.check(run_id, request.lease_id)
         if not request.records:
-            raise InvalidRecord("an append needs at least one record")
-        await lease.journal.pipeline.wait_turn(request.records[0].seq)
-        async with lease.lock:
-            self.leases.check(run_id, request.lease_id)
-            parent = telemetry.unstamped_parent(request.records, context)
-            trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
-            drafts = [PbDraft(r, i, self.runs.check) for i, r in enumerate(request.records)]
-            return await self.runs.queue(lease, drafts, trace, rpc)
+            raise InvalidRecord(
+                f"run {run_id}: an Append with no records writes nothing and is refused; "
+                "send at least one record",
+                metadata={"run_id": run_id, "seq": 0, "field": "records"},
+            )
+        first_seq = request.records[0].seq
+        try:
+            await lease.journal.pipeline.wait_turn(first_seq)
+            async with lease.lock:
+                self.leases.check(run_id, request.lease_id)
+                parent = telemetry.unstamped_parent(request.records, context)
+                trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
+                drafts = [PbDraft(r, i, self.runs.check) for i, r in enumerate(request.records)]
+                return await self.runs.queue(lease, drafts, trace, rpc)
+        except InvalidRecord as err:
+            raise locate(err, run_id, first_seq, "records") from None
 
     @unary
     async def Release(self, request: pb.ReleaseRequest, context: Ctx) -> pb.ReleaseResponse:

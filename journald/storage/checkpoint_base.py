@@ -5,8 +5,10 @@ Every backend opens one of each (``journald.storage.registry``): ``checkpoints_m
 (``journald.core.checkpoints``); a store keeps ``encode_file`` bytes per checkpoint, or the
 objects themselves when it lives in memory.
 
-Ids are ULIDs minted here (``new_id``), strictly increasing within the process, so listing a
-run's checkpoints by id lists them in creation order.
+Ids are ULIDs minted here (``new_id``), strictly increasing within the process and, once the
+daemon has seeded the generator with the newest id its store holds (``seed_ids``), above
+every id already stored: listing a run's checkpoints by id lists them in creation order even
+after the clock was stepped back (a ULID's time part is only where an id starts).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Protocol
 
 from ulid import ULID
 
+from journald.clock import wall_ms
 from journald.core.checkpoints import (
     Checkpoint,
     CheckpointMeta,
@@ -67,6 +70,10 @@ class CheckpointStore(Protocol):
 
     async def load_mark(self, run_id: str, part: str = MARKS) -> dict[str, Any] | None: ...
 
+    async def newest_id(self) -> str | None:
+        """The highest checkpoint id the store holds in any run (``seed_ids``)."""
+        ...
+
 
 class AttachmentStore(Protocol):
     """Binary tool outputs, stored once per run, addressed by the SHA-256 of their bytes.
@@ -89,14 +96,25 @@ _last_ulid = 0
 
 
 def new_id() -> str:
-    """A ULID, strictly increasing within this process (listing order = creation order)."""
+    """A ULID, strictly increasing within this process and above the seed (listing order =
+    creation order, whatever the clock did)."""
     global _last_ulid
     with _ulid_lock:
-        value = int(ULID())
+        value = int(ULID.from_timestamp(wall_ms() / 1000))
         if value <= _last_ulid:
             value = _last_ulid + 1
         _last_ulid = value
         return str(ULID.from_int(value))
+
+
+def seed_ids(newest: str | None) -> None:
+    """Mint every later id above ``newest`` (the highest id already stored): a daemon
+    restarted with its clock behind the one that made them still makes ids that sort after
+    them, so ``--checkpoint-max`` evicts the oldest checkpoint, never the new one."""
+    global _last_ulid
+    if newest:
+        with _ulid_lock:
+            _last_ulid = max(_last_ulid, int(ULID.from_str(newest)))
 
 
 def make_checkpoint(

@@ -9,7 +9,8 @@ Each is written whole with ``segments.atomic_write`` (temp file 0600, fsync, ren
 fsync), so a crash leaves the old file or the new one, never part of one. ``<dir>`` is inside
 the run directory (``colocated_with``: deleted with the run, and a write never creates a run
 directory) or under a separate root (``separate``: dropped with ``drop_run``). An OS error of a
-write is ``storage_full`` or ``backend_unavailable`` (``segments.storage_error``).
+call is ``storage_full``, ``backend_unavailable`` or ``store_corrupted``
+(``file_errors.disk_error``, the file backend's one translation).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from journald.core.errors import (
 )
 from journald.core.records import canonical_json, sha256_hex, validate_id
 from journald.storage.checkpoint_base import MARKS, SNAPSHOT
-from journald.storage.segments import DIR_MODE, atomic_write, fsync_dir, storage_error
+from journald.storage.file_errors import data_dir_gone, disk_error, vanished
+from journald.storage.segments import DIR_MODE, atomic_write, fsync_dir
 
 SUFFIX = ".json"
 MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
@@ -82,7 +84,11 @@ def _make_dir(d: str, run_id: str, *, inside_run: bool) -> None:
 
 def _remove_dir(d: str) -> None:
     """Remove a separate store's directory of a deleted run and every file in it (the run
-    went first, so what is left is only ever unreachable)."""
+    went first, so what is left is only ever unreachable). A directory that is a symbolic
+    link is removed as a link: a delete never reaches outside the store's root."""
+    if os.path.islink(d):
+        os.unlink(d)
+        return
     for n in os.listdir(d) if os.path.isdir(d) else ():
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(d, n))
@@ -90,13 +96,17 @@ def _remove_dir(d: str) -> None:
         os.rmdir(d)
 
 
-async def _writing(where: str, run_id: str, retry: str, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` on a worker thread; an OS error is ``storage_full`` (ENOSPC, EDQUOT) or
-    ``backend_unavailable`` naming ``where``, as for the journal's own writes."""
+async def _on_disk(
+    root: str, where: str, run_id: str, retry: str, fn: Callable[..., T], *args: Any
+) -> T:
+    """``fn(*args)`` on a worker thread; an OS error becomes the file backend's journald
+    error naming ``where`` (``file_errors.disk_error``), as for the journal's own calls."""
     try:
         return await asyncio.to_thread(fn, *args)
     except OSError as exc:
-        raise storage_error(exc, run_id, where, 0, retry) from exc
+        raise disk_error(
+            exc, root=root, run_id=run_id, path=where, action=f"using {where}", retry=retry
+        ) from exc
 
 
 class RunDirs:
@@ -113,10 +123,12 @@ class RunDirs:
         *,
         run_dir_of: Callable[[str], str] | None = None,
         pattern: str = "",
+        root: str = "",
     ) -> None:
         self._dir_of = dir_of
         self._run_dir_of = run_dir_of
         self._pattern = pattern  # glob of every run's directory of this store
+        self._root = root  # whose absence means the data directory is gone
 
     @property
     def _colocated(self) -> bool:
@@ -128,6 +140,7 @@ class RunDirs:
             lambda run: os.path.join(sessions_dir, validate_id(run), cls.KIND),
             run_dir_of=lambda run: os.path.join(sessions_dir, validate_id(run)),
             pattern=os.path.join(glob.escape(sessions_dir), "*", cls.KIND),
+            root=sessions_dir,
         )
 
     @classmethod
@@ -135,12 +148,15 @@ class RunDirs:
         return cls(
             lambda run: os.path.join(root, validate_id(run)),
             pattern=os.path.join(glob.escape(root), "*"),
+            root=root,
         )
 
     def _ready_dir(self, run_id: str) -> str:
         """The run's directory of this store, made if needed (``SessionNotFound`` when the
         run is gone)."""
         if self._run_dir_of is not None and not os.path.isdir(self._run_dir_of(run_id)):
+            if data_dir_gone(self._root):
+                raise vanished(self._root, run_id)
             raise _run_missing(run_id)
         d = self._dir_of(run_id)
         _make_dir(d, run_id, inside_run=self._colocated)
@@ -150,8 +166,12 @@ class RunDirs:
         if not self._colocated:
             _remove_dir(self._dir_of(run_id))
 
+    async def _disk(self, run_id: str, retry: str, fn: Callable[..., T], *args: Any) -> T:
+        where = self._dir_of(run_id) if run_id else self._root
+        return await _on_disk(self._root, where, run_id, retry, fn, *args)
+
     async def drop_run(self, run_id: str) -> None:
-        await asyncio.to_thread(self._drop_run, run_id)
+        await self._disk(run_id, "the delete", self._drop_run, run_id)
 
 
 class FileCheckpointStore(RunDirs):
@@ -175,8 +195,7 @@ class FileCheckpointStore(RunDirs):
         )
 
     async def put(self, cp: Checkpoint) -> None:
-        run_id = cp.meta.run_id
-        await _writing(self._dir_of(run_id), run_id, "the checkpoint", self._put, cp)
+        await self._disk(cp.meta.run_id, "the checkpoint", self._put, cp)
 
     def _get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
         path = self._path(run_id, checkpoint_id)
@@ -188,7 +207,7 @@ class FileCheckpointStore(RunDirs):
         return decode_file(data, path)
 
     async def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
-        return await asyncio.to_thread(self._get, run_id, checkpoint_id)
+        return await self._disk(run_id, "the call", self._get, run_id, checkpoint_id)
 
     def _ids(self, run_id: str) -> list[str]:
         try:
@@ -212,7 +231,7 @@ class FileCheckpointStore(RunDirs):
         return out
 
     async def list(self, run_id: str) -> list[CheckpointMeta]:
-        return await asyncio.to_thread(self._list, run_id)
+        return await self._disk(run_id, "the call", self._list, run_id)
 
     def _delete(self, run_id: str, checkpoint_id: str) -> bool:
         path = self._path(run_id, checkpoint_id)
@@ -224,8 +243,7 @@ class FileCheckpointStore(RunDirs):
         return True
 
     async def delete(self, run_id: str, checkpoint_id: str) -> bool:
-        where = self._dir_of(run_id)
-        return await _writing(where, run_id, "the delete", self._delete, run_id, checkpoint_id)
+        return await self._disk(run_id, "the delete", self._delete, run_id, checkpoint_id)
 
     def _owner(self, checkpoint_id: str) -> str | None:
         name = valid_checkpoint_id(checkpoint_id) + SUFFIX
@@ -236,7 +254,19 @@ class FileCheckpointStore(RunDirs):
         return None
 
     async def owner(self, checkpoint_id: str) -> str | None:
-        return await asyncio.to_thread(self._owner, checkpoint_id)
+        return await self._disk("", "the call", self._owner, checkpoint_id)
+
+    def _newest_id(self) -> str | None:
+        ids = []
+        for path in glob.glob(os.path.join(self._pattern, "*" + SUFFIX)):
+            name = os.path.basename(path)
+            if len(name) == 26 + len(SUFFIX):
+                with contextlib.suppress(InvalidCheckpointId):
+                    ids.append(valid_checkpoint_id(name[:26]))
+        return max(ids, default=None)
+
+    async def newest_id(self) -> str | None:
+        return await self._disk("", "the call", self._newest_id)
 
     def _save_mark(self, run_id: str, mark: dict[str, Any], part: str) -> None:
         try:
@@ -246,8 +276,7 @@ class FileCheckpointStore(RunDirs):
         atomic_write(os.path.join(d, mark_file(part)), canonical_json(mark))
 
     async def save_mark(self, run_id: str, mark: dict[str, Any], part: str = MARKS) -> None:
-        where = os.path.join(self._dir_of(run_id), mark_file(part))
-        await _writing(where, run_id, "the call", self._save_mark, run_id, mark, part)
+        await self._disk(run_id, "the call", self._save_mark, run_id, mark, part)
 
     def _load_mark(self, run_id: str, part: str) -> dict[str, Any] | None:
         try:
@@ -258,7 +287,7 @@ class FileCheckpointStore(RunDirs):
         return obj if isinstance(obj, dict) else None
 
     async def load_mark(self, run_id: str, part: str = MARKS) -> dict[str, Any] | None:
-        return await asyncio.to_thread(self._load_mark, run_id, part)
+        return await self._disk(run_id, "the call", self._load_mark, run_id, part)
 
 
 class FileAttachmentStore(RunDirs):
@@ -276,8 +305,7 @@ class FileAttachmentStore(RunDirs):
         return digest, False
 
     async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:
-        where = self._dir_of(run_id)
-        return await _writing(where, run_id, "the upload", self._put, run_id, data)
+        return await self._disk(run_id, "the upload", self._put, run_id, data)
 
     def _get(self, run_id: str, digest: str) -> bytes:
         path = os.path.join(self._dir_of(run_id), valid_sha256(digest))
@@ -295,4 +323,4 @@ class FileAttachmentStore(RunDirs):
         return data
 
     async def get(self, run_id: str, digest: str) -> bytes:
-        return await asyncio.to_thread(self._get, run_id, digest)
+        return await self._disk(run_id, "the call", self._get, run_id, digest)

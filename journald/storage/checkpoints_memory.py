@@ -43,6 +43,9 @@ class MemoryCheckpointStore:
     async def owner(self, checkpoint_id: str) -> str | None:
         return next((r for r, cps in self._runs.items() if checkpoint_id in cps), None)
 
+    async def newest_id(self) -> str | None:
+        return max((cid for cps in self._runs.values() for cid in cps), default=None)
+
     async def drop_run(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
         for part in MARK_PARTS:

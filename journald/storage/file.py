@@ -9,7 +9,7 @@ Layout
         <run_id>/                    0700  run id checked by records.validate_id first
           journal.jsonl              0600  active segment: one framed record per line
           segments/000001.jsonl      0600  sealed segments (immutable once listed)
-          manifest.json              0600  segment list + chain anchors (absent: single volume)
+          manifest.json              0600  run format, segment list, chain anchors
           meta.json                  0600  listing cache (ignored when stale; its last_seq is
                                            a floor: see "Missing records" below)
           journal.lock               0600  flock of the append handle; holds "pid host since"
@@ -33,7 +33,13 @@ later record covers yet. A line without its newline is not a record. Lines writt
 the framing existed (``<canonical JSON> LF``, no tab) are still read: they are "legacy"
 lines, checked by the chain as before and, when last, by the record schema only.
 
-Manifest (``journald-manifest/1``, JSON): ``generation`` (bumped by every write), ``segments``
+Format identity: the manifest's format, ``journald-manifest/N`` with N = ``RUN_FORMAT`` (2,
+framed lines), is the run's format. A create writes it before the meta record and the first
+open for append of an older run (no manifest, or format 1) before its first framed line; a
+run of a higher number is refused (``VersionUnsupported``) before anything is written
+(docs/design.md#format-identity). OS errors: ``file_errors.disk_error``, once, in ``_checked``.
+
+Manifest (``journald-manifest/2``, JSON): ``generation`` (bumped by every write), ``segments``
 (in order: file, first_seq, last_seq, records, messages, bytes, first_hash, last_hash,
 first_prev), ``anchors`` (legitimate chain breaks: after_seq/after_hash → resume_seq/
 resume_prev, reason ``prune`` or ``quarantine``, dropped_from..dropped_to), and ``pending``
@@ -149,6 +155,7 @@ from journald import failpoints
 from journald.clock import utc_ts
 from journald.core.errors import (
     InvalidRecord,
+    JournaldError,
     Locked,
     SessionExists,
     SessionNotFound,
@@ -163,6 +170,7 @@ from journald.storage.base import (
     RunInfo,
     VerifyReport,
 )
+from journald.storage.file_errors import data_dir_gone, disk_error, vanished
 from journald.storage.file_journal import (
     FileJournal,
     OpenState,
@@ -185,14 +193,15 @@ from journald.storage.segments import (
     LOCK,
     MANIFEST,
     META_CACHE,
+    RUN_FORMAT,
     SEGMENTS,
     STAGED,
     Line,
     Manifest,
     SegmentInfo,
     atomic_write,
+    check_format,
     corrupted,
-    fds_exhausted,
     file_lines,
     fsync_dir,
     read_manifest,
@@ -266,13 +275,25 @@ class FileStore(FileReads, FileMaintenance):
 
     # -- damage is logged --------------------------------------------------------------------
 
-    async def _checked(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on a worker thread; a ``StoreCorrupted`` it raises is logged."""
+    async def _checked(
+        self, fn: Callable[..., T], *args: Any, run_id: str = "", action: str = ""
+    ) -> T:
+        """``fn(*args)`` on a worker thread, the one way every call of the store reaches the
+        disk: a ``StoreCorrupted`` it raises is logged, an ``OSError`` becomes the journald
+        error of ``file_errors.disk_error`` (``action``: what the call was doing)."""
         try:
             return await asyncio.to_thread(fn, *args)
         except StoreCorrupted as exc:
             self._log_corrupted(exc)
             raise
+        except OSError as exc:
+            err = self.disk_error(exc, run_id, action)
+            if isinstance(err, StoreCorrupted):
+                self._log_corrupted(err)
+            raise err from exc
+
+    def disk_error(self, exc: OSError, run_id: str = "", action: str = "") -> JournaldError:
+        return disk_error(exc, root=self.sessions_dir, run_id=run_id, action=action)
 
     def _log_corrupted(self, exc: StoreCorrupted) -> None:
         """Log a run's damage at ERROR the first time this store meets it (run, file, line,
@@ -308,7 +329,9 @@ class FileStore(FileReads, FileMaintenance):
         if self._open.get(run_id) is journal:
             del self._open[run_id]
 
-    def _not_found(self, run_id: str) -> SessionNotFound:
+    def _not_found(self, run_id: str) -> JournaldError:
+        if data_dir_gone(self.sessions_dir):
+            return vanished(self.sessions_dir, run_id)
         return SessionNotFound(
             f"run {run_id} does not exist in {self.sessions_dir}; list runs with `journald ls`",
             metadata={"run_id": run_id},
@@ -342,6 +365,7 @@ class FileStore(FileReads, FileMaintenance):
     def _lock_existing(self, run_id: str, run_dir: str, outside: str = "") -> int:
         if not os.path.isdir(run_dir):
             raise self._not_found(run_id)
+        check_format(run_dir, run_id)  # a newer journald's run: refused before the lock file
         real = os.path.realpath(run_dir)
         if outside and os.path.commonpath([os.path.realpath(outside), real]) == real:
             raise ValueError(f"the quarantine directory {outside} must be outside the run {real}")
@@ -362,7 +386,7 @@ class FileStore(FileReads, FileMaintenance):
         staged = os.path.join(run_dir, STAGED)
         if os.path.exists(staged):
             os.unlink(staged)  # an uncommitted prune/recovery: roll back
-        m = m or Manifest()
+        m = m or Manifest(run_format=1)  # no manifest: a run from before format identity
         seg_dir = os.path.join(run_dir, SEGMENTS)
         on_disk = sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else []
         listed = {s.file for s in m.segments}
@@ -449,6 +473,11 @@ class FileStore(FileReads, FileMaintenance):
             meta = self._first_record(run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file))
         elif tail.first is not None and tail.first.seq == 1:
             meta = tail.first
+        if m.run_format < RUN_FORMAT and last_seq > 0:
+            # the run's format, before this writer's first framed line (a run made before
+            # format identity, or before line framing, that an older journald may also serve)
+            m = Manifest(m.generation + 1, m.segments, m.anchors)
+            write_manifest(run_dir, m)
         return OpenState(m, end, stats, last_seq, last_hash, meta, tail.recent, report)
 
     # -- Store protocol --------------------------------------------------------------------
@@ -466,6 +495,8 @@ class FileStore(FileReads, FileMaintenance):
 
         def prepare() -> tuple[int, OpenState]:
             nonlocal made
+            if failpoints.ARMED:
+                failpoints.hit("before_run_create")
             try:
                 os.mkdir(run_dir, DIR_MODE)
                 made = True
@@ -487,26 +518,33 @@ class FileStore(FileReads, FileMaintenance):
                     f"run {run_id} already exists; resume it or pick another id",
                     metadata={"run_id": run_id},
                 )
+            m = Manifest(generation=1)
             try:
                 fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
                 os.ftruncate(fd, 0)  # a create that crashed before its meta was durable
                 os.close(fd)
+                # the run's format before its first line; the first write fsyncs the run
+                # directory before it is acknowledged, which makes the rename durable too
+                atomic_write(os.path.join(run_dir, MANIFEST), m.encode(), sync_dir=False)
             except BaseException:
                 os.close(lock)
                 raise
-            return lock, OpenState(Manifest(), 0, SegmentStats(), 0, GENESIS, None)
+            return lock, OpenState(m, 0, SegmentStats(), 0, GENESIS, None)
+
+        def start() -> FileJournal:
+            lock, st = prepare()
+            try:
+                return FileJournal(self, run_id, lock, st, first=True)
+            except BaseException:
+                os.close(lock)
+                raise
 
         try:
-            lock, st = await asyncio.to_thread(prepare)
-            try:
-                journal = FileJournal(self, run_id, lock, st, first=True)
-            except BaseException:
-                os.close(lock)
-                raise
-        except OSError as exc:
-            if made:  # the run is not there yet: nothing of it stays
-                unmake_run_dir(run_dir)
-            raise fds_exhausted(exc, run_id) or exc from exc
+            journal = await self._checked(start, run_id=run_id, action="creating the run")
+        except JournaldError as exc:
+            if made and isinstance(exc.__cause__, OSError):  # nothing of the run stays
+                await asyncio.to_thread(unmake_run_dir, run_dir)
+            raise
         self._open[run_id] = journal
         try:
             await journal.append([meta])
@@ -520,48 +558,59 @@ class FileStore(FileReads, FileMaintenance):
         return journal
 
     def _has_records(self, run_dir: str) -> bool:
-        """Whether the run ever held records: a manifest or a listing cache (written after
-        its first record, see ``listed_last_seq``) or a non-empty journal. A run whose
+        """Whether the run ever held records: a listing cache (written after its first
+        record, see ``listed_last_seq``), a non-empty journal, or a manifest that says more
+        than the run's format (which a create writes before its first record). A run whose
         journal went missing still exists, and reads report the damage."""
-        for name in (MANIFEST, META_CACHE):
-            if os.path.exists(os.path.join(run_dir, name)):
-                return True
+        if os.path.exists(os.path.join(run_dir, META_CACHE)):
+            return True
         try:
-            return os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0
+            if os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0:
+                return True
         except FileNotFoundError:
-            return False
+            pass
+        try:
+            m = read_manifest(run_dir, os.path.basename(run_dir))
+        except JournaldError:
+            return True  # unreadable or of a newer format: there, and reads say why
+        return m is not None and not m.bare
 
     async def open(self, run_id: str) -> FileJournal:
         run_dir = self.run_dir(run_id)
-        try:
-            lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
+
+        def start() -> FileJournal:
+            lock = self._lock_existing(run_id, run_dir)
             try:
-                st = await self._checked(self._open_state, run_id, run_dir)
+                st = self._open_state(run_id, run_dir)
                 if st.last_seq == 0:
                     raise self._not_found(run_id)
-                journal = FileJournal(self, run_id, lock, st, first=False)
+                return FileJournal(self, run_id, lock, st, first=False)
             except BaseException:
                 os.close(lock)
                 raise
-        except OSError as exc:
-            raise fds_exhausted(exc, run_id) or exc from exc
+
+        journal = await self._checked(start, run_id=run_id, action="opening the run")
         self._open[run_id] = journal
         return journal
 
     async def exists(self, run_id: str) -> bool:
         run_dir = self.run_dir(run_id)
-        return await asyncio.to_thread(self._has_records, run_dir)
+        if data_dir_gone(self.sessions_dir):  # not "no such run": there is no data at all
+            raise vanished(self.sessions_dir, run_id)
+        return await self._checked(self._has_records, run_dir, run_id=run_id)
 
     async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
         """The run's records from ``from_seq``, read and checked a page at a time: a reader
         that stops reading (a Load or Watch whose client does not read) holds one page and
         one sealed segment, never the run. Damage found past what was already yielded ends
         the iteration with ``store_corrupted`` there."""
-        walk = await self._checked(self._start_walk, run_id, from_seq)
+        walk = await self._checked(
+            self._start_walk, run_id, from_seq, run_id=run_id, action="reading the run"
+        )
         try:
             first = True
             while True:
-                page = await self._checked(next_page, walk)
+                page = await self._checked(next_page, walk, run_id=run_id, action="reading the run")
                 if first and not page and from_seq <= 1:
                     raise self._not_found(run_id)
                 first = False
@@ -578,27 +627,33 @@ class FileStore(FileReads, FileMaintenance):
         return walk  # type: ignore[return-value]
 
     async def load(self, run_id: str, from_seq: int = 1) -> Records:
-        return await self._checked(self._read_records, run_id, from_seq)
+        return await self._checked(
+            self._read_records, run_id, from_seq, run_id=run_id, action="reading the run"
+        )
 
     async def info(self, run_id: str) -> RunInfo:
-        return await self._checked(self._info, run_id)
+        return await self._checked(self._info, run_id, run_id=run_id, action="reading the run")
 
     async def list(self) -> list[RunInfo]:
-        return await asyncio.to_thread(self._list)
+        return await self._checked(self._list, action="listing the runs")
 
     async def delete(self, run_id: str) -> bool:
         run_dir = self.run_dir(run_id)
-        return await asyncio.to_thread(self._delete, run_id, run_dir)
+        return await self._checked(
+            self._delete, run_id, run_dir, run_id=run_id, action="deleting the run"
+        )
 
     async def verify(self, run_id: str) -> VerifyReport:
-        return await self._checked(self._verify, run_id)
+        return await self._checked(self._verify, run_id, run_id=run_id, action="verifying the run")
 
     async def segments(self, run_id: str) -> Segments:
         """The sealed segments of a run, oldest first (seq range, record and message counts,
         bytes, first/last hash), from its manifest; empty for a single-volume run. History
         paging walks this from the tail to pick ``from_seq`` without reading old segments."""
         run_dir = self.run_dir(run_id)
-        m = await self._checked(read_manifest, run_dir, run_id)
+        m = await self._checked(
+            read_manifest, run_dir, run_id, run_id=run_id, action="reading the run's manifest"
+        )
         if m is None or m.pending:
             if not await self.exists(run_id):
                 raise self._not_found(run_id)
@@ -615,14 +670,40 @@ class FileStore(FileReads, FileMaintenance):
     # -- reads -----------------------------------------------------------------------------
 
     def _delete(self, run_id: str, run_dir: str) -> bool:
+        if data_dir_gone(self.sessions_dir):
+            raise vanished(self.sessions_dir, run_id)
+        if os.path.islink(run_dir):
+            return self._delete_link(run_id, run_dir)
         if not os.path.isdir(run_dir):
             return False
         lock = self._lock(run_id, run_dir)
         try:
+            if failpoints.ARMED:
+                failpoints.hit("before_run_delete")
             trash = os.path.join(self.sessions_dir, f".deleted-{run_id}-{uuid.uuid4().hex[:8]}")
             os.rename(run_dir, trash)
             fsync_dir(self.sessions_dir)
         finally:
             os.close(lock)
         shutil.rmtree(trash, ignore_errors=True)
+        return True
+
+    def _delete_link(self, run_id: str, run_dir: str) -> bool:
+        """Delete a run whose directory is a symbolic link: the link alone goes. Delete never
+        reaches outside the data directory, so what the link points to stays as it was."""
+        if run_id in self._open:
+            raise Locked(
+                f"run {run_id} is open for append in this daemon; end that lease first",
+                metadata={"run_id": run_id},
+            )
+        target = os.readlink(run_dir)
+        os.unlink(run_dir)
+        fsync_dir(self.sessions_dir)
+        log.warning(
+            "run %s: its directory was a symbolic link to %s; the link was removed and the "
+            "files it points to were left untouched (remove them yourself if they are not "
+            "needed)",
+            run_id,
+            target,
+        )
         return True

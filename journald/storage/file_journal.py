@@ -19,6 +19,7 @@ from journald import failpoints, telemetry
 from journald.core.errors import BackendUnavailable, SeqConflict
 from journald.core.records import Record
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
+from journald.storage.file_errors import storage_error, vanished
 from journald.storage.info import run_info_from
 from journald.storage.pipeline import AppendPipeline
 from journald.storage.segments import (
@@ -33,7 +34,6 @@ from journald.storage.segments import (
     frame,
     fsync_dir,
     message_count,
-    storage_error,
     write_all,
     write_manifest,
 )
@@ -221,6 +221,10 @@ class FileJournal:
                 fsync_dir(self._dir)
                 fsync_dir(os.path.dirname(self._dir))
                 self._first_write = False
+            if os.fstat(self._fd).st_nlink == 0:
+                # the run's files were deleted under the lease (the data directory removed):
+                # the write reached only an unlinked file, which no one can read back
+                raise self._unlinked(seq)
             if failpoints.ARMED:
                 failpoints.hit("after_fsync_before_advance")
         except OSError as exc:
@@ -229,9 +233,22 @@ class FileJournal:
                 os.fdatasync(self._fd)
             except OSError:
                 pass
-            raise storage_error(exc, self.run_id, self._path, seq) from exc
+            raise storage_error(
+                exc, self.run_id, self._path, seq, root=self._store.sessions_dir
+            ) from exc
         self._size = end
         self.commits += 1
+
+    def _unlinked(self, seq: int) -> BackendUnavailable:
+        root = self._store.sessions_dir
+        if not os.path.isdir(root):
+            return vanished(root, self.run_id, self._path)
+        return BackendUnavailable(
+            f"run {self.run_id}: its journal {self._path} was deleted while the run was open "
+            f"for append; the append at seq {seq} was not acknowledged. End this lease; the "
+            "run's records are gone unless restored from a backup",
+            metadata={"run_id": self.run_id, "seq": seq, "path": self._path},
+        )
 
     def _should_seal(self) -> bool:
         s = self._store

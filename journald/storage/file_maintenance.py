@@ -5,7 +5,6 @@ Format, layout and recovery rules: see ``journald.storage.file`` (a mixin of its
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -91,7 +90,9 @@ class FileMaintenance:
 
         def _finish_replace(self, run_dir: str, run_id: str, m: Manifest) -> None: ...
 
-        async def _checked(self, fn: Callable[..., T], *args: Any) -> T: ...
+        async def _checked(
+            self, fn: Callable[..., T], *args: Any, run_id: str = "", action: str = ""
+        ) -> T: ...
 
     async def prune(self, run_id: str, *, before: PrePrune | None = None) -> PruneReport:
         """Rewrite a run to its meta record plus everything from its latest rebase onward
@@ -102,10 +103,11 @@ class FileMaintenance:
         aborts the prune). Refused with ``Locked`` while the run is open for append.
         """
         run_dir = self.run_dir(run_id)
-        lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir)
+        how = {"run_id": run_id, "action": "pruning the run"}
+        lock = await self._checked(self._lock_existing, run_id, run_dir, **how)
         try:
-            await self._checked(self._open_state, run_id, run_dir)
-            records = await self._checked(self._read_records, run_id, 1)
+            await self._checked(self._open_state, run_id, run_dir, **how)
+            records = await self._checked(self._read_records, run_id, 1, **how)
             rebases = [r for r in records if r.kind == "rebase"]
             if (
                 not records
@@ -120,14 +122,13 @@ class FileMaintenance:
             rb = rebases[-1]
             meta = records[0]
             kept = [meta] + [r for r in records if r.seq >= rb.seq]
-            m = read_manifest(run_dir, run_id) or Manifest()
+            m = await self._checked(read_manifest, run_dir, run_id, **how) or Manifest()
             anchors = [a for a in m.anchors if a.after_seq >= rb.seq]
             anchors.insert(
                 0, Anchor(meta.seq, meta.hash, rb.seq, rb.prev, "prune", meta.seq + 1, rb.seq - 1)
             )
-            await asyncio.to_thread(
-                self._replace_volume, run_id, run_dir, m, [frame(r) for r in kept], anchors
-            )
+            lines = [frame(r) for r in kept]
+            await self._checked(self._replace_volume, run_id, run_dir, m, lines, anchors, **how)
             return PruneReport(
                 run_id, True, rb.seq, meta.seq + 1, rb.seq - 1, len(records) - len(kept), len(kept)
             )
@@ -166,9 +167,10 @@ class FileMaintenance:
         """Recovery mode: move damaged interior records out of the run (see module doc)."""
         qdir = str(quarantine_dir if quarantine_dir is not None else self.quarantine_dir)
         run_dir = self.run_dir(run_id)
-        lock = await asyncio.to_thread(self._lock_existing, run_id, run_dir, qdir)
+        how = {"run_id": run_id, "action": "recovering the run"}
+        lock = await self._checked(self._lock_existing, run_id, run_dir, qdir, **how)
         try:
-            return await self._checked(self._recover, run_id, run_dir, qdir)
+            return await self._checked(self._recover, run_id, run_dir, qdir, **how)
         finally:
             os.close(lock)
 
@@ -280,8 +282,10 @@ class FileMaintenance:
         self, run_id: str, qdir: str, bad: Damaged, report: QuarantineReport
     ) -> None:
         """Copy each damaged line, as stored, to a new directory under ``qdir`` (fsynced)."""
-        out = os.path.join(qdir, f"{run_id}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}")
-        os.makedirs(out, DIR_MODE, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        # a new directory even if the clock stepped back onto an earlier recovery's stamp
+        out = unique_path(os.path.join(qdir, f"{run_id}-{stamp}"))
+        os.makedirs(out, DIR_MODE)
         for i, (ln, seq, reason) in enumerate(bad, 1):
             digest = sha256_hex(ln.raw)
             name = f"{i:04d}-seq{seq}-{digest[:16]}.bad"

@@ -30,7 +30,14 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from journald.core.errors import BackendUnavailable, JournaldError, SessionNotFound, StoreCorrupted
+from journald import failpoints
+from journald.core.errors import (
+    BackendUnavailable,
+    JournaldError,
+    SessionNotFound,
+    StoreCorrupted,
+    VersionUnsupported,
+)
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
@@ -117,7 +124,7 @@ class FileReads:
 
         def run_dir(self, run_id: str) -> str: ...
 
-        def _not_found(self, run_id: str) -> SessionNotFound: ...
+        def _not_found(self, run_id: str) -> JournaldError: ...
 
         def _has_records(self, run_dir: str) -> bool: ...
 
@@ -383,6 +390,8 @@ class FileReads:
         return run_info_from(run_id, first, last, count, size)
 
     def _list(self) -> Infos:
+        if failpoints.ARMED:
+            failpoints.hit("before_run_list")
         out: Infos = []
         for name in sorted(os.listdir(self.sessions_dir)):
             try:
@@ -400,6 +409,8 @@ class FileReads:
                     continue
                 except StoreCorrupted as exc:  # one damaged run does not hide the others
                     self._log_corrupted(exc)
+                    cached = corrupted_info(name, exc)
+                except VersionUnsupported as exc:  # a newer journald's run, listed unread
                     cached = corrupted_info(name, exc)
             out.append(cached)
         return sorted(out, key=lambda i: i.updated, reverse=True)
@@ -587,5 +598,5 @@ def _cached_info(run_dir: str) -> RunInfo | None:
         ):
             return None
         return RunInfo(**obj["info"])
-    except (OSError, ValueError, TypeError, KeyError, StoreCorrupted):
+    except (OSError, ValueError, TypeError, KeyError, StoreCorrupted, VersionUnsupported):
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from journald.core.errors import StoreCorrupted
+from journald.core.errors import JournaldError
 from journald.core.records import Record
 from journald.storage.base import RunInfo
 
@@ -41,6 +41,7 @@ def run_info_from(run_id: str, meta: Record, last: Record, count: int, size: int
     )
 
 
-def corrupted_info(run_id: str, err: StoreCorrupted) -> RunInfo:
-    """The listing row of a run whose stored bytes cannot be read: listed, not fatal."""
+def corrupted_info(run_id: str, err: JournaldError) -> RunInfo:
+    """The listing row of a run whose stored bytes cannot be read (damaged, or of a newer
+    journald's run format, which ``error`` says): listed, not fatal."""
     return RunInfo(run_id=run_id, status=CORRUPTED, error=err.message)

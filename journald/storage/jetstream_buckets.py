@@ -181,6 +181,23 @@ async def bind_buckets(
     return out
 
 
+async def absent_bucket_adds(
+    jsm: Any, stream: str, replicas: int, where: str, cli: Cli
+) -> list[str]:
+    """The ``nats object add`` lines of ``stream``'s buckets that do not exist (for a route
+    that recreates the stream: the daemon, and a migration into it, need both)."""
+    out: list[str] = []
+    for role in ROLES:
+        name = bucket_name(stream, role)
+        try:
+            await jsm.stream_info(stream_of(name))
+        except nats.js.errors.NotFoundError:
+            out.append(object_add_command(name, replicas, cli=cli))
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            raise no_answer(where, f"the info request for bucket {name}", exc) from exc
+    return out
+
+
 def missing_buckets(
     stream: str, missing: Sequence[str], replicas: int, where: str, cli: Cli
 ) -> BucketConfigError:

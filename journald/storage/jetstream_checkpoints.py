@@ -20,6 +20,7 @@ stream's records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ from journald.core.checkpoints import (
     valid_checkpoint_id,
     valid_sha256,
 )
-from journald.core.errors import CheckpointNotFound, StoreCorrupted
+from journald.core.errors import CheckpointNotFound, InvalidCheckpointId, StoreCorrupted
 from journald.core.records import canonical_json, sha256_hex, validate_id
 from journald.storage.checkpoint_base import MARKS
 from journald.storage.checkpoints_file import MARK_FILE, mark_file
@@ -126,6 +127,15 @@ class JetStreamCheckpointStore:
             if name.endswith(leaf):
                 return name[: -len(leaf)]
         return None
+
+    async def newest_id(self) -> str | None:
+        ids = []
+        for name in await self.bucket.names():
+            leaf = name.rpartition("/")[2]
+            if len(leaf) == 26:
+                with contextlib.suppress(InvalidCheckpointId):
+                    ids.append(valid_checkpoint_id(leaf))
+        return max(ids, default=None)
 
     async def drop_run(self, run_id: str) -> None:
         for name in await self.bucket.names(validate_id(run_id) + "/"):

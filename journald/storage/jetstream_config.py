@@ -249,10 +249,13 @@ def check_stream_config(
     cli: Cli | None = None,
     messages: int = 0,
     atomic: bool = True,
+    bucket_adds: Sequence[str] = (),
 ) -> str:
     """Return the subject prefix of a safe stream config, or raise ``StreamConfigError``
     carrying the commands that fix it (``messages``: what the stream holds now, which decides
-    whether a stream that must be recreated is first emptied into a copy)."""
+    whether a stream that must be recreated is first emptied into a copy; ``bucket_adds``:
+    the ``nats object add`` lines of the stream's buckets that do not exist yet, which the
+    recreated stream needs before a run can be copied back or the daemon bind it)."""
     c = cli or Cli()
     prefix = subject_prefix(stream, getattr(cfg, "subjects", None), c)
     problems = config_problems(cfg)
@@ -272,7 +275,7 @@ def check_stream_config(
     if messages == 0:
         raise StreamConfigError(
             f"{what}; the setting cannot be edited and the stream is empty: recreate it",
-            [remove, add],
+            [remove, add, *bucket_adds],
             note=c.secrets_note,
             metadata=meta,
         )
@@ -281,7 +284,13 @@ def check_stream_config(
         f"{what}; the setting cannot be edited, so the stream must be recreated: copy its "
         f"{messages} message(s) out (migrate only reads it), delete it, create it again, "
         "copy the runs back",
-        [c.migrate(c.location(stream), copy), remove, add, c.migrate(copy, c.location(stream))],
+        [
+            c.migrate(c.location(stream), copy),
+            remove,
+            add,
+            *bucket_adds,
+            c.migrate(copy, c.location(stream)),
+        ],
         note=c.secrets_note,
         metadata=meta,
     )

@@ -219,8 +219,20 @@ async def bind_stream(
         prefix = subject_prefix(stream, cfg.subjects, cli)
         unsafe = config_problems(cfg)
     else:
+        adds: list[str] = []
+        if any(not p.edit_flags for p in config_problems(cfg)):  # the route recreates it
+            # imported here: the bucket module builds on this one's connection helpers
+            from journald.storage.jetstream_buckets import absent_bucket_adds
+
+            replicas = int(getattr(cfg, "num_replicas", 1) or 1)
+            adds = await absent_bucket_adds(jsm, stream, replicas, where, cli)
         prefix = check_stream_config(
-            stream, cfg, cli=cli, messages=int(info.state.messages or 0), atomic=atomic_server
+            stream,
+            cfg,
+            cli=cli,
+            messages=int(info.state.messages or 0),
+            atomic=atomic_server,
+            bucket_adds=adds,
         )
     limit = int(nc.max_payload)
     mms = cfg.max_msg_size

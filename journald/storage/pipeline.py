@@ -209,12 +209,16 @@ class AppendPipeline:
         queued when this raises."""
         self._check_refused()
         if not drafts:
-            raise InvalidRecord("an append needs at least one record")
+            raise InvalidRecord(
+                f"run {self.run_id}: an append needs at least one record",
+                metadata={"run_id": self.run_id, "seq": 0, "field": "records"},
+            )
         for a, b in itertools.pairwise(drafts):
             if b.seq != a.seq + 1:
                 raise InvalidRecord(
-                    f"a batch needs consecutive seqs; seq {b.seq} follows {a.seq}",
-                    metadata={"seq": b.seq},
+                    f"run {self.run_id}: a batch needs consecutive seqs; seq {b.seq} follows "
+                    f"{a.seq} (send seq {a.seq + 1} next, or split the batch)",
+                    metadata={"seq": b.seq, "run_id": self.run_id, "field": "records"},
                 )
         first, last = drafts[0].seq, drafts[-1].seq
         await self.wait_turn(first)

@@ -8,18 +8,16 @@ checker that names the damaged seq) plus the small durable-write helpers.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
-import resource
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from journald import failpoints
-from journald.core.errors import BackendUnavailable, JournaldError, StorageFull, StoreCorrupted
+from journald.core.errors import JournaldError, StoreCorrupted, VersionUnsupported
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex
 from journald.storage.verify import record_problem
 
@@ -30,7 +28,14 @@ SEGMENTS = "segments"
 LOCK = "journal.lock"
 STAGED = "journal.jsonl.staged"
 BROKEN = "journal.jsonl.broken"
-MANIFEST_FORMAT = "journald-manifest/1"
+MANIFEST_PREFIX = "journald-manifest/"
+RUN_FORMAT = 2
+"""The format of the runs this daemon writes (docs/design.md#format-identity): 1, no stamp
+(a run from before format identity: framed lines, or before line framing legacy ones); 2,
+stamped, framed lines. It is the number of the run's manifest format, written before the
+run's first framed line; a run of a higher number was written by a newer journald and is
+refused, unchanged."""
+MANIFEST_FORMAT = f"{MANIFEST_PREFIX}{RUN_FORMAT}"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -57,10 +62,17 @@ def write_all(fd: int, data: bytes, offset: int) -> int:
 
 
 def atomic_write(
-    path: str, data: bytes, *, failpoint: str = "", renamed_failpoint: str = "", sync: bool = True
+    path: str,
+    data: bytes,
+    *,
+    failpoint: str = "",
+    renamed_failpoint: str = "",
+    sync: bool = True,
+    sync_dir: bool = True,
 ) -> None:
     """temp file (unique name), write, fsync, rename over ``path``, fsync the directory
-    (``failpoint`` fires before the rename, ``renamed_failpoint`` after it)."""
+    (``failpoint`` fires before the rename, ``renamed_failpoint`` after it; ``sync_dir``
+    False: the caller fsyncs the directory before anything depends on the rename)."""
     directory = os.path.dirname(path)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
@@ -80,62 +92,14 @@ def atomic_write(
         raise
     if renamed_failpoint and failpoints.ARMED:
         failpoints.hit(renamed_failpoint)
-    if sync:
+    if sync and sync_dir:
         fsync_dir(directory)
-
-
-def storage_error(
-    exc: OSError, run_id: str, where: str, seq: int, retry: str = ""
-) -> JournaldError:
-    """Map an OS error of a write to the journald error the caller sees (``retry``: what to
-    retry once the disk is fixed; the append at ``seq`` by default)."""
-    name = errno.errorcode.get(exc.errno or 0, "EIO")
-    meta: dict[str, object] = {"run_id": run_id, "errno": name, "path": where}
-    if seq:
-        meta["seq"] = seq
-    retry = retry or f"the append at seq {seq}"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageFull(
-            f"run {run_id}: the disk holding {where} is full ({name}); nothing was written. "
-            f"Free space, then retry {retry}",
-            metadata=meta,
-        )
-    return BackendUnavailable(
-        f"run {run_id}: writing {where} failed ({name}: {exc.strerror}); nothing was "
-        f"acknowledged. Check the disk, then retry {retry}",
-        metadata=meta,
-    )
-
-
-def fds_exhausted(exc: OSError, run_id: str) -> BackendUnavailable | None:
-    """The error an open that ran out of file descriptors answers (None for any other
-    error): which limit was reached and how to get under it."""
-    if exc.errno == errno.EMFILE:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        what = f"its limit of {soft} open files (RLIMIT_NOFILE; hard limit {hard})"
-        fix = "raise the daemon's limit (LimitNOFILE= in its systemd unit, or `ulimit -n`"
-        fix += " before `journald serve`) and restart it"
-    elif exc.errno == errno.ENFILE:
-        soft = -1
-        what = "the system's limit of open files (fs.file-max)"
-        fix = "raise fs.file-max or stop what else holds files on this host"
-    else:
-        return None
-    return BackendUnavailable(
-        f"run {run_id}: cannot open the run: the daemon has reached {what}; every open "
-        f"lease holds two. Nothing was opened or changed. End leases that are idle, or {fix}",
-        metadata={
-            "run_id": run_id,
-            "errno": errno.errorcode[exc.errno],
-            **({"limit": str(soft)} if soft >= 0 else {}),
-        },
-    )
 
 
 def unmake_run_dir(run_dir: str) -> None:
     """Remove the files a create made before it failed, without opening any (the create may
     have failed for want of a descriptor)."""
-    for name in (JOURNAL, LOCK):
+    for name in (JOURNAL, MANIFEST, LOCK):
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(run_dir, name))
     with contextlib.suppress(OSError):
@@ -184,6 +148,9 @@ class Manifest:
     pending: str = ""
     """Non-empty while a volume replacement (prune/recover) is committed but not settled:
     the name of the staged file that *is* the whole volume until it is renamed in."""
+    run_format: int = RUN_FORMAT
+    """The format the manifest was read in (``encode`` always writes ``RUN_FORMAT``); below
+    it, an open for append writes the manifest anew before any framed line."""
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -195,6 +162,12 @@ class Manifest:
         if self.pending:
             obj["pending"] = self.pending
         return json.dumps(obj, sort_keys=True, indent=1).encode() + b"\n"
+
+    @property
+    def bare(self) -> bool:
+        """Whether it says nothing but the run's format (no segments, anchors or pending):
+        no evidence that the run ever held records."""
+        return not (self.segments or self.anchors or self.pending)
 
     def anchor_after(self) -> dict[int, Anchor]:
         return {a.after_seq: a for a in self.anchors}
@@ -214,20 +187,60 @@ def read_manifest(run_dir: str, run_id: str) -> Manifest | None:
         return None
     try:
         obj = json.loads(data)
-        if obj.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"unknown manifest format {obj.get('format')!r}")
+        version = manifest_version(obj.get("format"))
+        if version > RUN_FORMAT:
+            raise format_too_new(run_id, run_dir, version)
         return Manifest(
             generation=int(obj["generation"]),
             segments=[SegmentInfo(**s) for s in obj["segments"]],
             anchors=[Anchor(**a) for a in obj.get("anchors", [])],
             pending=str(obj.get("pending", "")),
+            run_format=version,
         )
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StoreCorrupted(
             f"run {run_id}: {path} is not a readable manifest ({exc}); the run's segment "
             "list is lost, restore the run directory from a backup",
             metadata={"run_id": run_id, "file": path},
         ) from exc
+
+
+def manifest_version(fmt: object) -> int:
+    """The run format a manifest's ``format`` names (``journald-manifest/N``)."""
+    if not isinstance(fmt, str) or not fmt.startswith(MANIFEST_PREFIX):
+        raise ValueError(f"unknown manifest format {fmt!r}")
+    number = fmt[len(MANIFEST_PREFIX) :]
+    if not number.isdigit() or int(number) < 1:
+        raise ValueError(f"unknown manifest format {fmt!r}")
+    return int(number)
+
+
+def format_too_new(run_id: str, run_dir: str, version: int) -> VersionUnsupported:
+    return VersionUnsupported(
+        f"run {run_id} is stored in run format {version}, written by a newer journald; this "
+        f"daemon reads run formats 1 to {RUN_FORMAT}. Nothing was read or changed: serve the "
+        "data directory with the journald release that wrote the run (or a newer one); see "
+        "deploy/README.md#upgrade-and-downgrade",
+        metadata={
+            "run_id": run_id,
+            "version": version,
+            "supported": RUN_FORMAT,
+            "file": os.path.join(run_dir, MANIFEST),
+        },
+    )
+
+
+def check_format(run_dir: str, run_id: str) -> None:
+    """Refuse (``VersionUnsupported``) a run of a newer format, before anything is written;
+    an unreadable manifest is left to the read that follows."""
+    try:
+        with open(os.path.join(run_dir, MANIFEST), "rb") as f:
+            fmt = json.loads(f.read()).get("format")
+        version = manifest_version(fmt)
+    except (OSError, ValueError, AttributeError):
+        return
+    if version > RUN_FORMAT:
+        raise format_too_new(run_id, run_dir, version)
 
 
 def write_manifest(run_dir: str, manifest: Manifest) -> None:

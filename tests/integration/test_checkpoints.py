@@ -386,7 +386,7 @@ def test_watch_shows_checkpoint_events_and_the_rebase_in_order(
     )
     end = pb.TerminalPayload(reason="suspended")
     lease.append(pb.Record(seq=lease.seq + 2, ts=TS, terminal=end))
-    wait_until(lambda: len(events) >= 6, what="six watch events", timeout_s=10)
+    wait_until(lambda: len(events) >= 6, what="six watch events")
     watch.cancel()
     t.join()
     kinds = [

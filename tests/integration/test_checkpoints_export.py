@@ -137,6 +137,21 @@ def test_changing_any_byte_of_a_small_export_is_detected(s: pbg.JournalServiceSt
         verify_export(data + b"\n", validate_payload)
 
 
+def test_an_export_with_a_repeated_key_is_refused_naming_the_key(
+    s: pbg.JournalServiceStub,
+) -> None:
+    lease = rich_run(s, "ex-repeat", turns=1)
+    mark = s.Checkpoint(pb.CheckpointRequest(run_id="ex-repeat")).checkpoint
+    data = s.ExportCheckpoint(
+        pb.ExportCheckpointRequest(run_id="ex-repeat", checkpoint_id=mark.checkpoint_id)
+    ).data
+    lease.close()
+    assert data.startswith(b'{"body":')
+    repeated = b'{"body":null,' + data[1:]  # json.loads would keep the second, real body
+    with pytest.raises(CheckpointImportInvalid, match="the key 'body' appears twice"):
+        verify_export(repeated, validate_payload)
+
+
 def test_a_sampled_tampered_large_export_is_refused_with_nothing_written(
     s: pbg.JournalServiceStub,
 ) -> None:

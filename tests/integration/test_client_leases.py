@@ -40,7 +40,6 @@ def test_a_killed_agent_releases_its_lease_and_its_one_open_call_is_completed_on
             lambda: client.resume("crashy", FP, name="recoverer"),
             what="the killed agent's lease to end",
             retry_on=(jc.Locked,),
-            timeout_s=10,
         )
 
         with run:

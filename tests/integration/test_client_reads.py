@@ -12,6 +12,7 @@ import pytest
 
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.waiting import wait_until
 
 
 def test_load_returns_the_exact_stored_bytes_and_their_hashes(daemon: Daemon) -> None:
@@ -54,11 +55,11 @@ def test_watch_tails_records_as_they_are_appended(daemon: Daemon) -> None:
         reader = threading.Thread(target=consume)
         reader.start()
         try:
-            assert first.wait(10)
+            wait_until(first.is_set, what="the watch to send the meta record")
             run.user("one")
             run.user("two")
             run.terminal("completed")
-            reader.join(10)
+            wait_until(lambda: not reader.is_alive(), what="the watch to reach the terminal")
         finally:
             watch.cancel()
             reader.join(10)
@@ -112,7 +113,7 @@ def test_a_writer_survives_a_graceful_daemon_restart(tmp_path: Path) -> None:
         with jc.connect(str(daemon.socket)) as client, client.start("graceful", FP, "hi") as run:
             run.user("one")
             assert daemon.stop() == 0
-            run._lease.done.wait(10)
+            wait_until(run._lease.done.is_set, what="the lease stream to end on shutdown")
             assert run.lease_ended == "shutdown"
             daemon.start()
             assert run.user("two").seq == 3

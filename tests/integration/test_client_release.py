@@ -94,7 +94,6 @@ def test_the_lease_of_a_run_larger_than_the_message_cap_is_refused_and_fits_by_d
             lambda: client.resume("big", FP),
             what="the refused Open's lease to end",
             retry_on=(jc.Locked,),
-            timeout_s=5,
         )
         with again:
             assert len(again.state.messages[-1]["content"]) == 4

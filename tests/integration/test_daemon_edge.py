@@ -141,7 +141,7 @@ async def test_a_refused_request_is_freed_without_the_cycle_collector(tmp_path: 
         # gRPC's server loop holds its latest call until the next one arrives
         await asyncio.to_thread(lambda: stub(f"unix://{sock}").List(pb.ListRequest()))
         # the call's last references go a tick after it
-        await eventually_async(all_freed, what="the refused requests to be freed", timeout_s=10)
+        await eventually_async(all_freed, what="the refused requests to be freed")
     finally:
         gc.enable()
         stop.set()

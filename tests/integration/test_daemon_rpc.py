@@ -112,8 +112,7 @@ def test_appends_arriving_out_of_order_on_one_run_are_all_stored_in_seq_order(
     threads = [threading.Thread(target=send, args=(i,)) for i in reversed(range(6))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(10)
+    wait_until(lambda: not any(t.is_alive() for t in threads), what="the six parallel appends")
     assert errors == []
     state = s.Fold(pb.FoldRequest(run_id="parallel-run")).state
     assert state.last_seq == base + 6
@@ -266,10 +265,9 @@ def test_watch_streams_new_records_and_ends_when_the_run_is_deleted(daemon: Daem
     lease.append(lease.result("t1"))
     lease.append(lease.terminal())
     lease.close()
-    wait_until(lambda: len(seen) >= 3, what="the watch to stream seqs 2-4", timeout_s=5)
+    wait_until(lambda: len(seen) >= 3, what="the watch to stream seqs 2-4")
     assert until_unlocked(lambda: s.Delete(pb.DeleteRequest(run_id="watched"))).deleted
-    reader.join(5)
-    assert not reader.is_alive()
+    wait_until(lambda: not reader.is_alive(), what="the watch to end with the deleted run")
     assert seen == [2, 3, 4]
     assert s.Delete(pb.DeleteRequest(run_id="watched")).deleted is False
 

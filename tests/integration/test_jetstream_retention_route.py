@@ -23,7 +23,7 @@ import pytest
 from tests.builders import JournalBuilder, user_payload
 from tests.daemon import JOURNALD, Daemon
 from tests.nats_server import NatsServer, create_stream
-from tests.natscli import printed_commands, run_all
+from tests.natscli import printed_commands, run_all, run_printed
 
 pytestmark = pytest.mark.timeout(1800)  # natscli may be built on first use
 
@@ -99,3 +99,55 @@ def test_the_printed_route_moves_the_runs_of_a_work_queue_stream_to_a_safe_one(
         for run_id, b in runs.items():
             assert [r.canonical for r in client.load(run_id)] == [r.raw for r in b.records]
             assert client.verify(run_id).last_hash == b.records[-1].hash
+
+
+def test_the_route_of_a_stream_without_buckets_creates_them_and_migrate_prints_whole_lines(
+    tmp_path: Path, natscli: str, start_nats: Callable[..., NatsServer]
+) -> None:
+    """A work-queue stream an operator made for something else has no journald buckets: the
+    recreated stream needs both before the runs can be copied back. And a refusal printed by
+    `journald migrate` into a pipe keeps each command on one line (rich would wrap it at 80
+    columns), so it can be pasted."""
+    server = start_nats()
+    runs = two_runs()
+    asyncio.run(create_stream(server.url, "WQB", "wqb", retention="workqueue", buckets=False))
+    asyncio.run(publish_runs(server.url, "wqb", runs))
+    flags = ["--backend", "jetstream", "--nats-url", server.url, "--stream", "WQB"]
+    sock = f"/tmp/jd-wqb-{os.getpid()}/s.sock"
+    refused = subprocess.run(
+        [*JOURNALD, "serve", "--data-dir", str(tmp_path / "d0"), "--socket", sock, *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode == 2, refused.stderr
+    route = printed_commands(refused.stderr)
+    assert len(route) == 6, refused.stderr
+    assert route[0].startswith("journald migrate ")
+    assert route[0].endswith(" --to file:./journald-copy-of-WQB")
+    assert [c.split()[3:6] for c in route[1:5]] == [
+        ["stream", "rm", "WQB"],
+        ["stream", "add", "WQB"],
+        ["object", "add", "WQB_CHECKPOINTS"],
+        ["object", "add", "WQB_ATTACHMENTS"],
+    ], refused.stderr
+    assert route[5].endswith(f" --to jetstream:{server.url}/WQB")
+    home = tmp_path / "home"
+    run_all(route[:3], natscli, home, cwd=tmp_path)
+
+    # the copy back before the buckets exist: refused, naming the two commands, each whole
+    early = run_printed(route[5], natscli, home, cwd=tmp_path)
+    assert early.returncode != 0, early.stderr
+    assert printed_commands(early.stderr) == route[3:5], early.stderr
+    assert all(len(c) > 80 for c in route[3:5])  # long enough that rich would have wrapped it
+
+    run_all(route[3:], natscli, home, cwd=tmp_path)
+    (tmp_path / "after").mkdir()
+    with (
+        Daemon(tmp_path / "after", "jetstream", *flags[2:]) as daemon,
+        jc.connect(str(daemon.socket)) as client,
+    ):
+        assert sorted(i.run_id for i in client.list()) == sorted(runs)
+        for run_id, b in runs.items():
+            assert [r.canonical for r in client.load(run_id)] == [r.raw for r in b.records]

@@ -212,7 +212,8 @@ def _resume_when_released(agents: dict[str, list[str]], socket: str) -> dict[str
             raise NotYet(proc.stderr)
         raise AssertionError(f"TypeScript resume failed:\n{proc.stderr}")
 
-    return eventually(resume, what="the dead writer's lease to end", timeout_s=5.0)
+    # each attempt is a whole agent process: on a loaded machine a few take seconds each
+    return eventually(resume, what="the dead writer's lease to end", timeout_s=60.0)
 
 
 def test_a_go_writer_killed_mid_turn_is_finished_by_a_typescript_writer_and_python_folds_the_expected_state(  # noqa: E501
@@ -350,7 +351,7 @@ def test_the_readme_quickstart_starts_crashes_resumes_and_finishes(
             raise NotYet(resumed.stderr + resumed.stdout)
         return resumed
 
-    resumed = eventually(resume, what=f"the {language} quickstart to resume", timeout_s=5.0)
+    resumed = eventually(resume, what=f"the {language} quickstart to resume", timeout_s=60.0)
     assert "warning open_tool_calls" in resumed.stdout
     assert 'running add({"a": 2, "b": 3})' in resumed.stdout
     state = stub.Fold(pb.FoldRequest(run_id=run_id)).state
@@ -408,6 +409,22 @@ def test_a_go_or_typescript_writer_closes_and_reopens_a_run_ten_times_without_lo
 
 
 @pytest.mark.parametrize("language", ["go", "ts"])
+def test_go_and_typescript_surface_the_field_seq_and_run_of_a_refused_record(
+    agents: dict[str, list[str]], daemon: Daemon, language: str
+) -> None:
+    # a repeated key, a lone surrogate, NaN: invalid_record with field, seq and run_id in the
+    # metadata each client exposes (clients/go/refusals_test.go, clients/ts/test/refusals.test.ts)
+    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    _client_test(
+        agents,
+        language,
+        "TestARefusedRecordCarriesItsFieldSeqAndRunIDAndTheRunWritesOn",
+        "refusals.test.js",
+        env,
+    )
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
 def test_go_and_typescript_fold_and_resume_page_every_message_of_a_run_past_the_window(
     agents: dict[str, list[str]], language: str, tmp_path: Path
 ) -> None:
@@ -433,7 +450,8 @@ def test_go_and_typescript_pipelined_writers_ack_in_order_and_fail_a_refused_app
     # 16 appends in flight fold like unary ones; the agent pattern; a refused append voids the
     # ones behind it and the writer resyncs; the window blocks (clients/go/pipelined_test.go,
     # clients/ts/test/pipelined.test.ts); a stream cut after the daemon stored an append is
-    # resent and stores every record once (clients/go/relay_test.go, clients/ts/test/relay.test.ts)
+    # resent and stores every record once, whether cut by a bare UNAVAILABLE or a bare INTERNAL
+    # (clients/go/relay_test.go, clients/ts/test/relay.test.ts)
     env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
     go_tests = "|".join(
         [
@@ -442,8 +460,9 @@ def test_go_and_typescript_pipelined_writers_ack_in_order_and_fail_a_refused_app
             "TestARefusedAppendFailsItAndTheAppendsBehindItWhileEarlierOnesStayStored",
             "TestAppendWaitsWhileTheWindowIsFullAndHonoursItsContext",
             "TestAStreamCutAfterTheDaemonStoredAnAppendIsResentAndEveryRecordIsStoredOnce",
+            "TestAStreamCutByABareInternalIsResentAndEveryRecordIsStoredOnce",
             "TestCancellingTheWritersContextFailsItsAppendsInFlightAndTheRunWritesOnAfterClose",
         ]
     )
     ts_tests = ["pipelined.test.js", "relay.test.js"]
-    _client_test(agents, language, go_tests, ts_tests, env, passes=6 if language == "go" else 5)
+    _client_test(agents, language, go_tests, ts_tests, env, passes=7 if language == "go" else 6)

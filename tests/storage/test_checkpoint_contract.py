@@ -14,11 +14,13 @@ store forgets nothing on ``drop_run``: the run's directory goes with the run, wh
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ulid import ULID
 
 from journald.core.checkpoints import Checkpoint
 from journald.core.errors import (
@@ -35,6 +37,7 @@ from journald.storage.checkpoint_base import (
     CheckpointStore,
     make_checkpoint,
     new_id,
+    seed_ids,
 )
 from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
 from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
@@ -83,6 +86,23 @@ async def test_a_stored_checkpoint_reads_back_equal_and_lists_in_creation_order(
     assert await cps.list(RUN) == [first.meta, second.meta]
     assert await cps.owner(elsewhere.checkpoint_id) == OTHER
     assert await cps.owner(new_id()) is None
+
+
+async def test_the_newest_id_is_the_highest_of_every_run_and_seeds_later_ids(
+    runs: OpenedBackend,
+) -> None:
+    cps = runs.checkpoints
+    assert await cps.newest_id() is None
+    older, newest, marked = checkpoint(), checkpoint(OTHER), checkpoint()
+    for cp in (newest, older, marked):
+        await cps.put(cp)
+    await cps.save_mark(RUN, {"seq": 1, "hash": "a" * 64})  # marks are not checkpoints
+    assert await cps.newest_id() == max(
+        older.checkpoint_id, newest.checkpoint_id, marked.checkpoint_id
+    )
+    ahead = str(ULID.from_timestamp(time.time() + 5))  # made by a clock running ahead
+    seed_ids(ahead)
+    assert new_id() > ahead
 
 
 async def test_a_checkpoint_of_another_run_or_a_bad_id_is_not_found(runs: OpenedBackend) -> None:

@@ -24,7 +24,7 @@ from journald.core.errors import (
     Unsupported,
 )
 from journald.core.fold import fold
-from journald.core.records import GENESIS, Record, make_record
+from journald.core.records import GENESIS, Record, make_record, sha256_hex
 from journald.storage.base import FSYNC_LOCAL, JETSTREAM_ACK, MEMORY, Journal, Store
 from tests.builders import (
     TS,
@@ -412,6 +412,23 @@ async def test_verify_refuses_a_stored_record_that_breaks_its_schema(store: Stor
         await store.verify("run-1")
     assert refused.value.metadata["seq"] == str(bad.seq)
     assert "not a valid record" in refused.value.message
+
+
+async def test_verify_reports_a_stored_record_with_a_repeated_key_as_damage_naming_it(
+    store: Store,
+) -> None:
+    records = scenario()
+    good = make_record(len(records) + 1, "user", {"content": []}, records[-1].hash, TS)
+    # a writer that is not canonical: the same key twice, its hash over the bytes as written
+    raw = good.raw.replace(b'"user":{"content":[]}', b'"user":{"content":[],"content":[]}')
+    assert raw != good.raw
+    bad = Record(good.seq, "user", TS, good.prev, {"content": []}, None, raw, sha256_hex(raw))
+    journal = await create_with(store, [*records, bad])
+    await journal.close()
+    with pytest.raises(StoreCorrupted) as refused:
+        await store.verify("run-1")
+    assert refused.value.metadata["seq"] == str(bad.seq)
+    assert "the key 'content' appears twice" in refused.value.message
 
 
 @pytest.mark.parametrize("bad", BAD_IDS)

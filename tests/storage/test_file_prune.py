@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from journald import failpoints
-from journald.core.errors import Locked, SeqConflict, StoreCorrupted
+from journald.core.errors import BackendUnavailable, Locked, SeqConflict, StoreCorrupted
 from journald.core.fold import fold
 from journald.core.records import Record
 from journald.storage.file import FileStore
@@ -170,7 +170,7 @@ async def test_an_interrupted_prune_is_never_seen_half_done_and_settles_on_next_
     rebase = [r for r in records if r.kind == "rebase"][-1]
     pruned = [records[0]] + [r for r in records if r.seq >= rebase.seq]
     failpoints.arm(f"{point}=raise:EIO@1")
-    with pytest.raises(OSError, match=f"failpoint {point}"):
+    with pytest.raises(BackendUnavailable, match=f"failpoint {point}"):
         await store.prune(RUN)
     failpoints.disarm()
     want = pruned if committed else records

@@ -21,7 +21,14 @@ from journald.core.errors import BackendUnavailable, InvalidId, Locked, StorageF
 from journald.core.records import Record
 from journald.paths import default_data_dir
 from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame
+from journald.storage.segments import (
+    JOURNAL,
+    MANIFEST,
+    META_CACHE,
+    SEGMENTS,
+    frame,
+    read_manifest,
+)
 from tests.builders import JournalBuilder, user_payload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,7 +263,9 @@ async def test_seals_by_bytes_and_never_when_segmentation_is_off(tmp_path: Path)
         assert [r.raw for r in await store.load(RUN)] == [r.raw for r in records]
     assert (await by_bytes.verify(RUN)).segments > 2
     assert (await off.verify(RUN)).segments == 1
-    assert not (tmp_path / "b" / "sessions" / RUN / MANIFEST).exists()
+    unsealed = read_manifest(str(tmp_path / "b" / "sessions" / RUN), RUN)
+    assert unsealed is not None
+    assert unsealed.segments == []
 
 
 async def test_a_run_without_a_manifest_reads_as_a_single_volume(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import journald_client as jc
 import pytest
+from journald_client import codec
 from journald_client import errors as cerr
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
@@ -58,6 +59,10 @@ class _Failing(pbg.JournalServiceServicer):
         drift = ["model: a -> b", "system prompt: changed"]
         if request.run_id.startswith("bare-"):
             context.abort(getattr(grpc.StatusCode, request.run_id[5:]), "no trailer here")
+        if request.run_id == "daemon-internal":  # the daemon's own bug report, trailer and all
+            detail = pb.ErrorDetail(code="internal", message="a daemon bug; see its log")
+            context.set_trailing_metadata((("journald-error-bin", detail.SerializeToString()),))
+            context.abort(grpc.StatusCode.INTERNAL, detail.message)
         cls = derr.ERRORS_BY_CODE[request.run_id]
         detail = pb.ErrorDetail(
             code=cls.code,
@@ -136,10 +141,32 @@ def test_a_failure_without_a_trailer_falls_back_to_the_grpc_status(target: str) 
         with pytest.raises(jc.NotFoundError) as nf:
             client.fold("bare-NOT_FOUND")
         assert nf.value.code == "not_found"
-        with pytest.raises(jc.JournaldError) as internal:
-            client.fold("bare-INTERNAL")
-        assert internal.value.code == "internal"
-        assert internal.value.message == "no trailer here"
+        with pytest.raises(jc.JournaldError) as big:
+            client.fold("bare-RESOURCE_EXHAUSTED")
+        assert big.value.code == "resource_exhausted"
+
+
+@pytest.mark.parametrize("status", ["INTERNAL", "UNKNOWN"])
+def test_a_bare_internal_or_unknown_is_the_transport_failing_and_retried_as_unavailable(
+    target: str, status: str
+) -> None:
+    with jc.Client(target) as client, pytest.raises(jc.DaemonUnavailable) as info:
+        client.fold(f"bare-{status}")
+    err = info.value
+    assert err.code == "backend_unavailable"
+    assert err.metadata["grpc_status"] == status
+    assert "no trailer here" in err.message
+    assert "without journald's error trailer" in err.message
+    assert codec.needs_reopen(err)  # the writers reconnect and resend, as after UNAVAILABLE
+
+
+def test_the_daemons_own_internal_with_its_trailer_stays_an_internal_error(target: str) -> None:
+    with jc.Client(target) as client, pytest.raises(jc.JournaldError) as info:
+        client.fold("daemon-internal")
+    assert type(info.value) is jc.JournaldError
+    assert info.value.code == "internal"
+    assert info.value.message == "a daemon bug; see its log"
+    assert not codec.needs_reopen(info.value)
 
 
 def test_an_unreachable_daemon_is_backend_unavailable_with_a_start_hint() -> None:

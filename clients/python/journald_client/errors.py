@@ -4,7 +4,8 @@ A failed call carries the facts in its ``journald-error-bin`` trailer (a seriali
 ``journald.v1.ErrorDetail``: code, message, metadata, diff). :func:`from_rpc_error` turns
 that back into the matching class below; without the trailer it falls back to the gRPC
 status. A daemon that cannot be reached at all is :class:`DaemonUnavailable` (a
-:class:`BackendUnavailable`) whose message says how to start it.
+:class:`BackendUnavailable`) whose message says how to start it; so is a bare ``INTERNAL``
+or ``UNKNOWN`` (the transport's, never the daemon's: see ``TRANSPORT_FAILURES``).
 
     JournaldError
     ├── NotFoundError: SessionNotFound, CheckpointNotFound, AttachmentNotFound
@@ -297,6 +298,28 @@ def unreachable(target: str, detail: str = "") -> DaemonUnavailable:
     )
 
 
+TRANSPORT_FAILURES = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
+"""Statuses that, without journald's trailer, are gRPC's own: a stream reset, a connection
+broken mid-call ("Internal error from Core"). The daemon's edge puts the trailer on every
+status it sends, its own ``internal`` included, so these are the transport's answer, not the
+daemon's: the call may or may not have reached the daemon, exactly as after ``UNAVAILABLE``.
+Other bare statuses (``RESOURCE_EXHAUSTED`` for a request over the message cap, a deadline,
+a cancel) would come back the same on a retry and keep their own code."""
+
+
+def transport_failure(target: str, status: grpc.StatusCode, text: str) -> DaemonUnavailable:
+    """A bare INTERNAL/UNKNOWN: the connection failed; retried like an unreachable daemon."""
+    where = target.removeprefix("unix:")
+    said = f": {text}" if text else ""
+    return DaemonUnavailable(
+        f"the connection to the journald daemon at {where} failed (gRPC {status.name} without "
+        f"journald's error trailer{said}); the call may not have reached the daemon: retry it "
+        "(the writers do), and if it keeps failing check the daemon's log",
+        metadata={"socket": where, "grpc_status": status.name},
+        status=status,
+    )
+
+
 def from_rpc_error(exc: grpc.RpcError, target: str = "") -> JournaldError:
     """Map a failed gRPC call to its typed error."""
     code_fn = getattr(exc, "code", None)
@@ -309,6 +332,8 @@ def from_rpc_error(exc: grpc.RpcError, target: str = "") -> JournaldError:
     text = str(details_fn() or "") if callable(details_fn) else str(exc)
     if status in (grpc.StatusCode.UNAVAILABLE, None):
         return unreachable(target, text)
+    if status in TRANSPORT_FAILURES:
+        return transport_failure(target, status, text)
     cls = _FALLBACK.get(status, JournaldError)
     err = cls(text or status.name.lower(), status=status)
     if cls is JournaldError or "code" not in cls.__dict__:  # keep the status as the code

@@ -158,7 +158,25 @@ export function fromServiceError(err: unknown): unknown {
       }
     }
   }
+  if (grpcCode === Status.INTERNAL || grpcCode === Status.UNKNOWN) return transportFailure(grpcCode, details, err);
   return new TransportError(STATUS_NAMES[grpcCode] ?? "unknown", details, { grpcCode, cause: err });
+}
+
+/**
+ * A bare INTERNAL or UNKNOWN is gRPC's own status (a stream reset, a connection broken
+ * mid-call), never the daemon's: its edge puts the trailer on every status it sends, its own
+ * `internal` included. The call may or may not have reached the daemon, as after a bare
+ * UNAVAILABLE, so it becomes one and the writers resend the same seqs. Other bare statuses
+ * (RESOURCE_EXHAUSTED for a request over the cap) would come back the same on a retry.
+ */
+function transportFailure(grpcCode: number, details: string, cause: unknown): TransportError {
+  const name = (STATUS_NAMES[grpcCode] ?? "unknown").toUpperCase();
+  return new TransportError(
+    "unavailable",
+    `the connection to the journald daemon failed (gRPC ${name} without journald's error trailer: ${details}); ` +
+      "the call may not have reached the daemon: retry it (the writers do), and if it keeps failing check the daemon's log",
+    { grpcCode: Status.UNAVAILABLE, metadata: { grpc_status: name }, cause },
+  );
 }
 
 /** How often an append that met a bare UNAVAILABLE is sent again. */

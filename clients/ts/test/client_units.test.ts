@@ -12,6 +12,7 @@ import {
   fromServiceError,
   GateError,
   InvalidCheckpointIdError,
+  InternalError,
   InvalidDigestError,
   InvalidRecordError,
   InvalidRequestError,
@@ -21,6 +22,7 @@ import {
   NotFoundError,
   pb,
   ResponseTooLargeError,
+  retryInPlace,
   spanIds,
   target,
   traceMetadata,
@@ -101,6 +103,22 @@ test("the edge's codes map to their own error classes", () => {
 
 test("the default message cap is the daemon's 16 MiB", () => {
   assert.equal(MAX_MESSAGE_BYTES, 16 * 1024 * 1024);
+});
+
+test("a bare INTERNAL or UNKNOWN is the transport failing and retried as unavailable", () => {
+  for (const code of [status.INTERNAL, status.UNKNOWN]) {
+    const err = fromServiceError({ code, details: "Internal error from Core", metadata: new Metadata() });
+    assert.ok(err instanceof JournaldError);
+    assert.equal(err.code, "unavailable");
+    assert.match(err.message, /Internal error from Core/);
+    assert.ok(retryInPlace(err, 0));
+  }
+  const md = new Metadata();
+  const bug = pb.ErrorDetail.encode({ code: "internal", message: "a daemon bug", metadata: {}, diff: [] }).finish();
+  md.set("journald-error-bin", Buffer.from(bug));
+  const own = fromServiceError({ code: status.INTERNAL, details: "a daemon bug", metadata: md });
+  assert.ok(own instanceof InternalError);
+  assert.equal(retryInPlace(own, 0), false);
 });
 
 test("without the trailer the status code is the fallback", () => {

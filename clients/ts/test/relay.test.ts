@@ -39,9 +39,10 @@ interface Relay {
  * Pass a writer's calls through to the real daemon on a unix socket of its own, and cut the
  * first AppendStream once the daemon has sent `cutAt` answers on it, without passing the last
  * of them on: an ack lost after the daemon stored the records, which the client sees as a
- * bare UNAVAILABLE (what a broken connection looks like).
+ * bare `cutCode` without journald's trailer (UNAVAILABLE: a broken connection; INTERNAL: a
+ * stream reset, "Internal error from Core").
  */
-async function startRelay(daemonSocket: string, cutAt: number): Promise<Relay> {
+async function startRelay(daemonSocket: string, cutAt: number, cutCode: number = Status.UNAVAILABLE): Promise<Relay> {
   const up = new JournalServiceClient(target(daemonSocket), credentials.createInsecure());
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "jd-relay")); // a socket path stays short
   const server = new Server();
@@ -80,7 +81,7 @@ async function startRelay(daemonSocket: string, cutAt: number): Promise<Relay> {
         if (answered === cutAt && !relay.cut) {
           relay.cut = dead = true;
           u.cancel();
-          call.emit("error", { code: Status.UNAVAILABLE, details: "relay: connection cut" });
+          call.emit("error", { code: cutCode, details: "relay: connection cut" });
           return;
         }
         call.write(m);
@@ -109,8 +110,17 @@ async function startRelay(daemonSocket: string, cutAt: number): Promise<Relay> {
   return relay;
 }
 
-test("a stream cut after the daemon stored an append is resent and every record is stored once", live, async () => {
-  const relay = await startRelay(socket!, 3);
+for (const [name, code] of [
+  ["", Status.UNAVAILABLE],
+  [" by a bare INTERNAL", Status.INTERNAL],
+] as const) {
+  test(`a stream cut${name} after the daemon stored an append is resent and every record is stored once`, live, () =>
+    cutStreamIsResentAndStoredOnce(code),
+  );
+}
+
+async function cutStreamIsResentAndStoredOnce(code: number): Promise<void> {
+  const relay = await startRelay(socket!, 3, code);
   const direct = await Client.connect({ socket });
   let c: Started | undefined;
   try {
@@ -140,4 +150,4 @@ test("a stream cut after the daemon stored an append is resent and every record 
     direct.close();
     relay.stop();
   }
-});
+}
