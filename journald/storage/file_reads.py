@@ -68,6 +68,7 @@ UNREAD = b"\0unread"  # a sealed segment of a snapshot, read when the walk reach
 Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
 Infos = list[RunInfo]
+READ_CHUNK_BYTES = 1024 * 1024  # a sealed segment is walked in reads of this size
 TAILS_KEPT = 64  # runs whose last read's ActiveTail waits for an open (two records each)
 
 
@@ -243,18 +244,7 @@ class FileReads:
         try:
             data = read_file(name)
         except FileNotFoundError:
-            again = read_manifest(self.run_dir(run_id), run_id) or Manifest()
-            if again.generation != m.generation:  # a prune or recovery replaced it since
-                raise BackendUnavailable(
-                    f"run {run_id} was rewritten while it was read; read it again",
-                    metadata={"run_id": run_id},
-                ) from None
-            raise corrupted(
-                run_id,
-                Line(name, 0, b""),
-                info.first_seq,
-                "a segment listed in the manifest is missing",
-            ) from None
+            raise self._segment_gone(run_id, m, name, info) from None
         if not data.endswith(b"\n"):
             raise corrupted(
                 run_id,
@@ -263,6 +253,51 @@ class FileReads:
                 "a sealed segment ends in a partial line",
             )
         return data
+
+    def _sealed_lines(
+        self, run_id: str, m: Manifest, name: str, info: SegmentInfo, sizes: dict[str, int]
+    ) -> Iterator[Line]:
+        """A sealed segment's lines read a chunk at a time (``sizes[name]``: its bytes, once
+        read to the end), with the checks of ``_sealed`` (a partial last line: at its end)."""
+        self.segment_opens += 1
+        try:
+            f = open(name, "rb")  # noqa: SIM115 - closed by the with below, in this generator
+        except FileNotFoundError:
+            raise self._segment_gone(run_id, m, name, info) from None
+        with f:
+            n, size, rest = 0, 0, b""
+            while chunk := f.read(READ_CHUNK_BYTES):
+                size += len(chunk)
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                for raw in lines:
+                    n += 1
+                    yield Line(name, n, raw)
+                del lines
+            sizes[name] = size
+        if rest:
+            raise corrupted(
+                run_id,
+                Line(name, n + 1, b""),
+                info.last_seq,
+                "a sealed segment ends in a partial line",
+            )
+
+    def _segment_gone(
+        self, run_id: str, m: Manifest, name: str, info: SegmentInfo
+    ) -> JournaldError:
+        again = read_manifest(self.run_dir(run_id), run_id) or Manifest()
+        if again.generation != m.generation:  # a prune or recovery replaced it since
+            return BackendUnavailable(
+                f"run {run_id} was rewritten while it was read; read it again",
+                metadata={"run_id": run_id},
+            )
+        return corrupted(
+            run_id,
+            Line(name, 0, b""),
+            info.first_seq,
+            "a segment listed in the manifest is missing",
+        )
 
     def _iter_checked(
         self, run_id: str, from_seq: int, where: dict[int, Line] | None = None
@@ -293,17 +328,22 @@ class FileReads:
             sizes[name] = len(data)
             return data
 
-        first = (files[0][0], data_of(*files[0]), files[0][2])
-        skip, rest = 0, first[1]
-        if where is None and from_seq > 1:
+        def lines_of(name: str, data: bytes, info: SegmentInfo | None) -> Iterator[Line]:
+            if data is UNREAD and info is not None:  # a chunk at a time
+                return self._sealed_lines(run_id, m, name, info, sizes)
+            return file_lines(name, data_of(name, data, info))
+
+        skip = 0
+        if where is None and from_seq > 1:  # the first file whole, to start inside it
+            first = (files[0][0], data_of(*files[0]), files[0][2])
             skip, rest, start_seq, start_hash = _skip_to(m, first, from_seq, start_seq, start_hash)
+            head = file_lines(files[0][0], rest, skip + 1)
+            del first, rest
+        else:
+            head = lines_of(*files[0])
         lines = itertools.chain(
-            file_lines(files[0][0], rest, skip + 1),
-            itertools.chain.from_iterable(
-                file_lines(name, data_of(name, data, info)) for name, data, info in files[1:]
-            ),
+            head, itertools.chain.from_iterable(lines_of(*f) for f in files[1:])
         )
-        del first, rest
         reader = self._chain(run_id, m, lines, start_seq, start_hash)
         first_info = files[0][2]
         if skip:
