@@ -63,7 +63,7 @@ def background() -> Iterator[None]:
         BACKGROUND.reset(token)
 
 
-YIELD_EVERY = 16
+YIELD_EVERY = 4
 """Records a background walk checks between two offers of the interpreter to the others."""
 
 
