@@ -31,6 +31,11 @@ from journald.core.errors import limit_reached
 from journald.storage.io_pool import DEFAULT_READ_THREADS
 
 MiB = 1024 * 1024
+MAX_DEFAULT_CONNECTIONS = 1024
+"""The default connection cap: a quarter of the descriptor limit, at least 64, at most this."""
+FDS_RESERVED = 256
+"""Descriptors the default lease budget leaves to the daemon itself (its own files, the
+connections in use); each lease holds two of the rest."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class FairShares:
     """The daemon's bounds (each a ``journald serve`` flag, named in its refusals)."""
 
     max_connections: int = 0
-    """Open connections at once (0: a quarter of the descriptor limit, at least 64)."""
+    """Open connections at once (0: a quarter of the descriptor limit, 64 to 1,024)."""
     handshake_timeout_s: float = 10.0
     """A connection that has not finished its HTTP/2 preface by then is closed."""
     connection_idle_s: float = 300.0
@@ -48,15 +53,15 @@ class FairShares:
     connection_age_grace_s: float = 60.0
     """...and closed this much later with whatever it still holds: the bound on a stream
     whose request never completes. A lease stream cut there ends like a daemon restart; the
-    clients reopen it (docs/protocol.md#fair-shares)."""
+    Python client reopens it (docs/protocol.md#fair-shares)."""
     max_calls_per_peer: int = 1024
     """Calls of one peer in progress at once, long-lived streams apart."""
     max_streams_per_peer: int = 0
     """Long-lived streams (Open, AppendStream, Watch) of one peer at once (0: three per
     lease the peer may hold)."""
     max_leases_per_peer: int = 0
-    """Leases one peer holds at once (0: what the descriptors left by the connections allow,
-    two per lease)."""
+    """Leases one peer holds at once (0: two descriptors each of the descriptor limit but
+    ``FDS_RESERVED``): a typed refusal before the descriptors run out."""
     max_inflight_bytes_per_peer: int = 256 * MiB
     """Bytes of one peer's appends received and not yet acknowledged."""
     watch_buffer_bytes: int = 16 * MiB
@@ -68,8 +73,8 @@ class FairShares:
         """The zero defaults worked out from the descriptor limit (``RLIMIT_NOFILE``)."""
         if nofile is None:
             nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        conns = self.max_connections or max(64, nofile // 4)
-        leases = self.max_leases_per_peer or max(16, (nofile - conns - 64) // 2)
+        conns = self.max_connections or min(MAX_DEFAULT_CONNECTIONS, max(64, nofile // 4))
+        leases = self.max_leases_per_peer or max(16, (nofile - FDS_RESERVED) // 2)
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         streams = self.max_streams_per_peer or 3 * leases
         values.update(
@@ -109,14 +114,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 _HELP = {
-    "max_connections": "open connections at once; 0: a quarter of the descriptor limit",
+    "max_connections": "open connections at once; 0: a quarter of the descriptor limit (64-1024)",
     "handshake_timeout_s": "seconds a new connection has to speak HTTP/2",
     "connection_idle_s": "seconds a connection without calls stays open",
     "max_connection_age_s": "seconds before a connection is asked to go away (0: never)",
     "connection_age_grace_s": "seconds a connection asked to go away keeps its calls",
     "max_calls_per_peer": "calls of one peer at once, long-lived streams apart",
     "max_streams_per_peer": "Open, AppendStream and Watch streams of one peer; 0: 3 per lease",
-    "max_leases_per_peer": "leases of one peer at once; 0: two descriptors each",
+    "max_leases_per_peer": "leases of one peer at once; 0: two descriptors each, 256 spared",
     "max_inflight_bytes_per_peer": "bytes of one peer's appends not yet acknowledged",
     "watch_buffer_bytes": "bytes a Watch may fall behind before it is cut",
     "read_threads": "threads for reads and lease closes, apart from Opens and appends",

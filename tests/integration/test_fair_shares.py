@@ -254,3 +254,26 @@ async def test_a_lease_past_the_per_peer_limit_is_refused_naming_the_flag_and_ho
                 await run.close()
         finally:
             await client.close()
+
+
+def test_a_lease_goes_on_across_the_connection_age_bound(tmp_path: Path) -> None:
+    flags = ("--max-connection-age-s", "1", "--connection-age-grace-s", "1")
+    with Daemon(tmp_path, "file", *flags) as daemon:
+        client = jc.connect(str(daemon.socket), name="long-lived", reconnect_timeout=20)
+        try:
+            run = client.start("aged", FP, "hello")
+            run.user("before")
+            # a connection opened after the client's is closed after the client's was
+            later = Probe(str(daemon.socket))
+
+            def later_closed() -> bool:
+                later.pump()
+                return later.closed
+
+            wait_until(later_closed, what="the daemon to close connections past their age")
+            later.close()
+            ack = run.user("after the client's connection was closed")
+            assert ack.seq == 3
+            assert [r.seq for r in client.load("aged")] == [1, 2, 3]
+        finally:
+            client.close()
