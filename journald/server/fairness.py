@@ -104,12 +104,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fair shares (docs/protocol.md#fair-shares)")
     for name, flag in FLAGS.items():
         default = getattr(d, name)
-        doc = (FairShares.__dataclass_fields__[name].default, type(default).__name__)
         g.add_argument(
-            flag,
-            type=type(default),
-            default=default,
-            help=f"{_HELP[name]} (default {doc[0]})",
+            flag, type=type(default), default=default, help=f"{_HELP[name]} (default {default})"
         )
 
 

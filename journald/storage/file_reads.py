@@ -41,6 +41,7 @@ from journald.core.errors import (
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
+from journald.storage.file_stream import UNREAD, sealed_lines, sealed_whole
 from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.io_pool import yield_to_foreground
 from journald.storage.segments import (
@@ -64,11 +65,9 @@ from journald.storage.segments import (
 from journald.storage.verify import VerifyWalk
 
 MISSING = b"\0missing"
-UNREAD = b"\0unread"  # a sealed segment of a snapshot, read when the walk reaches it
 Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
 Infos = list[RunInfo]
-READ_CHUNK_BYTES = 1024 * 1024  # a sealed segment is walked in reads of this size
 TAILS_KEPT = 64  # runs whose last read's ActiveTail waits for an open (two records each)
 
 
@@ -238,67 +237,6 @@ class FileReads:
             metadata={"run_id": run_id},
         )
 
-    def _sealed(self, run_id: str, m: Manifest, name: str, info: SegmentInfo) -> bytes:
-        """A sealed segment's bytes, checked whole (present, ending in a complete line)."""
-        self.segment_opens += 1
-        try:
-            data = read_file(name)
-        except FileNotFoundError:
-            raise self._segment_gone(run_id, m, name, info) from None
-        if not data.endswith(b"\n"):
-            raise corrupted(
-                run_id,
-                Line(name, data.count(b"\n") + 1, b""),
-                info.last_seq,
-                "a sealed segment ends in a partial line",
-            )
-        return data
-
-    def _sealed_lines(
-        self, run_id: str, m: Manifest, name: str, info: SegmentInfo, sizes: dict[str, int]
-    ) -> Iterator[Line]:
-        """A sealed segment's lines read a chunk at a time (``sizes[name]``: its bytes, once
-        read to the end), with the checks of ``_sealed`` (a partial last line: at its end)."""
-        self.segment_opens += 1
-        try:
-            f = open(name, "rb")  # noqa: SIM115 - closed by the with below, in this generator
-        except FileNotFoundError:
-            raise self._segment_gone(run_id, m, name, info) from None
-        with f:
-            n, size, rest = 0, 0, b""
-            while chunk := f.read(READ_CHUNK_BYTES):
-                size += len(chunk)
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-                for raw in lines:
-                    n += 1
-                    yield Line(name, n, raw)
-                del lines
-            sizes[name] = size
-        if rest:
-            raise corrupted(
-                run_id,
-                Line(name, n + 1, b""),
-                info.last_seq,
-                "a sealed segment ends in a partial line",
-            )
-
-    def _segment_gone(
-        self, run_id: str, m: Manifest, name: str, info: SegmentInfo
-    ) -> JournaldError:
-        again = read_manifest(self.run_dir(run_id), run_id) or Manifest()
-        if again.generation != m.generation:  # a prune or recovery replaced it since
-            return BackendUnavailable(
-                f"run {run_id} was rewritten while it was read; read it again",
-                metadata={"run_id": run_id},
-            )
-        return corrupted(
-            run_id,
-            Line(name, 0, b""),
-            info.first_seq,
-            "a segment listed in the manifest is missing",
-        )
-
     def _iter_checked(
         self, run_id: str, from_seq: int, where: dict[int, Line] | None = None
     ) -> tuple[Manifest, Files, Records]:
@@ -324,13 +262,15 @@ class FileReads:
 
         def data_of(name: str, data: bytes, info: SegmentInfo | None) -> bytes:
             if data is UNREAD and info is not None:
-                data = self._sealed(run_id, m, name, info)
+                self.segment_opens += 1
+                data = sealed_whole(self.run_dir(run_id), run_id, m, name, info)
             sizes[name] = len(data)
             return data
 
         def lines_of(name: str, data: bytes, info: SegmentInfo | None) -> Iterator[Line]:
             if data is UNREAD and info is not None:  # a chunk at a time
-                return self._sealed_lines(run_id, m, name, info, sizes)
+                self.segment_opens += 1
+                return sealed_lines(self.run_dir(run_id), run_id, m, name, info, sizes)
             return file_lines(name, data_of(name, data, info))
 
         skip = 0
