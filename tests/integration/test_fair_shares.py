@@ -277,3 +277,29 @@ def test_a_lease_goes_on_across_the_connection_age_bound(tmp_path: Path) -> None
             assert [r.seq for r in client.load("aged")] == [1, 2, 3]
         finally:
             client.close()
+
+
+async def test_appends_past_the_in_flight_bytes_budget_are_refused_and_the_first_is_kept(
+    tmp_path: Path,
+) -> None:
+    env = {"JOURNALD_FAILPOINTS": "before_write=sleep:300"}  # the first write is still in flight
+    flags = ("--max-inflight-bytes-per-peer", "100000")
+    with Daemon(tmp_path, "file", *flags, env=env) as daemon:
+        client = await jc.connect_async(str(daemon.socket), name="greedy", reconnect_timeout=0)
+        try:
+            run = await client.start("bytes", FP, "hello")
+            writer = run.pipelined()
+            first = await writer.append(jc.Entry.user("a" * 60_000))
+            await writer.append(jc.Entry.user("b" * 60_000))
+            with pytest.raises(jc.ResourceExhausted) as refused:
+                await writer.flush()
+            assert refused.value.limit == "max_inflight_bytes_per_peer"
+            assert first.done()
+            assert first.seq == 2
+            assert [r.seq for r in await collect(client.load("bytes"))] == [1, 2]
+        finally:
+            await client.close()
+
+
+async def collect(records: AsyncIterator[jc.JournalRecord]) -> list[jc.JournalRecord]:
+    return [r async for r in records]
