@@ -11,7 +11,9 @@ creates a journald stream and prints, for ~1 KB records, acknowledged by JetStre
 * ``append`` of 16-record batches on one run (published in order, one fenced publish each);
 * the same on a stream with ``allow_atomic`` (one atomic batch per call, one round trip);
 * ``append`` of one record per call on 16 runs concurrently (aggregate throughput);
-* direct ``js.publish`` from 16 concurrent publishers (the concurrent floor).
+* direct ``js.publish`` from 16 concurrent publishers (the concurrent floor);
+* the single-record and 16-run rows again with the daemon's cross-host leases on (every write
+  group first reads the run's lease entry back: what the fencing token costs).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import nats  # noqa: E402
 
 from journald.core.records import GENESIS, Record, make_record  # noqa: E402
 from journald.storage.jetstream import JetStreamStore  # noqa: E402
+from journald.storage.jetstream_leases import JetStreamLeases, lease_bucket_name  # noqa: E402
 from tests.nats_server import NatsServer, create_stream  # noqa: E402
 
 RECORD_BYTES = 1024
@@ -205,6 +208,52 @@ async def bench(url: str, stream: str, prefix: str, seconds: float) -> list[dict
         )
     finally:
         await store.close()
+
+    leased = await JetStreamStore.connect(url, stream, ack_timeout_s=10)
+    leases = JetStreamLeases(leased, lease_bucket_name(stream))
+    await leases.start()
+    try:
+        await leases.acquire("bench-leased", {"name": "bench"})
+        jl = await leased.create(meta("bench-leased"))
+
+        async def leased_single(i: int) -> int:
+            await jl.append([record(i + 2)])
+            return 1
+
+        rows.append(
+            row(
+                "store append (1 record/call), leases on",
+                *await timed(seconds, 1_000_000, leased_single),
+            )
+        )
+        runs = [f"bench-lc{w}" for w in range(CONCURRENCY)]
+        for r in runs:
+            await leases.acquire(r, {"name": "bench"})
+        ljournals = [await leased.create(meta(r)) for r in runs]
+        llat: list[float] = []
+        lstart = time.perf_counter()
+
+        async def lrunner(w: int) -> int:
+            k = 0
+            while time.perf_counter() - lstart < seconds:
+                t0 = time.perf_counter()
+                await ljournals[w].append([record(k + 2)])
+                llat.append(time.perf_counter() - t0)
+                k += 1
+            return k
+
+        lcounts = await asyncio.gather(*(lrunner(w) for w in range(CONCURRENCY)))
+        rows.append(
+            row(
+                f"store append x{CONCURRENCY} runs, leases on",
+                llat,
+                sum(lcounts),
+                time.perf_counter() - lstart,
+            )
+        )
+    finally:
+        await leases.close()
+        await leased.close()
 
     atomic = await JetStreamStore.connect(url, f"{stream}A", ack_timeout_s=10)
     try:

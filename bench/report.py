@@ -633,14 +633,18 @@ def write(res: dict[str, Any], out: Path) -> Path:
         res.setdefault("errors", []).append(f"plots: {type(exc).__name__}: {exc}")
     path = out / "benchmarks.md"
     text = markdown(res, images)
-    kept = kept_section(path.read_text() if path.exists() else "", ADAPTERS_SECTION)
-    if kept:  # measured by bench/bench_adapters.py on its own; a full run keeps it
-        text = text.rstrip("\n") + "\n\n" + kept
+    before = path.read_text() if path.exists() else ""
+    for heading in KEPT_SECTIONS:
+        kept = kept_section(before, heading)
+        if kept:  # measured by its own script, not by this run; a full run keeps it
+            text = text.rstrip("\n") + "\n\n" + kept
     path.write_text(text)
     return path
 
 
 ADAPTERS_SECTION = "## Framework adapters (bench/bench_adapters.py)"
+SCRUB_SECTION = "## Background scrubber"  # bench/scrub.py
+KEPT_SECTIONS = (ADAPTERS_SECTION, SCRUB_SECTION)
 
 
 def kept_section(text: str, heading: str) -> str:

@@ -60,7 +60,7 @@ from journald.core.errors import (
 from journald.core.records import GENESIS, Record, sha256_hex, validate_id
 from journald.server.startup import EXIT_CONFIG, StartupRefused
 from journald.storage.base import Store
-from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
+from journald.storage.checkpoint_base import OWNER, AttachmentStore, CheckpointStore
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
 from journald.storage.registry import BACKENDS, OpenedBackend, open_backend, parse_location
 
@@ -126,6 +126,10 @@ async def _copy_side(
                 )
             digests |= referenced_digests(cp.messages)
             copied_cps += 1
+        # the uid the run belongs to on a shared daemon (docs/design.md#who-may-talk-to-whom)
+        owner = await src.checkpoints.load_mark(run_id, OWNER)
+        if owner is not None:
+            await dst.checkpoints.save_mark(run_id, owner, OWNER)
     copied_atts = 0
     if src.attachments is not None and dst.attachments is not None:
         for digest in sorted(digests):

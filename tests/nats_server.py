@@ -287,16 +287,30 @@ async def create_stream(
         await nc.close()
 
 
-async def create_buckets(nc: Any, stream: str, replicas: int = 1, **overrides: object) -> None:
-    """The stream's Object Store buckets (``overrides``: ``ObjectStoreConfig`` fields)."""
-    from nats.js.api import ObjectStoreConfig, StorageType
+async def create_buckets(
+    nc: Any, stream: str, replicas: int = 1, leases: bool = True, **overrides: object
+) -> None:
+    """The stream's Object Store buckets (``overrides``: ``ObjectStoreConfig`` fields) and its
+    lease bucket (KV, per-key TTLs on) as deploy/nats/buckets.sh makes them."""
+    from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType
 
     from journald.storage.jetstream_buckets import ROLES, bucket_name
+    from journald.storage.jetstream_leases import lease_bucket_name
 
     for role in ROLES:
         fields: dict[str, Any] = {"storage": StorageType.FILE, "replicas": replicas, **overrides}
         await nc.jetstream().create_object_store(
             bucket_name(stream, role), ObjectStoreConfig(**fields)
+        )
+    if leases:
+        await nc.jetstream().create_key_value(
+            KeyValueConfig(
+                bucket=lease_bucket_name(stream),
+                storage=StorageType.FILE,
+                replicas=replicas,
+                history=1,
+                limit_marker_ttl=1.0,
+            )
         )
 
 
@@ -312,6 +326,10 @@ async def delete_stream(url: str | list[str], name: str) -> None:
         for role in ROLES:
             with contextlib.suppress(Exception):
                 await nc.jetstream().delete_object_store(bucket_name(name, role))
+        from journald.storage.jetstream_leases import lease_bucket_name
+
+        with contextlib.suppress(Exception):
+            await nc.jetstream().delete_key_value(lease_bucket_name(name))
     finally:
         await nc.close()
 

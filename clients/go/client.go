@@ -36,10 +36,15 @@ type options struct {
 	maxMessageBytes int
 	messageWindow   uint32
 	dial            []grpc.DialOption
+	daemonUID       *int
 }
 
 // WithSocket dials this socket path instead of DefaultSocketPath().
 func WithSocket(path string) Option { return func(o *options) { o.socket = path } }
+
+// WithDaemonUID sets the uid the daemon runs as (default: $JOURNALD_DAEMON_UID, a uid or a
+// user name, else this process's uid); Connect refuses a socket owned by anyone else but root.
+func WithDaemonUID(uid int) Option { return func(o *options) { o.daemonUID = &uid } }
 
 // WithClock sets the clock that stamps record `ts` and the meta `created` (tests use a
 // fixed clock so journals are byte-identical run to run).
@@ -80,6 +85,10 @@ func Connect(ctx context.Context, opts ...Option) (*Client, error) {
 	}
 	if o.clientName == "" {
 		o.clientName = "journald-go"
+	}
+	// who owns the socket is checked before anything is dialed (docs/protocol.md#peer-identity)
+	if err := checkSocket(o.socket, o.daemonUID); err != nil {
+		return nil, err
 	}
 	target, err := Target(o.socket)
 	if err != nil {

@@ -46,6 +46,7 @@ const (
 	CodeInternal                = "internal"
 	CodeResponseTooLarge        = "response_too_large"
 	CodeUnsupported             = "unsupported"
+	CodePermissionDenied        = "permission_denied"
 	CodeResourceExhausted       = "resource_exhausted"
 )
 
@@ -111,6 +112,9 @@ var (
 	ErrInternal                = &Error{Code: CodeInternal, Status: codes.Internal}
 	ErrResponseTooLarge        = &Error{Code: CodeResponseTooLarge, Status: codes.ResourceExhausted}
 	ErrUnsupported             = &Error{Code: CodeUnsupported, Status: codes.Unimplemented}
+	// ErrPermissionDenied: the run belongs to another uid of a shared daemon, or (raised by
+	// Connect itself, before dialing) the socket is not owned by the expected daemon uid.
+	ErrPermissionDenied = &Error{Code: CodePermissionDenied, Status: codes.PermissionDenied}
 	// ErrResourceExhausted: a per-peer limit of the daemon was reached (Metadata["limit"],
 	// Metadata["flag"]); release what you hold before retrying, never in a tight loop.
 	ErrResourceExhausted = &Error{Code: CodeResourceExhausted, Status: codes.ResourceExhausted}
@@ -127,6 +131,7 @@ func init() {
 		ErrTurnRunning, ErrCheckpointNotFound, ErrSessionMismatch, ErrCheckpointImportInvalid,
 		ErrAttachmentNotFound, ErrInvalidCheckpointID, ErrInvalidDigest, ErrInvalidRequest,
 		ErrBackendUnavailable, ErrStorageFull, ErrInternal, ErrResponseTooLarge, ErrUnsupported,
+		ErrPermissionDenied,
 		ErrResourceExhausted,
 	} {
 		Sentinels[s.Code] = s

@@ -1,5 +1,6 @@
-"""The client commands of the journald CLI: ``ls``, ``show``, ``replay``, ``tail``, ``rm``,
-``verify``. Every one talks to the daemon through ``journald_client`` (never to the files).
+"""The client commands of the journald CLI: ``ls``, ``show``, ``replay``, ``tail``, ``rm``
+(``verify`` is ``journald.cli.verify``). Every one talks to the daemon through
+``journald_client`` (never to the files).
 
 Adding a command: write ``add(parser)`` (its arguments) and ``run(ctx, args) -> exit code``,
 then add ``Command("name", "help", add, run)`` to its module's ``COMMANDS`` (the modules are
@@ -41,7 +42,7 @@ from journald_client import (
     RunInfo,
     RunState,
 )
-from journald_client.paths import default_socket_path
+from journald_client.paths import check_socket, default_socket_path
 
 from journald import replay
 from journald.replay import Line, cell_width, elide_end, one_line
@@ -101,6 +102,7 @@ class Context:
         daemon to finish the connection handshake."""
         if self._client is None:
             path = self.socket_path.removeprefix("unix:")
+            check_socket(path)  # whose socket it is, before even the probe dials it
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.connect(path)
@@ -585,7 +587,7 @@ def _run_tail(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# --- rm, verify ------------------------------------------------------------------------
+# --- rm --------------------------------------------------------------------------------
 
 
 def _add_rm(p: argparse.ArgumentParser) -> None:
@@ -603,24 +605,6 @@ def _run_rm(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_NOT_FOUND
 
 
-def _add_verify(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="run id")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _run_verify(ctx: Context, args: argparse.Namespace) -> int:
-    v = ctx.client.verify(args.run)
-    if args.json:
-        ctx.json(asdict(v))
-    else:
-        ctx.text(
-            f"ok: run {args.run}: {v.records} records in {v.segments} segment"
-            f"{'s' if v.segments != 1 else ''}, hash chain intact, last seq {v.last_seq}, "
-            f"last hash {v.last_hash}"
-        )
-    return EXIT_OK
-
-
 COMMANDS = (
     Command("ls", "list runs, newest first", _add_ls, _run_ls),
     Command("show", "a run's status, model, counters and pending turn", _add_show, _run_show),
@@ -632,5 +616,4 @@ COMMANDS = (
     ),
     Command("tail", "print a run's last records; -f follows appends live", _add_tail, _run_tail),
     Command("rm", "delete a run and its co-located checkpoints", _add_rm, _run_rm),
-    Command("verify", "check a run's hash chain and record schemas", _add_verify, _run_verify),
 )

@@ -113,6 +113,7 @@ def nats_options(args: argparse.Namespace) -> NatsOptions:
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from journald.server import fairness
+    from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S, DEFAULT_SCRUB_INTERVAL_S
     from journald.server.startup import EXIT_CODES
     from journald.storage import registry
     from journald.storage.io_pool import DEFAULT_EXECUTOR_THREADS, DEFAULT_IO_THREADS
@@ -147,7 +148,18 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--socket-mode", type=_octal_mode, default=0o600, help="socket file mode (octal, 0600)"
     )
-    p.add_argument("--socket-group", default=None, help="group to share the socket with")
+    p.add_argument(
+        "--socket-group",
+        default=None,
+        help="group to share the socket with (its directory becomes 0750 in that group); a "
+        "shared socket learns each peer's uid, and a run belongs to the uid that created it",
+    )
+    p.add_argument(
+        "--shared-runs",
+        action="store_true",
+        help="on a shared socket, let every peer read, write and delete every run (without "
+        "it, a uid other than root and the daemon's touches only the runs it created)",
+    )
     p.add_argument(
         "--max-message-bytes",
         type=_size,
@@ -175,6 +187,21 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     fairness.add_arguments(p)
     p.add_argument(
+        "--scrub-bytes-per-s",
+        type=_size,
+        default=DEFAULT_SCRUB_BYTES_PER_S,
+        help="read budget of the background scrubber, which verifies every run in turn "
+        "(default 2 MiB: a 1 GB data directory in about 10 minutes; 0 disables it)",
+    )
+    p.add_argument(
+        "--scrub-interval-s",
+        type=float,
+        default=DEFAULT_SCRUB_INTERVAL_S,
+        help="seconds from the end of one scrub pass to the start of the next (default "
+        f"{DEFAULT_SCRUB_INTERVAL_S:.0f}; the first starts a minute after the daemon, or "
+        "sooner for a shorter interval; 0 disables it)",
+    )
+    p.add_argument(
         "--checkpoint-dir",
         type=Path,
         default=None,
@@ -182,6 +209,22 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--checkpoint-max", type=int, default=0, help="checkpoints kept per run (0 = no limit)"
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=_positive,
+        default=3,
+        metavar="SECONDS",
+        help="jetstream: a daemon that dies holding runs blocks them on other hosts for at most "
+        "this many seconds after its last renewal (renewed every third of it; default 3)",
+    )
+    p.add_argument(
+        "--nats-leader-wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="jetstream: how long start-up waits for the stream and its buckets to have a "
+        "leader (a cluster electing after a node loss) before exiting 5 (default 30)",
     )
 
 
@@ -217,9 +260,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         segmentation=not args.no_segments,
         checkpoint_dir=args.checkpoint_dir.absolute() if args.checkpoint_dir else None,
         checkpoint_max=args.checkpoint_max,
+        shared_runs=args.shared_runs,
         io_threads=args.io_threads,
         blocking_threads=args.blocking_threads,
         shares=fairness.from_args(args),
+        lease_ttl_s=float(args.lease_ttl),
+        leader_wait_s=max(args.nats_leader_wait, 0.0),
+        scrub_bytes_per_s=args.scrub_bytes_per_s,
+        scrub_interval_s=args.scrub_interval_s,
     )
     return run(cfg)
 
@@ -227,10 +275,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def command_modules() -> list[Any]:
     """Every module that contributes client commands (each has a ``COMMANDS`` tuple); the one
     place a new command module is added."""
-    from journald.cli import checkpoints, commands, recover
+    from journald.cli import checkpoints, commands, recover, verify
     from journald.view import command as view
 
-    return [commands, checkpoints, recover, view]
+    return [commands, checkpoints, recover, verify, view]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -213,6 +213,14 @@ class Unsupported(JournaldError):
     grpc_status = "UNIMPLEMENTED"
 
 
+class PermissionDenied(JournaldError):
+    """The caller's uid may not touch this run: another uid of a shared daemon created it
+    (docs/design.md#who-may-talk-to-whom)."""
+
+    code = "permission_denied"
+    grpc_status = "PERMISSION_DENIED"
+
+
 class ResourceExhausted(JournaldError):
     """A per-peer limit of the daemon (connections, calls, leases, in-flight bytes, a Watch
     buffer) was reached. ``metadata`` names the ``limit``, its ``limit_value`` and the

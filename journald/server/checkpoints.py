@@ -317,7 +317,8 @@ class CheckpointRpcs:
         if request.checkpoint_id:
             await self.runs.require_run(source)
             cp = await self._checkpoint_of(source, request.checkpoint_id)
-            async with self.runs.head(source, "", write=False) as held:
+            # only the source's facts (fingerprint, prompt): a run held elsewhere may move on
+            async with self.runs.head(source, "", write=False, exclusive=False) as held:
                 src = held.state
             msgs, at_seq = cp.messages, cp.meta.seq
         else:

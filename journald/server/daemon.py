@@ -4,7 +4,8 @@ Start-up (``journald.server.startup``): take an exclusive lock on the data direc
 (``<data_dir>/daemon.lock``, holding the pid) so two daemons never share one; open the store;
 bind the unix socket (directory 0700, socket 0600 unless told otherwise; a stale socket left by
 a dead daemon is replaced, a live one is refused); serve JournalService plus the standard
-health and reflection services on a uvloop event loop.
+health and reflection services on a uvloop event loop; start the background scrubber
+(``journald.server.scrub``), which verifies every run at its I/O budget.
 
 Shutdown: the first SIGTERM/SIGINT stops accepting calls, ends every lease stream with a
 ``shutdown`` event, lets in-flight appends reach the disk, closes the store and exits 0; a
@@ -38,15 +39,19 @@ from journald import telemetry
 from journald.core.errors import JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
 from journald.server.fairness import FairShares, PeerBudget, server_options
+from journald.server.peers import PeerGate
 from journald.server.runs import Limits
+from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S, DEFAULT_SCRUB_INTERVAL_S, Scrubber
 from journald.server.service import JournalService
 from journald.server.startup import (
     DataDirLocked,
     StartupRefused,
+    check_socket_place,
     lock_data_dir,
     prepare_socket,
     raise_fd_limit,
     refusal,
+    shares_socket,
 )
 from journald.storage.checkpoint_base import seed_ids
 from journald.storage.io_pool import (
@@ -81,9 +86,14 @@ class ServeConfig:
     shutdown_grace_s: float = 10.0
     checkpoint_dir: Path | None = None
     checkpoint_max: int = 0
+    shared_runs: bool = False
     io_threads: int = DEFAULT_IO_THREADS
     blocking_threads: int = DEFAULT_EXECUTOR_THREADS
     shares: FairShares = field(default_factory=FairShares)
+    lease_ttl_s: float = 3.0
+    leader_wait_s: float = 30.0
+    scrub_bytes_per_s: int = DEFAULT_SCRUB_BYTES_PER_S
+    scrub_interval_s: float = DEFAULT_SCRUB_INTERVAL_S
 
 
 def backend_options(cfg: ServeConfig) -> BackendOptions:
@@ -99,6 +109,8 @@ def backend_options(cfg: ServeConfig) -> BackendOptions:
         nats=cfg.nats,
         check_fsync=True,
         io_threads=cfg.io_threads,
+        lease_ttl_s=cfg.lease_ttl_s,
+        leader_wait_s=cfg.leader_wait_s,
     )
 
 
@@ -106,6 +118,7 @@ async def serve(
     cfg: ServeConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
 ) -> int:
     """Serve until SIGTERM/SIGINT (or until ``stop`` is set, for in-process use)."""
+    check_socket_place(cfg.socket_path, cfg.socket_group)
     lock = lock_data_dir(cfg.data_dir)
     # Reads, lock files and every other asyncio.to_thread queue on a fixed number of threads
     # (docs/design.md#io-threads-and-file-descriptors).
@@ -114,8 +127,13 @@ async def serve(
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         opened = await open_backend(cfg.backend, backend_options(cfg))
-        # checkpoint ids keep sorting after every stored one, whatever the clock did since
-        seed_ids(await opened.checkpoints.newest_id())
+        try:
+            await opened.start()
+            # checkpoint ids keep sorting after every stored one, whatever the clock did since
+            seed_ids(await opened.checkpoints.newest_id())
+        except BaseException:
+            await opened.close()
+            raise
         limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
         budget = PeerBudget(shares)
         service = JournalService(
@@ -124,43 +142,42 @@ async def serve(
             opened.checkpoints,
             cfg.checkpoint_max,
             opened.attachments,
+            opened.leases,
             budget,
         )
         service.hub.buffer_bytes = shares.watch_buffer_bytes
         telemetry.observe_leases(lambda: len(service.leases))
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", cfg.max_message_bytes),
-                ("grpc.max_send_message_length", cfg.max_message_bytes),
-                ("grpc.so_reuseport", 0),
-                *server_options(shares),
-            ]
-        )
         trimmer = memory.Trimmer()
-        edge.add_service(server, service.parts(), cfg.max_message_bytes, trimmer.note, budget)
-        health_servicer = health_aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            [
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ],
-            server,
-        )
-        try:
-            server.add_insecure_port(f"unix://{cfg.socket_path}")
-        except RuntimeError as exc:
-            raise StartupRefused(
-                f"cannot listen on socket {cfg.socket_path} ({exc}); check that its directory "
-                "is writable, or pass another --socket"
-            ) from None
-        await server.start()
+        shared = shares_socket(cfg.socket_mode, cfg.socket_group)
+        service.runs.owners.enforcing = shared
+        service.runs.owners.shared_runs = cfg.shared_runs
+        servers: list[tuple[grpc.aio.Server, health_aio.HealthServicer]] = []
+
+        async def serve_on(path: Path, peer: int | None) -> None:
+            server, health = grpc_server(cfg, service, trimmer, peer)
+            try:
+                server.add_insecure_port(f"unix://{path}")
+            except RuntimeError as exc:
+                raise StartupRefused(
+                    f"cannot listen on socket {path} ({exc}); check that its directory "
+                    "is writable, or pass another --socket"
+                ) from None
+            await server.start()
+            servers.append((server, health))
+            for name in ("", SERVICE_NAME):
+                await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+        gate: PeerGate | None = None
+        if shared:
+            # several uids may dial the socket: learn each one's uid (journald.server.peers)
+            gate = PeerGate(cfg.socket_path, lambda uid, path: serve_on(path, uid))
+            await gate.start()
+        else:
+            await serve_on(cfg.socket_path, None)
         os.chmod(cfg.socket_path, cfg.socket_mode)
         if cfg.socket_group:
             os.chown(cfg.socket_path, -1, grp.getgrnam(cfg.socket_group).gr_gid)
-        for name in ("", SERVICE_NAME):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        bound = os.lstat(cfg.socket_path)
         log.info(
             "journald serving on %s (backend %s, data %s)",
             cfg.socket_path,
@@ -190,14 +207,26 @@ async def serve(
         if ready is not None:
             ready.set()
         trimming = loop.create_task(trimmer.run())
+        scrubber = Scrubber(
+            opened.records, service.runs.scrubs, cfg.scrub_bytes_per_s, cfg.scrub_interval_s
+        )
+        scrubbing = loop.create_task(scrubber.run())
+        watching = loop.create_task(watch_socket(cfg.socket_path, bound))
         await stop.wait()
         trimming.cancel()
+        scrubbing.cancel()
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await scrubbing
         log.info("shutting down: ending leases, finishing in-flight appends")
-        await health_servicer.enter_graceful_shutdown()
+        if gate is not None:
+            await gate.close()
+        for _, health in servers:
+            await health.enter_graceful_shutdown()
         await service.shutdown()
-        await server.stop(cfg.shutdown_grace_s)
+        await asyncio.gather(*(server.stop(cfg.shutdown_grace_s) for server, _ in servers))
         await opened.close()
-        with contextlib.suppress(FileNotFoundError):
+        if still_ours(cfg.socket_path, bound):
             cfg.socket_path.unlink()
         return 0
     finally:
@@ -205,6 +234,68 @@ async def serve(
 
 
 SWITCH_INTERVAL_S = 0.001
+
+
+def grpc_server(
+    cfg: ServeConfig, service: JournalService, trimmer: memory.Trimmer, peer: int | None
+) -> tuple[grpc.aio.Server, health_aio.HealthServicer]:
+    """JournalService, health and reflection on a new server; ``peer``: the uid of every
+    peer it will have (a shared socket's per-uid server), None for a private socket."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", cfg.max_message_bytes),
+            ("grpc.max_send_message_length", cfg.max_message_bytes),
+            ("grpc.so_reuseport", 0),
+            *server_options(service.budget.shares),
+        ]
+    )
+    edge.add_service(
+        server,
+        service.parts(),
+        cfg.max_message_bytes,
+        trimmer.note,
+        owners=service.runs.owners,
+        peer_uid=peer,
+        budget=service.budget,
+    )
+    health_servicer = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [
+            SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
+    return server, health_servicer
+
+
+def still_ours(path: Path, bound: os.stat_result) -> bool:
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino)
+
+
+SOCKET_CHECK_EVERY_S = 10.0
+
+
+async def watch_socket(path: Path, bound: os.stat_result) -> None:
+    """Log once when the socket this daemon listens on is moved or replaced: clients that
+    dial the path no longer reach it (only the daemon's uid or root can do that)."""
+    while True:
+        await asyncio.sleep(SOCKET_CHECK_EVERY_S)
+        if not still_ours(path, bound):
+            break
+    log.error(
+        "the socket %s was moved or replaced: clients dialing it no longer reach this daemon "
+        "(and may reach whatever is there now); restart the daemon",
+        path,
+    )
+
+
 GC_YOUNG_THRESHOLD = 20_000
 """Allocations between young-generation collections (CPython's default is 700)."""
 

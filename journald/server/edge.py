@@ -51,9 +51,12 @@ from journald.core.errors import (
     clip,
 )
 from journald.server.fairness import BACKGROUND_RPCS, FairShares, PeerBudget, call_budget
+from journald.server.owners import PEER_UID, Owners
 from journald.storage.io_pool import BACKGROUND
 
 log = logging.getLogger("journald.server")
+_CHECKED_INSIDE = frozenset({"Open", "List"})
+"""RPCs that check their runs' owners themselves (docs/design.md#who-may-talk-to-whom)."""
 DOMAIN = "journald"
 ERROR_TRAILER = "journald-error-bin"
 STATUS_TRAILER = "grpc-status-details-bin"
@@ -278,13 +281,31 @@ class Edge:
         parts: Sequence[Any],
         max_message_bytes: int,
         on_size: Callable[[int], None],
-        budget: PeerBudget,
+        owners: Owners | None = None,
+        peer_uid: int | None = None,
+        budget: PeerBudget | None = None,
     ) -> None:
         self.parts = parts
         self.cap = max_message_bytes
         self.on_size = on_size
         self.undecodable = PeerLog()
-        self.budget = budget
+        self.budget = budget or PeerBudget(FairShares().resolved())
+        self.owners = owners if owners is not None and owners.enforcing else None
+        """Checks every run a call names against the peer's uid (a shared daemon only)."""
+        self.peer_uid = peer_uid
+
+    async def _admitted(self, context: Ctx, name: str, request: Any) -> bool:
+        """Sets the call's peer; False (refused, status set) when it names a run of another
+        uid. Open checks under the run's opening lock instead (a run may appear meanwhile)."""
+        PEER_UID.set(self.peer_uid)
+        if self.owners is None or name in _CHECKED_INSIDE:
+            return True
+        try:
+            await self.owners.check(request.run_id)
+        except JournaldError as err:
+            send(context, refusal(err))
+            return False
+        return True
 
     def _refuse_undecodable(self, context: Ctx, method: str, bad: Undecodable) -> None:
         self.undecodable.note(context.peer(), method, bad)
@@ -308,6 +329,8 @@ class Edge:
         async def unary_unary(request: Any, context: Ctx) -> bytes | None:
             if isinstance(request, Undecodable):
                 self._refuse_undecodable(context, name, request)
+                return None
+            if not await self._admitted(context, name, request):
                 return None
             if background:  # this call's task alone: its reads queue on the read threads
                 BACKGROUND.set(True)
@@ -333,6 +356,8 @@ class Edge:
             if isinstance(request, Undecodable):
                 self._refuse_undecodable(context, name, request)
                 return
+            if not await self._admitted(context, name, request):
+                return
             if background:
                 BACKGROUND.set(True)
             try:
@@ -352,9 +377,12 @@ class Edge:
                 if isinstance(request, Undecodable):
                     self.undecodable.note(context.peer(), name, request)
                     raise undecodable_error(request, name)
+                if self.owners is not None:
+                    await self.owners.check(request.append.run_id)
                 yield request
 
         async def stream_stream(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:
+            PEER_UID.set(self.peer_uid)
             try:
                 held = call_budget(budget, context, name)
                 held.__enter__()
@@ -391,11 +419,15 @@ def add_service(
     parts: Sequence[Any],
     max_message_bytes: int,
     on_size: Callable[[int], None] = lambda size_bytes: None,
+    owners: Owners | None = None,
+    peer_uid: int | None = None,
     budget: PeerBudget | None = None,
 ) -> None:
     """Register ``parts`` as journald.v1.JournalService (in place of the generated helper);
-    every call holds its share of ``budget`` (docs/design.md#fair-shares) while it runs."""
-    edge = Edge(parts, max_message_bytes, on_size, budget or PeerBudget(FairShares().resolved()))
+    ``peer_uid``: the uid of every peer of ``server`` (journald.server.peers), whose calls
+    ``owners`` checks; every call holds its share of ``budget`` (docs/design.md#fair-shares)
+    while it runs."""
+    edge = Edge(parts, max_message_bytes, on_size, owners, peer_uid, budget)
     handlers = {m.name: edge.handler(m) for m in SERVICE.methods}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)

@@ -3,8 +3,9 @@
 
 * **Who is a peer** is decided here and nowhere else (``peer_key``). gRPC Python hands the
   servicer no credentials of a unix-socket peer (``context.peer()`` is ``unix:`` for every
-  connection), so today every caller of one socket is one peer: the socket's mode admits one
-  uid (0600) or one group. A per-uid identity plugs in by changing this one function.
+  connection). A shared socket serves each uid on a gRPC server of its own
+  (``journald.server.peers``), which names the uid (``owners.PEER_UID``): there a peer is
+  a uid. On a private socket (0600: one uid) every caller is one peer.
 * **Per-peer budgets** (``PeerBudget``): concurrent calls (lease streams apart), leases and
   bytes of appends in flight. A call over a budget is refused at once with
   ``resource_exhausted`` naming the limit and the flag that raises it; a refusal holds
@@ -28,6 +29,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from journald.core.errors import limit_reached
+from journald.server.owners import PEER_UID
 from journald.storage.io_pool import DEFAULT_READ_THREADS
 
 MiB = 1024 * 1024
@@ -171,7 +173,12 @@ def call_budget(
 
 
 def peer_key(context: Any) -> str:
-    """The one definition of "the peer" a budget is counted for (see the module doc)."""
+    """The one definition of "the peer" a budget is counted for (see the module doc): the
+    uid of a shared socket's per-uid server (``owners.PEER_UID``, set by the edge), else the
+    transport's peer, which for a private unix socket is every caller alike."""
+    uid = PEER_UID.get()
+    if uid is not None:
+        return f"uid {uid}"
     peer = str(context.peer() or "")
     return "local" if peer in ("", "unix:") else peer
 

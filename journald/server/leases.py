@@ -38,6 +38,16 @@ class Holder:
         who = self.name or "an unnamed client"
         return f"{who} (pid {self.pid} on {self.host or 'an unknown host'}) since {self.since}"
 
+    def as_doc(self) -> dict[str, object]:
+        """What a cross-host lease entry says of its holder."""
+        return {
+            "name": self.name,
+            "pid": self.pid,
+            "host": self.host,
+            "cwd": self.cwd,
+            "since": self.since,
+        }
+
 
 @dataclass(eq=False)
 class Lease:
@@ -70,6 +80,8 @@ class LeaseTable:
         self._closing: dict[str, asyncio.Task[None]] = {}
         self.on_close: Callable[[Lease], Awaitable[None]] | None = None
         """Runs under the lease lock when a lease ends, before its journal closes."""
+        self.on_closed: Callable[[str], Awaitable[None]] | None = None
+        """Runs once the journal is closed (the run's cross-host lease is released)."""
 
     def __len__(self) -> int:
         return len(self._by_run)
@@ -133,7 +145,11 @@ class LeaseTable:
                         await self.on_close(lease)
                     except Exception:  # a hook never keeps a journal open
                         log.exception("lease close hook failed for run %s", lease.run_id)
-                await lease.journal.close()
+                try:
+                    await lease.journal.close()
+                finally:
+                    if self.on_closed is not None:
+                        await self.on_closed(lease.run_id)
 
         # background work: a dying client's thousand closes queue on the read threads and
         # behind every foreground write, never in front of an Open (docs/design.md#fair-shares)
@@ -254,11 +270,15 @@ class WatchHub:
             if not subs:
                 del self._subs[run_id]
 
+    @staticmethod
+    def encode(records: Sequence[Record]) -> list[Published]:
+        return [(r.seq, pb.WatchResponse(record=record_to_pb(r, payload=False))) for r in records]
+
     def publish(self, run_id: str, records: Sequence[Record]) -> None:
         subs = self._subs.get(run_id)
         if not subs:
             return  # no tail: nothing to encode
-        out = [(r.seq, pb.WatchResponse(record=record_to_pb(r, payload=False))) for r in records]
+        out = self.encode(records)
         size = sum(len(r.raw) for r in records) or 1
         for q in subs:
             q.put(out, size)

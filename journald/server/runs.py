@@ -18,6 +18,11 @@ appends:
   operation (a concurrent ``Open`` gets ``locked`` naming the daemon), then releases it;
 * no lease is held and the operation only reads: it folds the stored records (from the run's
   snapshot on, when that still matches).
+
+Across hosts (JetStream, ``host``): every lease this daemon grants, its own included, first
+takes the run's entry in the stream's lease bucket, and an operation that copies the head of
+a run no lease here holds is refused ``locked`` while another daemon holds it
+(docs/design.md#leases-across-hosts).
 """
 
 from __future__ import annotations
@@ -45,9 +50,11 @@ from journald.core.errors import (
 )
 from journald.core.fold import QUARANTINE, RunState, fold_into
 from journald.core.records import Record
-from journald.server.leases import Lease, LeaseTable, WatchHub, new_holder
+from journald.server.leases import Holder, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.marks import FoldMarks, mark_due, mark_of
-from journald.storage.base import AppendResult, Store
+from journald.server.owners import Owners
+from journald.server.scrub import ScrubRecords
+from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.pipeline import Draft, OnDurable, RecordDraft, Ticket
 from journald.validation import validate_record
@@ -215,6 +222,11 @@ def stored_bytes(key: Any) -> int:
     return key[4] if isinstance(key, tuple) and len(key) == 5 else 0
 
 
+def daemon_holder() -> Holder:
+    """The holder the daemon names when it holds a run itself for an operation."""
+    return new_holder(DAEMON_HOLDER, os.getpid(), socket.gethostname(), "")
+
+
 @dataclass(slots=True)
 class Held:
     """The run's state for an operation, and the lease to append through (if writing)."""
@@ -232,16 +244,24 @@ class Runs:
         checkpoints: CheckpointStore,
         checkpoint_max: int,
         attachments: AttachmentStore,
+        host: HostLeases | None = None,
     ) -> None:
         self.store = store
+        self.host = host
+        """Who holds each run across hosts (JetStream), None when runs stay on one host."""
         self.limits = limits
         self.checkpoints = checkpoints
         self.checkpoint_max = checkpoint_max
         self.attachments = attachments
         self.marks = FoldMarks(checkpoints)
+        self.owners = Owners(checkpoints, store.exists)
         self.leases = LeaseTable()
         self.leases.on_close = self._lease_closed
+        self.leases.on_closed = self.free_host
+        if host is not None:
+            host.on_lost = self._host_leases_lost
         self.hub = WatchHub()
+        self.scrubs = ScrubRecords(store, checkpoints)
         self._dormant = RunCache(DORMANT_CACHE_RUNS)
 
     # --- records --------------------------------------------------------------------------
@@ -320,16 +340,49 @@ class Runs:
         """Lease-close hook: the marks and snapshot of the state as stored."""
         await self.marks.save_on_close(lease, await self.settled_state(lease))
 
+    # --- cross-host leases (docs/design.md#leases-across-hosts) ------------------------------
+
+    async def take_host(self, run_id: str, holder: Holder) -> None:
+        """Hold the run across hosts for ``holder`` (caller holds the run's opening lock and
+        no local lease exists): ``Locked`` naming the holder when another daemon has it."""
+        if self.host is not None:
+            await self.host.acquire(run_id, holder.as_doc())
+
+    async def free_host(self, run_id: str) -> None:
+        if self.host is not None:
+            await self.host.release(run_id)
+
+    def _host_leases_lost(self, runs: list[str]) -> None:
+        for run_id in runs:
+            lease = self.leases.held(run_id)
+            if lease is not None:
+                log.warning("run %s: the cross-host lease is lost; ending its lease", run_id)
+                lease.end("lease_lost")
+
+    @contextlib.asynccontextmanager
+    async def unheld(self, run_id: str) -> AsyncIterator[None]:
+        """No lease on the run exists, here or on another host, while the body runs (the
+        daemon holds it across hosts): ``Locked`` naming the holder otherwise."""
+        async with self.leases.unheld(run_id):
+            await self.take_host(run_id, daemon_holder())
+            try:
+                yield
+            finally:
+                await self.free_host(run_id)
+
     # --- state ----------------------------------------------------------------------------
 
     async def fold_for_read(self, run_id: str) -> RunState:
         """A dormant run's state for a read: from its snapshot when that still matches.
-        Writes nothing."""
+        Writes nothing. Refused while the scrubber's finding of damage holds."""
+        await self.scrubs.refuse_if_damaged(run_id)
         return await fold_stored(self.store, run_id, None, await self.marks.load_snapshot(run_id))
 
     async def fold_for_writer(self, run_id: str) -> RunState:
         """The run's state for a lease about to be granted: from its snapshot when that still
-        matches, collecting the marks its lease saves when it ends."""
+        matches, collecting the marks its lease saves when it ends. Refused while the
+        scrubber's finding of damage holds (docs/design.md#scrubbing)."""
+        await self.scrubs.refuse_if_damaged(run_id)
         doc = await self.marks.load_index(run_id)
         snapshot = await self.marks.load_snapshot(run_id)
         at = snapshot.last_seq if snapshot is not None else 0
@@ -350,7 +403,9 @@ class Runs:
     async def dormant_state(self, run_id: str) -> tuple[Any, RunState]:
         """The folded state of a run no lease holds, and its cache key (None when the store
         cannot say; then it is folded every time). The key is what ``Store.info`` reports, so
-        any append, prune or re-creation changes it."""
+        any append, prune or re-creation changes it. A kept state is not served once the
+        scrubber found the run damaged."""
+        await self.scrubs.refuse_if_damaged(run_id)
         try:
             info = await self.store.info(run_id)
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely
@@ -377,28 +432,16 @@ class Runs:
     @contextlib.asynccontextmanager
     async def daemon_lease(self, run_id: str, create: Record | None = None) -> AsyncIterator[Lease]:
         """Hold ``run_id`` as the daemon for one operation (``create``: make the run first)."""
-        holder = new_holder(DAEMON_HOLDER, os.getpid(), socket.gethostname(), "")
+        holder = daemon_holder()
         async with self.leases.opening_lock(run_id):
             self.leases.refuse_if_held(run_id)
             await self.leases.wait_closed(run_id)
-            if create is not None:
-                if await self.store.exists(run_id):
-                    raise SessionExists(
-                        f"run {run_id} already exists; fork into another id",
-                        metadata={"run_id": run_id},
-                    )
-                journal = await self.store.create(create)
-                state = fold_into(RunState(), (create,))
-                self.marks.created(run_id)
-            else:
-                await self.require_run(run_id)
-                journal = await self.store.open(run_id)
-                try:
-                    state = await self.fold_for_writer(run_id)
-                except BaseException:
-                    await journal.close()
-                    raise
-            lease = self.leases.grant(run_id, holder, journal, state)
+            await self.take_host(run_id, holder)
+            try:
+                lease = await self._grant_own(run_id, holder, create)
+            except BaseException:
+                await self.free_host(run_id)
+                raise
         try:
             async with lease.lock:
                 yield lease
@@ -406,9 +449,34 @@ class Runs:
             self.leases.release(lease)
             await self.leases.wait_closed(run_id)
 
+    async def _grant_own(self, run_id: str, holder: Holder, create: Record | None) -> Lease:
+        if create is not None:
+            if await self.store.exists(run_id):
+                raise SessionExists(
+                    f"run {run_id} already exists; fork into another id",
+                    metadata={"run_id": run_id},
+                )
+            journal = await self.store.create(create)
+            state = fold_into(RunState(), (create,))
+            self.marks.created(run_id)
+            await self.owners.claim(run_id, journal)
+        else:
+            await self.require_run(run_id)
+            journal = await self.store.open(run_id)
+            try:
+                state = await self.fold_for_writer(run_id)
+            except BaseException:
+                await journal.close()
+                raise
+        return self.leases.grant(run_id, holder, journal, state)
+
     @contextlib.asynccontextmanager
-    async def head(self, run_id: str, lease_id: str, write: bool) -> AsyncIterator[Held]:
-        """The run's head, serialized with its appends (see the module doc)."""
+    async def head(
+        self, run_id: str, lease_id: str, write: bool, exclusive: bool = True
+    ) -> AsyncIterator[Held]:
+        """The run's head, serialized with its appends (see the module doc); ``exclusive``
+        (an operation that checkpoints or copies the head): refused ``locked`` while another
+        host holds the run, whose head moves under it."""
         lease = self.leases.held(run_id)
         if lease is None and lease_id:
             raise LeaseLost(
@@ -431,5 +499,7 @@ class Runs:
             async with self.daemon_lease(run_id) as own:
                 yield Held(own.state, own, "")
             return
+        if exclusive and self.host is not None:
+            await self.host.refuse_if_held_elsewhere(run_id)
         await self.require_run(run_id)
         yield Held(await self.fold_for_read(run_id), None, "")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from journald_client.pb import journal_pb2 as pb
 from journald import telemetry
 from journald.clock import utc_ts
 from journald.core import governance
+from journald.core.checkpoints import CheckpointMeta
 from journald.core.errors import (
     InvalidArgumentError,
     InvalidRecord,
@@ -30,7 +31,7 @@ from journald.core.fingerprint import check_gates, diff
 from journald.core.fold import Message, RunState, fold_into, resume_warnings
 from journald.core.records import GENESIS, Record, validate_id
 from journald.server.attachments import AttachmentRpcs
-from journald.server.checkpoints import CheckpointRpcs
+from journald.server.checkpoints import CheckpointRpcs, meta_to_pb
 from journald.server.convert import (
     fingerprint_from_pb,
     governance_to_pb,
@@ -41,10 +42,10 @@ from journald.server.convert import (
 from journald.server.edge import streaming, unary
 from journald.server.fairness import FLAGS, FairShares, PeerBudget, peer_key
 from journald.server.history import HistoryRpcs
-from journald.server.leases import END, new_holder
+from journald.server.leases import END, Holder, Lease, Subscription, WatchHub, new_holder
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
-from journald.storage.base import Store
+from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.pipeline import Ticket
@@ -90,6 +91,34 @@ class PbDraft:
         return rec
 
 
+async def follow_other_hosts(
+    runs: Runs, run_id: str, queue: Subscription
+) -> Callable[[], Awaitable[None]]:
+    """Feed a tail's queue with what other daemons store for the run (records, checkpoints
+    created), when the backend shares runs between hosts (its stores can ``follow``); the
+    tail drops what it already has by seq and checkpoint id. Returns what stops it."""
+    subs: list[Any] = []
+
+    def record(rec: Record) -> None:
+        queue.put(WatchHub.encode([rec]), len(rec.raw) or 1)
+
+    def checkpoint(meta: CheckpointMeta) -> None:
+        event = pb.CheckpointEvent(kind="created", checkpoint=meta_to_pb(meta))
+        queue.put(event, event.ByteSize() or 1)
+
+    for store, deliver in ((runs.store, record), (runs.checkpoints, checkpoint)):
+        follow = getattr(store, "follow", None)
+        if follow is not None:
+            subs.append(await follow(run_id, deliver))
+
+    async def stop() -> None:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    return stop
+
+
 def locate(err: InvalidRecord, run_id: str, seq: int, field: str) -> InvalidRecord:
     """Give a refusal the ``run_id``, ``seq`` and ``field`` every ``invalid_record`` carries
     (docs/protocol.md#error-codes), keeping what the check that raised it already named."""
@@ -108,6 +137,7 @@ class JournalService:
         checkpoints: CheckpointStore | None = None,
         checkpoint_max: int = 0,
         attachments: AttachmentStore | None = None,
+        host: HostLeases | None = None,
         budget: PeerBudget | None = None,
     ) -> None:
         self.budget = budget or PeerBudget(FairShares().resolved())
@@ -117,6 +147,7 @@ class JournalService:
             checkpoints or MemoryCheckpointStore(),
             checkpoint_max,
             attachments or MemoryAttachmentStore(),
+            host,
         )
         self.store, self.limits = self.runs.store, self.runs.limits
         self.leases, self.hub = self.runs.leases, self.runs.hub
@@ -144,60 +175,17 @@ class JournalService:
         c = request.client
         holder = new_holder(c.name, c.pid, c.host, c.cwd)
         async with self.leases.opening_lock(run_id):
+            # under the opening lock (no run appears meanwhile), before `locked` names a holder
+            await self.runs.owners.check(run_id)
             self.leases.refuse_if_held(run_id)
             await self.leases.wait_closed(run_id)
-            exists = await self.store.exists(run_id)
-            mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
-            if exists and mode == pb.OPEN_MODE_CREATE:
-                raise SessionExists(
-                    f"run {run_id} already exists; resume it or pick another id",
-                    metadata={"run_id": run_id},
-                )
-            if not exists and mode == pb.OPEN_MODE_RESUME:
-                raise SessionNotFound(
-                    f"run {run_id} does not exist; start it instead of "
-                    "resuming (list runs with `journald ls`)",
-                    metadata={"run_id": run_id},
-                )
-            warnings: list[tuple[str, str]] = []
-            if exists:
-                # the writer indexes the run (fold marks for History, a snapshot for the
-                # next Open) and folds it from its last snapshot when that still matches
-                state = await self.runs.fold_for_writer(run_id)
-                assert state.fingerprint is not None
-                current = fingerprint_from_pb(request.fingerprint)
-                check_gates(
-                    run_id=run_id,
-                    stored=state.fingerprint,
-                    stored_interactive=state.interactive,
-                    completed=state.completed,
-                    current=current,
-                    current_interactive=request.interactive,
-                    force=request.force,
-                )
-                drift = diff(state.fingerprint, current)
-                if drift:
-                    warnings.append(
-                        (
-                            "fingerprint_drift_forced",
-                            "resumed with force despite drift: " + "; ".join(drift),
-                        )
-                    )
-                # right after the fold: the file store's open takes the active segment from
-                # that read instead of decoding it again, if the files did not change between
-                journal = await self.store.open(run_id)
-                if journal.repair is not None:
-                    warnings.append(("torn_tail_repaired", journal.repair.sentence()))
-                if journal.last_seq != state.last_seq:
-                    state = await self.runs.fold_for_writer(run_id)
-                warnings.extend(resume_warnings(state))
-            else:
-                telemetry.stamp_open(request, context)
-                meta = self._meta_record(run_id, request)
-                journal = await self.store.create(meta)
-                state = fold_into(RunState(), (meta,))
-                self.runs.marks.created(run_id)
-            lease = self.leases.grant(run_id, holder, journal, state)
+            # before any state is read: a run held through another daemon is refused here
+            await self.runs.take_host(run_id, holder)
+            try:
+                lease, exists, state, warnings = await self._grant(run_id, request, holder, context)
+            except BaseException:
+                await self.runs.free_host(run_id)
+                raise
         try:
             first = pb.OpenResponse(
                 lease=pb.Lease(
@@ -228,6 +216,66 @@ class JournalService:
             )
         finally:
             self.leases.release(lease)
+
+    async def _grant(
+        self, run_id: str, request: pb.OpenRequest, holder: Holder, context: Ctx
+    ) -> tuple[Lease, bool, RunState, list[tuple[str, str]]]:
+        """Create or resume the run for an Open (caller holds its opening lock and its
+        cross-host lease) and grant the lease."""
+        exists = await self.store.exists(run_id)
+        mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
+        if exists and mode == pb.OPEN_MODE_CREATE:
+            raise SessionExists(
+                f"run {run_id} already exists; resume it or pick another id",
+                metadata={"run_id": run_id},
+            )
+        if not exists and mode == pb.OPEN_MODE_RESUME:
+            raise SessionNotFound(
+                f"run {run_id} does not exist; start it instead of "
+                "resuming (list runs with `journald ls`)",
+                metadata={"run_id": run_id},
+            )
+        warnings: list[tuple[str, str]] = []
+        if exists:
+            # the writer indexes the run (fold marks for History, a snapshot for the
+            # next Open) and folds it from its last snapshot when that still matches
+            state = await self.runs.fold_for_writer(run_id)
+            assert state.fingerprint is not None
+            current = fingerprint_from_pb(request.fingerprint)
+            check_gates(
+                run_id=run_id,
+                stored=state.fingerprint,
+                stored_interactive=state.interactive,
+                completed=state.completed,
+                current=current,
+                current_interactive=request.interactive,
+                force=request.force,
+            )
+            drift = diff(state.fingerprint, current)
+            if drift:
+                warnings.append(
+                    (
+                        "fingerprint_drift_forced",
+                        "resumed with force despite drift: " + "; ".join(drift),
+                    )
+                )
+            # right after the fold: the file store's open takes the active segment from
+            # that read instead of decoding it again, if the files did not change between
+            journal = await self.store.open(run_id)
+            if journal.repair is not None:
+                warnings.append(("torn_tail_repaired", journal.repair.sentence()))
+            if journal.last_seq != state.last_seq:
+                state = await self.runs.fold_for_writer(run_id)
+            warnings.extend(resume_warnings(state))
+        else:
+            telemetry.stamp_open(request, context)
+            meta = self._meta_record(run_id, request)
+            journal = await self.store.create(meta)
+            state = fold_into(RunState(), (meta,))
+            self.runs.marks.created(run_id)
+            await self.runs.owners.claim(run_id, journal)
+        lease = self.leases.grant(run_id, holder, journal, state)
+        return lease, exists, state, warnings
 
     def _meta_record(self, run_id: str, request: pb.OpenRequest) -> Record:
         if not request.HasField("fingerprint") or not request.fingerprint.provider:
@@ -406,8 +454,11 @@ class JournalService:
     @unary
     async def List(self, request: pb.ListRequest, context: Ctx) -> pb.ListResponse:
         infos = await self.store.list()
+        if self.runs.owners.enforcing:
+            infos = [i for i in infos if await self.runs.owners.may_see(i.run_id)]
         if request.limit:
             infos = infos[: request.limit]
+        infos = await self.runs.scrubs.listed(infos)  # damage the scrubber found
         rows = []
         for i in infos:
             lease = self.leases.held(i.run_id)
@@ -436,12 +487,14 @@ class JournalService:
     @unary
     async def Delete(self, request: pb.DeleteRequest, context: Ctx) -> pb.DeleteResponse:
         run_id = validate_id(request.run_id)
-        async with self.leases.unheld(run_id):
+        async with self.runs.unheld(run_id):
             deleted = await self.store.delete(run_id)
             # even when the records were already gone: a Delete re-issued after a crash
             # between the two steps removes what the first one left behind
             await self.runs.checkpoints.drop_run(run_id)
             await self.runs.attachments.drop_run(run_id)
+            await self.runs.scrubs.forget(run_id, deleted=True)
+        self.runs.owners.forget(run_id)
         if deleted:
             self.hub.close_run(run_id)
         return pb.DeleteResponse(deleted=deleted)
@@ -460,8 +513,9 @@ class JournalService:
     async def Recover(self, request: pb.RecoverRequest, context: Ctx) -> pb.RecoverResponse:
         """Hold the run as the daemon (no writer may hold it), quarantine its damage."""
         run_id = validate_id(request.run_id)
-        async with self.leases.unheld(run_id):
+        async with self.runs.unheld(run_id):
             rep = await self.store.recover(run_id)
+            await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded
         return pb.RecoverResponse(
@@ -491,6 +545,9 @@ class JournalService:
     ) -> AsyncIterator[pb.WatchResponse]:
         run_id = validate_id(request.run_id)
         queue = self.hub.subscribe(run_id)
+        # before the replay, so nothing appended through another daemon falls in between
+        stop_following = await follow_other_hosts(self.runs, run_id, queue)
+        created: set[str] = set()  # a checkpoint made here arrives from the hub and the bucket
         try:
             last = max(1, request.from_seq) - 1
             async for rec in self.store.iter_records(run_id, last + 1):
@@ -512,6 +569,10 @@ class JournalService:
                 if batch is END:
                     return
                 if isinstance(batch, pb.CheckpointEvent):
+                    if batch.kind == "created":
+                        if batch.checkpoint.checkpoint_id in created:
+                            continue
+                        created.add(batch.checkpoint.checkpoint_id)
                     yield pb.WatchResponse(checkpoint=batch)
                     continue
                 for seq, response in batch:  # encoded once by the hub for every tail
@@ -520,6 +581,7 @@ class JournalService:
                         last = seq
         finally:
             self.hub.unsubscribe(run_id, queue)
+            await stop_following()
 
     async def shutdown(self) -> None:
         """End every lease stream and tail; wait for in-flight appends to reach the disk."""

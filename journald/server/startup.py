@@ -18,6 +18,7 @@ import grp
 import os
 import resource
 import socket
+import stat
 from pathlib import Path
 from typing import IO
 
@@ -97,17 +98,123 @@ def check_socket_options(path: Path, group: str | None) -> None:
             ) from None
 
 
+def shares_socket(mode: int, group: str | None) -> bool:
+    """Whether uids other than the daemon's may dial the socket (then each peer's uid is
+    learnt as it connects: journald.server.peers)."""
+    return group is not None or bool(mode & 0o077)
+
+
+def _untrusted_dir(parent: Path, st: os.stat_result) -> str | None:
+    """Why the socket directory cannot be trusted (None: it can). Anyone who may write it
+    can replace the socket with their own, and every client's words go to them."""
+    me = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        return (
+            f"the socket directory {parent} is a symbolic link (to {os.readlink(parent)}); "
+            f"remove it (`rm {parent}`) and start again, or pass a --socket in a directory of "
+            "your own"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{parent}, where the socket would go, is not a directory; pass another --socket"
+    if st.st_uid not in (me, 0):  # root's directories (/run, /tmp) only root could make
+        return (
+            f"the socket directory {parent} belongs to uid {st.st_uid}, not to this daemon's uid "
+            f"{me}: whoever owns it can replace the socket and read every client's calls. If "
+            f"you did not create it, someone else may be waiting there: remove it (as root: "
+            f"`rm -r {parent}`) and start again, or pass a --socket in a directory you own"
+        )
+    # in a sticky directory (/tmp) no one else may replace the socket once it is ours
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return (
+            f"the socket directory {parent} is writable by its group or others (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): they could replace the socket and read every "
+            f"client's calls. Make it private (`chmod 0700 {parent}`, 0750 with a socket "
+            "group) or remove it, and start again"
+        )
+    return None
+
+
+def check_socket_place(path: Path, group: str | None) -> None:
+    """Refuse, before anything is written (the data dir included), a socket path that is too
+    long, an unknown group, or a socket directory someone else could write."""
+    check_socket_options(path, group)
+    try:
+        st = os.lstat(path.parent)
+    except OSError:
+        return  # made (or refused) by prepare_socket
+    why = _untrusted_dir(path.parent, st)
+    if why is not None:
+        raise StartupRefused(why)
+    _refuse_foreign_socket(path)
+
+
+def _refuse_foreign_socket(path: Path) -> None:
+    """A file at the socket path that another uid made (possible in a sticky directory) is
+    refused before anything dials it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if st.st_uid != os.geteuid():
+        raise StartupRefused(
+            f"{path} exists and belongs to uid {st.st_uid}, not to this daemon's uid "
+            f"{os.geteuid()}: it may be someone waiting for your clients' calls. Remove it "
+            f"(as root: `rm {path}`) or pass another --socket"
+        )
+
+
+def _refuse_foreign_dir_change(parent: Path, name: str, group: str | None) -> None:
+    """A directory that holds more than journald's socket (``/run``, a home) is not given to
+    the socket group: the operator is told what to change instead."""
+    if os.lstat(parent).st_uid == os.geteuid() and set(os.listdir(parent)) <= {name, ".peers"}:
+        return
+    raise StartupRefused(
+        f"the socket directory {parent} does not let group {group} reach the socket, and it "
+        f"holds more than journald's socket, so it is left as it is; give the socket a "
+        f"directory of its own (`--socket {parent}/journald/{name}`), or `chgrp {group} "
+        f"{parent} && chmod g+rx {parent}`"
+    )
+
+
 def prepare_socket(path: Path, group: str | None) -> None:
+    """Make the socket's directory (0700, or 0750 owned by ``group``) or check the one that
+    exists: it must be a real directory of this daemon's uid that no one else may write.
+    Then replace a stale socket (its daemon is gone) or refuse a live one."""
     check_socket_options(path, group)
     parent = path.parent
-    mode = 0o750 if group else 0o700
+    dir_mode = 0o750 if group else 0o700
+    created = False
     try:
-        parent.mkdir(mode=mode, parents=True, exist_ok=True)
+        if not os.path.lexists(parent):
+            parent.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            parent.mkdir(mode=dir_mode)
+            created = True
+        st = os.lstat(parent)
     except OSError as exc:
         raise StartupRefused(
             f"cannot create the socket directory {parent}: {exc.strerror or exc}; pass a "
             "--socket in a directory you may write"
         ) from None
+    why = _untrusted_dir(parent, st)
+    if why is not None:
+        raise StartupRefused(why)
+    _refuse_foreign_socket(path)
+    if created or group:
+        gid = grp.getgrnam(group).gr_gid if group else -1
+        want = dir_mode if created else stat.S_IMODE(st.st_mode) | 0o050
+        if not created and (gid, want) != (st.st_gid, stat.S_IMODE(st.st_mode)):
+            _refuse_foreign_dir_change(parent, path.name, group)
+        try:
+            if gid != -1 and st.st_gid != gid:
+                os.chown(parent, -1, gid)
+            if stat.S_IMODE(st.st_mode) != want:
+                os.chmod(parent, want)
+        except OSError as exc:
+            raise StartupRefused(
+                f"cannot give the socket directory {parent} to group {group} (mode "
+                f"{dir_mode:04o}): {exc.strerror or exc}; this daemon's uid must belong to the "
+                "group (or be root), or pass another --socket-group"
+            ) from None
     if path.exists() or path.is_symlink():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

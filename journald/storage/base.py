@@ -28,9 +28,9 @@ new records durably and reads stored ones back for retry comparisons.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from journald.core.records import Record
 
@@ -175,3 +175,17 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class HostLeases(Protocol):
+    """Who holds each run across every daemon on shared storage (docs/design.md#leases): the
+    JetStream backend's lease bucket. A backend without one (file, memory) keeps runs on one
+    host, where the daemon's lease table and its locks suffice."""
+
+    on_lost: Callable[[list[str]], None] | None
+
+    async def acquire(self, run_id: str, holder: Mapping[str, Any]) -> int: ...
+
+    async def release(self, run_id: str) -> None: ...
+
+    async def refuse_if_held_elsewhere(self, run_id: str) -> None: ...

@@ -33,8 +33,12 @@ from journald.core.fold import fold
 
 MARKS = "marks"
 SNAPSHOT = "snapshot"
-MARK_PARTS = (MARKS, SNAPSHOT)
-"""The parts of a run's index a checkpoint store keeps (``save_mark``)."""
+SCRUB = "scrub"
+"""The damage the background scrubber found in the run (journald.server.scrub)."""
+OWNER = "owner"
+MARK_PARTS = (MARKS, SNAPSHOT, SCRUB, OWNER)
+"""The parts of a run's index a checkpoint store keeps (``save_mark``). ``owner`` is not a
+cache: the uid that created the run on a shared daemon (``journald.server.owners``)."""
 
 
 class CheckpointStore(Protocol):
@@ -64,8 +68,9 @@ class CheckpointStore(Protocol):
     async def save_mark(self, run_id: str, mark: dict[str, Any], part: str = MARKS) -> None:
         """Keep one part of the run's index (``MARK_PARTS``): its fold marks
         (``journald.core.paging.FoldMark`` + the record hash at each seq), which let History
-        serve pages from the run's tail, or its fold snapshot, which lets Open fold only the
-        tail. Kept apart so a History page never reads the snapshot. A cache, never truth."""
+        serve pages from the run's tail, its fold snapshot, which lets Open fold only the
+        tail, or the damage the scrubber found. Kept apart so a History page never reads the
+        snapshot. A cache, never truth."""
         ...
 
     async def load_mark(self, run_id: str, part: str = MARKS) -> dict[str, Any] | None: ...

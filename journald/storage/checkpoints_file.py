@@ -41,18 +41,21 @@ from journald.core.errors import (
     StoreCorrupted,
 )
 from journald.core.records import canonical_json, sha256_hex, validate_id
-from journald.storage.checkpoint_base import MARKS, SNAPSHOT
+from journald.storage.checkpoint_base import MARKS, OWNER, SCRUB, SNAPSHOT
 from journald.storage.file_errors import data_dir_gone, disk_error, vanished
 from journald.storage.segments import DIR_MODE, atomic_write, fsync_dir
 
 SUFFIX = ".json"
 MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
 SNAPSHOT_FILE = "fold-snapshot.json"  # the fold snapshot Open continues from
+SCRUB_FILE = "scrub-finding.json"  # the damage the background scrubber found
+OWNER_FILE = "run-owner.json"  # the uid that created the run on a shared daemon
+_PART_FILES = {SNAPSHOT: SNAPSHOT_FILE, SCRUB: SCRUB_FILE, OWNER: OWNER_FILE}
 
 
 def mark_file(part: str) -> str:
     """The file (or object) name of one part of a run's index."""
-    return SNAPSHOT_FILE if part == SNAPSHOT else MARK_FILE
+    return _PART_FILES.get(part, MARK_FILE)
 
 
 T = TypeVar("T")

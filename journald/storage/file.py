@@ -41,10 +41,12 @@ run of a higher number is refused (``VersionUnsupported``) before anything is wr
 
 Manifest (``journald-manifest/2``, JSON): ``generation`` (bumped by every write), ``segments``
 (in order: file, first_seq, last_seq, records, messages, bytes, first_hash, last_hash,
-first_prev), ``anchors`` (legitimate chain breaks: after_seq/after_hash → resume_seq/
-resume_prev, reason ``prune`` or ``quarantine``, dropped_from..dropped_to), and ``pending``
-while a volume replacement is committed but not settled. The active segment continues the
-chain from the last sealed segment (or from seq 0 / the genesis hash).
+first_prev, and sha256 of the whole file and its mtime_ns when sealed, absent from manifests
+written before they were recorded), ``anchors`` (legitimate chain breaks: after_seq/
+after_hash → resume_seq/resume_prev, reason ``prune`` or ``quarantine``,
+dropped_from..dropped_to), and ``pending`` while a volume replacement is committed but not
+settled. The active segment continues the chain from the last sealed segment (or from seq 0 /
+the genesis hash).
 
 Append (group commit)
 ---------------------
@@ -90,6 +92,11 @@ Recovery rules
   a complete record followed by other bytes (a changed newline merging two lines or trailing
   the last). It is reported like interior damage (below); nothing is cut, and the open is
   refused, so no append can reuse an acknowledged seq.
+* Structural check: every read and open stats the sealed segments it does not walk
+  (``segments.sealed_problem``): one missing or of another size than its manifest entry is
+  ``StoreCorrupted`` without reading any body; one whose mtime is not the one sealed is read
+  once and compared with its sealed digest (a match is a restored copy). Rot in place is the
+  background scrubber's to find (``file_scrub``, docs/design.md#scrubbing).
 * Interior damage — a line that does not decode to a canonical record or fails its
   checksum, a seq out of order, a hash-chain break not covered by an anchor, a sealed
   segment with a partial line or disagreeing with its manifest entry, a listed segment
@@ -205,6 +212,8 @@ from journald.storage.segments import (
     file_lines,
     fsync_dir,
     read_manifest,
+    sealed_facts,
+    sealed_problem,
     split_complete,
     tail_end,
     unmake_run_dir,
@@ -414,7 +423,8 @@ class FileStore(FileReads, FileMaintenance):
                 os.unlink(seg)  # never sealed a partial file; roll the seal back
                 fsync_dir(seg_dir)
                 continue
-            m = Manifest(m.generation + 1, [*m.segments, stats.segment(name, end)], m.anchors)
+            sealed = stats.segment(name, end, sealed_facts(seg))
+            m = Manifest(m.generation + 1, [*m.segments, sealed], m.anchors)
             write_manifest(run_dir, m)
         for s in m.segments:
             if not os.path.exists(os.path.join(seg_dir, s.file)):
@@ -449,6 +459,9 @@ class FileStore(FileReads, FileMaintenance):
     def _open_state(self, run_id: str, run_dir: str) -> OpenState:
         floor = listed_last_seq(run_dir)
         m = self._settle(run_id, run_dir)
+        problem = sealed_problem(run_id, run_dir, m) if not m.pending else None
+        if problem is not None:
+            raise problem
         path = os.path.join(run_dir, JOURNAL)
         try:
             data = read_file(path)

@@ -6,6 +6,7 @@ Format, fsync order and recovery rules: see ``journald.storage.file``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from journald.storage.segments import (
     frame,
     fsync_dir,
     message_count,
+    sealed_facts,
     write_all,
     write_manifest,
 )
@@ -70,7 +72,10 @@ class SegmentStats:
         self.messages += message_count(rec)
         self.last_seq, self.last_hash = rec.seq, rec.hash
 
-    def segment(self, name: str, size: int) -> SegmentInfo:
+    def segment(self, name: str, size: int, facts: tuple[str, int]) -> SegmentInfo:
+        """The manifest entry of the segment ``name`` (``size`` bytes, sealed now; ``facts``:
+        the sha256 of its bytes and its mtime, ``segments.sealed_facts``)."""
+        digest, mtime_ns = facts
         return SegmentInfo(
             name,
             self.first_seq,
@@ -81,6 +86,8 @@ class SegmentStats:
             self.first_hash,
             self.last_hash,
             self.first_prev,
+            digest,
+            mtime_ns,
         )
 
 
@@ -133,6 +140,9 @@ class FileJournal:
         self._recent_bytes = sum(len(r.raw) for r in st.recent)
         self._repair = st.repair
         self._first_write = first
+        # the active segment's sha256, fed by every write, when this journal saw it from its
+        # first byte (else a seal reads the file back for it)
+        self._digest = hashlib.sha256() if st.size == 0 else None
         self._io = store.io_pool.lane()  # this journal's writes, in order, on shared threads
         self.pipeline = AppendPipeline(
             run_id,
@@ -237,6 +247,8 @@ class FileJournal:
                 exc, self.run_id, self._path, seq, root=self._store.sessions_dir
             ) from exc
         self._size = end
+        if self._digest is not None:
+            self._digest.update(data)
         self.commits += 1
 
     def _unlinked(self, seq: int) -> BackendUnavailable:
@@ -274,9 +286,14 @@ class FileJournal:
         fsync_dir(seg_dir)
         if failpoints.ARMED:
             failpoints.hit("mid_seal")
+        facts = (
+            (self._digest.hexdigest(), os.fstat(self._fd).st_mtime_ns)
+            if self._digest is not None
+            else sealed_facts(seg)
+        )
         nm = Manifest(
             m.generation + 1,
-            [*m.segments, self._stats.segment(name, self._size)],
+            [*m.segments, self._stats.segment(name, self._size, facts)],
             list(m.anchors),
         )
         try:
@@ -303,6 +320,7 @@ class FileJournal:
         os.close(self._fd)
         self._fd = fd
         self._size = 0
+        self._digest = hashlib.sha256()
         self._stats = SegmentStats()
         self._write_cache()
 

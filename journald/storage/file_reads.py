@@ -41,9 +41,10 @@ from journald.core.errors import (
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
-from journald.storage.file_stream import UNREAD, sealed_lines, sealed_whole
+from journald.storage.file_stream import MISSING, UNREAD, check_sealed, sealed_lines, sealed_whole
 from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.io_pool import yield_to_foreground
+from journald.storage.scrub_budget import ReadBudget
 from journald.storage.segments import (
     JOURNAL,
     META_CACHE,
@@ -58,13 +59,13 @@ from journald.storage.segments import (
     line_start,
     message_count,
     read_manifest,
+    sealed_problem,
     split_complete,
     tail_end,
     unframe,
 )
 from journald.storage.verify import VerifyWalk
 
-MISSING = b"\0missing"
 Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
 Infos = list[RunInfo]
@@ -177,9 +178,15 @@ class FileReads:
             while len(self._tails) > TAILS_KEPT:
                 self._tails.popitem(last=False)
 
-    def _snapshot(self, run_id: str, from_seq: int) -> tuple[Manifest, Files, int, str]:
+    def _snapshot(
+        self, run_id: str, from_seq: int, budget: ReadBudget | None = None
+    ) -> tuple[Manifest, Files, int, str]:
         """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
-        the active segment without its torn tail) and the chain state before the first."""
+        the active segment without its torn tail) and the chain state before the first. The
+        sealed segments it does not read pass the structural check (``sealed_problem``: a
+        stat against their manifest entries; the walk checks the others line by line).
+        ``budget``: the scrubber's paced reads."""
+        read = budget.read_file if budget is not None else read_file
         run_dir = self.run_dir(run_id)
         path = os.path.join(run_dir, JOURNAL)
         for _ in range(16):
@@ -210,9 +217,18 @@ class FileReads:
                     if idx > 0:
                         start_seq, start_hash = segs[idx - 1].last_seq, segs[idx - 1].last_hash
                     for s in segs[idx:]:
-                        # immutable once listed: read when the walk reaches it, so a read
-                        # holds one sealed segment at a time, not the run
-                        files.append((os.path.join(run_dir, SEGMENTS, s.file), UNREAD, s))
+                        seg = os.path.join(run_dir, SEGMENTS, s.file)
+                        if budget is None:
+                            # immutable once listed: read when the walk reaches it, so a read
+                            # holds at most a chunk of a sealed segment, not the run
+                            files.append((seg, UNREAD, s))
+                            continue
+                        try:
+                            data = read(seg)  # the scrubber's paced read, whole
+                        except FileNotFoundError:
+                            data = MISSING
+                        self.segment_opens += 1
+                        files.append((seg, data, s))
                     active = b""
                     if afd is not None:
                         st = os.fstat(afd)
@@ -223,11 +239,17 @@ class FileReads:
                         if not same:
                             with os.fdopen(os.dup(afd), "rb") as f:
                                 active = f.read()
+                            if budget is not None:
+                                budget.spend(len(active))
                             if not _still_at(path, st):
                                 continue  # sealed and replaced since it was opened: again
                     files.append((path, active[: tail_end(active)], None))
+                walked = {os.path.basename(n) for n, _, i in files if i is not None}
+                problem = None if m.pending else sealed_problem(run_id, run_dir, m, walked)
                 again = read_manifest(run_dir, run_id) or Manifest()
                 if again.generation == m.generation:
+                    if problem is not None:
+                        raise problem
                     return m, files, start_seq, start_hash
             finally:
                 if afd is not None:
@@ -238,25 +260,33 @@ class FileReads:
         )
 
     def _iter_checked(
-        self, run_id: str, from_seq: int, where: dict[int, Line] | None = None
+        self,
+        run_id: str,
+        from_seq: int,
+        where: dict[int, Line] | None = None,
+        budget: ReadBudget | None = None,
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
         filled with the line each record was read from, and no line is skipped."""
         out: Records = []
-        walk = self._walk(run_id, from_seq, where)
+        walk = self._walk(run_id, from_seq, where, budget)
         m, files = next(walk)  # type: ignore[misc]
         out.extend(walk)  # type: ignore[arg-type]
         return m, files, out
 
     def _walk(
-        self, run_id: str, from_seq: int, where: dict[int, Line] | None = None
+        self,
+        run_id: str,
+        from_seq: int,
+        where: dict[int, Line] | None = None,
+        budget: ReadBudget | None = None,
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
         """The walk of ``_iter_checked``, one record at a time: first (manifest, files) of
         the snapshot, then each record with seq >= ``from_seq`` as its line is checked, one
         sealed segment in memory at a time; the checks of the run as a whole (the listing's
         floor, each segment against its manifest entry) when the last line is walked."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
-        m, files, start_seq, start_hash = self._snapshot(run_id, from_seq)
+        m, files, start_seq, start_hash = self._snapshot(run_id, from_seq, budget)
         yield m, files
         sizes: dict[str, int] = {}
 
@@ -264,6 +294,8 @@ class FileReads:
             if data is UNREAD and info is not None:
                 self.segment_opens += 1
                 data = sealed_whole(self.run_dir(run_id), run_id, m, name, info)
+            elif info is not None:  # read whole by the snapshot (a scrub)
+                check_sealed(run_id, name, data, info)
             sizes[name] = len(data)
             return data
 
@@ -431,16 +463,26 @@ class FileReads:
             metadata={"run_id": run_id},
         )
 
-    def _verify(self, run_id: str) -> VerifyReport:
+    def _verify(self, run_id: str, budget: ReadBudget | None = None) -> VerifyReport:
         """The files' own checks (framing, checksums, chain, manifest) as every read makes
-        them, then the walk every backend's verify makes, naming the file and line."""
+        them, each sealed segment's digest, then the walk every backend's verify makes, naming
+        the file and line. ``budget``: the scrubber's paced reads."""
         where: dict[int, Line] = {}
-        m, _, recs = self._iter_checked(run_id, 1, where)
+        m, files, recs = self._iter_checked(run_id, 1, where, budget)
         if not recs:
             raise self._not_found(run_id)
         self._check_segment_files(run_id)
         seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
+        digests = {os.path.basename(n): sha256_hex(d) for n, d, i in files if i is not None}
         for s in m.segments:
+            if s.sha256 and digests.get(s.file, s.sha256) != s.sha256:
+                raise corrupted(
+                    run_id,
+                    Line(os.path.join(seg_dir, s.file), 0, b""),
+                    s.first_seq,
+                    "the sealed segment's bytes no longer have the digest its manifest entry "
+                    "recorded when it was sealed",
+                )
             inside = [r for r in recs if s.first_seq <= r.seq <= s.last_seq]
             msgs = sum(message_count(r) for r in inside)
             if not inside or inside[0].hash != s.first_hash or msgs != s.messages:
@@ -564,7 +606,8 @@ def _stored(run_id: str, line: Line, seq: int) -> Record:
 
 
 def _cached_info(run_dir: str) -> RunInfo | None:
-    """The listing row from ``meta.json`` if it still describes the files, else None."""
+    """The listing row from ``meta.json`` if it still describes the files (and the sealed
+    segments pass the structural check), else None."""
     try:
         obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
         st = os.stat(os.path.join(run_dir, JOURNAL))
@@ -577,6 +620,8 @@ def _cached_info(run_dir: str) -> RunInfo | None:
             or obj["generation"] != gen
         ):
             return None
+        if m is not None and not m.pending and sealed_problem("", run_dir, m) is not None:
+            return None  # listed afresh: the read names the damage
         return RunInfo(**obj["info"])
     except (OSError, ValueError, TypeError, KeyError, StoreCorrupted, VersionUnsupported):
         return None

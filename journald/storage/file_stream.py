@@ -31,14 +31,25 @@ def segment_gone(
     return corrupted(run_id, Line(name, 0, b""), info.first_seq, what)
 
 
+MISSING = b"\0missing"  # a sealed segment a snapshot did not find
+
+
+def check_sealed(run_id: str, name: str, data: bytes, info: SegmentInfo) -> None:
+    """A sealed segment read whole: present, ending in a complete line."""
+    if data == MISSING:
+        what = "a segment listed in the manifest is missing"
+        raise corrupted(run_id, Line(name, 0, b""), info.first_seq, what)
+    if not data.endswith(b"\n"):
+        raise corrupted(run_id, Line(name, data.count(b"\n") + 1, b""), info.last_seq, PARTIAL)
+
+
 def sealed_whole(run_dir: str, run_id: str, m: Manifest, name: str, info: SegmentInfo) -> bytes:
     """A sealed segment's bytes, checked whole (present, ending in a complete line)."""
     try:
         data = read_file(name)
     except FileNotFoundError:
         raise segment_gone(run_dir, run_id, m, name, info) from None
-    if not data.endswith(b"\n"):
-        raise corrupted(run_id, Line(name, data.count(b"\n") + 1, b""), info.last_seq, PARTIAL)
+    check_sealed(run_id, name, data, info)
     return data
 
 

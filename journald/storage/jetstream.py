@@ -50,7 +50,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import nats
 import nats.errors
@@ -96,6 +96,9 @@ from journald.storage.jetstream_options import NatsOptions
 from journald.storage.jetstream_sync import check_fsync_policy
 from journald.storage.pipeline import AppendPipeline
 from journald.storage.verify import verify_stream
+
+if TYPE_CHECKING:
+    from journald.storage.jetstream_leases import JetStreamLeases
 
 __all__ = [
     "RECORD_FLOOR",
@@ -208,6 +211,9 @@ class JetStreamJournal:
         """Publish one group, fenced on the run's last stream sequence; the fence moves only
         once every record of it is acknowledged."""
         fence = self._fence
+        leases = self._store.leases
+        if leases is not None:  # the run's lease entry still carries our revision
+            await leases.confirm(self.run_id, f"appending seq {new[0].seq}")
         if failpoints.ARMED:
             failpoints.hit("before_write")
         batch_fence = await self._store._publish_atomic(self, new, fence)
@@ -272,6 +278,12 @@ class JetStreamStore:
         ``limits``, where a consumer could make the server drop what it delivered."""
         self.unsafe: list[Problem] = []
         """Config problems a read-only store tolerated (the stream is unsafe to write)."""
+        self.replicas = 1
+        """The stream's replicas (the buckets beside it must have at least as many)."""
+        self.leader_wait_s = 0.0
+        self.leases: JetStreamLeases | None = None
+        """Set while the daemon's cross-host leases run (``JetStreamLeases.start``): every
+        write of a run then first checks that this daemon still holds it."""
         self._open: dict[str, JetStreamJournal | None] = {}
         self._closed = False
 
@@ -292,6 +304,7 @@ class JetStreamStore:
         reconnect_attempts: int = -1,
         reconnect_time_wait_s: float = 0.5,
         add_prefix_hint: str = DEFAULT_PREFIX,
+        leader_wait_s: float = 0.0,
         **nats_options: Any,
     ) -> JetStreamStore:
         """Connect, bind ``stream`` and check its configuration.
@@ -303,6 +316,8 @@ class JetStreamStore:
         ``read_only`` binds a stream even when it is unsafe to write (to copy its runs out:
         reads then never create a consumer on a non-``limits`` stream) and refuses writes.
         ``check_fsync`` logs whether every server fsyncs each write (``jetstream_sync``).
+        ``leader_wait_s``: how long the binding waits, with a log line, for the stream (and
+        then its buckets) to answer, as after a cluster lost the node that led them.
         Raises ``NatsConfigError`` (a ``BackendUnavailable``; ``StreamConfigError`` for the
         stream, with its fix) when the configuration must change, and ``BackendUnavailable``
         when no server can be reached.
@@ -329,6 +344,7 @@ class JetStreamStore:
                 ack_timeout_s=ack_timeout_s,
                 read_only=read_only,
                 add_prefix_hint=add_prefix_hint,
+                leader_wait_s=leader_wait_s,
             )
             if check_fsync:
                 await check_fsync_policy(nc, options.monitor_urls, where)
@@ -350,6 +366,8 @@ class JetStreamStore:
             consumer_reads=bound.consumer_reads,
         )
         store.unsafe = bound.unsafe
+        store.replicas = bound.replicas
+        store.leader_wait_s = leader_wait_s
         return store
 
     @property
@@ -515,7 +533,10 @@ class JetStreamStore:
                 ) from exc
             # Unacknowledged: the record may or may not be stored. Publishing again with the
             # same fence is safe: if it landed, the fence rejects the copy and we adopt it.
-            if time.monotonic() + delay >= deadline or self._nc.is_closed:
+            # No retry once this daemon's lease renewal is overdue: another host may hold the
+            # run by now.
+            lapsed = self.leases is not None and not self.leases.valid()
+            if lapsed or time.monotonic() + delay >= deadline or self._nc.is_closed:
                 raise BackendUnavailable(
                     f"run {run_id}: no JetStream ack for seq {rec.seq} within "
                     f"{self.retry_window_s:g}s ({type(last_exc).__name__}); the record may or "
@@ -673,6 +694,33 @@ class JetStreamStore:
             data = bytes(msg.data or b"")
             yield StoredMsg(str(msg.subject), int(msg.seq), data, len(data))
             sseq = int(msg.seq) + 1
+
+    async def follow(self, run_id: str, deliver: Callable[[Record], None]) -> Any:
+        """Hand ``deliver`` every record of the run stored from now on, whoever appended it
+        (an ordered push consumer on the run's subjects delivering new messages: the live
+        tail of another host's writer). Returns the subscription (``unsubscribe()`` ends it).
+        A message that is not a record is skipped: a tail only reports, ``verify`` judges."""
+        self._check_open()
+        validate_id(run_id)
+
+        async def on_msg(msg: Any) -> None:
+            try:
+                rec = decode(bytes(msg.data or b""))
+            except JournaldError:
+                return
+            deliver(rec)
+
+        async def make() -> Any:
+            return await self._js.subscribe(
+                self.run_subject(run_id),
+                stream=self.stream,
+                cb=on_msg,
+                ordered_consumer=True,
+                deliver_policy=js_api.DeliverPolicy.NEW,
+                inactive_threshold=30.0,
+            )
+
+        return await self._retrying(f"following run {run_id}", make)
 
     def _release(self, journal: JetStreamJournal) -> None:
         if self._open.get(journal.run_id) is journal:
@@ -848,6 +896,8 @@ class JetStreamStore:
             )
         if await self._get(self.run_subject(run_id)) is None:
             return False
+        if self.leases is not None:
+            await self.leases.confirm(run_id, "deleting the run")
         # `<prefix>.<run>.>`: the records and anything else kept under the run (checkpoints).
         subject = f"{self.prefix}.{run_id}.>"
         await self._retrying(

@@ -31,7 +31,7 @@ import nats.errors
 import nats.js.errors
 
 from journald.storage.jetstream_config import Cli, NatsConfigError, _enum
-from journald.storage.jetstream_connect import no_answer
+from journald.storage.jetstream_connect import answered, no_answer
 from journald.storage.jetstream_objects import ObjectBucket, stream_of
 
 CHECKPOINTS = "CHECKPOINTS"
@@ -149,12 +149,15 @@ async def bind_buckets(
     ack_timeout_s: float,
     retry_window_s: float,
     required: bool = True,
+    leader_wait_s: float = 0.0,
 ) -> dict[str, ObjectBucket | None]:
     """The run's buckets of ``stream``, checked; a role maps to None only when the bucket is
     missing and not ``required`` (``journald migrate`` reading a stream that never had one)."""
     jsm = nc.jsm(timeout=ack_timeout_s)
     try:
-        replicas = int((await jsm.stream_info(stream)).config.num_replicas or 1)
+        what = f"the stream info request for {stream}"
+        info = await answered(what, where, lambda: jsm.stream_info(stream), leader_wait_s)
+        replicas = int(info.config.num_replicas or 1)
     except (TimeoutError, nats.errors.Error, OSError) as exc:
         raise no_answer(where, f"the stream info request for {stream}", exc) from exc
     out: dict[str, ObjectBucket | None] = {}
@@ -162,7 +165,12 @@ async def bind_buckets(
     for role in ROLES:
         name = bucket_name(stream, role)
         try:
-            info = await jsm.stream_info(stream_of(name))
+            info = await answered(
+                f"the info request for bucket {name}",
+                where,
+                lambda n=name: jsm.stream_info(stream_of(n)),  # type: ignore[misc]
+                leader_wait_s,
+            )
         except nats.js.errors.NotFoundError:
             missing.append(name)
             out[role] = None

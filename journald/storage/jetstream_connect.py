@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import ssl
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -37,7 +39,11 @@ from journald.storage.jetstream_config import (
 )
 from journald.storage.jetstream_options import NatsOptions
 
+T = TypeVar("T")
+log = logging.getLogger("journald.storage")
 MIN_SERVER = (2, 11, 0)
+JS_TEMPORARILY_UNAVAILABLE = 10008
+"""``JetStream system temporarily unavailable``: what a request gets while leaders are elected."""
 CONNECT_SLACK_S = 5.0
 _AUTH_WORDS = ("authorization violation", "authentication", "user authentication expired")
 
@@ -159,6 +165,39 @@ def no_answer(where: str, request: str, exc: BaseException) -> BackendUnavailabl
     )
 
 
+async def answered(what: str, where: str, op: Callable[[], Awaitable[T]], wait_s: float) -> T:
+    """``op()`` (a JetStream API request), retried for up to ``wait_s`` while it goes
+    unanswered: right after a node of a cluster is lost the survivors elect new leaders for
+    the stream and its buckets, and until then their requests time out. One WARNING line says
+    what start-up waits for; past ``wait_s`` it is ``no_answer`` (``serve`` exits 5)."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.25
+    told = False
+    while True:
+        try:
+            try:
+                return await op()
+            except nats.js.errors.ServiceUnavailableError as exc:
+                if getattr(exc, "err_code", None) != JS_TEMPORARILY_UNAVAILABLE:
+                    raise
+                raise TimeoutError(str(exc)) from exc  # mid-election: no leader to answer
+        except (TimeoutError, nats.errors.TimeoutError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise no_answer(where, what, exc) from exc
+            if not told:
+                told = True
+                log.warning(
+                    "NATS at %s did not answer %s (%s); waiting up to %gs for a leader "
+                    "(a cluster that lost a node elects new ones)",
+                    where,
+                    what,
+                    type(exc).__name__,
+                    wait_s,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
 @dataclass
 class Binding:
     """What the store learned about its stream."""
@@ -171,6 +210,7 @@ class Binding:
     which never consume anything."""
     unsafe: list[Problem] = field(default_factory=list)
     """Config problems tolerated because the store was opened read-only."""
+    replicas: int = 1
 
 
 async def bind_stream(
@@ -182,6 +222,7 @@ async def bind_stream(
     ack_timeout_s: float,
     read_only: bool,
     add_prefix_hint: str,
+    leader_wait_s: float = 0.0,
 ) -> Binding:
     version = _version_tuple(nc.connected_server_version)
     if version < MIN_SERVER:
@@ -195,7 +236,12 @@ async def bind_stream(
     atomic_server = version >= ATOMIC_SERVER
     jsm = nc.jsm(timeout=ack_timeout_s)
     try:
-        info = await jsm.stream_info(stream)
+        info = await answered(
+            f"the stream info request for {stream}",
+            where,
+            lambda: jsm.stream_info(stream),
+            leader_wait_s,
+        )
     except nats.js.errors.NotFoundError as exc:
         raise StreamConfigError(
             f"stream {stream} does not exist on {where}; journald never creates one (the "
@@ -251,4 +297,5 @@ async def bind_stream(
         atomic=bool(getattr(cfg, "allow_atomic", False)),
         consumer_reads=retention == "limits",
         unsafe=unsafe,
+        replicas=int(cfg.num_replicas or 1),
     )

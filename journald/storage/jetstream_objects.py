@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
+from nats.js.api import DeliverPolicy
 
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, JournaldError, StorageFull
@@ -61,6 +62,15 @@ class NameTaken(Exception):
         super().__init__(name)
         self.name = name
         self.digest = digest
+
+
+class RevisionMoved(Exception):
+    """A revision-checked replace found the object changed since it was read."""
+
+
+ORPHAN_AGE_S = 3600.0
+"""Chunks no meta names are swept once this old: no write takes an hour between its chunks
+and its meta, so a younger one may be a write in progress."""
 
 
 def stream_of(bucket: str) -> str:
@@ -124,15 +134,21 @@ class ObjectBucket:
 
     async def info(self, name: str) -> dict[str, Any] | None:
         """The object's meta (nats Object Store JSON), or None when there is no such name."""
+        return (await self.info_at(name))[0]
+
+    async def info_at(self, name: str) -> tuple[dict[str, Any] | None, int]:
+        """The object's meta and its revision (the meta message's stream sequence; 0 when
+        the name was never written or was purged), for a ``write(..., expect=revision)``."""
         subject = self.meta_subject(name)
 
-        async def op() -> dict[str, Any] | None:
+        async def op() -> tuple[dict[str, Any] | None, int]:
             try:
                 msg = await self._jsm.get_last_msg(self.stream, subject)
             except nats.js.errors.NotFoundError:
-                return None
+                return None, 0
             obj = json.loads(msg.data or b"{}")
-            return None if not isinstance(obj, dict) or obj.get("deleted") else obj
+            live = isinstance(obj, dict) and not obj.get("deleted")
+            return (obj if live else None), int(msg.seq)
 
         try:
             return await self._retrying(f"reading {name}", op)
@@ -170,12 +186,13 @@ class ObjectBucket:
             )
         return data
 
-    async def write(self, name: str, data: bytes, *, once: bool) -> bool:
+    async def write(self, name: str, data: bytes, *, once: bool, expect: int | None = None) -> bool:
         """Store ``data`` under ``name``; True when this call created it.
 
         ``once``: the name is write-once; the same bytes already there are success (False),
         other bytes raise ``NameTaken``. Otherwise the object is replaced (its old chunks are
-        purged once the new meta is in).
+        purged once the new meta is in); with ``expect`` only if its revision (``info_at``)
+        is still that one, else ``RevisionMoved`` and nothing changes.
         """
         nuid = secrets.token_hex(11)
         chunks = self.chunk_subject(nuid)
@@ -201,17 +218,23 @@ class ObjectBucket:
             headers = {HDR_MSG_ID: f"{nuid}.meta", HDR_ROLLUP: "sub"}
             if once:
                 headers[HDR_EXPECT_LAST_SUBJECT_SEQ] = "0"
+            elif expect is not None:
+                headers[HDR_EXPECT_LAST_SUBJECT_SEQ] = str(expect)
             try:
                 await self._publish(
                     name, self.meta_subject(name), json.dumps(meta).encode(), headers
                 )
             except nats.js.errors.APIError as exc:
-                if not once or getattr(exc, "err_code", None) != WRONG_LAST_SEQUENCE:
+                if getattr(exc, "err_code", None) != WRONG_LAST_SEQUENCE or not (
+                    once or expect is not None
+                ):
                     raise
                 there = await self.info(name)
                 if there is not None and there.get("nuid") == nuid:
                     return True  # our own meta; its first ack was lost
                 await self._purge(chunks)
+                if not once:
+                    raise RevisionMoved(name) from None
                 if there is not None and there.get("digest") == digest:
                     return False
                 raise NameTaken(name, str((there or {}).get("digest", ""))) from None
@@ -257,8 +280,8 @@ class ObjectBucket:
         return True
 
     async def _meta_subjects(self, meta_prefix: str) -> list[str]:
-        """Every meta subject of the bucket: stream info with a subject filter, page by page
-        (the server returns at most 100,000 subjects per answer)."""
+        """Every subject of the bucket under ``meta_prefix``: stream info with a subject
+        filter, page by page (the server returns at most 100,000 subjects per answer)."""
         out: list[str] = []
         for _ in range(MAX_SUBJECT_PAGES):
             request = {"subjects_filter": meta_prefix + ">", "offset": len(out)}
@@ -280,6 +303,34 @@ class ObjectBucket:
                 break
         return out
 
+    async def follow_names(
+        self, wanted: Callable[[str], bool], on_new: Callable[[str], Awaitable[None]]
+    ) -> Any:
+        """Call ``on_new(name)`` for each object ``wanted`` that is stored (its meta lands)
+        from now on; the subscription is returned (``unsubscribe()`` ends it)."""
+        meta_prefix = f"$O.{self.bucket}.M."
+
+        async def on_msg(msg: Any) -> None:
+            try:
+                name = base64.urlsafe_b64decode(str(msg.subject)[len(meta_prefix) :]).decode()
+                meta = json.loads(msg.data or b"{}")
+            except (ValueError, UnicodeDecodeError):
+                return
+            if isinstance(meta, dict) and not meta.get("deleted") and wanted(name):
+                await on_new(name)
+
+        async def make() -> Any:
+            return await self._js.subscribe(
+                meta_prefix + ">",
+                stream=self.stream,
+                cb=on_msg,
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.NEW,
+                inactive_threshold=30.0,
+            )
+
+        return await self._retrying("following new objects", make)
+
     async def names(self, prefix: str = "") -> list[str]:
         """Every object name starting with ``prefix``, sorted."""
         meta_prefix = f"$O.{self.bucket}.M."
@@ -292,3 +343,44 @@ class ObjectBucket:
             if name.startswith(prefix):
                 out.append(name)
         return sorted(out)
+
+    async def sweep_orphans(self, min_age_s: float = ORPHAN_AGE_S) -> int:
+        """Purge chunks that no object's meta names (a writer crashed between its chunks and
+        its meta) once their newest chunk is ``min_age_s`` old; how many writes were swept."""
+        meta_prefix = f"$O.{self.bucket}.M."
+        chunk_prefix = f"$O.{self.bucket}.C."
+        named: set[str] = set()
+        for subject in await self._meta_subjects(meta_prefix):
+
+            async def meta(at: str = subject) -> Any:
+                try:
+                    return await self._jsm.get_last_msg(self.stream, at)
+                except nats.js.errors.NotFoundError:
+                    return None
+
+            msg = await self._retrying("reading object metas", meta)
+            try:
+                obj = json.loads(msg.data or b"{}") if msg is not None else {}
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and obj.get("nuid"):
+                named.add(str(obj["nuid"]))
+        swept = 0
+        now = datetime.now(UTC)
+        for subject in await self._meta_subjects(chunk_prefix):
+            if subject[len(chunk_prefix) :] in named:
+                continue
+
+            async def newest(at: str = subject) -> Any:
+                try:
+                    return await self._jsm.get_last_msg(self.stream, at)
+                except nats.js.errors.NotFoundError:
+                    return None
+
+            msg = await self._retrying("reading chunks", newest)
+            written = getattr(msg, "time", None) if msg is not None else None
+            if written is None or (now - written).total_seconds() < min_age_s:
+                continue
+            await self._purge(subject)
+            swept += 1
+        return swept

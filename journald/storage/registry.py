@@ -16,17 +16,21 @@ for a factory module ``tests/storage/backend_NAME.py``).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from journald.core.errors import BackendUnavailable, InvalidArgumentError
-from journald.storage.base import DEFAULT_GAP_WAIT_S, Store
+from journald.storage.base import DEFAULT_GAP_WAIT_S, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
 from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.io_pool import DEFAULT_IO_THREADS
 from journald.storage.jetstream_options import NatsOptions
+
+log = logging.getLogger("journald.storage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,11 @@ class BackendOptions:
     read_only: bool = False
     """Open to copy runs out (``migrate``'s source): JetStream binds an unsafe stream and
     refuses writes."""
+    lease_ttl_s: float = 3.0
+    """JetStream: how long after a daemon's last renewal its runs are free for other hosts
+    (docs/design.md#leases-across-hosts)."""
+    leader_wait_s: float = 30.0
+    """JetStream: how long start-up waits for the stream and its buckets to have a leader."""
 
 
 @dataclass(slots=True)
@@ -63,8 +72,42 @@ class OpenedBackend:
     records: Store
     checkpoints: CheckpointStore
     attachments: AttachmentStore
+    leases: HostLeases | None = None
+    """Who holds each run across hosts, when runs are shared between daemons (JetStream):
+    a daemon starts it (``start``) before it serves."""
+    sweep: Callable[[], Awaitable[int]] | None = None
+    """Reclaims what crashed writes left behind (JetStream: orphan object chunks); a daemon
+    runs it once in the background at start-up."""
+    _background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        """What the backend runs while a daemon serves it (the cross-host lease renewals, the
+        start-up sweep)."""
+        start = getattr(self.leases, "start", None)
+        if start is not None:
+            await start()
+        if self.sweep is not None:
+            self._background.append(asyncio.get_running_loop().create_task(self._swept()))
+
+    async def _swept(self) -> None:
+        assert self.sweep is not None
+        try:
+            swept = await self.sweep()
+        except Exception as exc:  # a sweep only reclaims space: the next start tries again
+            log.warning("the start-up sweep of orphan chunks failed: %s", exc)
+            return
+        log.log(
+            logging.WARNING if swept else logging.INFO,
+            "start-up sweep: purged the chunks of %d write(s) that never got their meta",
+            swept,
+        )
 
     async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
+        close = getattr(self.leases, "close", None)
+        if close is not None:
+            await close()
         await self.records.close()
 
 
@@ -85,6 +128,9 @@ class Backend:
     """What it keeps outlives the process."""
     nats: bool = False
     """It connects to NATS (``serve`` checks the NATS flags only for such a backend)."""
+    local_checkpoints: bool = True
+    """Its checkpoints may live in a local ``--checkpoint-dir`` (false when other hosts
+    must see them: JetStream keeps them in the stream's bucket)."""
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -145,7 +191,8 @@ async def _open_jetstream(opts: BackendOptions) -> OpenedBackend:
     like the stream: refused when missing or unsafe, except for a read-only source (a
     ``migrate`` from a stream without buckets: its runs have no side data)."""
     from journald.storage.jetstream import JetStreamStore
-    from journald.storage.jetstream_checkpoints import bind_run_stores
+    from journald.storage.jetstream_checkpoints import bind_run_stores, sweep_orphan_chunks
+    from journald.storage.jetstream_leases import JetStreamLeases, bind_lease_bucket
 
     records = await JetStreamStore.connect(
         opts.nats_url,
@@ -156,10 +203,23 @@ async def _open_jetstream(opts: BackendOptions) -> OpenedBackend:
         gap_wait_s=opts.gap_wait_s,
         ack_timeout_s=opts.ack_timeout_s,
         retry_window_s=opts.retry_window_s,
+        leader_wait_s=opts.leader_wait_s,
     )
     try:
         cli = (opts.nats or NatsOptions()).cli(opts.nats_url)
         cps, blobs = await bind_run_stores(records, cli, required=not opts.read_only)
+        leases = None
+        if not opts.read_only:
+            bucket = await bind_lease_bucket(
+                records.connection,
+                records.stream,
+                cli.url,
+                cli,
+                replicas=records.replicas,
+                ack_timeout_s=records.ack_timeout_s,
+                leader_wait_s=records.leader_wait_s,
+            )
+            leases = JetStreamLeases(records, bucket, ttl_s=opts.lease_ttl_s)
     except BaseException:
         await records.close()
         raise
@@ -167,6 +227,8 @@ async def _open_jetstream(opts: BackendOptions) -> OpenedBackend:
         records,
         cps if cps is not None else MemoryCheckpointStore(),
         blobs if blobs is not None else MemoryAttachmentStore(),
+        leases,
+        sweep=lambda: sweep_orphan_chunks((cps, blobs)),
     )
 
 
@@ -200,6 +262,7 @@ BACKENDS: dict[str, Backend] = {
             _open_jetstream,
             _jetstream_at,
             nats=True,
+            local_checkpoints=False,
         ),
         Backend(
             "memory",
@@ -229,8 +292,18 @@ def backend(name: str) -> Backend:
 
 async def open_backend(name: str, opts: BackendOptions) -> OpenedBackend:
     """Open backend ``name``; ``opts.checkpoint_dir`` moves its checkpoints (and fold marks)
-    to that directory, whatever the backend."""
-    opened = await backend(name).open(opts)
+    to that directory, for a backend whose runs stay on this host (refused for one whose
+    checkpoints other hosts must see)."""
+    entry = backend(name)
+    if opts.checkpoint_dir is not None and not entry.local_checkpoints:
+        raise InvalidArgumentError(
+            f"--checkpoint-dir {opts.checkpoint_dir} cannot be used with --backend {name}: "
+            f"the {name} backend keeps checkpoints where every host sees them (the stream's "
+            "checkpoint bucket), and a local directory would hide them from the others; "
+            "drop --checkpoint-dir",
+            metadata={"backend": name, "checkpoint_dir": str(opts.checkpoint_dir)},
+        )
+    opened = await entry.open(opts)
     if opts.checkpoint_dir is not None:
         opened.checkpoints = FileCheckpointStore.separate(str(opts.checkpoint_dir))
     return opened

@@ -8,11 +8,14 @@ checker that names the damaged seq) plus the small durable-write helpers.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
+import threading
 import uuid
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -111,7 +114,9 @@ def unmake_run_dir(run_dir: str) -> None:
 
 @dataclass(slots=True)
 class SegmentInfo:
-    """One sealed segment: ``segments/<file>`` holds seqs first_seq..last_seq."""
+    """One sealed segment: ``segments/<file>`` holds seqs first_seq..last_seq. ``sha256`` (of
+    the whole file) and ``mtime_ns`` (its modification time when sealed) are empty/0 in
+    manifests written before they were recorded."""
 
     file: str
     first_seq: int
@@ -122,6 +127,8 @@ class SegmentInfo:
     first_hash: str
     last_hash: str
     first_prev: str
+    sha256: str = ""
+    mtime_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -530,3 +537,83 @@ def file_lines(name: str, data: bytes, first_line: int = 1) -> Iterator[Line]:
         pos, i = nl + 1, i + 1
     if end < len(data):
         yield Line(name, i, data[end:], partial=True)
+
+
+# --- sealed segments: the structural check ---------------------------------------------
+
+
+def sealed_facts(path: str) -> tuple[str, int]:
+    """(sha256 of the file, its mtime in ns): what a seal records of a segment it lists."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest(), os.fstat(f.fileno()).st_mtime_ns
+
+
+def sealed_problem(
+    run_id: str, run_dir: str, m: Manifest, skip: Collection[str] = ()
+) -> StoreCorrupted | None:
+    """What a stat of every sealed segment (but those in ``skip``: a read that walks them
+    checks them line by line) finds wrong against its manifest entry, without reading
+    segment bodies: a segment missing, or of another size than sealed (cut, extended,
+    replaced). A segment whose mtime is not the one sealed was written to since: its bytes
+    are read and compared with the digest sealed. Sealed segments never change, so any of
+    these is damage (docs/design.md#segments-and-manifest)."""
+    for s in m.segments:
+        if s.file in skip:
+            continue
+        path = os.path.join(run_dir, SEGMENTS, s.file)
+        pos = Line(path, 0, b"")
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return corrupted(
+                run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
+            )
+        if st.st_size != s.bytes:
+            return corrupted(
+                run_id,
+                pos,
+                s.first_seq,
+                f"the sealed segment is {st.st_size} bytes, its manifest entry says {s.bytes} "
+                "(a sealed segment never changes: it was cut, extended or replaced)",
+            )
+        seen = (path, st.st_ino, st.st_size, st.st_mtime_ns, s.sha256)
+        if s.sha256 and s.mtime_ns and st.st_mtime_ns != s.mtime_ns and not _vouched(seen):
+            try:
+                digest = sealed_facts(path)[0]
+            except FileNotFoundError:
+                return corrupted(
+                    run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
+                )
+            if digest == s.sha256:  # a copy (a restore keeps the bytes, not the mtime)
+                _vouch(seen)
+            else:
+                return corrupted(
+                    run_id,
+                    pos,
+                    s.first_seq,
+                    "the sealed segment was written to since it was sealed: its bytes no "
+                    "longer have the digest its manifest entry recorded",
+                )
+    return None
+
+
+_VOUCHED: OrderedDict[tuple[str, int, int, int, str], None] = OrderedDict()
+_VOUCHED_LOCK = threading.Lock()  # reads run on worker threads
+VOUCHED_KEPT = 65536
+"""Segment files (path, inode, size, mtime) whose digest was read and matched although their
+mtime is not the one sealed (restored from a backup): read once per process, not per open."""
+
+
+def _vouched(seen: tuple[str, int, int, int, str]) -> bool:
+    with _VOUCHED_LOCK:
+        return seen in _VOUCHED
+
+
+def _vouch(seen: tuple[str, int, int, int, str]) -> None:
+    with _VOUCHED_LOCK:
+        _VOUCHED[seen] = None
+        while len(_VOUCHED) > VOUCHED_KEPT:
+            _VOUCHED.popitem(last=False)

@@ -28,7 +28,8 @@ from journald_client import (
     VerifyResult,
     Watch,
 )
-from journald_client.paths import default_socket_path
+from journald_client.errors import UntrustedSocket
+from journald_client.paths import check_socket, default_socket_path
 from journald_client.state import Message, PendingTurn
 
 PAGE_MESSAGES = 100  # messages per History page the transcript asks for
@@ -101,6 +102,10 @@ class Source:
 
     def ping(self, timeout: float = PING_TIMEOUT_S) -> bool:
         """Whether the daemon answers now (a socket nobody listens on fails at once)."""
+        try:
+            check_socket(self.socket_path)  # never dial another user's socket
+        except UntrustedSocket:
+            return False
         probe = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
         try:
             probe.settimeout(timeout)

@@ -60,8 +60,8 @@ def replicated_stream(cluster: NatsCluster, name: str) -> None:
 
 async def led_by_survivors(urls: list[str], stream: str) -> bool:
     """Whether the stream and both its buckets answer with a leader among ``urls`` (after a
-    node is killed the survivors elect new leaders; a daemon started before then is refused
-    at start-up, exit 5, as it should be)."""
+    node is killed the survivors elect new leaders; a daemon started before then waits for
+    them at start-up, up to ``--nats-leader-wait``)."""
     nc = await nats.connect(urls)
     try:
         for name in (stream, *(stream_of(bucket_name(stream, role)) for role in ROLES)):

@@ -21,6 +21,7 @@ from journald.validation import validate_payload
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.storage.backend_jetstream import fresh_stream
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +61,13 @@ def test_a_run_resumed_on_another_host_keeps_its_checkpoints_and_attachments(
         with jc.connect(str(host_b.socket)) as client_b:
             assert client_b.checkpoints("moving") == [first, second]
             assert client_b.get_attachment("moving", ref.sha256) == picture
-            with client_b.resume("moving", FP) as moved:
+            # A's lease lasts until its daemon's key expires (docs/design.md#leases-across-hosts)
+            moved = eventually(
+                lambda: client_b.resume("moving", FP),
+                what="A's lease to expire",
+                retry_on=(jc.Locked,),
+            )
+            with moved:
                 restored = moved.restore(first.checkpoint_id)
                 assert restored.to_messages == first.message_count
                 state = moved.fold()

@@ -4,7 +4,8 @@ Each test starts a real nats-server that refuses clients without one kind of cre
 (token, user and password, an operator/account/user JWT chain, TLS, mutual TLS), shows that a
 client without it is refused, then starts the real daemon with the matching flag or
 environment variable and writes and reads a run through it. A last test names the writer: the
-`locked` refusal a stale host gets names the other daemon by its `--writer-name`.
+`locked` refusal a host gets at Open for a run held through another names that daemon by its
+`--writer-name`.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def test_a_client_certificate_reaches_a_server_that_verifies_clients(
     )
 
 
-def test_a_stale_host_is_locked_naming_the_other_daemon_by_its_writer_name(
+def test_a_host_refused_a_held_run_is_told_the_other_daemon_by_its_writer_name(
     tmp_path: Path, start_nats: StartNats
 ) -> None:
     server = start_server(start_nats, [])
@@ -155,9 +156,7 @@ def test_a_stale_host_is_locked_naming_the_other_daemon_by_its_writer_name(
     ):
         run_a = client_a.start("named", FP, "hello")
         run_a.assistant("first answer", stop_reason="end_turn")
-        run_b = client_b.resume("named", FP)
-        run_b.user("a follow-up typed on host B")
-        with pytest.raises(jc.Locked) as err:
-            run_a.user("a stale follow-up from host A")
-        assert err.value.holder_name == "build-host-b"
-        assert "build-host-b" in err.value.message
+        with pytest.raises(jc.Locked) as err:  # held through host A: refused at Open
+            client_b.resume("named", FP)
+        assert err.value.metadata["holder_writer"] == "build-host-a"
+        assert "build-host-a" in err.value.message

@@ -192,3 +192,18 @@ def test_a_data_dir_that_cannot_be_created_is_refused_with_exit_2(tmp_path: Path
     code, err = serve(tmp_path, "--backend", "memory", data_dir=blocker / "data")
     assert code == 2, err
     assert_clean(err, f"cannot use data dir {blocker / 'data'}", "--data-dir")
+
+
+def test_a_checkpoint_dir_with_the_jetstream_backend_is_refused_with_exit_2(
+    tmp_path: Path,
+) -> None:
+    """Checkpoints of a JetStream run live in the stream's bucket, where every host sees them;
+    a local directory would hide them from the others, so the flag is refused, not ignored."""
+    url = f"nats://127.0.0.1:{free_port()}"  # refused before connecting
+    code, err = serve(
+        tmp_path,
+        *("--backend", "jetstream", "--nats-url", url, "--checkpoint-dir", str(tmp_path / "cp")),
+    )
+    assert code == 2, err
+    assert_clean(err, "--checkpoint-dir", "cannot be used with --backend jetstream")
+    assert not (tmp_path / "cp").exists()

@@ -32,6 +32,7 @@ from journald.core.errors import (
 from journald.core.records import sha256_hex
 from journald.storage import registry
 from journald.storage.checkpoint_base import (
+    OWNER,
     SNAPSHOT,
     AttachmentStore,
     CheckpointStore,
@@ -146,6 +147,23 @@ async def test_the_marks_and_the_snapshot_are_kept_apart_and_dropped_with_the_ru
     await cps.drop_run(RUN)
     assert await cps.load_mark(RUN) is None
     assert await cps.load_mark(RUN, SNAPSHOT) is None
+
+
+async def test_the_owner_part_is_kept_beside_the_marks_outside_the_records_and_goes_with_the_run(
+    runs: OpenedBackend,
+) -> None:
+    before = [r.raw for r in await runs.records.load(RUN)]
+    cps = runs.checkpoints
+    await cps.save_mark(RUN, {"marks": [1]})
+    await cps.save_mark(RUN, {"uid": 65534}, OWNER)
+    assert await cps.load_mark(RUN, OWNER) == {"uid": 65534}
+    assert await cps.load_mark(RUN) == {"marks": [1]}
+    assert await cps.load_mark(OTHER, OWNER) is None
+    assert await cps.list(RUN) == []
+    assert [r.raw for r in await runs.records.load(RUN)] == before  # records untouched
+    assert await runs.records.delete(RUN)
+    await cps.drop_run(RUN)
+    assert await cps.load_mark(RUN, OWNER) is None
 
 
 async def test_attachments_are_stored_once_per_run_by_their_sha256(runs: OpenedBackend) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import nats
 import pytest
-from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.api import DiscardPolicy, ObjectStoreConfig, StorageType, StreamConfig
 
 from journald.core.checkpoints import Checkpoint
 from journald.core.errors import StoreCorrupted
@@ -29,8 +29,14 @@ from journald.storage.jetstream_buckets import (
     BucketConfigError,
     bucket_name,
 )
-from journald.storage.jetstream_checkpoints import bind_run_stores
+from journald.storage.jetstream_checkpoints import bind_run_stores, sweep_orphan_chunks
 from journald.storage.jetstream_config import Cli
+from journald.storage.jetstream_leases import (
+    JetStreamLeases,
+    bind_lease_bucket,
+    kv_stream,
+    lease_bucket_name,
+)
 from journald.storage.jetstream_objects import stream_of
 from tests.nats_server import NatsServer, create_stream, delete_stream
 from tests.natscli import printed_commands, printed_env, run_all
@@ -64,6 +70,44 @@ async def replace_bucket(url: str, stream: str, role: str, **config: Any) -> Non
             await js.create_object_store(bucket_name(stream, role), ObjectStoreConfig(**config))
     finally:
         await nc.close()
+
+
+async def drop_lease_bucket(url: str, stream: str) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().delete_key_value(lease_bucket_name(stream))
+    finally:
+        await nc.close()
+
+
+async def lease_refusal(url: str, stream: str) -> BucketConfigError:
+    store = await JetStreamStore.connect(url, stream)
+    try:
+        with pytest.raises(BucketConfigError) as err:
+            await bind_lease_bucket(
+                store.connection, stream, url, Cli(url), replicas=1, ack_timeout_s=2.0
+            )
+        return err.value
+    finally:
+        await store.close()
+
+
+async def leases_work(url: str, stream: str) -> None:
+    """The binding accepts the lease bucket and a daemon's leases run on it."""
+    store = await JetStreamStore.connect(url, stream)
+    try:
+        bucket = await bind_lease_bucket(
+            store.connection, stream, url, Cli(url), replicas=1, ack_timeout_s=2.0
+        )
+        leases = JetStreamLeases(store, bucket)
+        await leases.start()
+        try:
+            assert await leases.acquire("leased-run", {"name": "test"}) > 0
+            await leases.confirm("leased-run", "a write")
+        finally:
+            await leases.close()
+    finally:
+        await store.close()
 
 
 async def refusal(url: str, stream: str) -> BucketConfigError:
@@ -114,6 +158,7 @@ async def test_the_deploy_script_creates_buckets_the_binding_accepts(
 ) -> None:
     await replace_bucket(server.url, stream, CHECKPOINTS)
     await replace_bucket(server.url, stream, ATTACHMENTS)
+    await drop_lease_bucket(server.url, stream)
     env = printed_env(tmp_path / "home", server.url)
     env["PATH"] = f"{Path(natscli).parent}{os.pathsep}{env['PATH']}"
     done = subprocess.run(  # noqa: ASYNC221 - a short CLI run; nothing else runs meanwhile
@@ -127,6 +172,53 @@ async def test_the_deploy_script_creates_buckets_the_binding_accepts(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     await binds_and_stores(server.url, stream)
+    await leases_work(server.url, stream)
+
+
+async def test_a_missing_lease_bucket_is_refused_with_a_kv_add_line_that_works(
+    server: NatsServer, stream: str, natscli: str, tmp_path: Path
+) -> None:
+    await drop_lease_bucket(server.url, stream)
+    err = await lease_refusal(server.url, stream)
+    bucket = lease_bucket_name(stream)
+    assert f"bucket {bucket} does not exist" in err.message
+    assert "journald never creates it" in err.message
+    fixes = printed_commands(err.message)
+    assert fixes == [
+        f"nats --server {server.url} kv add {bucket} --storage file --replicas 1 --history 1 "
+        "--marker-ttl 1s"
+    ]
+    run_all(fixes, natscli, tmp_path / "home")
+    await leases_work(server.url, stream)
+
+
+async def test_a_lease_bucket_without_per_key_ttls_is_refused_with_an_edit_that_works(
+    server: NatsServer, stream: str, natscli: str, tmp_path: Path
+) -> None:
+    await drop_lease_bucket(server.url, stream)
+    bucket = lease_bucket_name(stream)
+    nc = await nats.connect(server.url)
+    try:  # a KV bucket as an older client makes it: no per-message TTLs
+        await nc.jetstream().add_stream(
+            StreamConfig(
+                name=kv_stream(bucket),
+                subjects=[f"$KV.{bucket}.>"],
+                max_msgs_per_subject=1,
+                allow_rollup_hdrs=True,
+                deny_delete=True,
+                allow_direct=True,
+                storage=StorageType.FILE,
+                discard=DiscardPolicy.NEW,
+            )
+        )
+    finally:
+        await nc.close()
+    err = await lease_refusal(server.url, stream)
+    assert "per-key TTLs are off" in err.message
+    fixes = printed_commands(err.message)
+    assert fixes == [f"nats --server {server.url} kv edit {bucket} --marker-ttl=1s"]
+    run_all(fixes, natscli, tmp_path / "home")
+    await leases_work(server.url, stream)
 
 
 async def test_a_bucket_whose_objects_expire_is_refused_with_an_edit_that_works(
@@ -199,5 +291,56 @@ async def test_nothing_of_a_refused_write_stays_in_the_bucket(
             await cps.put(clash)
         after = (await nc.jsm().stream_info(stream_of(f"{stream}_CHECKPOINTS"))).state.messages
         assert after == before
+    finally:
+        await store.close()
+
+
+async def test_listing_a_runs_checkpoints_reads_its_index_not_every_name_in_the_bucket(
+    server: NatsServer, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await JetStreamStore.connect(server.url, stream)
+    try:
+        cps, _ = await bind_run_stores(store, Cli(server.url))
+        assert cps is not None
+        for other in range(5):
+            await cps.put(checkpoint(f"other-{other}"))
+        mine = [checkpoint("indexed") for _ in range(3)]
+        for cp in mine:
+            await cps.put(cp)
+        assert await cps.delete("indexed", mine[1].checkpoint_id)
+
+        def no_scan(prefix: str = "") -> list[str]:
+            raise AssertionError("listing one run read every object name of the bucket")
+
+        monkeypatch.setattr(cps.bucket, "names", no_scan)
+        listed = [m.checkpoint_id for m in await cps.list("indexed")]
+        assert listed == [mine[0].checkpoint_id, mine[2].checkpoint_id]
+    finally:
+        await store.close()
+
+
+async def test_chunks_a_crashed_write_left_without_a_meta_are_swept_and_live_objects_kept(
+    server: NatsServer, stream: str
+) -> None:
+    store = await JetStreamStore.connect(server.url, stream)
+    try:
+        cps, blobs = await bind_run_stores(store, Cli(server.url))
+        assert cps is not None
+        assert blobs is not None
+        kept = checkpoint("swept-run")
+        await cps.put(kept)
+        digest, _ = await blobs.put("swept-run", b"attached bytes" * 20_000)  # 3 chunks
+        bucket = bucket_name(stream, CHECKPOINTS)
+        js = store.connection.jetstream()
+        for n in range(3):  # a writer killed after its chunks, before its meta
+            await js.publish(f"$O.{bucket}.C.crashedwrite", b"x" * 1000, headers={"n": str(n)})
+        info = await store.connection.jsm().stream_info(stream_of(bucket))
+        assert await sweep_orphan_chunks((cps, blobs)) == 0  # too young: may be in progress
+        assert await cps.bucket.sweep_orphans(min_age_s=0) == 1
+        after = await store.connection.jsm().stream_info(stream_of(bucket))
+        assert after.state.messages == info.state.messages - 3
+        assert await blobs.bucket.sweep_orphans(min_age_s=0) == 0
+        assert (await cps.get("swept-run", kept.checkpoint_id)).messages == kept.messages
+        assert await blobs.get("swept-run", digest) == b"attached bytes" * 20_000
     finally:
         await store.close()

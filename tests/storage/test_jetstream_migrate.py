@@ -244,3 +244,18 @@ async def test_a_run_with_checkpoints_and_an_attachment_round_trips_byte_identic
         await js.close()
     assert await_main(["--quiet", "--from", there, "--to", f"file:{tmp_path / 'b'}"]) == 0
     assert run_files(tmp_path / "b" / "sessions" / "side-run") == before
+
+
+async def test_a_runs_owner_on_a_shared_daemon_travels_with_it_both_ways(tmp_path: Path) -> None:
+    from journald.storage.checkpoint_base import OWNER
+    from journald.storage.checkpoints_file import FileCheckpointStore
+
+    await run_with_side_data(tmp_path / "a", "owned-run")
+    sessions = str(tmp_path / "a" / "sessions")
+    await FileCheckpointStore.colocated_with(sessions).save_mark("owned-run", {"uid": 4242}, OWNER)
+    url, name, _ = await fresh_stream()
+    there = f"jetstream:{url}/{name}"
+    assert await_main(["--quiet", "--from", f"file:{tmp_path / 'a'}", "--to", there]) == 0
+    assert await_main(["--quiet", "--from", there, "--to", f"file:{tmp_path / 'b'}"]) == 0
+    back = FileCheckpointStore.colocated_with(str(tmp_path / "b" / "sessions"))
+    assert await back.load_mark("owned-run", OWNER) == {"uid": 4242}

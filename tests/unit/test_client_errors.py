@@ -49,6 +49,7 @@ EXPECTED_CLASS = {
     "backend_unavailable": jc.BackendUnavailable,
     "storage_full": jc.StorageFull,
     "unsupported": jc.Unsupported,
+    "permission_denied": jc.PermissionDenied,
     "resource_exhausted": jc.ResourceExhausted,
 }
 

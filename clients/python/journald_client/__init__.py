@@ -30,6 +30,7 @@ from journald_client.errors import (
     LeaseLost,
     Locked,
     NotFoundError,
+    PermissionDenied,
     ProviderChanged,
     ResourceExhausted,
     ResponseTooLarge,
@@ -43,6 +44,7 @@ from journald_client.errors import (
     StoreCorrupted,
     TurnRunning,
     Unsupported,
+    UntrustedSocket,
     VersionUnsupported,
 )
 from journald_client.fingerprint import Fingerprint, compute
@@ -118,6 +120,7 @@ __all__ = [
     "Pending",
     "PendingResult",
     "PendingTurn",
+    "PermissionDenied",
     "PipelinedWriter",
     "ProviderChanged",
     "QuarantinedRecord",
@@ -141,6 +144,7 @@ __all__ = [
     "ToolOutput",
     "TurnRunning",
     "Unsupported",
+    "UntrustedSocket",
     "VerifyResult",
     "VersionUnsupported",
     "Watch",

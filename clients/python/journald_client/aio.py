@@ -28,7 +28,7 @@ from journald_client.client import (
 )
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
-from journald_client.paths import grpc_target
+from journald_client.paths import checked_target
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 from journald_client.state import (
@@ -90,8 +90,11 @@ class AsyncClient:
         reconnect_timeout: float = 30.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         message_window: int = window.MESSAGE_WINDOW,
+        daemon_uid: int | str | None = None,
     ) -> None:
-        self.target = grpc_target(socket)
+        # who owns the socket is checked before anything is dialed (UntrustedSocket);
+        # daemon_uid: the uid the daemon runs as (default $JOURNALD_DAEMON_UID, else ours)
+        self.target = checked_target(socket, daemon_uid)
         self.name = name or default_name()
         self.reconnect_timeout = reconnect_timeout
         self.message_window = max(0, message_window)
@@ -463,6 +466,7 @@ async def connect_async(
     reconnect_timeout: float = 30.0,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     message_window: int = window.MESSAGE_WINDOW,
+    daemon_uid: int | str | None = None,
 ) -> AsyncClient:
     """An async client whose daemon has answered (``DaemonUnavailable`` otherwise).
     ``max_message_bytes`` caps a gRPC message both ways (default 16 MiB);
@@ -473,6 +477,7 @@ async def connect_async(
         reconnect_timeout=reconnect_timeout,
         max_message_bytes=max_message_bytes,
         message_window=message_window,
+        daemon_uid=daemon_uid,
     )
     try:
         await client.wait_ready(wait)

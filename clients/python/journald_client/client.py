@@ -30,7 +30,7 @@ import grpc
 from journald_client import codec, errors, retry, window
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
-from journald_client.paths import grpc_target
+from journald_client.paths import checked_target
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pb_grpc
 from journald_client.pipelined import DEFAULT_WINDOW, PipelinedWriter
@@ -119,8 +119,11 @@ class Client:
         reconnect_timeout: float = 30.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         message_window: int = window.MESSAGE_WINDOW,
+        daemon_uid: int | str | None = None,
     ) -> None:
-        self.target = grpc_target(socket)
+        # who owns the socket is checked before anything is dialed (UntrustedSocket);
+        # daemon_uid: the uid the daemon runs as (default $JOURNALD_DAEMON_UID, else ours)
+        self.target = checked_target(socket, daemon_uid)
         self.name = name or default_name()
         self.reconnect_timeout = reconnect_timeout
         self.message_window = max(0, message_window)
@@ -502,6 +505,7 @@ def connect(
     reconnect_timeout: float = 30.0,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     message_window: int = window.MESSAGE_WINDOW,
+    daemon_uid: int | str | None = None,
 ) -> Client:
     """A client whose daemon has answered (``DaemonUnavailable`` with a hint otherwise).
     ``max_message_bytes`` caps a gRPC message both ways (default 16 MiB);
@@ -513,6 +517,7 @@ def connect(
         reconnect_timeout=reconnect_timeout,
         max_message_bytes=max_message_bytes,
         message_window=message_window,
+        daemon_uid=daemon_uid,
     )
     try:
         client.wait_ready(timeout)

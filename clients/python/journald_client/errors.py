@@ -22,6 +22,7 @@ or ``UNKNOWN`` (the transport's, never the daemon's: see ``TRANSPORT_FAILURES``)
     ├── StorageFull
     ├── ResponseTooLarge
     ├── Unsupported
+    ├── PermissionDenied: UntrustedSocket (raised by the client itself, before dialing)
     ├── ResourceExhausted (.limit, .flag)
     └── ConversationChanged (raised by the client itself, never by the daemon)
 
@@ -221,6 +222,19 @@ class Unsupported(JournaldError):
     """The daemon's backend cannot do this operation (e.g. recovery on JetStream)."""
 
     code = "unsupported"
+
+
+class PermissionDenied(JournaldError):
+    """The run belongs to another uid of a shared daemon (``owner_uid``, ``peer_uid``)."""
+
+    code = "permission_denied"
+
+
+class UntrustedSocket(PermissionDenied):
+    """Client-side, before a byte is sent: the socket (or its directory) is not owned by the
+    expected daemon uid, is a symbolic link, or its directory is writable by others, so it
+    may be another user's. ``metadata``: ``socket``, ``path``, ``found_uid``,
+    ``expected_uid``."""
 
 
 class ResourceExhausted(JournaldError):

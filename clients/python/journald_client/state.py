@@ -194,8 +194,10 @@ class LeaseHolder:
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     """A listing row. ``status``: ``open`` (not ended, no writer), ``held`` (a writer holds
-    the lease) or the reason of the terminal record that ends the run (``completed``,
-    ``suspended``, ``error``, ``budget``, ``max_iterations``)."""
+    the lease), the reason of the terminal record that ends the run (``completed``,
+    ``suspended``, ``error``, ``budget``, ``max_iterations``), or ``corrupted`` (its stored
+    bytes are damaged, as the listing or the daemon's background scrubber found: ``error``
+    says where; opening it is refused with ``StoreCorrupted``)."""
 
     run_id: str
     created: str

@@ -39,7 +39,7 @@ import {
 } from "./gen/journald/v1/journal";
 import { spanIds, traceMetadata } from "./otel";
 import { PipelinedOptions, PipelinedWriter } from "./pipelined";
-import { defaultSocketPath, target } from "./socket";
+import { checkSocket, defaultSocketPath, target } from "./socket";
 import { completeFold, completeState, DEFAULT_MESSAGE_WINDOW } from "./window";
 
 /** RFC 3339 UTC with microseconds: 2026-11-30T12:00:00.000000Z. */
@@ -58,6 +58,11 @@ export interface CallOpts {
 export interface ConnectOptions {
   /** Socket path (default: defaultSocketPath()). */
   socket?: string;
+  /**
+   * The uid (or user name) the daemon runs as (default $JOURNALD_DAEMON_UID, else this
+   * process's uid): connect refuses a socket owned by anyone else but root, before dialing.
+   */
+  daemonUid?: number | string;
   /** Clock for record `ts` and meta `created` (tests pin it for byte-identical journals). */
   clock?: () => Date;
   /** The agent name shown in `locked` errors. */
@@ -153,7 +158,9 @@ export class Client {
 
   /** Dial the daemon and wait until grpc.health.v1 reports SERVING. */
   static async connect(opts: ConnectOptions = {}): Promise<Client> {
-    const c = new Client(opts.socket ?? defaultSocketPath(), opts);
+    const socket = opts.socket ?? defaultSocketPath();
+    checkSocket(socket, opts.daemonUid); // docs/protocol.md#peer-identity
+    const c = new Client(socket, opts);
     const until = Date.now() + (opts.timeoutMs ?? 10_000);
     let last: unknown;
     for (;;) {

@@ -73,6 +73,14 @@ export class InternalError extends JournaldError {}
 export class ResponseTooLargeError extends JournaldError {}
 /** The daemon's backend cannot do this operation (e.g. recovery on JetStream). */
 export class UnsupportedError extends JournaldError {}
+/** The run belongs to another uid of a shared daemon (metadata owner_uid, peer_uid). */
+export class PermissionDeniedError extends JournaldError {}
+/**
+ * Raised by the client itself before it dials: the socket (or its directory) is not owned by
+ * the expected daemon uid, is a symbolic link, or its directory is writable by others
+ * (metadata socket, path, found_uid, expected_uid). Code "permission_denied".
+ */
+export class UntrustedSocketError extends PermissionDeniedError {}
 /**
  * A per-peer limit of the daemon was reached (metadata `limit`, and `flag`, the option that
  * raises it): release what you hold before retrying, never in a tight loop.
@@ -119,6 +127,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   internal: InternalError,
   response_too_large: ResponseTooLargeError,
   unsupported: UnsupportedError,
+  permission_denied: PermissionDeniedError,
   resource_exhausted: ResourceExhaustedError,
 };
 

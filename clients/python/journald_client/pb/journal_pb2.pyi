@@ -275,7 +275,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
     JetStream); retrying will not help.
     """
-    ERROR_CODE_RESOURCE_EXHAUSTED: _ErrorCode.ValueType  # 28
+    ERROR_CODE_PERMISSION_DENIED: _ErrorCode.ValueType  # 28
+    """gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
+    a client itself, the socket is not owned by the expected daemon uid).
+    """
+    ERROR_CODE_RESOURCE_EXHAUSTED: _ErrorCode.ValueType  # 29
     """gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
     in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
     `journald serve` option that raises it. Retry only after releasing what you hold (or,
@@ -352,7 +356,11 @@ ERROR_CODE_UNSUPPORTED: ErrorCode.ValueType  # 27
 """gRPC UNIMPLEMENTED: the backend cannot do this operation at all (e.g. recovery on
 JetStream); retrying will not help.
 """
-ERROR_CODE_RESOURCE_EXHAUSTED: ErrorCode.ValueType  # 28
+ERROR_CODE_PERMISSION_DENIED: ErrorCode.ValueType  # 28
+"""gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
+a client itself, the socket is not owned by the expected daemon uid).
+"""
+ERROR_CODE_RESOURCE_EXHAUSTED: ErrorCode.ValueType  # 29
 """gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
 in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
 `journald serve` option that raises it. Retry only after releasing what you hold (or,

@@ -395,12 +395,17 @@ export enum ErrorCode {
    */
   ERROR_CODE_UNSUPPORTED = 27,
   /**
+   * ERROR_CODE_PERMISSION_DENIED - gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
+   * a client itself, the socket is not owned by the expected daemon uid).
+   */
+  ERROR_CODE_PERMISSION_DENIED = 28,
+  /**
    * ERROR_CODE_RESOURCE_EXHAUSTED - gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
    * in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
    * `journald serve` option that raises it. Retry only after releasing what you hold (or,
    * for a Watch, from its last seq + 1 reading faster), never in a tight loop.
    */
-  ERROR_CODE_RESOURCE_EXHAUSTED = 28,
+  ERROR_CODE_RESOURCE_EXHAUSTED = 29,
   UNRECOGNIZED = -1,
 }
 
@@ -491,6 +496,9 @@ export function errorCodeFromJSON(object: any): ErrorCode {
     case "ERROR_CODE_UNSUPPORTED":
       return ErrorCode.ERROR_CODE_UNSUPPORTED;
     case 28:
+    case "ERROR_CODE_PERMISSION_DENIED":
+      return ErrorCode.ERROR_CODE_PERMISSION_DENIED;
+    case 29:
     case "ERROR_CODE_RESOURCE_EXHAUSTED":
       return ErrorCode.ERROR_CODE_RESOURCE_EXHAUSTED;
     case -1:
@@ -558,6 +566,8 @@ export function errorCodeToJSON(object: ErrorCode): string {
       return "ERROR_CODE_RESPONSE_TOO_LARGE";
     case ErrorCode.ERROR_CODE_UNSUPPORTED:
       return "ERROR_CODE_UNSUPPORTED";
+    case ErrorCode.ERROR_CODE_PERMISSION_DENIED:
+      return "ERROR_CODE_PERMISSION_DENIED";
     case ErrorCode.ERROR_CODE_RESOURCE_EXHAUSTED:
       return "ERROR_CODE_RESOURCE_EXHAUSTED";
     case ErrorCode.UNRECOGNIZED:
