@@ -265,11 +265,12 @@ class FileReads:
         from_seq: int,
         where: dict[int, Line] | None = None,
         budget: ReadBudget | None = None,
+        digests: dict[str, str] | None = None,
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
         filled with the line each record was read from, and no line is skipped."""
         out: Records = []
-        walk = self._walk(run_id, from_seq, where, budget)
+        walk = self._walk(run_id, from_seq, where, budget, digests)
         m, files = next(walk)  # type: ignore[misc]
         out.extend(walk)  # type: ignore[arg-type]
         return m, files, out
@@ -280,6 +281,7 @@ class FileReads:
         from_seq: int,
         where: dict[int, Line] | None = None,
         budget: ReadBudget | None = None,
+        digests: dict[str, str] | None = None,
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
         """The walk of ``_iter_checked``, one record at a time: first (manifest, files) of
         the snapshot, then each record with seq >= ``from_seq`` as its line is checked, one
@@ -297,12 +299,14 @@ class FileReads:
             elif info is not None:  # read whole by the snapshot (a scrub)
                 check_sealed(run_id, name, data, info)
             sizes[name] = len(data)
+            if digests is not None and info is not None:
+                digests[name] = sha256_hex(data)
             return data
 
         def lines_of(name: str, data: bytes, info: SegmentInfo | None) -> Iterator[Line]:
             if data is UNREAD and info is not None:  # a chunk at a time
                 self.segment_opens += 1
-                return sealed_lines(self.run_dir(run_id), run_id, m, name, info, sizes)
+                return sealed_lines(self.run_dir(run_id), run_id, m, name, info, sizes, digests)
             return file_lines(name, data_of(name, data, info))
 
         skip = 0
@@ -468,12 +472,13 @@ class FileReads:
         them, each sealed segment's digest, then the walk every backend's verify makes, naming
         the file and line. ``budget``: the scrubber's paced reads."""
         where: dict[int, Line] = {}
-        m, files, recs = self._iter_checked(run_id, 1, where, budget)
+        read: dict[str, str] = {}  # each sealed segment's sha256, as the walk read it
+        m, _, recs = self._iter_checked(run_id, 1, where, budget, read)
         if not recs:
             raise self._not_found(run_id)
         self._check_segment_files(run_id)
         seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
-        digests = {os.path.basename(n): sha256_hex(d) for n, d, i in files if i is not None}
+        digests = {os.path.basename(n): d for n, d in read.items()}
         for s in m.segments:
             if s.sha256 and digests.get(s.file, s.sha256) != s.sha256:
                 raise corrupted(

@@ -6,6 +6,7 @@ manifest is damage."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 from journald.core.errors import BackendUnavailable, JournaldError
@@ -60,9 +61,12 @@ def sealed_lines(
     name: str,
     info: SegmentInfo,
     sizes: dict[str, int],
+    digests: dict[str, str] | None = None,
 ) -> Iterator[Line]:
     """A sealed segment's lines read a chunk at a time (``sizes[name]``: its bytes, once
-    read to the end), with the checks of ``sealed_whole`` (a partial last line: at its end)."""
+    read to the end; ``digests[name]``: their sha256, when asked for), with the checks of
+    ``sealed_whole`` (a partial last line: at its end)."""
+    digest = hashlib.sha256() if digests is not None else None
     try:
         f = open(name, "rb")  # noqa: SIM115 - closed by the with below, in this generator
     except FileNotFoundError:
@@ -71,6 +75,8 @@ def sealed_lines(
         n, size, rest = 0, 0, b""
         while chunk := f.read(READ_CHUNK_BYTES):
             size += len(chunk)
+            if digest is not None:
+                digest.update(chunk)
             lines = (rest + chunk).split(b"\n")
             rest = lines.pop()
             for raw in lines:
@@ -78,5 +84,7 @@ def sealed_lines(
                 yield Line(name, n, raw)
             del lines
         sizes[name] = size
+        if digests is not None and digest is not None:
+            digests[name] = digest.hexdigest()
     if rest:
         raise corrupted(run_id, Line(name, n + 1, b""), info.last_seq, PARTIAL)
