@@ -38,10 +38,17 @@ from journald.core.errors import (
     StoreCorrupted,
     VersionUnsupported,
 )
-from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
+from journald.core.records import GENESIS, Record, decode, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
 from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
-from journald.storage.file_stream import MISSING, UNREAD, check_sealed, sealed_lines, sealed_whole
+from journald.storage.file_stream import (
+    MISSING,
+    UNREAD,
+    check_sealed,
+    sealed_lines,
+    sealed_whole,
+    skip_to,
+)
 from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.io_pool import yield_to_foreground
 from journald.storage.scrub_budget import ReadBudget
@@ -56,7 +63,6 @@ from journald.storage.segments import (
     checksum_ok,
     corrupted,
     file_lines,
-    line_start,
     message_count,
     read_manifest,
     sealed_problem,
@@ -283,10 +289,9 @@ class FileReads:
         budget: ReadBudget | None = None,
         digests: dict[str, str] | None = None,
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
-        """The walk of ``_iter_checked``, one record at a time: first (manifest, files) of
-        the snapshot, then each record with seq >= ``from_seq`` as its line is checked, one
-        sealed segment in memory at a time; the checks of the run as a whole (the listing's
-        floor, each segment against its manifest entry) when the last line is walked."""
+        """``_iter_checked`` a record at a time: (manifest, files), then each record from
+        ``from_seq`` as its line is checked (a chunk of a sealed segment in memory at a time),
+        then the checks of the whole run (listing floor, segments against the manifest)."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
         m, files, start_seq, start_hash = self._snapshot(run_id, from_seq, budget)
         yield m, files
@@ -312,7 +317,7 @@ class FileReads:
         skip = 0
         if where is None and from_seq > 1:  # the first file whole, to start inside it
             first = (files[0][0], data_of(*files[0]), files[0][2])
-            skip, rest, start_seq, start_hash = _skip_to(m, first, from_seq, start_seq, start_hash)
+            skip, rest, start_seq, start_hash = skip_to(m, first, from_seq, start_seq, start_hash)
             head = file_lines(files[0][0], rest, skip + 1)
             del first, rest
         else:
@@ -542,43 +547,6 @@ def missing_active(run_id: str, path: str, m: Manifest) -> StoreCorrupted:
         "the active segment is missing (the manifest lists the run's sealed segments; the "
         "records after them were in this file)",
     )
-
-
-def _skip_to(
-    m: Manifest,
-    first: tuple[str, bytes, SegmentInfo | None],
-    from_seq: int,
-    start_seq: int,
-    start_hash: str,
-) -> tuple[int, bytes, int, str]:
-    """For a read from ``from_seq``: (lines of the first file to skip, its bytes from the
-    first line read, chain seq and hash before that line); nothing skipped when the read
-    must walk the whole file."""
-    _, data, info = first
-    walk_all = 0, data, start_seq, start_hash
-    if info is not None:
-        if info.last_seq - info.first_seq + 1 != info.records:
-            return walk_all  # a quarantine hole inside: seqs are not line numbers
-        first_seq = info.first_seq
-    elif m.pending or any(a.after_seq >= start_seq for a in m.anchors):
-        return walk_all  # an anchored jump may fall inside the active segment
-    else:
-        first_seq = start_seq + 1
-    k = from_seq - first_seq
-    at = line_start(data, k - 1) if k > 0 else -1
-    if at < 0:
-        return walk_all
-    before_end = data.find(b"\n", at) + 1
-    end = data.find(b"\n", before_end)
-    if end < 0:
-        return walk_all  # no complete line k
-    try:
-        rec = decode_stored(unframe(data[before_end:end])[0])
-    except JournaldError:
-        return walk_all
-    if rec.seq != from_seq or rec.prev != sha256_hex(unframe(data[at : before_end - 1])[0]):
-        return walk_all
-    return k, data[before_end:], from_seq - 1, rec.prev
 
 
 def _still_at(path: str, st: os.stat_result) -> bool:

@@ -1,8 +1,8 @@
-"""Sealed segments as a read walks them: a segment is read when the walk reaches it, and a
-streaming read takes it a chunk at a time, so a reader holds at most a chunk of it
-(docs/design.md#fair-shares). A segment that vanished because a prune or recovery rewrote
-the run meanwhile is ``backend_unavailable`` (read again); one missing under the same
-manifest is damage."""
+"""Where a read's walk starts inside a segment, and sealed segments as it walks them: a
+segment is read when the walk reaches it, and a streaming read takes it a chunk at a time,
+so a reader holds at most a chunk of it (docs/design.md#fair-shares). A segment that
+vanished because a prune or recovery rewrote the run meanwhile is ``backend_unavailable``
+(read again); one missing under the same manifest is damage."""
 
 from __future__ import annotations
 
@@ -10,8 +10,17 @@ import hashlib
 from collections.abc import Iterator
 
 from journald.core.errors import BackendUnavailable, JournaldError
+from journald.core.records import decode_stored, sha256_hex
 from journald.storage.file_journal import read_file
-from journald.storage.segments import Line, Manifest, SegmentInfo, corrupted, read_manifest
+from journald.storage.segments import (
+    Line,
+    Manifest,
+    SegmentInfo,
+    corrupted,
+    line_start,
+    read_manifest,
+    unframe,
+)
 
 UNREAD = b"\0unread"  # a sealed segment of a snapshot, read when the walk reaches it
 READ_CHUNK_BYTES = 1024 * 1024  # a streamed sealed segment is read in pieces of this size
@@ -88,3 +97,40 @@ def sealed_lines(
             digests[name] = digest.hexdigest()
     if rest:
         raise corrupted(run_id, Line(name, n + 1, b""), info.last_seq, PARTIAL)
+
+
+def skip_to(
+    m: Manifest,
+    first: tuple[str, bytes, SegmentInfo | None],
+    from_seq: int,
+    start_seq: int,
+    start_hash: str,
+) -> tuple[int, bytes, int, str]:
+    """For a read from ``from_seq``: (lines of the first file to skip, its bytes from the
+    first line read, chain seq and hash before that line); nothing skipped when the read
+    must walk the whole file."""
+    _, data, info = first
+    walk_all = 0, data, start_seq, start_hash
+    if info is not None:
+        if info.last_seq - info.first_seq + 1 != info.records:
+            return walk_all  # a quarantine hole inside: seqs are not line numbers
+        first_seq = info.first_seq
+    elif m.pending or any(a.after_seq >= start_seq for a in m.anchors):
+        return walk_all  # an anchored jump may fall inside the active segment
+    else:
+        first_seq = start_seq + 1
+    k = from_seq - first_seq
+    at = line_start(data, k - 1) if k > 0 else -1
+    if at < 0:
+        return walk_all
+    before_end = data.find(b"\n", at) + 1
+    end = data.find(b"\n", before_end)
+    if end < 0:
+        return walk_all  # no complete line k
+    try:
+        rec = decode_stored(unframe(data[before_end:end])[0])
+    except JournaldError:
+        return walk_all
+    if rec.seq != from_seq or rec.prev != sha256_hex(unframe(data[at : before_end - 1])[0]):
+        return walk_all
+    return k, data[before_end:], from_seq - 1, rec.prev
