@@ -36,6 +36,7 @@ from typing import IO, Any
 from journald_client import (
     Client,
     DaemonUnavailable,
+    InvalidId,
     JournaldError,
     JournalRecord,
     NotFoundError,
@@ -205,6 +206,12 @@ def dispatch(args: argparse.Namespace) -> int:
     cmd: Command = args.client_command
     ctx = Context(getattr(args, "socket", None) or getattr(args, "global_socket", None))
     try:
+        if isinstance(getattr(args, "run", None), str):
+            try:
+                args.run = resolve_run_id(ctx.client, args.run)
+            except DaemonUnavailable:
+                if cmd.name != "view":  # the viewer waits for the daemon and says how to start it
+                    raise
         return cmd.run(ctx, args)
     except DaemonUnavailable as err:
         where = err.metadata.get("socket") or ctx.socket_path
@@ -234,6 +241,32 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 # --- helpers ---------------------------------------------------------------------------
+
+FRAMEWORK_ID_LABELS = ("langgraph.thread_id", "openai_agents.session_id")
+"""Labels under which the framework adapters keep their own id of a run (a LangGraph thread,
+an Agents session): a command given that id finds the run it maps to."""
+
+
+def resolve_run_id(client: Client, given: str) -> str:
+    """The run a command means: ``given`` itself when such a run exists, else the one run
+    whose framework label (``FRAMEWORK_ID_LABELS``) is ``given`` (a thread id that is not a
+    safe run id maps to ``lg-<digest>``). Several such runs (a LangGraph thread and an Agents
+    session sharing an id) are refused naming them."""
+    runs = client.list()
+    if any(i.run_id == given for i in runs):
+        return given
+    found = sorted(
+        i.run_id for i in runs if any(i.labels.get(k) == given for k in FRAMEWORK_ID_LABELS)
+    )
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise InvalidId(
+            f"{given!r} names several runs ({', '.join(found)}): a LangGraph thread and an "
+            "Agents session share that id; give the run id itself",
+            metadata={"id": given, "runs": ",".join(found)},
+        )
+    return given
 
 
 def short_ts(ts: str) -> str:

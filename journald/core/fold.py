@@ -139,7 +139,8 @@ class RunState:
     last_hash: str = GENESIS
     last_ts: str = ""
     anomalies: list[Anomaly] = field(default_factory=list)
-    # tool_use ids answered anywhere in the run, for duplicate detection across turns
+    # tool_use ids answered anywhere in the run: a late copy of an answer to an earlier turn
+    # is a duplicate, not an unknown id (an id reused by a later turn is answered anew)
     answered_ever: set[str] = field(default_factory=set)
     # framework state: namespace -> key -> latest value (keys in the order they were written)
     state: dict[str, dict[str, StateValue]] = field(default_factory=dict)
@@ -359,23 +360,10 @@ def _apply(st: RunState, rec: Record) -> None:
         _need(isinstance(tid, str) and bool(tid), rec, "lacks tool_use_id")
         content = _blocks(p.get("content", []), rec, "result content")
         pending = st.pending
-        if tid in st.answered_ever:
-            st.anomalies.append(
-                Anomaly(
-                    rec.seq,
-                    "duplicate_result",
-                    f"tool_use_id {tid} was already answered; counted once",
-                )
-            )
-        elif pending is None or tid not in {c.id for c in pending.calls}:
-            st.anomalies.append(
-                Anomaly(
-                    rec.seq,
-                    "unknown_tool_use_id",
-                    f"no open tool call has id {tid}; result ignored",
-                )
-            )
-        else:
+        # ids are unique per turn, not per run: providers and scripted models reuse
+        # ``call_1`` in later turns, so an open call of the pending turn is answered even
+        # when an earlier turn answered the same id
+        if pending is not None and tid in {c.id for c in pending.unanswered}:
             st.answered_ever.add(tid)
             st.counters.tool_calls += 1
             st.counters.remote_tool_calls += 1 if p.get("remote") else 0
@@ -384,6 +372,22 @@ def _apply(st: RunState, rec: Record) -> None:
                 append_message(st.messages, "assistant", pending.message["content"])
                 append_message(st.messages, "user", pending_blocks(pending))
                 st.pending = None
+        elif tid in st.answered_ever:
+            st.anomalies.append(
+                Anomaly(
+                    rec.seq,
+                    "duplicate_result",
+                    f"tool_use_id {tid} was already answered; counted once",
+                )
+            )
+        else:
+            st.anomalies.append(
+                Anomaly(
+                    rec.seq,
+                    "unknown_tool_use_id",
+                    f"no open tool call has id {tid}; result ignored",
+                )
+            )
     elif rec.kind == "user":
         content = _blocks(p.get("content"), rec, "content")
         _close_abandoned(st, rec)

@@ -111,7 +111,6 @@ class MessageCounter:
         self.pending_seq = 0
         self.calls: list[str] = []
         self.answered: set[str] = set()  # within the open turn
-        self.answered_ever: set[str] = set()
 
     def mark(self) -> FoldMark:
         return FoldMark(self.seq, self.count, self.last_role, self.pending_seq)
@@ -142,9 +141,9 @@ class MessageCounter:
                 self._append("assistant")
         elif kind == "tool_result":
             tid = payload.get("tool_use_id")
-            if tid in self.answered_ever or not self.pending_seq or tid not in self.calls:
+            # the fold's rule: an open call of the pending turn, ids unique per turn
+            if not self.pending_seq or tid not in self.calls or tid in self.answered:
                 return
-            self.answered_ever.add(str(tid))
             self.answered.add(str(tid))
             if all(c in self.answered for c in self.calls):
                 self._commit()

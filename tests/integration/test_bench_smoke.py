@@ -49,6 +49,8 @@ def test_bench_adapters_runs_both_frameworks_against_their_sqlite_savers(tmp_pat
             str(ROOT / "bench" / "bench_adapters.py"),
             "--steps",
             "5",
+            "--graph-runs",
+            "2",
             "--json",
             str(out),
         ],
@@ -63,8 +65,15 @@ def test_bench_adapters_runs_both_frameworks_against_their_sqlite_savers(tmp_pat
 
     results = json.loads(out.read_text())
     assert set(results["langgraph"]) == {"JournaldSaver", "SqliteSaver"}
-    assert set(results["agents"]) == {"JournaldSession", "SQLiteSession"}
+    assert set(results["agents"]) == {
+        "JournaldSession",
+        "JournaldSession hold_lease",
+        "SQLiteSession",
+    }
+    assert set(results["graph"]) == {"JournaldSaver", "SqliteSaver"}
+    assert set(results["ratio_p50"]) == {"graph step", "add_items", "add_items (hold_lease)"}
     assert "| JournaldSaver | put |" in proc.stdout
+    assert "| JournaldSaver | graph step |" in proc.stdout
 
 
 def test_a_full_report_keeps_the_adapters_section_measured_on_its_own(tmp_path: Path) -> None:

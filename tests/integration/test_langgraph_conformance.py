@@ -29,12 +29,15 @@ from langgraph.checkpoint.conformance.report import CapabilityReport
 from tests.daemon import Daemon
 
 
-class SyncMethodsOnThreads(BaseCheckpointSaver[int]):
+class SyncMethodsOnThreads(BaseCheckpointSaver[str]):
     """Calls only the sync methods of ``inner``, each on a worker thread."""
 
     def __init__(self, inner: JournaldSaver) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        return self.inner.get_next_version(current, channel)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.inner.get_tuple, config)
@@ -100,7 +103,7 @@ def test_langgraph_conformance_is_full_with_every_base_and_extended_capability(
 ) -> None:
     socket = str(daemon.socket)
 
-    async def factory() -> AsyncGenerator[BaseCheckpointSaver[int], None]:
+    async def factory() -> AsyncGenerator[BaseCheckpointSaver[str], None]:
         if flavour == "async":
             saver = await AsyncJournaldSaver.connect(socket, name="conformance")
             try:

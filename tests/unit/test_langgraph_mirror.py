@@ -103,6 +103,28 @@ def test_an_edited_list_replaces_the_conversation_with_an_edit_rebase() -> None:
     assert t.put([*edited, HumanMessage("more", id="h3")]) == ["user", "state"]
 
 
+def test_time_travel_to_a_tool_round_keeps_the_results_that_follow() -> None:
+    t = Thread()
+    done: list[BaseMessage] = [
+        HumanMessage("hi", id="h1"),
+        ai_call("c1", "a1"),
+        ToolMessage("42", tool_call_id="c1", id="t1"),
+        AIMessage("it is 42", id="a2"),
+    ]
+    t.put(done)
+    back = done[:2]  # the checkpoint before the tool ran, then the tool runs again
+    assert t.put(back) == ["rebase", "assistant", "state"]
+    assert t.state.pending is not None
+    again = [*back, ToolMessage("43", tool_call_id="c1", id="t2")]
+    assert t.put(again) == ["tool_result", "state"]
+    st = t.state
+    assert st.pending is None
+    assert st.messages[2]["content"][0]["tool_use_id"] == "c1"
+    assert st.messages[2]["content"][0]["content"] == [{"type": "text", "text": "43"}]
+    assert model_ready_problems(st.messages) == []
+    assert st.anomalies == []
+
+
 @pytest.mark.parametrize("ns", ["child:1"])
 def test_subgraph_namespaces_and_lists_without_ids_are_not_mirrored(ns: str) -> None:
     t = Thread()

@@ -61,21 +61,26 @@ def test_a_well_formed_history_is_returned_exactly() -> None:
     assert sendable(items, 0) == []
 
 
-def test_a_limit_never_cuts_an_output_from_its_call() -> None:
+def test_a_limit_never_cuts_an_output_from_its_call_nor_returns_fewer_items() -> None:
     items = [USER, CALL_A, OUT_A, SAID]
-    assert sendable(items, 2) == [SAID]  # OUT_A without CALL_A would be refused
+    assert sendable(items, 2) == [CALL_A, OUT_A, SAID]  # starts at the call, not after it
+    assert sendable(items, 1) == [SAID]
     assert sendable(items, 3) == [CALL_A, OUT_A, SAID]
-    for n in range(6):
-        assert _pairs_ok(sendable(items, n))
+    long = [USER, CALL_A, CALL_B, OUT_A, OUT_B, SAID]
+    assert sendable(long, 3) == [CALL_A, CALL_B, OUT_A, OUT_B, SAID]
+    for n in range(8):
+        got = sendable(long, n)
+        assert _pairs_ok(got)
+        assert len(got) >= min(n, len(long))
 
 
-def test_a_call_that_never_returned_gets_an_error_output_right_after_its_group() -> None:
-    items = [USER, CALL_A, CALL_B, OUT_B, {"role": "user", "content": "again"}]
-    got = sendable(items, None)
-    synthetic = {"type": "function_call_output", "call_id": "a", "output": ABANDONED}
-    assert got == [USER, CALL_A, CALL_B, synthetic, OUT_B, {"role": "user", "content": "again"}]
-    assert _pairs_ok(got)
-    assert _pairs_ok(sendable([USER, CALL_A], None))
+def test_a_call_without_an_output_is_left_as_stored_without_an_invented_outcome() -> None:
+    again = {"role": "user", "content": "again"}
+    items = [USER, CALL_A, CALL_B, OUT_B, again]
+    assert sendable(items, None) == items  # as SQLiteSession returns it
+    waiting = [USER, CALL_A]  # a needs_approval call waiting for its approval
+    assert sendable(waiting, None) == waiting
+    assert all(i.get("output") != ABANDONED for i in sendable(items, None))
 
 
 class Run:

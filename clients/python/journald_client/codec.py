@@ -74,6 +74,15 @@ def run_id_for(name: str, prefix: str) -> str:
     return prefix + hashlib.sha256(name.encode()).hexdigest()[:40]
 
 
+def prefixed_run_id(name: str, prefix: str) -> str:
+    """A run id in a framework's own namespace: ``prefix`` and the id when that is a safe
+    run id, otherwise ``prefix`` and a digest of it (two frameworks never share a run)."""
+    candidate = prefix + name
+    if _SAFE_ID.match(candidate) and len(candidate.encode()) <= 128:
+        return candidate
+    return prefix + hashlib.sha256(name.encode()).hexdigest()[:40]
+
+
 # --- content ---------------------------------------------------------------------------
 
 

@@ -3,6 +3,8 @@ their writes (which state records a ``put`` or ``put_writes`` appends), all with
 
 from __future__ import annotations
 
+import secrets
+import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,9 +44,113 @@ THREAD_LABEL = "langgraph.thread_id"
 ATTACHMENT_MEDIA_TYPE = "application/vnd.langgraph.value"
 
 
+RUNTIME_KEY = "__pregel_runtime"
+"""The configurable key LangGraph's loop adds when it loads a checkpoint to run the graph
+(``get_state`` and ``update_state`` read without it)."""
+
+
 def run_id_for(thread_id: str) -> str:
-    """The journald run of a thread (the run's label keeps the thread id)."""
+    """The journald run of a thread (the run's label keeps the thread id). A thread id that
+    would spell an Agents session's run (``oa-...``) is hashed, so a thread and a session with
+    the same id never share a run."""
+    if thread_id.startswith("oa-"):
+        return codec.run_id_for("\x00" + thread_id, "lg-")
     return codec.run_id_for(thread_id, "lg-")
+
+
+def next_version(current: str | int | float | None) -> str:
+    """A channel version unique to its branch: the step counter (zero-padded, so versions
+    still order as LangGraph compares them) and a random tail. Two branches forked from one
+    checkpoint write the same channel at the same step; a plain counter would give both the
+    same blob key and the later branch would overwrite the earlier one's value."""
+    if current is None:
+        n = 0
+    elif isinstance(current, str):
+        n = int(current.split(".", 1)[0])
+    else:
+        n = int(current)
+    return f"{n + 1:032d}.{secrets.token_hex(8)}"
+
+
+def starting_graph_run(config: RunnableConfig) -> bool:
+    """True when this read is LangGraph's loop loading the thread to run nodes on it."""
+    return RUNTIME_KEY in (config.get("configurable") or {})
+
+
+def calling_loop(max_depth: int = 16) -> Any | None:
+    """The LangGraph loop (``SyncPregelLoop``/``AsyncPregelLoop``) whose ``__enter__`` is
+    calling the saver, found on the call stack; None when there is none (another caller, or
+    a LangGraph version that loads checkpoints elsewhere). Its exit stack tells the saver
+    when the graph run ends."""
+    try:
+        from langgraph.pregel._loop import PregelLoop
+    except ImportError:  # pragma: no cover - a LangGraph without the loop module
+        return None
+    frame = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, PregelLoop):
+            return candidate
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+class ActiveRuns:
+    """How many graph runs (a run and its subgraphs' loops) each thread has in this saver:
+    the lease is given back when the last of them ends (unless the saver holds leases)."""
+
+    def __init__(self) -> None:
+        self._count: dict[str, int] = {}
+        self._loops: set[int] = set()
+
+    def begin(self, thread_id: str, loop: Any) -> bool:
+        """Count ``loop`` once for ``thread_id``; True when it is new (register its end)."""
+        if id(loop) in self._loops:
+            return False
+        self._loops.add(id(loop))
+        self._count[thread_id] = self._count.get(thread_id, 0) + 1
+        return True
+
+    def end(self, thread_id: str, loop: Any) -> bool:
+        """The loop ended; True when it was the thread's last."""
+        self._loops.discard(id(loop))
+        left = self._count.get(thread_id, 1) - 1
+        if left > 0:
+            self._count[thread_id] = left
+            return False
+        self._count.pop(thread_id, None)
+        return True
+
+    def running(self, thread_id: str) -> bool:
+        return thread_id in self._count
+
+
+def in_graph_terms(thread_id: str, exc: errors.JournaldError) -> errors.JournaldError:
+    """The same error, told in LangGraph's words: what happened to the thread and what to do,
+    not which journald call failed (the original stays as ``__cause__``)."""
+    if isinstance(exc, errors.Locked):
+        who = f"pid {exc.holder_pid}" if exc.holder_pid else "another process"
+        name = f" ({exc.holder_name})" if exc.holder_name else ""
+        message = (
+            f"LangGraph thread {thread_id!r} is being run by {who}{name}: two runs of one "
+            "thread at once would fork it, so this run did not start any node. Wait for that "
+            "run to end (its lease ends when its invoke returns or the process exits), or use "
+            "another thread_id"
+        )
+    else:
+        message = (
+            f"LangGraph thread {thread_id!r}: the checkpointer could not save this step "
+            f"({exc.code}: {exc.message}); the thread keeps its last saved checkpoint"
+        )
+    out = type(exc)(
+        message,
+        metadata={**exc.metadata, "thread_id": thread_id},
+        diff=exc.diff,
+        status=exc.status,
+    )
+    return out
 
 
 def changed_since_read(thread_id: str, read_seq: int | None, leased_seq: int) -> None:

@@ -6,7 +6,9 @@ appended in the same batch as the checkpoint: a ``HumanMessage`` as a user recor
 ``AIMessage`` as an assistant record (text and tool calls as tool_use blocks), a
 ``ToolMessage`` as the tool_result of its call. System messages stay out. When the list no
 longer extends what was mirrored (a message removed or replaced, time travel to an older
-checkpoint), the conversation is replaced by an ``edit`` rebase of the whole list. The
+checkpoint), the conversation is replaced by an ``edit`` rebase of the list up to its last
+tool-calling turn, and that turn and the rest follow as records (so its calls are open again
+and the results the graph adds next answer them). The
 journal's rules hold throughout: a call the graph never answered is closed with an error
 result before the conversation moves on. What was mirrored is remembered as a count and a
 digest of the message ids (one small state record), so a new process continues the mirror.
@@ -98,7 +100,13 @@ class Mirror:
         else:
             out += [_abandon(c) for c in open_calls]
             open_calls.clear()
-            out.append(Entry.rebase(conversation(msgs)))
+            # A rebase cannot leave a call open (the journal answers only calls of a pending
+            # turn), so the list is rebased up to its last tool-calling turn and that turn and
+            # what follows are appended as records: results the graph adds later still answer.
+            cut = _last_tool_turn(msgs)
+            out.append(Entry.rebase(conversation(msgs[:cut])))
+            for m in msgs[cut:]:
+                out += _entries_for(m, open_calls)
         digest = _digest(ids)
         doc = json.dumps({"count": len(ids), "digest": digest}).encode()
         out.append(Entry.state(NS_MIRROR, KEY_MESSAGES, "json", doc))
@@ -110,6 +118,15 @@ class Mirror:
         if self._next is not None:
             self.count, self.digest, self.open_calls = self._next
             self._next = None
+
+
+def _last_tool_turn(msgs: Sequence[BaseMessage]) -> int:
+    """The index of the last AIMessage with tool calls (``len(msgs)`` when there is none)."""
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        if isinstance(m, AIMessage) and _assistant_blocks(m)[1]:
+            return i
+    return len(msgs)
 
 
 def _abandon(call_id: str) -> Entry:

@@ -6,9 +6,15 @@
         graph = builder.compile(checkpointer=saver)
         graph.invoke(inputs, {"configurable": {"thread_id": "t-1"}})
 
-The first write to a thread opens its run (creating it if needed) and holds the run's writer
-lease until ``release(thread_id)`` or ``close()``: a second process driving the same thread
-is refused ``locked`` naming the first, instead of silently forking the thread. Every
+A graph run takes the thread's writer lease when LangGraph's loop loads the thread, before
+any node or tool runs, and gives it back when the run ends (``invoke``/``stream`` returns,
+an interrupt included): a second process driving the same thread meanwhile is refused
+``locked`` naming the first, before any of its nodes runs, instead of silently forking the
+thread; ``get_state`` from anywhere still answers. So one saver per request works: the next
+request's saver gets the lease. ``hold_leases=True`` keeps each lease from its thread's first
+write until ``release(thread_id)`` or ``close()`` (a worker that owns its threads). A write
+outside a graph run (``update_state``, ``delete_for_runs``, ``prune``) holds the lease for
+that write only. Every
 ``put`` and ``put_writes`` is one durable append (fsync'd, or acknowledged by JetStream)
 before it returns; after a crash the next process resumes from the last durable checkpoint
 with its pending writes. Reads of a held thread are answered from memory; other threads are
@@ -19,9 +25,11 @@ is better served by ``AsyncJournaldSaver``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +52,20 @@ from journald_client.langgraph._core import (
     ATTACHMENT_MEDIA_TYPE,
     FINGERPRINT,
     THREAD_LABEL,
+    ActiveRuns,
     BoundedCache,
     Change,
     ListScope,
+    calling_loop,
     changed_since_read,
     entry_for,
+    in_graph_terms,
+    next_version,
     plan_put,
     plan_writes,
     record_key,
     run_id_for,
+    starting_graph_run,
     thread_of,
 )
 from journald_client.langgraph._index import (
@@ -73,7 +86,7 @@ class _Held:
     mirror: _mirror.Mirror
 
 
-class JournaldSaver(BaseCheckpointSaver[int]):
+class JournaldSaver(BaseCheckpointSaver[str]):
     """A LangGraph ``BaseCheckpointSaver`` on journald (see the module doc)."""
 
     def __init__(
@@ -85,8 +98,10 @@ class JournaldSaver(BaseCheckpointSaver[int]):
         name: str = "langgraph",
         max_held_threads: int = 64,
         messages_channel: str | None = "messages",
+        hold_leases: bool = False,
     ) -> None:
         super().__init__(serde=serde)
+        self.hold_leases = hold_leases
         self._owns_client = client is None
         self.client = client if client is not None else connect(socket, name=name)
         self.name = name
@@ -97,6 +112,10 @@ class JournaldSaver(BaseCheckpointSaver[int]):
         self._cache = BoundedCache()
         # journal seq of each thread's last read without its lease (see changed_since_read)
         self._read_seq: dict[str, int] = {}
+        self._active = ActiveRuns()
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        return next_version(current)
 
     # --- leases -----------------------------------------------------------------------------
 
@@ -105,9 +124,16 @@ class JournaldSaver(BaseCheckpointSaver[int]):
         if held is not None and not held.run.closed:
             self._held.move_to_end(thread_id)
             return held
-        run = self.client.open(
-            run_id_for(thread_id), FINGERPRINT, [], labels={THREAD_LABEL: thread_id}, name=self.name
-        )
+        try:
+            run = self.client.open(
+                run_id_for(thread_id),
+                FINGERPRINT,
+                [],
+                labels={THREAD_LABEL: thread_id},
+                name=self.name,
+            )
+        except errors.Locked as exc:
+            raise in_graph_terms(thread_id, exc) from exc
         try:
             changed_since_read(thread_id, self._read_seq.pop(thread_id, None), run.last_seq)
         except errors.SeqConflict:
@@ -121,6 +147,33 @@ class JournaldSaver(BaseCheckpointSaver[int]):
             old.run.close()
         return held
 
+    def _begin_run(self, thread_id: str, loop: object | None) -> None:
+        """LangGraph's loop is loading the thread to run it: take the lease now, before any
+        node runs, and give it back when the loop exits (its exit stack unwinds after every
+        background write of the run is durable)."""
+        self._writer(thread_id)
+        if loop is None or not self._active.begin(thread_id, loop):
+            return
+        stack = getattr(loop, "stack", None)
+        if isinstance(stack, AsyncExitStack):
+
+            async def ended() -> None:
+                await asyncio.to_thread(self._end_run, thread_id, loop)
+
+            stack.push_async_callback(ended)
+        elif stack is not None:
+            stack.callback(self._end_run, thread_id, loop)
+
+    def _end_run(self, thread_id: str, loop: object) -> None:
+        with self._lock:
+            if self._active.end(thread_id, loop) and not self.hold_leases:
+                self._release(thread_id)
+
+    def _settle(self, thread_id: str) -> None:
+        """After a write outside a graph run: give the lease back (unless leases are held)."""
+        if not self.hold_leases and not self._active.running(thread_id):
+            self._release(thread_id)
+
     def hold(self, thread_id: str) -> None:
         """Take the thread's writer lease now (``locked`` if another process holds it)."""
         with self._lock:
@@ -129,9 +182,12 @@ class JournaldSaver(BaseCheckpointSaver[int]):
     def release(self, thread_id: str) -> None:
         """Give the thread's writer lease back (another process may drive it next)."""
         with self._lock:
-            held = self._held.pop(thread_id, None)
-            if held is not None:
-                held.run.close()
+            self._release(thread_id)
+
+    def _release(self, thread_id: str) -> None:
+        held = self._held.pop(thread_id, None)
+        if held is not None:
+            held.run.close()
 
     def close(self) -> None:
         with self._lock:
@@ -179,7 +235,9 @@ class JournaldSaver(BaseCheckpointSaver[int]):
             data = fetched[ref.sha256] if ref.sha256 else ref.data
             rec = self.serde.loads_typed((ref.type, data))
             self._cache.put(key, rec, len(data) + 64)
-        return dict(rec)
+        # LangGraph's loop mutates the checkpoint it loaded (channel_versions, versions_seen):
+        # a caller never gets the cached record itself
+        return copy.deepcopy(rec)
 
     def _tuple(
         self, thread_id: str, index: ThreadIndex, ns: str, cid: str
@@ -192,8 +250,14 @@ class JournaldSaver(BaseCheckpointSaver[int]):
         return build_tuple(index, thread_id, ns, cid, record, self.serde, fetched)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        loop = calling_loop() if starting_graph_run(config) else None
+        return self._get_tuple(config, loop)
+
+    def _get_tuple(self, config: RunnableConfig, loop: object | None) -> CheckpointTuple | None:
         thread_id, ns = thread_of(config)
         with self._lock:
+            if starting_graph_run(config):
+                self._begin_run(thread_id, loop)
             index = self._index(thread_id)
             if index is None:
                 return None
@@ -266,7 +330,10 @@ class JournaldSaver(BaseCheckpointSaver[int]):
             refs.append(ref)
         if not entries and not extra:
             return
-        held.run.append_many([*entries, *extra])
+        try:
+            held.run.append_many([*entries, *extra])
+        except errors.JournaldError as exc:
+            raise in_graph_terms(thread_id, exc) from exc
         for ch, ref in zip(changes, refs, strict=True):
             held.index.apply(ch.namespace, ch.key, ref)
 
@@ -284,6 +351,7 @@ class JournaldSaver(BaseCheckpointSaver[int]):
             extra = held.mirror.entries(ns, checkpoint, self.messages_channel, held.run)
             self._append(thread_id, changes, extra)
             held.mirror.committed()
+            self._settle(thread_id)
         return out
 
     def put_writes(
@@ -298,6 +366,7 @@ class JournaldSaver(BaseCheckpointSaver[int]):
             held = self._writer(thread_id)
             changes = plan_writes(self.serde, held.index, config, writes, task_id, task_path)
             self._append(thread_id, changes)
+            self._settle(thread_id)
 
     def delete_thread(self, thread_id: str) -> None:
         with self._lock:
@@ -315,6 +384,7 @@ class JournaldSaver(BaseCheckpointSaver[int]):
         index = self._writer(thread_id).index
         changes = deletions(index, doomed, self._records(thread_id, index))
         self._append(thread_id, [Change(ns, key, None) for ns, key in changes])
+        self._settle(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         wanted = set(run_ids)
@@ -357,7 +427,8 @@ class JournaldSaver(BaseCheckpointSaver[int]):
     # --- async: the sync methods on a worker thread -------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        loop = calling_loop() if starting_graph_run(config) else None
+        return await asyncio.to_thread(self._get_tuple, config, loop)
 
     async def alist(
         self,
