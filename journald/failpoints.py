@@ -52,6 +52,10 @@ Points of checkpoints (``journald.storage.checkpoints_file`` and ``checkpoints_m
 pre-operation checkpoint is durable, no rebase yet), ``op_after_rebase`` (the rebase is
 durable, the response not yet sent).
 
+Point of the daemon's threads (``journald.storage.io_pool``): ``background_call`` (a
+blocking call of the background class, a read or a lease close, is about to run on a read
+thread; ``wait:PATH`` holds every read thread there).
+
 Deliberately wrong variants (``=on``), which exist only to prove that the tests catch them:
 
 ``bug_ack_before_fsync`` the file journal acknowledges a group (and advances ``last_seq``)
@@ -90,6 +94,7 @@ POINTS = (
     "op_after_checkpoint",
     "op_after_rebase",
     "bug_ack_before_fsync",
+    "background_call",
 )
 ACTIONS = ("kill", "raise", "sleep", "crash", "wait", "on")
 WAIT_LIMIT_S = 120.0

@@ -47,6 +47,7 @@ const (
 	CodeResponseTooLarge        = "response_too_large"
 	CodeUnsupported             = "unsupported"
 	CodePermissionDenied        = "permission_denied"
+	CodeResourceExhausted       = "resource_exhausted"
 )
 
 // Error is every failure the daemon reports, rebuilt from the `journald-error-bin`
@@ -114,6 +115,9 @@ var (
 	// ErrPermissionDenied: the run belongs to another uid of a shared daemon, or (raised by
 	// Connect itself, before dialing) the socket is not owned by the expected daemon uid.
 	ErrPermissionDenied = &Error{Code: CodePermissionDenied, Status: codes.PermissionDenied}
+	// ErrResourceExhausted: a per-peer limit of the daemon was reached (Metadata["limit"],
+	// Metadata["flag"]); release what you hold before retrying, never in a tight loop.
+	ErrResourceExhausted = &Error{Code: CodeResourceExhausted, Status: codes.ResourceExhausted}
 )
 
 // Sentinels lists every sentinel by code (the mapping table).
@@ -128,6 +132,7 @@ func init() {
 		ErrAttachmentNotFound, ErrInvalidCheckpointID, ErrInvalidDigest, ErrInvalidRequest,
 		ErrBackendUnavailable, ErrStorageFull, ErrInternal, ErrResponseTooLarge, ErrUnsupported,
 		ErrPermissionDenied,
+		ErrResourceExhausted,
 	} {
 		Sentinels[s.Code] = s
 	}

@@ -112,6 +112,7 @@ def nats_options(args: argparse.Namespace) -> NatsOptions:
 
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from journald.server import fairness
     from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S, DEFAULT_SCRUB_INTERVAL_S
     from journald.server.startup import EXIT_CODES
     from journald.storage import registry
@@ -202,6 +203,7 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="threads for the daemon's other blocking calls: reads, lock files (default "
         f"{DEFAULT_EXECUTOR_THREADS})",
     )
+    fairness.add_arguments(p)
     p.add_argument(
         "--scrub-bytes-per-s",
         type=_size,
@@ -245,6 +247,7 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from journald.server import fairness
     from journald.server.daemon import ServeConfig, run
     from journald.server.runs import Limits
     from journald.server.startup import EXIT_CONFIG
@@ -278,6 +281,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shared_runs=args.shared_runs,
         io_threads=args.io_threads,
         blocking_threads=args.blocking_threads,
+        shares=fairness.from_args(args),
         lease_ttl_s=float(args.lease_ttl),
         leader_wait_s=max(args.nats_leader_wait, 0.0),
         scrub_bytes_per_s=args.scrub_bytes_per_s,

@@ -37,7 +37,9 @@ maps it back to its own typed error from the code.
     ├── BackendUnavailable       UNAVAILABLE           backend_unavailable
     ├── StorageFull              RESOURCE_EXHAUSTED    storage_full
     ├── ResponseTooLarge         RESOURCE_EXHAUSTED    response_too_large
-    └── Unsupported              UNIMPLEMENTED         unsupported (e.g. recovery on JetStream)
+    ├── Unsupported              UNIMPLEMENTED         unsupported (e.g. recovery on JetStream)
+    └── ResourceExhausted        RESOURCE_EXHAUSTED    resource_exhausted (a per-peer limit;
+                                                        metadata ``limit`` and ``flag``)
 
 The base class's own code, ``internal``, is a daemon bug. The codes are the words of the
 proto's ``ErrorCode`` enum, whose comments name each code's status;
@@ -217,6 +219,27 @@ class PermissionDenied(JournaldError):
 
     code = "permission_denied"
     grpc_status = "PERMISSION_DENIED"
+
+
+class ResourceExhausted(JournaldError):
+    """A per-peer limit of the daemon (connections, calls, leases, in-flight bytes, a Watch
+    buffer) was reached. ``metadata`` names the ``limit``, its ``limit_value`` and the
+    ``flag`` of ``journald serve`` that raises it; a client releases what it holds before
+    trying again, never in a tight loop."""
+
+    code = "resource_exhausted"
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
+def limit_reached(
+    what: str, limit: str, value: int, flag: str, advice: str, **metadata: object
+) -> ResourceExhausted:
+    """The refusal of one per-peer limit, with the sentence every such refusal carries."""
+    return ResourceExhausted(
+        f"{what}: the daemon's limit {limit} = {value} is reached ({advice}); nothing was "
+        f"done. Raise it with `journald serve {flag}` if this load is expected",
+        metadata={"limit": limit, "limit_value": value, "flag": flag, **metadata},
+    )
 
 
 def clip(text: str, limit_bytes: int, keep_tail: bool = True) -> str:

@@ -38,6 +38,7 @@ from journald_client.pb import journal_pb2 as pb
 from journald import telemetry
 from journald.core.errors import JournaldError
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
+from journald.server.fairness import FairShares, PeerBudget, server_options
 from journald.server.peers import PeerGate
 from journald.server.runs import Limits
 from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S, DEFAULT_SCRUB_INTERVAL_S, Scrubber
@@ -88,6 +89,7 @@ class ServeConfig:
     shared_runs: bool = False
     io_threads: int = DEFAULT_IO_THREADS
     blocking_threads: int = DEFAULT_EXECUTOR_THREADS
+    shares: FairShares = field(default_factory=FairShares)
     lease_ttl_s: float = 3.0
     leader_wait_s: float = 30.0
     scrub_bytes_per_s: int = DEFAULT_SCRUB_BYTES_PER_S
@@ -120,7 +122,8 @@ async def serve(
     lock = lock_data_dir(cfg.data_dir)
     # Reads, lock files and every other asyncio.to_thread queue on a fixed number of threads
     # (docs/design.md#io-threads-and-file-descriptors).
-    bound_default_executor(asyncio.get_running_loop(), cfg.blocking_threads)
+    shares = cfg.shares.resolved()
+    bound_default_executor(asyncio.get_running_loop(), cfg.blocking_threads, shares.read_threads)
     try:
         prepare_socket(cfg.socket_path, cfg.socket_group)
         opened = await open_backend(cfg.backend, backend_options(cfg))
@@ -132,6 +135,7 @@ async def serve(
             await opened.close()
             raise
         limits = dataclasses.replace(cfg.limits, max_message_bytes=cfg.max_message_bytes)
+        budget = PeerBudget(shares)
         service = JournalService(
             opened.records,
             limits,
@@ -139,7 +143,9 @@ async def serve(
             cfg.checkpoint_max,
             opened.attachments,
             opened.leases,
+            budget,
         )
+        service.hub.buffer_bytes = shares.watch_buffer_bytes
         telemetry.observe_leases(lambda: len(service.leases))
         trimmer = memory.Trimmer()
         shared = shares_socket(cfg.socket_mode, cfg.socket_group)
@@ -227,6 +233,9 @@ async def serve(
         lock.close()
 
 
+SWITCH_INTERVAL_S = 0.001
+
+
 def grpc_server(
     cfg: ServeConfig, service: JournalService, trimmer: memory.Trimmer, peer: int | None
 ) -> tuple[grpc.aio.Server, health_aio.HealthServicer]:
@@ -237,6 +246,7 @@ def grpc_server(
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes),
             ("grpc.so_reuseport", 0),
+            *server_options(service.budget.shares),
         ]
     )
     edge.add_service(
@@ -246,6 +256,7 @@ def grpc_server(
         trimmer.note,
         owners=service.runs.owners,
         peer_uid=peer,
+        budget=service.budget,
     )
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -308,6 +319,9 @@ def run(cfg: ServeConfig) -> int:
     )
     log.info(telemetry.configure_from_env())
     tune_gc()
+    # a thread waiting for the interpreter lock (the event loop, behind a Verify's walk on a
+    # read thread) gets it after this long at most (CPython's default is 5 ms)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     memory.pin_mmap_threshold()
     before, now = raise_fd_limit()
     log.info("open files limit (RLIMIT_NOFILE soft): %s, was %s", now, before)

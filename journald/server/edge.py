@@ -50,7 +50,9 @@ from journald.core.errors import (
     ResponseTooLarge,
     clip,
 )
+from journald.server.fairness import BACKGROUND_RPCS, FairShares, PeerBudget, call_budget
 from journald.server.owners import PEER_UID, Owners
+from journald.storage.io_pool import BACKGROUND
 
 log = logging.getLogger("journald.server")
 _CHECKED_INSIDE = frozenset({"Open", "List"})
@@ -281,11 +283,13 @@ class Edge:
         on_size: Callable[[int], None],
         owners: Owners | None = None,
         peer_uid: int | None = None,
+        budget: PeerBudget | None = None,
     ) -> None:
         self.parts = parts
         self.cap = max_message_bytes
         self.on_size = on_size
         self.undecodable = PeerLog()
+        self.budget = budget or PeerBudget(FairShares().resolved())
         self.owners = owners if owners is not None and owners.enforcing else None
         """Checks every run a call names against the peer's uid (a shared daemon only)."""
         self.peer_uid = peer_uid
@@ -319,6 +323,8 @@ class Edge:
         name = method.name
         fn = implementation(self.parts, name)
         decode = decoder(getattr(pb, method.input_type.name), self.on_size)
+        background = name in BACKGROUND_RPCS
+        budget = self.budget
 
         async def unary_unary(request: Any, context: Ctx) -> bytes | None:
             if isinstance(request, Undecodable):
@@ -326,7 +332,14 @@ class Edge:
                 return None
             if not await self._admitted(context, name, request):
                 return None
-            response = await fn(request, context)
+            if background:  # this call's task alone: its reads queue on the read threads
+                BACKGROUND.set(True)
+            try:
+                with call_budget(budget, context, name):
+                    response = await fn(request, context)
+            except JournaldError as err:  # a per-peer limit: nothing was held
+                send(context, refusal(err))
+                return None
             return None if response is None else self._encode(context, name, response)
 
         async def out(stream: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:
@@ -345,8 +358,19 @@ class Edge:
                 return
             if not await self._admitted(context, name, request):
                 return
-            async for data in out(fn(request, context), context):
-                yield data
+            if background:
+                BACKGROUND.set(True)
+            try:
+                held = call_budget(budget, context, name)
+                held.__enter__()
+            except JournaldError as err:
+                send(context, refusal(err))
+                return
+            try:
+                async for data in out(fn(request, context), context):
+                    yield data
+            finally:
+                held.__exit__(None, None, None)
 
         async def checked(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[Any]:
             async for request in requests:
@@ -359,8 +383,17 @@ class Edge:
 
         async def stream_stream(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:
             PEER_UID.set(self.peer_uid)
-            async for data in out(fn(checked(requests, context), context), context):
-                yield data
+            try:
+                held = call_budget(budget, context, name)
+                held.__enter__()
+            except JournaldError as err:
+                send(context, refusal(err))
+                return
+            try:
+                async for data in out(fn(checked(requests, context), context), context):
+                    yield data
+            finally:
+                held.__exit__(None, None, None)
 
         if method.client_streaming and method.server_streaming:
             return grpc.stream_stream_rpc_method_handler(stream_stream, request_deserializer=decode)
@@ -388,11 +421,13 @@ def add_service(
     on_size: Callable[[int], None] = lambda size_bytes: None,
     owners: Owners | None = None,
     peer_uid: int | None = None,
+    budget: PeerBudget | None = None,
 ) -> None:
     """Register ``parts`` as journald.v1.JournalService (in place of the generated helper);
     ``peer_uid``: the uid of every peer of ``server`` (journald.server.peers), whose calls
-    ``owners`` checks."""
-    edge = Edge(parts, max_message_bytes, on_size, owners, peer_uid)
+    ``owners`` checks; every call holds its share of ``budget`` (docs/design.md#fair-shares)
+    while it runs."""
+    edge = Edge(parts, max_message_bytes, on_size, owners, peer_uid, budget)
     handlers = {m.name: edge.handler(m) for m in SERVICE.methods}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)

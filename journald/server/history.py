@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ from journald.core.paging import FoldMark, Page, Window, fold_window, page, page
 from journald.core.records import validate_id
 from journald.server.convert import messages_to_pb, pending_to_pb
 from journald.server.edge import unary
-from journald.server.runs import Runs
+from journald.server.runs import RunCache, Runs, stored_bytes
 from journald.server.window import ASK_FOR_SMALLER_PAGE, check_fits
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -44,7 +43,7 @@ class Conversation:
 class HistoryRpcs:
     def __init__(self, runs: Runs) -> None:
         self.runs = runs
-        self._views: OrderedDict[tuple[str, int], tuple[Any, list[Message]]] = OrderedDict()
+        self._views = RunCache(VIEW_CACHE_RUNS)
 
     async def conversation(
         self, run_id: str, view: int = pb.HISTORY_VIEW_UNSPECIFIED
@@ -63,18 +62,15 @@ class HistoryRpcs:
         if view == pb.HISTORY_VIEW_STATE:
             return Conversation(st.messages, st.last_seq, pending)
         # a client pages a governed view in many calls: derive it once per state
-        hit = self._views.get((run_id, view))
-        if key is not None and hit is not None and hit[0] == key:
-            self._views.move_to_end((run_id, view))
-            return Conversation(hit[1], st.last_seq, pending)
+        hit = self._views.get((run_id, view), key) if key is not None else None
+        if hit is not None:
+            return Conversation(hit, st.last_seq, pending)
         if view == pb.HISTORY_VIEW_GOVERNED:
             msgs = governance.governed_messages(st)[0]
         else:
             msgs = governed(st.messages)
         if key is not None:  # no key: the store cannot say when the run changes
-            self._views[(run_id, view)] = (key, msgs)
-            while len(self._views) > VIEW_CACHE_RUNS:
-                self._views.popitem(last=False)
+            self._views.put((run_id, view), key, msgs, stored_bytes(key))
         return Conversation(msgs, st.last_seq, pending)
 
     async def _tail_page(self, run_id: str, offset: int, limit: int) -> tuple[Page, Window] | None:

@@ -23,6 +23,7 @@ from journald.core.fold import RunState
 from journald.core.records import Record
 from journald.server.convert import record_to_pb
 from journald.storage.base import Journal
+from journald.storage.io_pool import background_context
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,9 @@ class LeaseTable:
                     if self.on_closed is not None:
                         await self.on_closed(lease.run_id)
 
-        task = asyncio.get_running_loop().create_task(close())
+        # background work: a dying client's thousand closes queue on the read threads and
+        # behind every foreground write, never in front of an Open (docs/design.md#fair-shares)
+        task = asyncio.get_running_loop().create_task(close(), context=background_context())
         self._closing[lease.run_id] = task
         task.add_done_callback(
             lambda t: (
@@ -213,19 +216,54 @@ Published = tuple[int, pb.WatchResponse]
 HubItem = Sequence[Published] | pb.CheckpointEvent | None
 
 
+DEFAULT_WATCH_BUFFER_BYTES = 16 * 1024 * 1024
+
+
+class Subscription:
+    """One tail's queue, bounded in bytes: a tail that falls ``buffer_bytes`` behind the
+    appends is cut (its queue dropped at once, ``cut`` set) instead of holding the run's
+    growth in the daemon's memory."""
+
+    def __init__(self, buffer_bytes: int) -> None:
+        self.buffer_bytes = buffer_bytes
+        self.queued_bytes = 0
+        self.cut = False
+        self._q: asyncio.Queue[tuple[HubItem, int]] = asyncio.Queue()
+
+    def put(self, item: HubItem, size_bytes: int = 0) -> None:
+        if self.cut:
+            return
+        if size_bytes and self.queued_bytes + size_bytes > self.buffer_bytes:
+            self.cut = True
+            while not self._q.empty():  # freed now, not when the reader comes back
+                self._q.get_nowait()
+            self.queued_bytes = 0
+            self._q.put_nowait((END, 0))
+            return
+        self.queued_bytes += size_bytes
+        self._q.put_nowait((item, size_bytes))
+
+    async def get(self) -> HubItem:
+        item, size = await self._q.get()
+        self.queued_bytes -= size
+        return item
+
+
 class WatchHub:
     """Fan-out of durable records and checkpoint events to live tails, in the order they
-    happened; ``None`` on a queue means the run is gone."""
+    happened; ``None`` means the run is gone (or, with ``Subscription.cut``, that the tail
+    fell too far behind)."""
 
-    def __init__(self) -> None:
-        self._subs: dict[str, set[asyncio.Queue[HubItem]]] = {}
+    def __init__(self, buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES) -> None:
+        self.buffer_bytes = buffer_bytes
+        self._subs: dict[str, set[Subscription]] = {}
 
-    def subscribe(self, run_id: str) -> asyncio.Queue[HubItem]:
-        q: asyncio.Queue[HubItem] = asyncio.Queue()
+    def subscribe(self, run_id: str) -> Subscription:
+        q = Subscription(self.buffer_bytes)
         self._subs.setdefault(run_id, set()).add(q)
         return q
 
-    def unsubscribe(self, run_id: str, q: asyncio.Queue[HubItem]) -> None:
+    def unsubscribe(self, run_id: str, q: Subscription) -> None:
         subs = self._subs.get(run_id)
         if subs is not None:
             subs.discard(q)
@@ -241,16 +279,17 @@ class WatchHub:
         if not subs:
             return  # no tail: nothing to encode
         out = self.encode(records)
+        size = sum(len(r.raw) for r in records) or 1
         for q in subs:
-            q.put_nowait(out)
+            q.put(out, size)
 
     def publish_checkpoint(self, run_id: str, event: pb.CheckpointEvent) -> None:
         for q in self._subs.get(run_id, ()):
-            q.put_nowait(event)
+            q.put(event, event.ByteSize() or 1)
 
     def close_run(self, run_id: str) -> None:
         for q in self._subs.get(run_id, ()):
-            q.put_nowait(END)
+            q.put(END)
 
     def close_all(self) -> None:
         for run_id in list(self._subs):

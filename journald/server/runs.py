@@ -61,6 +61,9 @@ from journald.validation import validate_record
 
 DAEMON_HOLDER = "journald daemon"
 DORMANT_CACHE_RUNS = 8  # dormant runs whose folded state reads keep
+CACHE_BYTES = 64 * 1024 * 1024
+"""Stored bytes of the runs whose folded state (or derived view) a read cache keeps,
+beyond the newest one: a few readers of large dormant runs do not each pin a run."""
 _FOLD_REFUSALS: OrderedDict[tuple[str, str], None] = OrderedDict()  # logged at ERROR once
 log = logging.getLogger(__name__)
 DURABILITY = {
@@ -186,6 +189,39 @@ async def fold_stored(
     return state
 
 
+class RunCache:
+    """The newest ``runs`` entries, and of them only as many as fit ``limit_bytes`` of
+    their runs' stored size (the newest always stays: it is the one being paged)."""
+
+    def __init__(self, runs: int, limit_bytes: int = CACHE_BYTES) -> None:
+        self.runs, self.limit_bytes = runs, limit_bytes
+        self._items: OrderedDict[Any, tuple[Any, Any, int]] = OrderedDict()
+        self.size_bytes = 0
+
+    def get(self, name: Any, key: Any) -> Any | None:
+        hit = self._items.get(name)
+        if hit is None or hit[0] != key:
+            return None
+        self._items.move_to_end(name)
+        return hit[1]
+
+    def put(self, name: Any, key: Any, value: Any, size_bytes: int) -> None:
+        old = self._items.pop(name, None)
+        if old is not None:
+            self.size_bytes -= old[2]
+        self._items[name] = (key, value, size_bytes)
+        self.size_bytes += size_bytes
+        while len(self._items) > 1 and (
+            len(self._items) > self.runs or self.size_bytes > self.limit_bytes
+        ):
+            self.size_bytes -= self._items.popitem(last=False)[1][2]
+
+
+def stored_bytes(key: Any) -> int:
+    """The stored size of a run in a dormant cache key (0 when the key does not say)."""
+    return key[4] if isinstance(key, tuple) and len(key) == 5 else 0
+
+
 def daemon_holder() -> Holder:
     """The holder the daemon names when it holds a run itself for an operation."""
     return new_holder(DAEMON_HOLDER, os.getpid(), socket.gethostname(), "")
@@ -226,7 +262,7 @@ class Runs:
             host.on_lost = self._host_leases_lost
         self.hub = WatchHub()
         self.scrubs = ScrubRecords(store, checkpoints)
-        self._dormant: OrderedDict[str, tuple[Any, RunState]] = OrderedDict()
+        self._dormant = RunCache(DORMANT_CACHE_RUNS)
 
     # --- records --------------------------------------------------------------------------
 
@@ -375,16 +411,13 @@ class Runs:
         except (OSError, StoreCorrupted):  # the fold below names the damage precisely
             return None, await self.fold_for_read(run_id)
         key = (info.created, info.updated, info.last_seq, info.record_count, info.bytes)
-        hit = self._dormant.get(run_id)
-        if hit is not None and hit[0] == key:
-            self._dormant.move_to_end(run_id)
-            return hit
+        hit = self._dormant.get(run_id, key)
+        if hit is not None:
+            return key, hit
         # a read writes nothing: the run's index (fold marks, snapshot) is taken when a
         # writer (a lease, the daemon's own) folds it and saved when it ends
         st = await self.fold_for_read(run_id)
-        self._dormant[run_id] = (key, st)
-        while len(self._dormant) > DORMANT_CACHE_RUNS:
-            self._dormant.popitem(last=False)
+        self._dormant.put(run_id, key, st, stored_bytes(key))
         return key, st
 
     async def require_run(self, run_id: str) -> None:

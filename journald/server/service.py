@@ -24,6 +24,8 @@ from journald.core.errors import (
     InvalidRecord,
     SessionExists,
     SessionNotFound,
+    clip,
+    limit_reached,
 )
 from journald.core.fingerprint import check_gates, diff
 from journald.core.fold import Message, RunState, fold_into, resume_warnings
@@ -38,8 +40,9 @@ from journald.server.convert import (
     state_to_pb,
 )
 from journald.server.edge import streaming, unary
+from journald.server.fairness import FLAGS, FairShares, PeerBudget, peer_key
 from journald.server.history import HistoryRpcs
-from journald.server.leases import END, Holder, HubItem, Lease, WatchHub, new_holder
+from journald.server.leases import END, Holder, Lease, Subscription, WatchHub, new_holder
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import HostLeases, Store
@@ -89,7 +92,7 @@ class PbDraft:
 
 
 async def follow_other_hosts(
-    runs: Runs, run_id: str, queue: asyncio.Queue[HubItem]
+    runs: Runs, run_id: str, queue: Subscription
 ) -> Callable[[], Awaitable[None]]:
     """Feed a tail's queue with what other daemons store for the run (records, checkpoints
     created), when the backend shares runs between hosts (its stores can ``follow``); the
@@ -97,10 +100,11 @@ async def follow_other_hosts(
     subs: list[Any] = []
 
     def record(rec: Record) -> None:
-        queue.put_nowait(WatchHub.encode([rec]))
+        queue.put(WatchHub.encode([rec]), len(rec.raw) or 1)
 
     def checkpoint(meta: CheckpointMeta) -> None:
-        queue.put_nowait(pb.CheckpointEvent(kind="created", checkpoint=meta_to_pb(meta)))
+        event = pb.CheckpointEvent(kind="created", checkpoint=meta_to_pb(meta))
+        queue.put(event, event.ByteSize() or 1)
 
     for store, deliver in ((runs.store, record), (runs.checkpoints, checkpoint)):
         follow = getattr(store, "follow", None)
@@ -134,7 +138,9 @@ class JournalService:
         checkpoint_max: int = 0,
         attachments: AttachmentStore | None = None,
         host: HostLeases | None = None,
+        budget: PeerBudget | None = None,
     ) -> None:
+        self.budget = budget or PeerBudget(FairShares().resolved())
         self.runs = Runs(
             store,
             limits or Limits(),
@@ -154,6 +160,17 @@ class JournalService:
 
     @streaming
     async def Open(self, request: pb.OpenRequest, context: Ctx) -> AsyncIterator[pb.OpenResponse]:
+        with self.budget.take(
+            peer_key(context),
+            "max_leases_per_peer",
+            1,
+            f"a lease on run {clip(request.run_id, 128, keep_tail=False)}",
+            "end the leases you no longer write: Release them or close their Open streams",
+        ):
+            async for item in self._open(request, context):
+                yield item
+
+    async def _open(self, request: pb.OpenRequest, context: Ctx) -> AsyncIterator[pb.OpenResponse]:
         run_id = validate_id(request.run_id)
         c = request.client
         holder = new_holder(c.name, c.pid, c.host, c.cwd)
@@ -293,11 +310,26 @@ class JournalService:
         self, request: pb.AppendRequest, context: Ctx | None = None
     ) -> pb.AppendResponse:
         rpc = contextvars.copy_context()
-        with telemetry.store_append(request.run_id) as span:
+        with self._in_flight(request, context), telemetry.store_append(request.run_id) as span:
             ticket = await self._enqueue(request, context, rpc)
             span.records(ticket.new)
             results = await ticket.durable()
         return pb.AppendResponse(acks=[ack_pb(r) for r in results])
+
+    def _in_flight(
+        self, request: pb.AppendRequest, context: Ctx | None
+    ) -> contextlib.AbstractContextManager[None]:
+        """The bytes of an append held against its peer's budget until it is answered."""
+        if context is None:
+            return contextlib.nullcontext()
+        return self.budget.take(
+            peer_key(context),
+            "max_inflight_bytes_per_peer",
+            request.ByteSize(),
+            f"an append of {request.ByteSize()} bytes to run "
+            f"{clip(request.run_id, 128, keep_tail=False)}",
+            "wait for the acks of the appends already sent before sending more",
+        )
 
     async def _enqueue(
         self, request: pb.AppendRequest, context: Ctx | None, rpc: contextvars.Context
@@ -347,16 +379,21 @@ class JournalService:
         ahead of the acks sent) so they share group commits; responses go out in order. The
         first message that fails ends the stream with its error after the acks before it;
         nothing after it is queued (a failed write voids what was queued behind it)."""
-        window: asyncio.Queue[Ticket | Exception | None] = asyncio.Queue(STREAM_IN_FLIGHT)
+        window: asyncio.Queue[tuple[Ticket, contextlib.ExitStack] | Exception | None]
+        window = asyncio.Queue(STREAM_IN_FLIGHT)
+        held: set[contextlib.ExitStack] = set()  # bytes of the queued messages not yet acked
 
         async def read_ahead() -> None:
             try:
                 async for req in request_iterator:
                     rpc = contextvars.copy_context()
+                    bytes_held = contextlib.ExitStack()
+                    held.add(bytes_held)
+                    bytes_held.enter_context(self._in_flight(req.append, context))
                     with telemetry.store_append(req.append.run_id) as span:
                         ticket = await self._enqueue(req.append, context, rpc)
                         span.records(ticket.new)
-                    await window.put(ticket)
+                    await window.put((ticket, bytes_held))
             except Exception as exc:  # the message's own refusal, sent after the acks before
                 await window.put(exc)
                 return
@@ -367,12 +404,17 @@ class JournalService:
             while (item := await window.get()) is not None:
                 if isinstance(item, Exception):
                     raise item
-                acks = [ack_pb(r) for r in await item.durable()]
+                ticket, bytes_held = item
+                acks = [ack_pb(r) for r in await ticket.durable()]
+                bytes_held.close()
+                held.discard(bytes_held)
                 yield pb.AppendStreamResponse(response=pb.AppendResponse(acks=acks))
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+            for bytes_held in held:
+                bytes_held.close()  # idempotent: what was acked is already given back
 
     # --- reads --------------------------------------------------------------------------
 
@@ -513,6 +555,17 @@ class JournalService:
                 last = rec.seq
             while True:
                 batch = await queue.get()
+                if batch is END and queue.cut:
+                    raise limit_reached(
+                        f"the Watch of run {run_id} fell behind the appends by more than "
+                        f"{queue.buffer_bytes} bytes and was cut after seq {last}",
+                        "watch_buffer_bytes",
+                        queue.buffer_bytes,
+                        FLAGS["watch_buffer_bytes"],
+                        f"read it faster; Watch again from seq {last + 1} to go on",
+                        run_id=run_id,
+                        last_seq=last,
+                    )
                 if batch is END:
                     return
                 if isinstance(batch, pb.CheckpointEvent):

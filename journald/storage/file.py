@@ -155,7 +155,7 @@ import socket
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 from journald import failpoints
@@ -221,6 +221,22 @@ from journald.storage.segments import (
 )
 
 MiB = 1024 * 1024
+PAGE_BYTES = 1 * MiB
+"""Stored bytes of records one step of ``iter_records`` reads ahead of its consumer."""
+
+
+def next_page(walk: Iterator[Record], limit_bytes: int = PAGE_BYTES) -> list[Record]:
+    """The next records of ``walk``, up to about ``limit_bytes`` of them (empty at its end)."""
+    page: list[Record] = []
+    size = 0
+    for rec in walk:
+        page.append(rec)
+        size += len(rec.raw)
+        if size >= limit_bytes:
+            break
+    return page
+
+
 LOGGED_KEPT = 1024  # damage reports remembered so that each is logged at ERROR once
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -597,8 +613,31 @@ class FileStore(FileReads, FileMaintenance):
         return await self._checked(self._has_records, run_dir, run_id=run_id)
 
     async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
-        for rec in await self.load(run_id, from_seq):
-            yield rec
+        """The run's records from ``from_seq``, read and checked a page at a time: a reader
+        that stops reading (a Load or Watch whose client does not read) holds one page and
+        one sealed segment, never the run. Damage found past what was already yielded ends
+        the iteration with ``store_corrupted`` there."""
+        walk = await self._checked(
+            self._start_walk, run_id, from_seq, run_id=run_id, action="reading the run"
+        )
+        try:
+            first = True
+            while True:
+                page = await self._checked(next_page, walk, run_id=run_id, action="reading the run")
+                if first and not page and from_seq <= 1:
+                    raise self._not_found(run_id)
+                first = False
+                if not page:
+                    return
+                for rec in page:
+                    yield rec
+        finally:
+            walk.close()
+
+    def _start_walk(self, run_id: str, from_seq: int) -> Generator[Record, None, None]:
+        walk = self._walk(run_id, from_seq)
+        next(walk)  # the snapshot is taken now, before the first page is asked for
+        return walk  # type: ignore[return-value]
 
     async def load(self, run_id: str, from_seq: int = 1) -> Records:
         return await self._checked(

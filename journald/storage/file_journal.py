@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RECENT = 1024  # records kept in memory per journal for idempotent-retry comparisons
+RECENT_BYTES = 4 * 1024 * 1024
+"""...and at most this many of their stored bytes (beyond one record): a retry of an older
+seq reads it back from the disk instead."""
 
 
 # --- per-run state -----------------------------------------------------------------------
@@ -134,6 +137,7 @@ class FileJournal:
         self._stats = st.stats
         self._meta = st.meta
         self._recent: OrderedDict[int, Record] = OrderedDict((r.seq, r) for r in st.recent)
+        self._recent_bytes = sum(len(r.raw) for r in st.recent)
         self._repair = st.repair
         self._first_write = first
         # the active segment's sha256, fed by every write, when this journal saw it from its
@@ -197,10 +201,13 @@ class FileJournal:
         for r in new:
             self._stats.add(r)
             self._recent[r.seq] = r
+            self._recent_bytes += len(r.raw)
             if self._meta is None:
                 self._meta = r
-        while len(self._recent) > RECENT:
-            self._recent.popitem(last=False)
+        while len(self._recent) > RECENT or (
+            self._recent_bytes > RECENT_BYTES and len(self._recent) > 1
+        ):
+            self._recent_bytes -= len(self._recent.popitem(last=False)[1].raw)
         if self._should_seal():
             # Sealed before the acknowledgement so an acked append finds the run settled; the
             # records are durable either way. A seal that fails before its manifest rolls
@@ -354,3 +361,5 @@ class FileJournal:
             os.close(self._fd)
             os.close(self._lock_fd)
             self._store.forget(self.run_id, self)
+            self._recent.clear()  # whoever still holds the journal holds no records
+            self._recent_bytes = 0

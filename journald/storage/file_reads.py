@@ -26,7 +26,7 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +38,19 @@ from journald.core.errors import (
     StoreCorrupted,
     VersionUnsupported,
 )
-from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex, validate_id
+from journald.core.records import GENESIS, Record, decode, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
-from journald.storage.file_journal import RECENT, SegmentStats, read_file
+from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
+from journald.storage.file_stream import (
+    MISSING,
+    UNREAD,
+    check_sealed,
+    sealed_lines,
+    sealed_whole,
+    skip_to,
+)
 from journald.storage.info import corrupted_info, run_info_from
+from journald.storage.io_pool import yield_to_foreground
 from journald.storage.scrub_budget import ReadBudget
 from journald.storage.segments import (
     JOURNAL,
@@ -54,7 +63,6 @@ from journald.storage.segments import (
     checksum_ok,
     corrupted,
     file_lines,
-    line_start,
     message_count,
     read_manifest,
     sealed_problem,
@@ -64,7 +72,6 @@ from journald.storage.segments import (
 )
 from journald.storage.verify import VerifyWalk
 
-MISSING = b"\0missing"
 Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
 Infos = list[RunInfo]
@@ -83,16 +90,26 @@ class ActiveTail:
     read_under: tuple[Any, ...] = ()  # active_key of the manifest the segment was read under
     digest: str = ""  # sha256 of the segment's complete lines (torn tail excluded)
 
+    recent_bytes: int = 0
+
     def add(self, rec: Record) -> None:
         self.stats.add(rec)
         if self.first is None:
             self.first = rec
         self.recent.append(rec)
-        if len(self.recent) > 2 * self.keep:  # trimmed in steps: O(1) per record
-            del self.recent[: -self.keep]
+        self.recent_bytes += len(rec.raw)
+        # trimmed in steps: O(1) per record
+        if len(self.recent) > 2 * self.keep or self.recent_bytes > 2 * RECENT_BYTES:
+            self._trim()
+
+    def _trim(self) -> None:
+        del self.recent[: -self.keep]
+        self.recent_bytes = sum(len(r.raw) for r in self.recent)
+        while self.recent_bytes > RECENT_BYTES and len(self.recent) > 1:
+            self.recent_bytes -= len(self.recent.pop(0).raw)
 
     def done(self) -> ActiveTail:
-        del self.recent[: -self.keep]
+        self._trim()
         return self
 
 
@@ -207,8 +224,13 @@ class FileReads:
                         start_seq, start_hash = segs[idx - 1].last_seq, segs[idx - 1].last_hash
                     for s in segs[idx:]:
                         seg = os.path.join(run_dir, SEGMENTS, s.file)
+                        if budget is None:
+                            # immutable once listed: read when the walk reaches it, so a read
+                            # holds at most a chunk of a sealed segment, not the run
+                            files.append((seg, UNREAD, s))
+                            continue
                         try:
-                            data = read(seg)
+                            data = read(seg)  # the scrubber's paced read, whole
                         except FileNotFoundError:
                             data = MISSING
                         self.segment_opens += 1
@@ -249,36 +271,59 @@ class FileReads:
         from_seq: int,
         where: dict[int, Line] | None = None,
         budget: ReadBudget | None = None,
+        digests: dict[str, str] | None = None,
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
         filled with the line each record was read from, and no line is skipped."""
+        out: Records = []
+        walk = self._walk(run_id, from_seq, where, budget, digests)
+        m, files = next(walk)  # type: ignore[misc]
+        out.extend(walk)  # type: ignore[arg-type]
+        return m, files, out
+
+    def _walk(
+        self,
+        run_id: str,
+        from_seq: int,
+        where: dict[int, Line] | None = None,
+        budget: ReadBudget | None = None,
+        digests: dict[str, str] | None = None,
+    ) -> Generator[Record | tuple[Manifest, Files], None, None]:
+        """``_iter_checked`` a record at a time: (manifest, files), then each record from
+        ``from_seq`` as its line is checked (a chunk of a sealed segment in memory at a time),
+        then the checks of the whole run (listing floor, segments against the manifest)."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
         m, files, start_seq, start_hash = self._snapshot(run_id, from_seq, budget)
-        for name, data, info in files:
-            if info is None:
-                continue
-            if data == MISSING:
-                raise corrupted(
-                    run_id,
-                    Line(name, 0, b""),
-                    info.first_seq,
-                    "a segment listed in the manifest is missing",
-                )
-            if not data.endswith(b"\n"):
-                raise corrupted(
-                    run_id,
-                    Line(name, data.count(b"\n") + 1, b""),
-                    info.last_seq,
-                    "a sealed segment ends in a partial line",
-                )
-        skip, rest = 0, files[0][1]
-        if where is None and from_seq > 1:
-            skip, rest, start_seq, start_hash = _skip_to(
-                m, files[0], from_seq, start_seq, start_hash
-            )
+        yield m, files
+        sizes: dict[str, int] = {}
+
+        def data_of(name: str, data: bytes, info: SegmentInfo | None) -> bytes:
+            if data is UNREAD and info is not None:
+                self.segment_opens += 1
+                data = sealed_whole(self.run_dir(run_id), run_id, m, name, info)
+            elif info is not None:  # read whole by the snapshot (a scrub)
+                check_sealed(run_id, name, data, info)
+            sizes[name] = len(data)
+            if digests is not None and info is not None:
+                digests[name] = sha256_hex(data)
+            return data
+
+        def lines_of(name: str, data: bytes, info: SegmentInfo | None) -> Iterator[Line]:
+            if data is UNREAD and info is not None:  # a chunk at a time
+                self.segment_opens += 1
+                return sealed_lines(self.run_dir(run_id), run_id, m, name, info, sizes, digests)
+            return file_lines(name, data_of(name, data, info))
+
+        skip = 0
+        if where is None and from_seq > 1:  # the first file whole, to start inside it
+            first = (files[0][0], data_of(*files[0]), files[0][2])
+            skip, rest, start_seq, start_hash = skip_to(m, first, from_seq, start_seq, start_hash)
+            head = file_lines(files[0][0], rest, skip + 1)
+            del first, rest
+        else:
+            head = lines_of(*files[0])
         lines = itertools.chain(
-            file_lines(files[0][0], rest, skip + 1),
-            itertools.chain.from_iterable(file_lines(name, data) for name, data, _ in files[1:]),
+            head, itertools.chain.from_iterable(lines_of(*f) for f in files[1:])
         )
         reader = self._chain(run_id, m, lines, start_seq, start_hash)
         first_info = files[0][2]
@@ -290,37 +335,37 @@ class FileReads:
         active_name, active_data, _ = files[-1]
         # the active segment is whole in this read unless the skip started inside it
         tail = None if m.pending or (skip and len(files) == 1) else ActiveTail(keep=1)
-        out: Records = []
         tally: dict[str, list[Any]] = {files[0][0]: [skip, ""]}
-        for line, rec in reader:
+        for n, (line, rec) in enumerate(reader):
+            yield_to_foreground(n)
             t = tally.setdefault(line.file, [0, ""])
             t[0] += 1
             t[1] = rec.hash
             if rec.seq >= from_seq:
-                out.append(rec)
+                yield rec
             if where is not None:
                 where[rec.seq] = line
             if tail is not None and line.file == active_name:
                 tail.add(rec)
         if reader.seq < floor:
             raise records_missing(run_id, active_name, reader.seq, floor)
-        for name, data, info in files:
+        for name, _, info in files:
             if info is None:
                 continue
             count, last_hash = tally.get(name, [0, ""])
-            if count != info.records or last_hash != info.last_hash or len(data) != info.bytes:
+            size = sizes.get(name, 0)
+            if count != info.records or last_hash != info.last_hash or size != info.bytes:
                 raise corrupted(
                     run_id,
                     Line(name, count, b""),
                     info.last_seq,
-                    f"the segment holds {count} records ({len(data)} bytes) ending in "
+                    f"the segment holds {count} records ({size} bytes) ending in "
                     f"{str(last_hash)[:12]}, the manifest says {info.records} ({info.bytes} "
                     f"bytes) ending in {info.last_hash[:12]}",
                 )
         if tail is not None:
             tail.read_under, tail.digest = active_key(m), sha256_hex(active_data)
             self._keep_tail(run_id, tail.done())
-        return m, files, out
 
     def _read_records(self, run_id: str, from_seq: int) -> Records:
         _, _, out = self._iter_checked(run_id, from_seq)
@@ -432,12 +477,13 @@ class FileReads:
         them, each sealed segment's digest, then the walk every backend's verify makes, naming
         the file and line. ``budget``: the scrubber's paced reads."""
         where: dict[int, Line] = {}
-        m, files, recs = self._iter_checked(run_id, 1, where, budget)
+        read: dict[str, str] = {}  # each sealed segment's sha256, as the walk read it
+        m, _, recs = self._iter_checked(run_id, 1, where, budget, read)
         if not recs:
             raise self._not_found(run_id)
         self._check_segment_files(run_id)
         seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
-        digests = {os.path.basename(n): sha256_hex(d) for n, d, i in files if i is not None}
+        digests = {os.path.basename(n): d for n, d in read.items()}
         for s in m.segments:
             if s.sha256 and digests.get(s.file, s.sha256) != s.sha256:
                 raise corrupted(
@@ -458,7 +504,8 @@ class FileReads:
                 )
         walk = VerifyWalk(run_id, lambda r, seq, what: corrupted(run_id, where[r.seq], seq, what))
         anchors = m.anchor_after()
-        for rec in recs:
+        for n, rec in enumerate(recs):
+            yield_to_foreground(n)
             a = anchors.get(walk.seq)
             jumped = a is not None and (a.after_hash, a.resume_seq, a.resume_prev) == (
                 walk.hash,
@@ -500,43 +547,6 @@ def missing_active(run_id: str, path: str, m: Manifest) -> StoreCorrupted:
         "the active segment is missing (the manifest lists the run's sealed segments; the "
         "records after them were in this file)",
     )
-
-
-def _skip_to(
-    m: Manifest,
-    first: tuple[str, bytes, SegmentInfo | None],
-    from_seq: int,
-    start_seq: int,
-    start_hash: str,
-) -> tuple[int, bytes, int, str]:
-    """For a read from ``from_seq``: (lines of the first file to skip, its bytes from the
-    first line read, chain seq and hash before that line); nothing skipped when the read
-    must walk the whole file."""
-    _, data, info = first
-    walk_all = 0, data, start_seq, start_hash
-    if info is not None:
-        if info.last_seq - info.first_seq + 1 != info.records:
-            return walk_all  # a quarantine hole inside: seqs are not line numbers
-        first_seq = info.first_seq
-    elif m.pending or any(a.after_seq >= start_seq for a in m.anchors):
-        return walk_all  # an anchored jump may fall inside the active segment
-    else:
-        first_seq = start_seq + 1
-    k = from_seq - first_seq
-    at = line_start(data, k - 1) if k > 0 else -1
-    if at < 0:
-        return walk_all
-    before_end = data.find(b"\n", at) + 1
-    end = data.find(b"\n", before_end)
-    if end < 0:
-        return walk_all  # no complete line k
-    try:
-        rec = decode_stored(unframe(data[before_end:end])[0])
-    except JournaldError:
-        return walk_all
-    if rec.seq != from_seq or rec.prev != sha256_hex(unframe(data[at : before_end - 1])[0]):
-        return walk_all
-    return k, data[before_end:], from_seq - 1, rec.prev
 
 
 def _still_at(path: str, st: os.stat_result) -> bool:

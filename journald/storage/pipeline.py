@@ -113,6 +113,14 @@ def _settle(fut: asyncio.Future[None], exc: BaseException | None = None) -> None
         fut.exception()  # a voided append nobody awaits any more is not an error to log
 
 
+async def _closed_write(records: list[Record]) -> None:
+    raise AssertionError("a closed pipeline wrote")  # refused before any write
+
+
+async def _closed_read(seqs: list[int]) -> dict[int, Record]:
+    raise AssertionError("a closed pipeline read")
+
+
 class AppendPipeline:
     """Seq rules, group commit and acknowledgement order of one journal."""
 
@@ -335,3 +343,7 @@ class AppendPipeline:
             )
         )
         await self.settled()
+        # the hooks are the journal's bound methods (a journal <-> pipeline cycle that only
+        # the cycle collector would break): a closed journal is freed by its last reference
+        self._write, self._read_stored = _closed_write, _closed_read
+        self._after_write = self._check = None

@@ -529,11 +529,14 @@ class ChainReader:
 def file_lines(name: str, data: bytes, first_line: int = 1) -> Iterator[Line]:
     """The lines of ``data`` (from file ``name``), numbered from ``first_line``; bytes after
     the last newline come last as a ``partial`` line (the caller cut a torn write already)."""
-    lines, end = split_complete(data)
-    for i, raw in enumerate(lines, first_line):
-        yield Line(name, i, raw)
+    end = data.rfind(b"\n") + 1
+    pos, i = 0, first_line
+    while pos < end:  # one line at a time: a walk never holds a second copy of the file
+        nl = data.index(b"\n", pos)
+        yield Line(name, i, data[pos:nl])
+        pos, i = nl + 1, i + 1
     if end < len(data):
-        yield Line(name, first_line + len(lines), data[end:], partial=True)
+        yield Line(name, i, data[end:], partial=True)
 
 
 # --- sealed segments: the structural check ---------------------------------------------

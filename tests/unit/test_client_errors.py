@@ -50,6 +50,7 @@ EXPECTED_CLASS = {
     "storage_full": jc.StorageFull,
     "unsupported": jc.Unsupported,
     "permission_denied": jc.PermissionDenied,
+    "resource_exhausted": jc.ResourceExhausted,
 }
 
 

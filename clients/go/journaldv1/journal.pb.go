@@ -409,6 +409,11 @@ const (
 	// gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
 	// a client itself, the socket is not owned by the expected daemon uid).
 	ErrorCode_ERROR_CODE_PERMISSION_DENIED ErrorCode = 28
+	// gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
+	// in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
+	// `journald serve` option that raises it. Retry only after releasing what you hold (or,
+	// for a Watch, from its last seq + 1 reading faster), never in a tight loop.
+	ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED ErrorCode = 29
 )
 
 // Enum value maps for ErrorCode.
@@ -443,6 +448,7 @@ var (
 		26: "ERROR_CODE_RESPONSE_TOO_LARGE",
 		27: "ERROR_CODE_UNSUPPORTED",
 		28: "ERROR_CODE_PERMISSION_DENIED",
+		29: "ERROR_CODE_RESOURCE_EXHAUSTED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":               0,
@@ -474,6 +480,7 @@ var (
 		"ERROR_CODE_RESPONSE_TOO_LARGE":        26,
 		"ERROR_CODE_UNSUPPORTED":               27,
 		"ERROR_CODE_PERMISSION_DENIED":         28,
+		"ERROR_CODE_RESOURCE_EXHAUSTED":        29,
 	}
 )
 
@@ -6678,7 +6685,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x1aCOMPACT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPACT_STATUS_COMPACTED\x10\x01\x12\x1b\n" +
 	"\x17COMPACT_STATUS_REJECTED\x10\x02\x12\x19\n" +
-	"\x15COMPACT_STATUS_FAILED\x10\x03*\xa3\a\n" +
+	"\x15COMPACT_STATUS_FAILED\x10\x03*\xc6\a\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_CODE_SESSION_NOT_FOUND\x10\x01\x12#\n" +
@@ -6709,7 +6716,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x13ERROR_CODE_INTERNAL\x10\x19\x12!\n" +
 	"\x1dERROR_CODE_RESPONSE_TOO_LARGE\x10\x1a\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSUPPORTED\x10\x1b\x12 \n" +
-	"\x1cERROR_CODE_PERMISSION_DENIED\x10\x1c*\xeb\x01\n" +
+	"\x1cERROR_CODE_PERMISSION_DENIED\x10\x1c\x12!\n" +
+	"\x1dERROR_CODE_RESOURCE_EXHAUSTED\x10\x1d*\xeb\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fRUN_STATUS_OPEN\x10\x01\x12\x13\n" +

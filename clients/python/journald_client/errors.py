@@ -23,6 +23,7 @@ or ``UNKNOWN`` (the transport's, never the daemon's: see ``TRANSPORT_FAILURES``)
     ├── ResponseTooLarge
     ├── Unsupported
     ├── PermissionDenied: UntrustedSocket (raised by the client itself, before dialing)
+    ├── ResourceExhausted (.limit, .flag)
     └── ConversationChanged (raised by the client itself, never by the daemon)
 
 The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
@@ -234,6 +235,22 @@ class UntrustedSocket(PermissionDenied):
     expected daemon uid, is a symbolic link, or its directory is writable by others, so it
     may be another user's. ``metadata``: ``socket``, ``path``, ``found_uid``,
     ``expected_uid``."""
+
+
+class ResourceExhausted(JournaldError):
+    """A per-peer limit of the daemon was reached: ``limit`` names it, ``flag`` the
+    ``journald serve`` option that raises it. Not retried: release what you hold first (a
+    Watch cut for falling behind is resumed from its last seq + 1, reading faster)."""
+
+    code = "resource_exhausted"
+
+    @property
+    def limit(self) -> str:
+        return self.metadata.get("limit", "")
+
+    @property
+    def flag(self) -> str:
+        return self.metadata.get("flag", "")
 
 
 class ConversationChanged(JournaldError):

@@ -81,6 +81,11 @@ export class PermissionDeniedError extends JournaldError {}
  * (metadata socket, path, found_uid, expected_uid). Code "permission_denied".
  */
 export class UntrustedSocketError extends PermissionDeniedError {}
+/**
+ * A per-peer limit of the daemon was reached (metadata `limit`, and `flag`, the option that
+ * raises it): release what you hold before retrying, never in a tight loop.
+ */
+export class ResourceExhaustedError extends JournaldError {}
 /** A failure without a journald code (transport errors, daemon down, ...). */
 export class TransportError extends JournaldError {}
 
@@ -123,6 +128,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   response_too_large: ResponseTooLargeError,
   unsupported: UnsupportedError,
   permission_denied: PermissionDeniedError,
+  resource_exhausted: ResourceExhaustedError,
 };
 
 /** Rebuild a typed error from its wire form (unknown codes become JournaldError). */

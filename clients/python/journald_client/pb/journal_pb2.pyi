@@ -279,6 +279,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
     a client itself, the socket is not owned by the expected daemon uid).
     """
+    ERROR_CODE_RESOURCE_EXHAUSTED: _ErrorCode.ValueType  # 29
+    """gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
+    in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
+    `journald serve` option that raises it. Retry only after releasing what you hold (or,
+    for a Watch, from its last seq + 1 reading faster), never in a tight loop.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """ErrorCode is the closed set of journald machine codes: the words of `ErrorDetail.code`,
@@ -353,6 +359,12 @@ JetStream); retrying will not help.
 ERROR_CODE_PERMISSION_DENIED: ErrorCode.ValueType  # 28
 """gRPC PERMISSION_DENIED: the run belongs to another uid of a shared daemon (or, raised by
 a client itself, the socket is not owned by the expected daemon uid).
+"""
+ERROR_CODE_RESOURCE_EXHAUSTED: ErrorCode.ValueType  # 29
+"""gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
+in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
+`journald serve` option that raises it. Retry only after releasing what you hold (or,
+for a Watch, from its last seq + 1 reading faster), never in a tight loop.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

@@ -399,6 +399,13 @@ export enum ErrorCode {
    * a client itself, the socket is not owned by the expected daemon uid).
    */
   ERROR_CODE_PERMISSION_DENIED = 28,
+  /**
+   * ERROR_CODE_RESOURCE_EXHAUSTED - gRPC RESOURCE_EXHAUSTED: a per-peer limit of the daemon (connections, calls, leases,
+   * in-flight bytes, a Watch buffer) was reached; metadata `limit` names it and `flag` the
+   * `journald serve` option that raises it. Retry only after releasing what you hold (or,
+   * for a Watch, from its last seq + 1 reading faster), never in a tight loop.
+   */
+  ERROR_CODE_RESOURCE_EXHAUSTED = 29,
   UNRECOGNIZED = -1,
 }
 
@@ -491,6 +498,9 @@ export function errorCodeFromJSON(object: any): ErrorCode {
     case 28:
     case "ERROR_CODE_PERMISSION_DENIED":
       return ErrorCode.ERROR_CODE_PERMISSION_DENIED;
+    case 29:
+    case "ERROR_CODE_RESOURCE_EXHAUSTED":
+      return ErrorCode.ERROR_CODE_RESOURCE_EXHAUSTED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -558,6 +568,8 @@ export function errorCodeToJSON(object: ErrorCode): string {
       return "ERROR_CODE_UNSUPPORTED";
     case ErrorCode.ERROR_CODE_PERMISSION_DENIED:
       return "ERROR_CODE_PERMISSION_DENIED";
+    case ErrorCode.ERROR_CODE_RESOURCE_EXHAUSTED:
+      return "ERROR_CODE_RESOURCE_EXHAUSTED";
     case ErrorCode.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
