@@ -478,6 +478,14 @@ class FileReads:
         the file and line. ``budget``: the scrubber's paced reads."""
         where: dict[int, Line] = {}
         read: dict[str, str] = {}  # each sealed segment's sha256, as the walk read it
+        # the stat check first: a sealed segment cut at a line boundary reads as whole lines,
+        # and the walk would name the next file's seq gap instead of the segment that was cut
+        run_dir = self.run_dir(run_id)
+        listed = read_manifest(run_dir, run_id)
+        if listed is not None and not listed.pending:
+            problem = sealed_problem(run_id, run_dir, listed)
+            if problem is not None:
+                raise problem
         m, _, recs = self._iter_checked(run_id, 1, where, budget, read)
         if not recs:
             raise self._not_found(run_id)

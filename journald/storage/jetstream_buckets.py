@@ -192,15 +192,24 @@ async def bind_buckets(
 async def absent_bucket_adds(
     jsm: Any, stream: str, replicas: int, where: str, cli: Cli
 ) -> list[str]:
-    """The ``nats object add`` lines of ``stream``'s buckets that do not exist (for a route
-    that recreates the stream: the daemon, and a migration into it, need both)."""
+    """The ``nats object add`` lines of ``stream``'s buckets and the ``nats kv add`` line of
+    its lease bucket that do not exist (for a route that recreates the stream: the daemon,
+    and a migration into it, need all three)."""
+    # the lease module builds on this one's BucketConfigError: imported here, not at the top
+    from journald.storage.jetstream_leases import kv_add_command, kv_stream, lease_bucket_name
+
+    wanted = [
+        (bucket_name(stream, role), stream_of(bucket_name(stream, role)), object_add_command)
+        for role in ROLES
+    ]
+    leases = lease_bucket_name(stream)
+    wanted.append((leases, kv_stream(leases), kv_add_command))
     out: list[str] = []
-    for role in ROLES:
-        name = bucket_name(stream, role)
+    for name, backing, add in wanted:
         try:
-            await jsm.stream_info(stream_of(name))
+            await jsm.stream_info(backing)
         except nats.js.errors.NotFoundError:
-            out.append(object_add_command(name, replicas, cli=cli))
+            out.append(add(name, replicas, cli=cli))
         except (TimeoutError, nats.errors.Error, OSError) as exc:
             raise no_answer(where, f"the info request for bucket {name}", exc) from exc
     return out

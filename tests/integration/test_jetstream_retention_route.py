@@ -105,9 +105,9 @@ def test_the_route_of_a_stream_without_buckets_creates_them_and_migrate_prints_w
     tmp_path: Path, natscli: str, start_nats: Callable[..., NatsServer]
 ) -> None:
     """A work-queue stream an operator made for something else has no journald buckets: the
-    recreated stream needs both before the runs can be copied back. And a refusal printed by
-    `journald migrate` into a pipe keeps each command on one line (rich would wrap it at 80
-    columns), so it can be pasted."""
+    recreated stream needs both, and its lease bucket, before the runs can be copied back.
+    And a refusal printed by `journald migrate` into a pipe keeps each command on one line
+    (rich would wrap it at 80 columns), so it can be pasted."""
     server = start_nats()
     runs = two_runs()
     asyncio.run(create_stream(server.url, "WQB", "wqb", retention="workqueue", buckets=False))
@@ -123,21 +123,22 @@ def test_the_route_of_a_stream_without_buckets_creates_them_and_migrate_prints_w
     )
     assert refused.returncode == 2, refused.stderr
     route = printed_commands(refused.stderr)
-    assert len(route) == 6, refused.stderr
+    assert len(route) == 7, refused.stderr
     assert route[0].startswith("journald migrate ")
     assert route[0].endswith(" --to file:./journald-copy-of-WQB")
-    assert [c.split()[3:6] for c in route[1:5]] == [
+    assert [c.split()[3:6] for c in route[1:6]] == [
         ["stream", "rm", "WQB"],
         ["stream", "add", "WQB"],
         ["object", "add", "WQB_CHECKPOINTS"],
         ["object", "add", "WQB_ATTACHMENTS"],
+        ["kv", "add", "WQB_LEASES"],
     ], refused.stderr
-    assert route[5].endswith(f" --to jetstream:{server.url}/WQB")
+    assert route[6].endswith(f" --to jetstream:{server.url}/WQB")
     home = tmp_path / "home"
     run_all(route[:3], natscli, home, cwd=tmp_path)
 
     # the copy back before the buckets exist: refused, naming the two commands, each whole
-    early = run_printed(route[5], natscli, home, cwd=tmp_path)
+    early = run_printed(route[6], natscli, home, cwd=tmp_path)
     assert early.returncode != 0, early.stderr
     assert printed_commands(early.stderr) == route[3:5], early.stderr
     assert all(len(c) > 80 for c in route[3:5])  # long enough that rich would have wrapped it

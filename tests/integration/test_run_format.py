@@ -139,6 +139,13 @@ def old_client(tree: Path, daemon: Daemon, run_id: str, mode: str) -> dict[str, 
     return result
 
 
+class OldDaemon(Daemon):
+    """The release before line framing: it has no scrubber, so it takes no scrub flags."""
+
+    def scrub_off(self) -> list[str]:
+        return []
+
+
 def test_the_release_before_line_framing_refuses_a_run_this_release_appended_to(
     tmp_path: Path, pre_framing: Path
 ) -> None:
@@ -146,7 +153,7 @@ def test_the_release_before_line_framing_refuses_a_run_this_release_appended_to(
     run_id = "downgraded"
 
     def old_daemon() -> Daemon:
-        return Daemon(tmp_path, "file", data_dir=data, env=old_env(pre_framing), cwd=pre_framing)
+        return OldDaemon(tmp_path, "file", data_dir=data, env=old_env(pre_framing), cwd=pre_framing)
 
     with old_daemon() as old:
         made = old_client(pre_framing, old, run_id, "create")
