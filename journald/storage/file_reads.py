@@ -472,21 +472,35 @@ class FileReads:
             metadata={"run_id": run_id},
         )
 
+    def _earlier_sealed_damage(self, run_id: str, found: StoreCorrupted) -> StoreCorrupted:
+        """``found``, or a sealed segment before its file that is missing or of another size:
+        a segment cut at a line boundary reads as whole lines, and the walk names the next
+        file's seq gap instead of the segment that was cut."""
+        run_dir = self.run_dir(run_id)
+        listed = read_manifest(run_dir, run_id)
+        if listed is None or listed.pending:
+            return found
+        problem = sealed_problem(run_id, run_dir, listed, digests=False)
+        if problem is None:
+            return found
+
+        def place(err: StoreCorrupted) -> tuple[int, str]:
+            path = str(err.metadata.get("file", ""))
+            in_segments = os.path.basename(os.path.dirname(path)) == SEGMENTS
+            return (0, os.path.basename(path)) if in_segments else (1, path)
+
+        return problem if place(problem) < place(found) else found
+
     def _verify(self, run_id: str, budget: ReadBudget | None = None) -> VerifyReport:
         """The files' own checks (framing, checksums, chain, manifest) as every read makes
         them, each sealed segment's digest, then the walk every backend's verify makes, naming
         the file and line. ``budget``: the scrubber's paced reads."""
         where: dict[int, Line] = {}
         read: dict[str, str] = {}  # each sealed segment's sha256, as the walk read it
-        # the stat check first: a sealed segment cut at a line boundary reads as whole lines,
-        # and the walk would name the next file's seq gap instead of the segment that was cut
-        run_dir = self.run_dir(run_id)
-        listed = read_manifest(run_dir, run_id)
-        if listed is not None and not listed.pending:
-            problem = sealed_problem(run_id, run_dir, listed)
-            if problem is not None:
-                raise problem
-        m, _, recs = self._iter_checked(run_id, 1, where, budget, read)
+        try:
+            m, _, recs = self._iter_checked(run_id, 1, where, budget, read)
+        except StoreCorrupted as found:
+            raise self._earlier_sealed_damage(run_id, found) from None
         if not recs:
             raise self._not_found(run_id)
         self._check_segment_files(run_id)

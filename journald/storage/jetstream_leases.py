@@ -215,6 +215,10 @@ class JetStreamLeases:
         self._held: dict[str, int] = {}
         self._unreleased: dict[str, int] = {}
         self._beating: asyncio.Task[None] | None = None
+        self._closing = False
+        """Set by ``close``: the renewal loop ends at its next turn even when a cancel was
+        lost (Python 3.11's ``wait_for``, inside nats-py, can swallow one that lands as its
+        inner call completes, which left ``close`` awaiting the loop forever under load)."""
         self._expired_told = False
         self.on_lost: Callable[[list[str]], None] | None = None
         """Called with the runs whose leases this daemon can no longer vouch for (its own
@@ -342,7 +346,7 @@ class JetStreamLeases:
         self._store.leases = self
 
     async def _keep_beating(self) -> None:
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.renew_s if self.valid() else min(0.2, self.renew_s))
             try:
                 await self._renew_once()
@@ -517,6 +521,7 @@ class JetStreamLeases:
         """Stop renewing; delete what this daemon still holds and its key, so other hosts
         need not wait for the TTL."""
         self._store.leases = None
+        self._closing = True
         if self._beating is not None:
             self._beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
