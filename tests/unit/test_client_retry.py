@@ -3,6 +3,8 @@ answers: the decisions the sync and the asyncio writer (and their pipelined writ
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import journald_client as jc
@@ -145,6 +147,40 @@ def test_a_create_whose_reply_was_lost_resumes_the_run_it_made() -> None:
     last_open = script.seen[-1]
     assert isinstance(last_open, retry.OpenCall)
     assert last_open.request.mode == pb.OPEN_MODE_RESUME
+
+
+def held_by_this_process() -> jc.Locked:
+    return jc.Locked(
+        "held", metadata={"holder_pid": str(os.getpid()), "holder_host": socket.gethostname()}
+    )
+
+
+def test_an_open_lost_in_transit_waits_out_its_own_lease_before_it_is_granted() -> None:
+    """Found under load in CI: the daemon granted the first attempt, its answer was lost, and
+    the retry was refused `locked` naming this very process until the daemon saw the first
+    stream end."""
+    req = pb.OpenRequest(run_id="r")
+    handle = type("Handle", (), {"lease": pb.Lease(run_id="r", created=True)})()
+    script = Script(
+        (retry.OpenCall, jc.DaemonUnavailable("transport")),
+        (retry.Probe, True),
+        (retry.Sleep, None),
+        (retry.OpenCall, held_by_this_process()),
+        (retry.Sleep, None),
+        (retry.OpenCall, held_by_this_process()),
+        (retry.Sleep, None),
+        (retry.OpenCall, handle),
+    )
+    got, _ = retry.drive(retry.open_run(req, 30.0), script)
+    assert got is handle
+    assert script.answers == []
+
+
+def test_a_first_open_refused_as_held_by_this_process_is_raised_at_once() -> None:
+    """Another client of this process holds the run: no attempt of ours was lost."""
+    script = Script((retry.OpenCall, held_by_this_process()))
+    with pytest.raises(jc.Locked):
+        retry.drive(retry.open_run(pb.OpenRequest(run_id="r"), 30.0), script)
 
 
 def test_a_fresh_create_of_an_existing_run_is_refused_without_looking_further() -> None:

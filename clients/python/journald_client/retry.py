@@ -239,7 +239,7 @@ def open_run(request: pb.OpenRequest, timeout_s: float) -> Steps:
     whose reply was lost finds its own run on the next attempt and resumes it. Returns the
     lease handle and whether this call created the run."""
     budget = Budget(timeout_s)
-    attempted = adopted = False
+    attempted = adopted = lost = False
     while True:
         try:
             lease = yield OpenCall(request)
@@ -251,11 +251,14 @@ def open_run(request: pb.OpenRequest, timeout_s: float) -> Steps:
             adopted = True
             continue
         except errors.JournaldError as err:
-            if not codec.open_retryable(err):
+            # after an attempt of ours that failed in transit, a `locked` naming this process
+            # is most likely that attempt's lease, granted before its answer was lost and
+            # released once the daemon sees its stream end: wait that out like a reopen does
+            ours = lost and codec.locked_by_self(err)
+            lost = codec.open_retryable(err) or ours
+            if not (lost or ours) or budget.left_s() <= 0:
                 raise
-            if budget.left_s() <= 0:
-                raise
-            if (yield Probe(min(budget.left_s(), 1.0))):
+            if ours or (yield Probe(min(budget.left_s(), 1.0))):
                 yield Sleep(budget.next_delay())
         finally:
             attempted = True
