@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import journald_client as jc
@@ -33,16 +32,6 @@ from tests.natscli import printed_commands, run_all
 from tests.waiting import eventually_async, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    c = NatsCluster(tmp_path_factory.mktemp("cluster"))
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def replicated_stream(cluster: NatsCluster, name: str) -> None:

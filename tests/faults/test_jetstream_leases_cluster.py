@@ -15,7 +15,6 @@ import asyncio
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import journald_client as jc
@@ -28,16 +27,6 @@ from tests.nats_server import NatsCluster
 from tests.waiting import eventually, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    c = NatsCluster(tmp_path_factory.mktemp("cluster"))
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def test_a_daemon_started_while_its_stream_has_no_leader_waits_for_one_and_then_serves(
