@@ -231,6 +231,26 @@ def test_a_world_writable_socket_dir_is_refused_and_a_private_one_serves_as_befo
     assert not (tmp_path / "data" / "sessions" / "mine" / "checkpoints" / "run-owner.json").exists()
 
 
+@pytest.fixture
+def checkout_reachable() -> Iterator[None]:
+    """The second uid runs this checkout's venv: every directory above it must let others
+    pass (a clone made in ``mktemp -d`` sits in a 0700 one). Grants only search (o+x) to the
+    directories that lack it, for the test's length, and takes it back."""
+    repo = Path(__file__).resolve().parents[2]
+    granted: list[tuple[Path, int]] = []
+    for where in (repo, Path(sys.executable).resolve().parent):
+        for d in [where, *where.parents]:
+            mode = d.stat().st_mode
+            if not mode & stat.S_IXOTH and all(g != d for g, _ in granted):
+                os.chmod(d, stat.S_IMODE(mode) | stat.S_IXOTH)
+                granted.append((d, stat.S_IMODE(mode)))
+    try:
+        yield
+    finally:
+        for d, mode in reversed(granted):
+            os.chmod(d, mode)
+
+
 def run_as(uid: int, gid: int, code: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*as_uid(uid, gid), sys.executable, "-c", code, *args],
@@ -248,6 +268,7 @@ with jc.connect(sys.argv[1], timeout=10) as c:
 
 
 @ROOT_ONLY
+@pytest.mark.usefixtures("checkout_reachable")
 def test_group_members_reach_a_group_socket_outside_systemd_and_others_do_not(
     tmp_path: Path,
 ) -> None:
@@ -303,6 +324,7 @@ print(json.dumps(out))
 
 @ROOT_ONLY
 @pytest.mark.slow
+@pytest.mark.usefixtures("checkout_reachable")
 def test_a_second_uid_may_not_read_append_or_delete_the_first_uids_run(tmp_path: Path) -> None:
     flags = ("--socket-group", "nogroup", "--socket-mode", "0660")
     bob = (DAEMON_USER, NOGROUP)  # in the group by his primary gid, not alice
