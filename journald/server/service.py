@@ -441,7 +441,8 @@ class JournalService:
         """Hold the run as the daemon (no writer may hold it), quarantine its damage."""
         run_id = validate_id(request.run_id)
         async with self.runs.unheld(run_id):
-            rep = await self.store.recover(run_id)
+            # the rebase recording the hole passes the one gate, like every record written
+            rep = await self.store.recover(run_id, check=self.runs.gate.record)
             await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded
