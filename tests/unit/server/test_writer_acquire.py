@@ -71,7 +71,7 @@ class InProcess:
         self.steps.clear()
         return out
 
-    async def client_open(self, mode: int, provider: str = FP.provider) -> Any:
+    async def client_open(self, mode: pb.OpenMode.ValueType, provider: str = FP.provider) -> Any:
         fp = fingerprint_to_pb(FP)
         fp.provider = provider
         stream = self.stub.Open(
