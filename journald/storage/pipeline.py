@@ -232,7 +232,7 @@ class AppendPipeline:
                 self.check(new)
                 done = self.queue(slot, new)
         if done is not None:
-            await done
+            await asyncio.shield(done)  # a caller that gives up leaves the batch's future alone
         return [AppendResult(r.seq, r.hash, self.durability, True) for r in dups] + [
             AppendResult(r.seq, r.hash, self.durability) for r in new
         ]

@@ -116,7 +116,9 @@ class Ticket:
         """The acknowledgements, once the write covering the new records is durable; the
         write's typed error if it (or one queued before it) failed."""
         if self._done is not None:
-            await self._done
+            # shielded: a caller that gives up must not cancel the batch's future, which the
+            # writer's publication (tails, fold marks) waits on too
+            await asyncio.shield(self._done)
         return [AppendResult(r.seq, r.hash, self.durability, True) for r in self.dups] + [
             AppendResult(r.seq, r.hash, self.durability) for r in self.new
         ]

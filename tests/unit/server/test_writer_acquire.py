@@ -5,6 +5,7 @@ store and checkpoint-store calls each makes, in order."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from journald.server.service import JournalService
 from journald.storage.checkpoint_base import MARKS
 from journald.storage.checkpoints_memory import MemoryCheckpointStore
 from journald.storage.memory import MemoryJournal, MemoryStore
-from tests.builders import FP, TS, meta_payload
+from journald.writer.gate import Incoming
+from tests.builders import FP, TS, assistant_payload, meta_payload, text
 
 RUN = "acquired"
 
@@ -164,3 +166,32 @@ async def test_a_client_open_refused_by_a_resume_gate_never_opens_the_journal(
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert daemon.taken() == ["exists", "load scrub", "load marks", "load snapshot", "read"]
     assert daemon.service.runs.leases.held(RUN) is None
+
+
+async def test_records_an_abandoned_append_made_durable_still_reach_the_tails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = asyncio.Event()
+    real = MemoryJournal._write
+
+    async def held_write(journal: MemoryJournal, new: list[Record]) -> None:
+        if new[0].seq > 1:
+            await release.wait()  # the write is in flight while its caller gives up
+        await real(journal, new)
+
+    monkeypatch.setattr(MemoryJournal, "_write", held_write)
+    service = JournalService(MemoryStore())
+    runs = service.runs
+    meta = make_record(1, "meta", meta_payload(RUN), GENESIS, TS)
+    async with runs.daemon_lease(RUN, create=meta) as lease:
+        tail = runs.hub.subscribe(RUN)
+        rec = make_record(2, "assistant", assistant_payload([text("hi")], 1), meta.hash, TS)
+        ticket = await lease.writer.queue([Incoming.of(rec)], None, contextvars.copy_context())
+        waiting = asyncio.create_task(ticket.durable())
+        await asyncio.sleep(0)
+        waiting.cancel()  # the caller gives up (a deadline, a broken stream)
+        release.set()
+        await lease.writer.settled()
+        batch = await asyncio.wait_for(tail.get(), 5)
+        assert [seq for seq, _ in batch] == [2]  # type: ignore[union-attr]
+        assert lease.journal.last_seq == 2
