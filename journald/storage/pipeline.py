@@ -23,8 +23,7 @@ backend's own limits on new records (refused before anything is queued), and
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from journald import failpoints
@@ -46,14 +45,24 @@ class Slot:
     at: int
     prev: str
     stored: Mapping[int, Record]
-    done: asyncio.Future[None] | None = None
-    """The queued batch's future, once ``AppendPipeline.queue`` took it."""
+    queued: Queued | None = None
+    """The queued batch, once ``AppendPipeline.queue`` took it."""
 
 
 @dataclass(slots=True)
-class _Queued:
+class Queued:
+    """A queued batch's two futures, completed in that order once the write covering it is
+    durable (or failed with its typed error): ``durable``, the pipeline's own, which no task
+    awaits (a caller that gives up cannot cancel it: react to it with a done callback), then
+    ``acked``, for the caller to await."""
+
     records: list[Record]
-    done: asyncio.Future[None]
+    durable: asyncio.Future[None]
+    acked: asyncio.Future[None]
+
+    def settle(self, exc: BaseException | None = None) -> None:
+        _settle(self.durable, exc)
+        _settle(self.acked, exc)
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None = None) -> None:
@@ -81,6 +90,25 @@ def _relinked(rec: Record, prev: str, trace: Mapping[str, str] | None) -> Record
     if rec.prev == prev and stamped == rec.trace:
         return rec
     return make_record(rec.seq, rec.kind, rec.payload, prev, rec.ts, stamped)
+
+
+class _SlotOpening:
+    """The ``async with`` of ``AppendPipeline.slot`` (a plain class: an async generator's
+    context manager costs a good part of an append's own bookkeeping)."""
+
+    __slots__ = ("_first", "_last", "_pipeline", "_slot")
+
+    def __init__(self, pipeline: AppendPipeline, first: int, last: int) -> None:
+        self._pipeline, self._first, self._last = pipeline, first, last
+        self._slot: Slot | None = None
+
+    async def __aenter__(self) -> Slot:
+        self._slot = await self._pipeline._enter_slot(self._first, self._last)
+        return self._slot
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._slot is not None
+        await self._pipeline._leave_slot(self._slot)
 
 
 class AppendPipeline:
@@ -115,7 +143,7 @@ class AppendPipeline:
         self._check = check
         self._turn = asyncio.Condition()
         self._plan = asyncio.Lock()
-        self._queue: list[_Queued] = []
+        self._queue: list[Queued] = []
         self._tail: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._refusal: JournaldError | None = None
@@ -155,33 +183,34 @@ class AppendPipeline:
         async with self._turn:
             self._turn.notify_all()
 
-    @contextlib.asynccontextmanager
-    async def slot(self, first: int, last: int) -> AsyncIterator[Slot]:
-        """The slot a batch of seqs ``first``..``last`` is planned in: entered once every seq
-        before ``first`` is queued (``SeqGap`` after ``gap_wait_s``) and no write in flight
-        still holds seqs the batch retries (a retry of records queued but not yet durable
-        cannot be compared with stored bytes: it waits for that write). Batches are planned
-        one at a time; ``queue`` queues the slot's new records."""
+    def slot(self, first: int, last: int) -> _SlotOpening:
+        """``async with pipeline.slot(first, last) as slot``: where a batch of seqs
+        ``first``..``last`` is planned, entered once every seq before ``first`` is queued
+        (``SeqGap`` after ``gap_wait_s``) and no write in flight still holds seqs the batch
+        retries (a retry of records queued but not yet durable cannot be compared with stored
+        bytes: it waits for that write). Batches are planned one at a time; ``queue`` queues
+        the slot's new records."""
+        return _SlotOpening(self, first, last)
+
+    async def _enter_slot(self, first: int, last: int) -> Slot:
         self._check_refused()
         await self.wait_turn(first)
         for _ in range(last - first + 65):  # bounded: each pass outlasts one queued write
-            async with self._plan:
+            await self._plan.acquire()
+            try:
                 self._check_refused()
                 in_flight = self.queued_seq > self.last_seq
                 if not (in_flight and first <= self.queued_seq and last > self.last_seq):
                     at = self.queued_seq
                     retried = list(range(first, min(last, at) + 1))
                     stored = await self._read_stored(retried) if retried else {}
-                    slot = Slot(at, self.queued_hash, stored)
-                    self._open = slot
-                    try:
-                        yield slot
-                    finally:
-                        self._open = None
-                    if slot.done is not None:
-                        await self._moved()
-                    return
+                    self._open = Slot(at, self.queued_hash, stored)
+                    return self._open  # the plan lock stays held until the slot is left
                 tail = self._tail
+            except BaseException:
+                self._plan.release()
+                raise
+            self._plan.release()
             if tail is not None:
                 await asyncio.wait([tail])
         raise BackendUnavailable(  # pragma: no cover - every queued write settles
@@ -189,25 +218,35 @@ class AppendPipeline:
             metadata={"run_id": self.run_id},
         )
 
+    async def _leave_slot(self, slot: Slot) -> None:
+        self._open = None
+        try:
+            if slot.queued is not None:
+                await self._moved()
+        finally:
+            self._plan.release()
+
     def check(self, records: list[Record]) -> None:
         """The backend's own limits on new records (before anything about them is done)."""
         if self._check is not None:
             self._check(records)
 
-    def queue(self, slot: Slot, records: list[Record]) -> asyncio.Future[None]:
+    def queue(self, slot: Slot, records: list[Record]) -> Queued:
         """Queue the new records planned in ``slot`` (linked after ``slot.prev``, in seq
-        order, passed ``check``): the future completes once the write covering them is
-        durable, or fails with that write's typed error (or one queued before it)."""
+        order, passed ``check``): its futures complete once the write covering them is
+        durable, or fail with that write's typed error (or one queued before it)."""
         assert self._open is slot, "queue() belongs inside its slot"
-        assert slot.done is None, "one batch per slot"
+        assert slot.queued is None, "one batch per slot"
         self._check_refused()
-        done = asyncio.get_running_loop().create_future()
-        self._queue.append(_Queued(records, done))
-        self._tail = slot.done = done
+        loop = asyncio.get_running_loop()
+        q = Queued(records, loop.create_future(), loop.create_future())
+        self._queue.append(q)
+        slot.queued = q
+        self._tail = q.durable
         self.queued_seq, self.queued_hash = records[-1].seq, records[-1].hash
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
-        return done
+        return q
 
     async def append(self, records: Sequence[Record]) -> list[AppendResult]:
         """The store-level append (migrations, tests): records the caller built, linked onto
@@ -230,9 +269,9 @@ class AppendPipeline:
             )
             if new:
                 self.check(new)
-                done = self.queue(slot, new)
+                done = self.queue(slot, new).acked
         if done is not None:
-            await asyncio.shield(done)  # a caller that gives up leaves the batch's future alone
+            await done
         return [AppendResult(r.seq, r.hash, self.durability, True) for r in dups] + [
             AppendResult(r.seq, r.hash, self.durability) for r in new
         ]
@@ -244,7 +283,7 @@ class AppendPipeline:
     # -- group commit ----------------------------------------------------------------------
 
     async def _flush(self) -> None:
-        group: list[_Queued] = []
+        group: list[Queued] = []
         try:
             while self._queue:
                 group, self._queue = self._queue, []
@@ -260,18 +299,18 @@ class AppendPipeline:
                 if self._after_write is not None:
                     await self._after_write(new)
                 for q in group:
-                    _settle(q.done)
+                    q.settle()
                 group = []
         except BaseException as exc:
             # The flusher itself is dying (cancelled, or a simulated crash): no append may
             # wait forever for a write whose outcome it will never learn.
             for q in group + self._queue:
-                _settle(q.done, exc)
+                q.settle(exc)
             raise
         finally:
             self._flusher = None
 
-    async def _void(self, group: list[_Queued], exc: Exception) -> None:
+    async def _void(self, group: list[Queued], exc: Exception) -> None:
         """A failed write fails its group and everything queued behind it; the journal
         stays at its last durable record."""
         err = (
@@ -283,7 +322,7 @@ class AppendPipeline:
             )
         )
         for q in group + self._queue:
-            _settle(q.done, err)
+            q.settle(err)
         self._queue = []
         self.queued_seq, self.queued_hash = self.last_seq, self.last_hash
         self.voids += 1

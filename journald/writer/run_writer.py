@@ -116,9 +116,7 @@ class Ticket:
         """The acknowledgements, once the write covering the new records is durable; the
         write's typed error if it (or one queued before it) failed."""
         if self._done is not None:
-            # shielded: a caller that gives up must not cancel the batch's future, which the
-            # writer's publication (tails, fold marks) waits on too
-            await asyncio.shield(self._done)
+            await self._done
         return [AppendResult(r.seq, r.hash, self.durability, True) for r in self.dups] + [
             AppendResult(r.seq, r.hash, self.durability) for r in self.new
         ]
@@ -172,10 +170,11 @@ class RunWriter:
                 self._voids = -1  # half folded: refold before the next use
                 raise
             mark = mark_of(self.state) if self.state.pending is None else None
-            done = pipeline.queue(slot, new)
-        # registered before anyone awaits it: tails and marks see a batch before its ack
-        done.add_done_callback(functools.partial(self._durable, new, mark))
-        return Ticket(pipeline.durability, dups, new, done)
+            queued = pipeline.queue(slot, new)
+        # completed before ``acked``: tails and marks see a batch before its ack, and a
+        # caller that gives up (cancelling ``acked``) does not keep it from them
+        queued.durable.add_done_callback(functools.partial(self._durable, new, mark))
+        return Ticket(pipeline.durability, dups, new, queued.acked)
 
     def _fold(self, new: list[Record]) -> None:
         with telemetry.fold_span(self.run_id, len(new)):
