@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald import failpoints
 from journald.clock import utc_ts

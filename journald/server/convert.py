@@ -20,7 +20,7 @@ import binascii
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald.core.errors import InvalidRecord
 from journald.core.fingerprint import Fingerprint

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald.core import governance
 from journald.core.checkpoints import governed
