@@ -19,10 +19,10 @@ from journald.core.checkpoints import (
 from journald.core.errors import InvalidRecord, InvalidRequest
 from journald.core.fold import Message
 from journald.core.records import canonical_json, sha256_hex, validate_id
+from journald.core.schema import validate_payload
 from journald.server.edge import unary
 from journald.server.runs import Runs
 from journald.storage.checkpoint_base import AttachmentStore
-from journald.validation import validate_payload
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
