@@ -1,7 +1,7 @@
 """The ``journald`` program: one parser holding ``serve``, ``migrate`` and every command of
 ``journald.cli`` and ``journald.view``.
 
-It sits above both packages so that neither imports the other's way back: the viewer builds
+It sits above both packages so that the import between them runs one way: the viewer builds
 on the CLI's renderings (``journald.cli.replay``, ``journald.cli.commands``), and the CLI
 never imports the viewer.
 """
@@ -14,6 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from journald.cli.main import add_serve, cmd_serve
+
+DESCRIPTION = (
+    "The journald command line: ``serve`` runs the daemon; every other command talks to it."
+)
 
 
 def command_modules() -> list[Any]:
@@ -28,7 +32,7 @@ def command_modules() -> list[Any]:
 def build_parser() -> argparse.ArgumentParser:
     from journald.cli import commands as cli_commands
 
-    parser = argparse.ArgumentParser(prog="journald", description=__doc__)
+    parser = argparse.ArgumentParser(prog="journald", description=DESCRIPTION)
     cli_commands.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve(sub)
