@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald.core.errors import LeaseLost, SessionNotFound, StoreCorrupted
 from journald.core.fold import RunState

@@ -3,7 +3,7 @@
 A client's append, the meta record of an ``Open`` or a fork, the daemon's rebases (compaction,
 restore, fork, a writer's ``edit``), a fork's state copies and a recovery's ``quarantine``
 rebase all pass ``Gate``: the daemon's size limit (``--max-record-bytes``) and the record
-schema (``journald.validation``) in ``record``, the batch's seq order in ``batch``, and the
+schema (``journald.core.schema``) in ``record``, the batch's seq order in ``batch``, and the
 seq and new-vs-retry decision (``journald.core.records.plan_batch``) in ``plan``. Nothing
 else in the daemon decides them; the fold keeps its own checks only as its defence when it
 reads stored records (``journald.core.fold``).
@@ -17,7 +17,7 @@ from typing import Any
 
 from journald.core.errors import InvalidArgumentError, InvalidRecord
 from journald.core.records import Record, check_batch, make_record, plan_batch
-from journald.validation import validate_record
+from journald.core.schema import validate_record
 
 Trace = Mapping[str, str]
 
