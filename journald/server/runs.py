@@ -1,11 +1,11 @@
 """What every RPC part of the daemon shares: one ``Runs`` object.
 
-It holds the record store, the checkpoint and attachment stores, the registry of writers (the
-lease table: one ``journald.writer.RunWriter`` per held run, which owns its acquire, append
-path and close), the tail hub, the one gate every record passes, and the state of a run no
-lease holds (``dormant_state``, the one function for it). The RPC parts (``service``,
-``history``, ``checkpoints``, ``attachments``) each hold a ``Runs`` and nothing else of one
-another.
+It holds the record store, the checkpoint and attachment stores, the registry of writers
+(the lease table: one ``journald.writer.run_writer.RunWriter`` per held run, which owns its
+acquire, append path and close), the tail hub, the one gate every record passes, and the
+state of a run no lease holds (``dormant_state``, the one function for it). The RPC parts
+(``service``, ``history``, ``checkpoint_service``, ``attachments``) each hold a ``Runs`` and
+nothing else of one another.
 
 Serialization (docs/design.md#checkpoints): every operation that reads the head of a run for a
 write or a checkpoint takes the run's lease lock (``head``), so it is ordered with the holder's
