@@ -39,13 +39,13 @@ a run's create (``before_run_create``: the run directory not made yet), of a lis
 where ``raise:ERR`` stands for any errno the disk can answer
 (``tests/storage/test_file_disk_errors.py``).
 
-Points used by the JetStream backend (``journald.storage.jetstream``): ``before_write``
+Points used by the JetStream backend (``journald.storage.jetstream.store``): ``before_write``
 (nothing of the append published yet) and ``after_fsync_before_advance`` (the server
 acknowledged every record, the journal has not advanced); by its object buckets
-(``journald.storage.jetstream_objects``): ``js_object_before_meta`` (every chunk of a
+(``journald.storage.jetstream.objects``): ``js_object_before_meta`` (every chunk of a
 checkpoint, mark or attachment acknowledged, its meta message not yet published).
 
-Points of checkpoints (``journald.storage.checkpoints_file`` and ``checkpoints_memory``,
+Points of checkpoints (``journald.storage.file.checkpoint_store`` and ``journald.storage.memory``,
 ``journald.server.checkpoints``): ``cp_before_write`` (nothing of the checkpoint written yet),
 ``cp_after_temp_write`` (temp file written and synced, not renamed), ``cp_after_rename``
 (renamed in, directory not yet synced), ``op_after_checkpoint`` (compaction/restore: the

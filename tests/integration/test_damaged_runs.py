@@ -20,8 +20,8 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 
 from journald.core.records import Record
-from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, META_CACHE
+from journald.storage.file.segments import JOURNAL, META_CACHE
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, error_of, stub
@@ -219,7 +219,7 @@ def test_recover_quarantines_the_damage_records_the_hole_and_open_warns_about_it
         [evidence] = list(moved.iterdir())
         last_line = before[before.rfind(b"\n", 0, len(before) - 1) + 1 :]
         assert evidence.read_bytes() + b"\n" == last_line
-        assert "journald.storage.file: run bad: quarantined" in d.log()
+        assert "journald.storage.file.store: run bad: quarantined" in d.log()
 
         assert cli(d, "verify", "bad").returncode == 0
         rows = {r["run_id"]: r for r in json.loads(cli(d, "ls", "--json").stdout)}

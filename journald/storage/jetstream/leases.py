@@ -55,12 +55,12 @@ import nats.js.errors
 
 from journald.clock import utc_ts
 from journald.core.errors import BackendUnavailable, LeaseLost, Locked
-from journald.storage.jetstream_buckets import BucketConfigError
-from journald.storage.jetstream_config import Cli, _enum
-from journald.storage.jetstream_connect import answered, no_answer
+from journald.storage.jetstream.buckets import BucketConfigError
+from journald.storage.jetstream.config import Cli, _enum
+from journald.storage.jetstream.connect import answered, no_answer
 
 if TYPE_CHECKING:
-    from journald.storage.jetstream import JetStreamStore
+    from journald.storage.jetstream.store import JetStreamStore
 
 LEASES = "LEASES"
 DEFAULT_LEASE_TTL_S = 3.0

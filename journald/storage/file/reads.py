@@ -40,19 +40,8 @@ from journald.core.errors import (
 )
 from journald.core.records import GENESIS, Record, decode, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
-from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
-from journald.storage.file_stream import (
-    MISSING,
-    UNREAD,
-    check_sealed,
-    sealed_lines,
-    sealed_whole,
-    skip_to,
-)
-from journald.storage.info import corrupted_info, run_info_from
-from journald.storage.io_pool import yield_to_foreground
-from journald.storage.scrub_budget import ReadBudget
-from journald.storage.segments import (
+from journald.storage.file.journal import RECENT, RECENT_BYTES, SegmentStats, read_file
+from journald.storage.file.segments import (
     JOURNAL,
     META_CACHE,
     SEGMENTS,
@@ -70,6 +59,17 @@ from journald.storage.segments import (
     tail_end,
     unframe,
 )
+from journald.storage.file.stream import (
+    MISSING,
+    UNREAD,
+    check_sealed,
+    sealed_lines,
+    sealed_whole,
+    skip_to,
+)
+from journald.storage.info import corrupted_info, run_info_from
+from journald.storage.io_pool import yield_to_foreground
+from journald.storage.scrub_budget import ReadBudget
 from journald.storage.verify import VerifyWalk
 
 Files = list[tuple[str, bytes, SegmentInfo | None]]

@@ -25,7 +25,7 @@ import nats.errors
 import nats.js.errors
 
 from journald.core.errors import BackendUnavailable
-from journald.storage.jetstream_config import (
+from journald.storage.jetstream.config import (
     ATOMIC_SERVER,
     RECORD_FLOOR,
     Cli,
@@ -37,7 +37,7 @@ from journald.storage.jetstream_config import (
     stream_add_command,
     subject_prefix,
 )
-from journald.storage.jetstream_options import NatsOptions
+from journald.storage.jetstream.options import NatsOptions
 
 T = TypeVar("T")
 log = logging.getLogger("journald.storage")
@@ -268,7 +268,7 @@ async def bind_stream(
         adds: list[str] = []
         if any(not p.edit_flags for p in config_problems(cfg)):  # the route recreates it
             # imported here: the bucket module builds on this one's connection helpers
-            from journald.storage.jetstream_buckets import absent_bucket_adds
+            from journald.storage.jetstream.buckets import absent_bucket_adds
 
             replicas = int(getattr(cfg, "num_replicas", 1) or 1)
             adds = await absent_bucket_adds(jsm, stream, replicas, where, cli)

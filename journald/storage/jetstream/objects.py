@@ -1,7 +1,7 @@
 """One JetStream Object Store bucket, read and written in the Object Store's own wire format.
 
 The buckets that keep a run's checkpoints, fold marks and attachments beside its records
-(``journald.storage.jetstream_checkpoints``) are ordinary Object Store buckets, so
+(``journald.storage.jetstream.checkpoint_store``) are ordinary Object Store buckets, so
 ``nats object ls/get`` read them, but journald writes them itself rather than through
 nats-py's ``ObjectStore`` for three promises nats-py's writer does not make:
 
@@ -40,7 +40,7 @@ from nats.js.api import DeliverPolicy
 
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, JournaldError, StorageFull
-from journald.storage.jetstream import _TRANSIENT as TRANSIENT
+from journald.storage.jetstream.errors import TRANSIENT
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ fsync), so a crash leaves the old file or the new one, never part of one. ``<dir
 the run directory (``colocated_with``: deleted with the run, and a write never creates a run
 directory) or under a separate root (``separate``: dropped with ``drop_run``). An OS error of a
 call is ``storage_full``, ``backend_unavailable`` or ``store_corrupted``
-(``file_errors.disk_error``, the file backend's one translation).
+(``file.errors.disk_error``, the file backend's one translation).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from journald.core.errors import (
 )
 from journald.core.records import canonical_json, sha256_hex, validate_id
 from journald.storage.checkpoint_base import MARKS, OWNER, SCRUB, SNAPSHOT
-from journald.storage.file_errors import data_dir_gone, disk_error, vanished
-from journald.storage.segments import DIR_MODE, atomic_write, fsync_dir
+from journald.storage.file.errors import data_dir_gone, disk_error, vanished
+from journald.storage.file.segments import DIR_MODE, atomic_write, fsync_dir
 
 SUFFIX = ".json"
 MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
@@ -103,7 +103,7 @@ async def _on_disk(
     root: str, where: str, run_id: str, retry: str, fn: Callable[..., T], *args: Any
 ) -> T:
     """``fn(*args)`` on a worker thread; an OS error becomes the file backend's journald
-    error naming ``where`` (``file_errors.disk_error``), as for the journal's own calls."""
+    error naming ``where`` (``file.errors.disk_error``), as for the journal's own calls."""
     try:
         return await asyncio.to_thread(fn, *args)
     except OSError as exc:

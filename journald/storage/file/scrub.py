@@ -1,7 +1,7 @@
 """The file backend's scrub: every run verified at a paced read rate, in a child process.
 
 The daemon's scrubber (``journald.server.scrub``, docs/design.md#scrubbing) starts this module
-as ``python -m journald.storage.file_scrub DATA_DIR BYTES_PER_S`` once per pass; it verifies
+as ``python -m journald.storage.file.scrub DATA_DIR BYTES_PER_S`` once per pass; it verifies
 every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on its stdout:
 
     {"run_id": ..., "ok": true, "records": n, "bytes": n, "key": [...]}
@@ -35,8 +35,8 @@ from typing import IO, Any
 
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
 from journald.core.records import validate_id
+from journald.storage.file.segments import JOURNAL, MANIFEST, SEGMENTS
 from journald.storage.scrub_budget import ReadBudget
-from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS
 
 NICE = 19
 IOPRIO_CLASS_IDLE = 3
@@ -97,7 +97,7 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
 
 
 def scrub_runs(data_dir: str, ids: Iterable[str], bytes_per_s: int, out: IO[str]) -> None:
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
 
     store = FileStore(data_dir)
     budget = ReadBudget(bytes_per_s)

@@ -12,7 +12,7 @@ is matched by the one filter ``<prefix>.*.1``: listing needs no separate index s
 The stream must keep exactly one message per subject and refuse a second one
 (``max_msgs_per_subject: 1``, ``discard: new``, ``discard_new_per_subject``), keep records
 forever (no ``max_age``) and accept records up to ``RECORD_FLOOR`` bytes; ``connect`` refuses
-any other configuration with the commands that fix it (``jetstream_config``). A store opened
+any other configuration with the commands that fix it (``jetstream.config``). A store opened
 ``read_only`` (``journald migrate`` reading a stream to rescue its runs) binds an unsafe stream
 and refuses every write; on a stream whose retention is not ``limits`` it reads with message
 gets only, never with a consumer (whose deliveries such a stream may discard).
@@ -36,7 +36,7 @@ our message ids, so the retry at the same seq adopts them one by one and continu
 
 Acks carry durability ``jetstream_ack``: what the server promised on ack (with
 ``sync_interval: always`` an fsync on every node that acknowledged; the daemon logs at start-up
-whether each server does, ``jetstream_sync``).
+whether each server does, ``jetstream.sync``).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ from journald.storage.base import (
     VerifyReport,
 )
 from journald.storage.info import corrupted_info, run_info_from
-from journald.storage.jetstream_config import (
+from journald.storage.jetstream.config import (
     DEFAULT_PREFIX,
     RECORD_FLOOR,
     NatsConfigError,
@@ -91,14 +91,15 @@ from journald.storage.jetstream_config import (
     stream_add_command,
     subject_prefix,
 )
-from journald.storage.jetstream_connect import bind_stream, open_connection, split_servers
-from journald.storage.jetstream_options import NatsOptions
-from journald.storage.jetstream_sync import check_fsync_policy
+from journald.storage.jetstream.connect import bind_stream, open_connection, split_servers
+from journald.storage.jetstream.errors import BATCH_FAILURES, TRANSIENT
+from journald.storage.jetstream.options import NatsOptions
+from journald.storage.jetstream.sync import check_fsync_policy
 from journald.storage.pipeline import AppendPipeline
 from journald.storage.verify import verify_stream
 
 if TYPE_CHECKING:
-    from journald.storage.jetstream_leases import JetStreamLeases
+    from journald.storage.jetstream.leases import JetStreamLeases
 
 __all__ = [
     "RECORD_FLOOR",
@@ -130,21 +131,6 @@ LIST_CONCURRENCY = 8
 """Runs whose info ``list`` reads at once (each is a few requests and one short consumer)."""
 MAX_ATOMIC_BATCH = 1000
 """nats-server's default limit of messages in one atomic batch."""
-
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    nats.errors.OutboundBufferLimitError,
-    nats.js.errors.NoStreamResponseError,
-    nats.js.errors.ServiceUnavailableError,
-    asyncio.TimeoutError,
-    ConnectionError,
-)
-
-_BATCH_FAILURES: tuple[type[BaseException], ...] = (*_TRANSIENT, nats.errors.Error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +301,7 @@ class JetStreamStore:
         endpoints; anything in ``nats_options`` goes to ``nats.connect`` as is.
         ``read_only`` binds a stream even when it is unsafe to write (to copy its runs out:
         reads then never create a consumer on a non-``limits`` stream) and refuses writes.
-        ``check_fsync`` logs whether every server fsyncs each write (``jetstream_sync``).
+        ``check_fsync`` logs whether every server fsyncs each write (``jetstream.sync``).
         ``leader_wait_s``: how long the binding waits, with a log line, for the stream (and
         then its buckets) to answer, as after a cluster lost the node that led them.
         Raises ``NatsConfigError`` (a ``BackendUnavailable``; ``StreamConfigError`` for the
@@ -372,7 +358,7 @@ class JetStreamStore:
 
     @property
     def connection(self) -> Any:
-        """The nats-py client, shared with the run's buckets (``jetstream_checkpoints``)."""
+        """The nats-py client, shared with the run's buckets (``jetstream.checkpoint_store``)."""
         return self._nc
 
     # -- subjects ----------------------------------------------------------------------
@@ -409,7 +395,7 @@ class JetStreamStore:
         while True:
             try:
                 return await op()
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if time.monotonic() + delay >= deadline or self._nc.is_closed:
                     raise BackendUnavailable(
                         f"JetStream stream {self.stream}: {what} failed "
@@ -523,7 +509,7 @@ class JetStreamStore:
                 if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
                     raise self._api_error(f"appending seq {rec.seq} of run {run_id}", exc) from exc
                 last_exc: BaseException = exc
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 last_exc = exc
             except nats.errors.Error as exc:
                 raise BackendUnavailable(
@@ -580,7 +566,7 @@ class JetStreamStore:
                 reply = await self._nc.request(
                     subject, rec.raw, timeout=self.ack_timeout_s, headers=headers
                 )
-        except _BATCH_FAILURES:
+        except BATCH_FAILURES:
             return None
         try:
             resp = json.loads(reply.data)
@@ -656,7 +642,7 @@ class JetStreamStore:
             while True:
                 try:
                     msg = await sub.next_msg(timeout=self.retry_window_s)
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     raise BackendUnavailable(
                         f"JetStream stream {self.stream}: reading {subject} stalled "
                         f"({type(exc).__name__}); retry when the servers are healthy",

@@ -19,9 +19,9 @@ from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
 from journald.storage.base import QuarantineReport, RepairReport
-from journald.storage.file_journal import OpenState, read_file, unique_path
-from journald.storage.file_reads import Records, listed_last_seq
-from journald.storage.segments import (
+from journald.storage.file.journal import OpenState, read_file, unique_path
+from journald.storage.file.reads import Records, listed_last_seq
+from journald.storage.file.segments import (
     BROKEN,
     DIR_MODE,
     FILE_MODE,

@@ -20,10 +20,8 @@ from journald import failpoints, telemetry
 from journald.core.errors import BackendUnavailable, SeqConflict
 from journald.core.records import Record
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
-from journald.storage.file_errors import storage_error, vanished
-from journald.storage.info import run_info_from
-from journald.storage.pipeline import AppendPipeline
-from journald.storage.segments import (
+from journald.storage.file.errors import storage_error, vanished
+from journald.storage.file.segments import (
     DIR_MODE,
     FILE_MODE,
     JOURNAL,
@@ -39,9 +37,11 @@ from journald.storage.segments import (
     write_all,
     write_manifest,
 )
+from journald.storage.info import run_info_from
+from journald.storage.pipeline import AppendPipeline
 
 if TYPE_CHECKING:
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
 
 log = logging.getLogger(__name__)
 RECENT = 1024  # records kept in memory per journal for idempotent-retry comparisons

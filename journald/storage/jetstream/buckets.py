@@ -5,7 +5,7 @@ records: checkpoints and the fold mark (bucket ``<STREAM>_CHECKPOINTS``) and att
 (bucket ``<STREAM>_ATTACHMENTS``). Why Object Store and not KV for checkpoints: a checkpoint
 is a whole governed conversation and a fold mark may carry a folded snapshot of several MB,
 beyond any single message (``max_payload``, 1 MiB by default); the Object Store chunks them,
-and ``journald.storage.jetstream_objects`` adds the write-once fence a KV ``create`` would
+and ``journald.storage.jetstream.objects`` adds the write-once fence a KV ``create`` would
 have given.
 
 The buckets are bound like the stream
@@ -30,9 +30,9 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 
-from journald.storage.jetstream_config import Cli, NatsConfigError, _enum
-from journald.storage.jetstream_connect import answered, no_answer
-from journald.storage.jetstream_objects import ObjectBucket, stream_of
+from journald.storage.jetstream.config import Cli, NatsConfigError, _enum
+from journald.storage.jetstream.connect import answered, no_answer
+from journald.storage.jetstream.objects import ObjectBucket, stream_of
 
 CHECKPOINTS = "CHECKPOINTS"
 ATTACHMENTS = "ATTACHMENTS"
@@ -196,7 +196,7 @@ async def absent_bucket_adds(
     its lease bucket that do not exist (for a route that recreates the stream: the daemon,
     and a migration into it, need all three)."""
     # the lease module builds on this one's BucketConfigError: imported here, not at the top
-    from journald.storage.jetstream_leases import kv_add_command, kv_stream, lease_bucket_name
+    from journald.storage.jetstream.leases import kv_add_command, kv_stream, lease_bucket_name
 
     wanted = [
         (bucket_name(stream, role), stream_of(bucket_name(stream, role)), object_add_command)

@@ -37,7 +37,7 @@ Format identity: the manifest's format, ``journald-manifest/N`` with N = ``RUN_F
 framed lines), is the run's format. A create writes it before the meta record and the first
 open for append of an older run (no manifest, or format 1) before its first framed line; a
 run of a higher number is refused (``VersionUnsupported``) before anything is written
-(docs/design.md#format-identity). OS errors: ``file_errors.disk_error``, once, in ``_checked``.
+(docs/design.md#format-identity). OS errors: ``file.errors.disk_error``, once, in ``_checked``.
 
 Manifest (``journald-manifest/2``, JSON): ``generation`` (bumped by every write), ``segments``
 (in order: file, first_seq, last_seq, records, messages, bytes, first_hash, last_hash,
@@ -96,7 +96,7 @@ Recovery rules
   (``segments.sealed_problem``): one missing or of another size than its manifest entry is
   ``StoreCorrupted`` without reading any body; one whose mtime is not the one sealed is read
   once and compared with its sealed digest (a match is a restored copy). Rot in place is the
-  background scrubber's to find (``file_scrub``, docs/design.md#scrubbing).
+  background scrubber's to find (``file.scrub``, docs/design.md#scrubbing).
 * Interior damage — a line that does not decode to a canonical record or fails its
   checksum, a seq out of order, a hash-chain break not covered by an anchor, a sealed
   segment with a partial line or disagreeing with its manifest entry, a listed segment
@@ -177,23 +177,22 @@ from journald.storage.base import (
     RunInfo,
     VerifyReport,
 )
-from journald.storage.file_errors import data_dir_gone, disk_error, vanished
-from journald.storage.file_journal import (
+from journald.storage.file.errors import data_dir_gone, disk_error, vanished
+from journald.storage.file.journal import (
     FileJournal,
     OpenState,
     SegmentStats,
     read_file,
 )
-from journald.storage.file_maintenance import FileMaintenance, PruneReport  # noqa: F401
-from journald.storage.file_reads import (
+from journald.storage.file.maintenance import FileMaintenance, PruneReport  # noqa: F401
+from journald.storage.file.reads import (
     FileReads,
     Records,
     listed_last_seq,
     missing_active,
     records_missing,
 )
-from journald.storage.io_pool import DEFAULT_IO_THREADS, IOPool
-from journald.storage.segments import (
+from journald.storage.file.segments import (
     DIR_MODE,
     FILE_MODE,
     JOURNAL,
@@ -219,6 +218,7 @@ from journald.storage.segments import (
     unmake_run_dir,
     write_manifest,
 )
+from journald.storage.io_pool import DEFAULT_IO_THREADS, IOPool
 
 MiB = 1024 * 1024
 PAGE_BYTES = 1 * MiB
@@ -289,7 +289,7 @@ class FileStore(FileReads, FileMaintenance):
     ) -> T:
         """``fn(*args)`` on a worker thread, the one way every call of the store reaches the
         disk: a ``StoreCorrupted`` it raises is logged, an ``OSError`` becomes the journald
-        error of ``file_errors.disk_error`` (``action``: what the call was doing)."""
+        error of ``file.errors.disk_error`` (``action``: what the call was doing)."""
         try:
             return await asyncio.to_thread(fn, *args)
         except StoreCorrupted as exc:

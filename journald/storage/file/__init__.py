@@ -1,0 +1,1 @@
+"""File backend (placeholder docstring, the format goes here)."""
