@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from journald import failpoints
 from journald.clock import utc_ts
 from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
@@ -36,14 +35,13 @@ from journald.storage.file.segments import (
     corrupted,
     file_lines,
     frame,
-    fsync_dir,
     read_manifest,
     reframe,
     tail_end,
     unframe,
-    write_all,
     write_manifest,
 )
+from journald.storage.seam import Disk
 from journald.validation import validate_record
 
 T = TypeVar("T")
@@ -75,6 +73,7 @@ class FileMaintenance:
 
     quarantine_dir: str
     segment_max_records: int
+    disk: Disk
 
     if TYPE_CHECKING:
 
@@ -146,20 +145,18 @@ class FileMaintenance:
         staged = os.path.join(run_dir, STAGED)
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
-            write_all(fd, b"".join(lines), 0)
-            os.fsync(fd)
+            self.disk.write_all(fd, b"".join(lines), 0)
+            self.disk.fsync(fd)
         finally:
             os.close(fd)
-        fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_prune_stage")
+        self.disk.fsync_dir(run_dir)
+        self.disk.step("mid_prune_stage")
         nm = Manifest(m.generation + 1, [], list(anchors), STAGED)
-        write_manifest(run_dir, nm)  # the commit point
-        if failpoints.ARMED:
-            failpoints.hit("mid_prune_rename")
+        write_manifest(self.disk, run_dir, nm)  # the commit point
+        self.disk.step("mid_prune_rename")
         self._finish_replace(run_dir, run_id, nm)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(run_dir, META_CACHE))
+            self.disk.unlink(os.path.join(run_dir, META_CACHE))
 
     async def recover(
         self, run_id: str, quarantine_dir: str | os.PathLike[str] | None = None
@@ -291,8 +288,8 @@ class FileMaintenance:
             name = f"{i:04d}-seq{seq}-{digest[:16]}.bad"
             fd = os.open(os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             try:
-                write_all(fd, ln.raw, 0)
-                os.fsync(fd)
+                self.disk.write_all(fd, ln.raw, 0)
+                self.disk.fsync(fd)
             finally:
                 os.close(fd)
             report.positions.append(
@@ -315,7 +312,7 @@ class FileMaintenance:
                 reason,
                 os.path.join(out, name),
             )
-        fsync_dir(out)
+        self.disk.fsync_dir(out)
         report.quarantined = len(bad)
         report.directory = out
 
@@ -324,17 +321,16 @@ class FileMaintenance:
         broken = unique_path(os.path.join(run_dir, BROKEN))
         fd = os.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
-            write_all(fd, data[end:], 0)
-            os.fsync(fd)
+            self.disk.write_all(fd, data[end:], 0)
+            self.disk.fsync(fd)
         finally:
             os.close(fd)
-        fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_repair")
+        self.disk.fsync_dir(run_dir)
+        self.disk.step("mid_repair")
         fd = os.open(path, os.O_WRONLY)
         try:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
+            self.disk.ftruncate(fd, end)
+            self.disk.fsync(fd)
         finally:
             os.close(fd)
         log.warning(

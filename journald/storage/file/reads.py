@@ -30,7 +30,6 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from journald import failpoints
 from journald.core.errors import (
     BackendUnavailable,
     JournaldError,
@@ -70,6 +69,7 @@ from journald.storage.file.stream import (
 from journald.storage.info import corrupted_info, run_info_from
 from journald.storage.io_pool import yield_to_foreground
 from journald.storage.scrub_budget import ReadBudget
+from journald.storage.seam import Disk
 from journald.storage.verify import VerifyWalk
 
 Files = list[tuple[str, bytes, SegmentInfo | None]]
@@ -124,6 +124,7 @@ class FileReads:
     """The read half of ``FileStore`` (a mixin: it shares the store's paths and counters)."""
 
     sessions_dir: str
+    disk: Disk
     segment_opens: int
     """Sealed segment files opened by reads (lets tests prove paging reads the tail)."""
 
@@ -411,8 +412,7 @@ class FileReads:
         return run_info_from(run_id, first, last, count, size)
 
     def _list(self) -> Infos:
-        if failpoints.ARMED:
-            failpoints.hit("before_run_list")
+        self.disk.step("before_run_list")
         out: Infos = []
         for name in sorted(os.listdir(self.sessions_dir)):
             try:

@@ -158,7 +158,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
-from journald import failpoints
 from journald.clock import utc_ts
 from journald.core.errors import (
     InvalidRecord,
@@ -205,11 +204,9 @@ from journald.storage.file.segments import (
     Line,
     Manifest,
     SegmentInfo,
-    atomic_write,
     check_format,
     corrupted,
     file_lines,
-    fsync_dir,
     read_manifest,
     sealed_facts,
     sealed_problem,
@@ -219,6 +216,7 @@ from journald.storage.file.segments import (
     write_manifest,
 )
 from journald.storage.io_pool import DEFAULT_IO_THREADS, IOPool
+from journald.storage.seam import Disk, default_disk
 
 MiB = 1024 * 1024
 PAGE_BYTES = 1 * MiB
@@ -259,7 +257,10 @@ class FileStore(FileReads, FileMaintenance):
         gap_wait_s: float = DEFAULT_GAP_WAIT_S,
         io_threads: int = DEFAULT_IO_THREADS,
         quarantine_dir: str | os.PathLike[str] | None = None,
+        disk: Disk | None = None,
     ) -> None:
+        self.disk = disk if disk is not None else default_disk()
+        """The disk I/O seam every write of the store and its journals goes through."""
         self.data_dir = os.path.abspath(data_dir if data_dir is not None else default_data_dir())
         self.sessions_dir = os.path.join(self.data_dir, "sessions")
         self.quarantine_dir = os.path.abspath(
@@ -367,7 +368,7 @@ class FileStore(FileReads, FileMaintenance):
             os.close(fd)
             raise
         info = f"pid={os.getpid()} host={socket.gethostname()} since={utc_ts()}\n".encode()
-        os.ftruncate(fd, 0)
+        self.disk.ftruncate(fd, 0)
         os.pwrite(fd, info, 0)
         return fd
 
@@ -386,7 +387,7 @@ class FileStore(FileReads, FileMaintenance):
         """Finish or roll back interrupted seals and volume replacements; drop temp files."""
         for name in os.listdir(run_dir):
             if ".tmp-" in name:
-                os.unlink(os.path.join(run_dir, name))
+                self.disk.unlink(os.path.join(run_dir, name))
         path = os.path.join(run_dir, JOURNAL)
         m = read_manifest(run_dir, run_id)
         if m is not None and m.pending:
@@ -394,7 +395,7 @@ class FileStore(FileReads, FileMaintenance):
             return m
         staged = os.path.join(run_dir, STAGED)
         if os.path.exists(staged):
-            os.unlink(staged)  # an uncommitted prune/recovery: roll back
+            self.disk.unlink(staged)  # an uncommitted prune/recovery: roll back
         m = m or Manifest(run_format=1)  # no manifest: a run from before format identity
         seg_dir = os.path.join(run_dir, SEGMENTS)
         on_disk = sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else []
@@ -420,12 +421,12 @@ class FileStore(FileReads, FileMaintenance):
             for _, rec in self._chain(run_id, m, lines, start_seq, start_hash):
                 stats.add(rec)
             if end != len(data) or not stats.records:
-                os.unlink(seg)  # never sealed a partial file; roll the seal back
-                fsync_dir(seg_dir)
+                self.disk.unlink(seg)  # never sealed a partial file; roll the seal back
+                self.disk.fsync_dir(seg_dir)
                 continue
             sealed = stats.segment(name, end, sealed_facts(seg))
             m = Manifest(m.generation + 1, [*m.segments, sealed], m.anchors)
-            write_manifest(run_dir, m)
+            write_manifest(self.disk, run_dir, m)
         for s in m.segments:
             if not os.path.exists(os.path.join(seg_dir, s.file)):
                 raise corrupted(
@@ -436,25 +437,24 @@ class FileStore(FileReads, FileMaintenance):
                 )
         last_seg = os.path.join(seg_dir, m.segments[-1].file) if m.segments else ""
         if last_seg and os.path.exists(path) and os.path.samefile(path, last_seg):
-            atomic_write(path, b"")  # finish a seal interrupted after its manifest
+            self.disk.atomic_write(path, b"")  # finish a seal interrupted after its manifest
         return m
 
     def _finish_replace(self, run_dir: str, run_id: str, m: Manifest) -> None:
         staged = os.path.join(run_dir, m.pending)
         if os.path.exists(staged):
-            os.replace(staged, os.path.join(run_dir, JOURNAL))
-            fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("after_prune_rename")
+            self.disk.replace(staged, os.path.join(run_dir, JOURNAL))
+            self.disk.fsync_dir(run_dir)
+        self.disk.step("after_prune_rename")
         seg_dir = os.path.join(run_dir, SEGMENTS)
         if os.path.isdir(seg_dir):
             for name in os.listdir(seg_dir):
-                os.unlink(os.path.join(seg_dir, name))
-            fsync_dir(seg_dir)
+                self.disk.unlink(os.path.join(seg_dir, name))
+            self.disk.fsync_dir(seg_dir)
         m.pending = ""
         m.segments = []
         m.generation += 1
-        write_manifest(run_dir, m)
+        write_manifest(self.disk, run_dir, m)
 
     def _open_state(self, run_id: str, run_dir: str) -> OpenState:
         floor = listed_last_seq(run_dir)
@@ -490,7 +490,7 @@ class FileStore(FileReads, FileMaintenance):
             # the run's format, before this writer's first framed line (a run made before
             # format identity, or before line framing, that an older journald may also serve)
             m = Manifest(m.generation + 1, m.segments, m.anchors)
-            write_manifest(run_dir, m)
+            write_manifest(self.disk, run_dir, m)
         return OpenState(m, end, stats, last_seq, last_hash, meta, tail.recent, report)
 
     # -- Store protocol --------------------------------------------------------------------
@@ -508,10 +508,9 @@ class FileStore(FileReads, FileMaintenance):
 
         def prepare() -> tuple[int, OpenState]:
             nonlocal made
-            if failpoints.ARMED:
-                failpoints.hit("before_run_create")
+            self.disk.step("before_run_create")
             try:
-                os.mkdir(run_dir, DIR_MODE)
+                self.disk.mkdir(run_dir, DIR_MODE)
                 made = True
             except FileExistsError:
                 if self._has_records(run_dir):
@@ -534,11 +533,11 @@ class FileStore(FileReads, FileMaintenance):
             m = Manifest(generation=1)
             try:
                 fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
-                os.ftruncate(fd, 0)  # a create that crashed before its meta was durable
+                self.disk.ftruncate(fd, 0)  # a create that crashed before its meta was durable
                 os.close(fd)
                 # the run's format before its first line; the first write fsyncs the run
                 # directory before it is acknowledged, which makes the rename durable too
-                atomic_write(os.path.join(run_dir, MANIFEST), m.encode(), sync_dir=False)
+                self.disk.atomic_write(os.path.join(run_dir, MANIFEST), m.encode(), sync_dir=False)
             except BaseException:
                 os.close(lock)
                 raise
@@ -691,11 +690,10 @@ class FileStore(FileReads, FileMaintenance):
             return False
         lock = self._lock(run_id, run_dir)
         try:
-            if failpoints.ARMED:
-                failpoints.hit("before_run_delete")
+            self.disk.step("before_run_delete")
             trash = os.path.join(self.sessions_dir, f".deleted-{run_id}-{uuid.uuid4().hex[:8]}")
-            os.rename(run_dir, trash)
-            fsync_dir(self.sessions_dir)
+            self.disk.rename(run_dir, trash)
+            self.disk.fsync_dir(self.sessions_dir)
         finally:
             os.close(lock)
         shutil.rmtree(trash, ignore_errors=True)
@@ -710,8 +708,8 @@ class FileStore(FileReads, FileMaintenance):
                 metadata={"run_id": run_id},
             )
         target = os.readlink(run_dir)
-        os.unlink(run_dir)
-        fsync_dir(self.sessions_dir)
+        self.disk.unlink(run_dir)
+        self.disk.fsync_dir(self.sessions_dir)
         log.warning(
             "run %s: its directory was a symbolic link to %s; the link was removed and the "
             "files it points to were left untouched (remove them yourself if they are not "
