@@ -99,7 +99,7 @@ async def test_an_fdatasync_that_fails_is_never_acknowledged_and_its_bytes_are_t
     before = journal_bytes(store, "seam")
 
     disk.fdatasync_errno = errno.EIO
-    with pytest.raises(BackendUnavailable, match="EIO.*nothing was acknowledged") as refused:
+    with pytest.raises(BackendUnavailable, match=r"EIO.*nothing was acknowledged") as refused:
         await journal.append(built.records[1:3])
     assert refused.value.metadata["seq"] == "2"
     assert journal_bytes(store, "seam") == before
