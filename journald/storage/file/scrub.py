@@ -9,7 +9,7 @@ every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on 
     {"run_id": ..., "gone": true}                      deleted meanwhile
     {"run_id": ..., "skipped": "..."}                  could not be read now; next pass
 
-Each run gets the walk ``journald verify`` makes (``FileReads._verify``: framing, checksums,
+Each run gets the walk ``journald verify`` makes (``FileReads.verify``: framing, checksums,
 chain, manifest entries and digests, then ``journald.storage.verify``'s walk), with every file
 read through a ``ReadBudget``. A process of its own, at the lowest CPU and I/O priority, so
 that its decoding never holds the daemon's interpreter lock while an append waits for it;
@@ -72,7 +72,7 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
         return {"run_id": run_id, "skipped": str(exc)}
     start = budget.bytes_read
     try:
-        rep = store._verify(run_id, budget)
+        rep = store.reads.verify(run_id, budget)
     except SessionNotFound:
         return {"run_id": run_id, "gone": True}
     except StoreCorrupted as exc:

@@ -164,7 +164,6 @@ from journald.core.errors import (
     JournaldError,
     Locked,
     SessionExists,
-    SessionNotFound,
     StoreCorrupted,
 )
 from journald.core.records import GENESIS, Record, validate_id
@@ -172,6 +171,7 @@ from journald.paths import default_data_dir
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
+    QuarantineReport,
     RepairReport,
     RunInfo,
     VerifyReport,
@@ -183,10 +183,11 @@ from journald.storage.file.journal import (
     SegmentStats,
     read_file,
 )
-from journald.storage.file.maintenance import FileMaintenance, PruneReport  # noqa: F401
+from journald.storage.file.maintenance import FileMaintenance, PrePrune, PruneReport
 from journald.storage.file.reads import (
     FileReads,
     Records,
+    has_records,
     listed_last_seq,
     missing_active,
     records_missing,
@@ -197,7 +198,6 @@ from journald.storage.file.segments import (
     JOURNAL,
     LOCK,
     MANIFEST,
-    META_CACHE,
     RUN_FORMAT,
     SEGMENTS,
     STAGED,
@@ -242,7 +242,7 @@ Infos = list[RunInfo]
 Segments = list[SegmentInfo]
 
 
-class FileStore(FileReads, FileMaintenance):
+class FileStore:
     """Runs as JSON-lines files under ``data_dir`` (see the module docstring)."""
 
     durability = FSYNC_LOCAL
@@ -274,7 +274,8 @@ class FileStore(FileReads, FileMaintenance):
         self.gap_wait_s = gap_wait_s
         # every open journal's writes and fdatasyncs, on io_threads threads at most
         self.io_pool = IOPool(io_threads, "journald-writer")
-        self._init_reads()
+        self.reads = FileReads(self.sessions_dir, self.disk, self._log_corrupted)
+        self.maintenance = FileMaintenance(self)
         for d in (self.data_dir, self.sessions_dir):
             if not os.path.isdir(d):
                 os.makedirs(d, DIR_MODE, exist_ok=True)
@@ -285,7 +286,7 @@ class FileStore(FileReads, FileMaintenance):
 
     # -- damage is logged --------------------------------------------------------------------
 
-    async def _checked(
+    async def checked(
         self, fn: Callable[..., T], *args: Any, run_id: str = "", action: str = ""
     ) -> T:
         """``fn(*args)`` on a worker thread, the one way every call of the store reaches the
@@ -333,19 +334,26 @@ class FileStore(FileReads, FileMaintenance):
     # -- paths and locks -------------------------------------------------------------------
 
     def run_dir(self, run_id: str) -> str:
-        return os.path.join(self.sessions_dir, validate_id(run_id))
+        return self.reads.run_dir(run_id)
+
+    @property
+    def segment_opens(self) -> int:
+        """Sealed segment files opened by reads (lets tests prove paging reads the tail)."""
+        return self.reads.segment_opens
+
+    async def prune(self, run_id: str, *, before: PrePrune | None = None) -> PruneReport:
+        """See ``FileMaintenance.prune``."""
+        return await self.maintenance.prune(run_id, before=before)
+
+    async def recover(
+        self, run_id: str, quarantine_dir: str | os.PathLike[str] | None = None
+    ) -> QuarantineReport:
+        """See ``FileMaintenance.recover``."""
+        return await self.maintenance.recover(run_id, quarantine_dir)
 
     def forget(self, run_id: str, journal: FileJournal) -> None:
         if self._open.get(run_id) is journal:
             del self._open[run_id]
-
-    def _not_found(self, run_id: str) -> JournaldError:
-        if data_dir_gone(self.sessions_dir):
-            return vanished(self.sessions_dir, run_id)
-        return SessionNotFound(
-            f"run {run_id} does not exist in {self.sessions_dir}; list runs with `journald ls`",
-            metadata={"run_id": run_id},
-        )
 
     def _lock(self, run_id: str, run_dir: str) -> int:
         if run_id in self._open:
@@ -372,9 +380,9 @@ class FileStore(FileReads, FileMaintenance):
         os.pwrite(fd, info, 0)
         return fd
 
-    def _lock_existing(self, run_id: str, run_dir: str, outside: str = "") -> int:
+    def lock_existing(self, run_id: str, run_dir: str, outside: str = "") -> int:
         if not os.path.isdir(run_dir):
-            raise self._not_found(run_id)
+            raise self.reads.not_found(run_id)
         check_format(run_dir, run_id)  # a newer journald's run: refused before the lock file
         real = os.path.realpath(run_dir)
         if outside and os.path.commonpath([os.path.realpath(outside), real]) == real:
@@ -383,7 +391,7 @@ class FileStore(FileReads, FileMaintenance):
 
     # -- recovery on open ------------------------------------------------------------------
 
-    def _settle(self, run_id: str, run_dir: str) -> Manifest:
+    def settle(self, run_id: str, run_dir: str) -> Manifest:
         """Finish or roll back interrupted seals and volume replacements; drop temp files."""
         for name in os.listdir(run_dir):
             if ".tmp-" in name:
@@ -391,7 +399,7 @@ class FileStore(FileReads, FileMaintenance):
         path = os.path.join(run_dir, JOURNAL)
         m = read_manifest(run_dir, run_id)
         if m is not None and m.pending:
-            self._finish_replace(run_dir, run_id, m)
+            self.finish_replace(run_dir, run_id, m)
             return m
         staged = os.path.join(run_dir, STAGED)
         if os.path.exists(staged):
@@ -418,7 +426,7 @@ class FileStore(FileReads, FileMaintenance):
             data = read_file(path)
             end = split_complete(data)[1]
             lines = file_lines(seg, data[:end])
-            for _, rec in self._chain(run_id, m, lines, start_seq, start_hash):
+            for _, rec in self.reads.chain(run_id, m, lines, start_seq, start_hash):
                 stats.add(rec)
             if end != len(data) or not stats.records:
                 self.disk.unlink(seg)  # never sealed a partial file; roll the seal back
@@ -440,7 +448,7 @@ class FileStore(FileReads, FileMaintenance):
             self.disk.atomic_write(path, b"")  # finish a seal interrupted after its manifest
         return m
 
-    def _finish_replace(self, run_dir: str, run_id: str, m: Manifest) -> None:
+    def finish_replace(self, run_dir: str, run_id: str, m: Manifest) -> None:
         staged = os.path.join(run_dir, m.pending)
         if os.path.exists(staged):
             self.disk.replace(staged, os.path.join(run_dir, JOURNAL))
@@ -456,9 +464,9 @@ class FileStore(FileReads, FileMaintenance):
         m.generation += 1
         write_manifest(self.disk, run_dir, m)
 
-    def _open_state(self, run_id: str, run_dir: str) -> OpenState:
+    def open_state(self, run_id: str, run_dir: str) -> OpenState:
         floor = listed_last_seq(run_dir)
-        m = self._settle(run_id, run_dir)
+        m = self.settle(run_id, run_dir)
         problem = sealed_problem(run_id, run_dir, m) if not m.pending else None
         if problem is not None:
             raise problem
@@ -470,7 +478,7 @@ class FileStore(FileReads, FileMaintenance):
                 raise missing_active(run_id, path, m) from None
             data = b""
         end = tail_end(data)
-        tail = self._active_tail(run_id, m, path, data[:end])  # damage refuses here, unchanged
+        tail = self.reads.active_tail(run_id, m, path, data[:end])  # damage refuses here, unchanged
         stats = tail.stats
         last_seq, last_hash = (
             (stats.last_seq, stats.last_hash) if stats.records else m.active_start()
@@ -479,11 +487,13 @@ class FileStore(FileReads, FileMaintenance):
             raise records_missing(run_id, path, last_seq, floor)
         report = None
         if end < len(data):
-            report = self._repair_tail(run_id, run_dir, data, end)
+            report = self.maintenance.repair_tail(run_id, run_dir, data, end)
             report = RepairReport(report.file, report.dropped_bytes, report.broken_copy, last_seq)
         meta = None
         if m.segments:
-            meta = self._first_record(run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file))
+            meta = self.reads.first_record(
+                run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file)
+            )
         elif tail.first is not None and tail.first.seq == 1:
             meta = tail.first
         if m.run_format < RUN_FORMAT and last_seq > 0:
@@ -513,7 +523,7 @@ class FileStore(FileReads, FileMaintenance):
                 self.disk.mkdir(run_dir, DIR_MODE)
                 made = True
             except FileExistsError:
-                if self._has_records(run_dir):
+                if has_records(run_dir):
                     raise SessionExists(
                         f"run {run_id} already exists; resume it or pick another id",
                         metadata={"run_id": run_id},
@@ -524,7 +534,7 @@ class FileStore(FileReads, FileMaintenance):
                 raise SessionExists(
                     f"run {run_id} is being created by another writer", metadata=exc.metadata
                 ) from None
-            if self._has_records(run_dir):
+            if has_records(run_dir):
                 os.close(lock)
                 raise SessionExists(
                     f"run {run_id} already exists; resume it or pick another id",
@@ -552,7 +562,7 @@ class FileStore(FileReads, FileMaintenance):
                 raise
 
         try:
-            journal = await self._checked(start, run_id=run_id, action="creating the run")
+            journal = await self.checked(start, run_id=run_id, action="creating the run")
         except JournaldError as exc:
             if made and isinstance(exc.__cause__, OSError):  # nothing of the run stays
                 await asyncio.to_thread(unmake_run_dir, run_dir)
@@ -569,39 +579,21 @@ class FileStore(FileReads, FileMaintenance):
             raise
         return journal
 
-    def _has_records(self, run_dir: str) -> bool:
-        """Whether the run ever held records: a listing cache (written after its first
-        record, see ``listed_last_seq``), a non-empty journal, or a manifest that says more
-        than the run's format (which a create writes before its first record). A run whose
-        journal went missing still exists, and reads report the damage."""
-        if os.path.exists(os.path.join(run_dir, META_CACHE)):
-            return True
-        try:
-            if os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0:
-                return True
-        except FileNotFoundError:
-            pass
-        try:
-            m = read_manifest(run_dir, os.path.basename(run_dir))
-        except JournaldError:
-            return True  # unreadable or of a newer format: there, and reads say why
-        return m is not None and not m.bare
-
     async def open(self, run_id: str) -> FileJournal:
         run_dir = self.run_dir(run_id)
 
         def start() -> FileJournal:
-            lock = self._lock_existing(run_id, run_dir)
+            lock = self.lock_existing(run_id, run_dir)
             try:
-                st = self._open_state(run_id, run_dir)
+                st = self.open_state(run_id, run_dir)
                 if st.last_seq == 0:
-                    raise self._not_found(run_id)
+                    raise self.reads.not_found(run_id)
                 return FileJournal(self, run_id, lock, st, first=False)
             except BaseException:
                 os.close(lock)
                 raise
 
-        journal = await self._checked(start, run_id=run_id, action="opening the run")
+        journal = await self.checked(start, run_id=run_id, action="opening the run")
         self._open[run_id] = journal
         return journal
 
@@ -609,22 +601,22 @@ class FileStore(FileReads, FileMaintenance):
         run_dir = self.run_dir(run_id)
         if data_dir_gone(self.sessions_dir):  # not "no such run": there is no data at all
             raise vanished(self.sessions_dir, run_id)
-        return await self._checked(self._has_records, run_dir, run_id=run_id)
+        return await self.checked(has_records, run_dir, run_id=run_id)
 
     async def iter_records(self, run_id: str, from_seq: int = 1) -> AsyncIterator[Record]:
         """The run's records from ``from_seq``, read and checked a page at a time: a reader
         that stops reading (a Load or Watch whose client does not read) holds one page and
         one sealed segment, never the run. Damage found past what was already yielded ends
         the iteration with ``store_corrupted`` there."""
-        walk = await self._checked(
+        walk = await self.checked(
             self._start_walk, run_id, from_seq, run_id=run_id, action="reading the run"
         )
         try:
             first = True
             while True:
-                page = await self._checked(next_page, walk, run_id=run_id, action="reading the run")
+                page = await self.checked(next_page, walk, run_id=run_id, action="reading the run")
                 if first and not page and from_seq <= 1:
-                    raise self._not_found(run_id)
+                    raise self.reads.not_found(run_id)
                 first = False
                 if not page:
                     return
@@ -634,41 +626,43 @@ class FileStore(FileReads, FileMaintenance):
             walk.close()
 
     def _start_walk(self, run_id: str, from_seq: int) -> Generator[Record, None, None]:
-        walk = self._walk(run_id, from_seq)
+        walk = self.reads.walk(run_id, from_seq)
         next(walk)  # the snapshot is taken now, before the first page is asked for
         return walk  # type: ignore[return-value]
 
     async def load(self, run_id: str, from_seq: int = 1) -> Records:
-        return await self._checked(
-            self._read_records, run_id, from_seq, run_id=run_id, action="reading the run"
+        return await self.checked(
+            self.reads.read_records, run_id, from_seq, run_id=run_id, action="reading the run"
         )
 
     async def info(self, run_id: str) -> RunInfo:
-        return await self._checked(self._info, run_id, run_id=run_id, action="reading the run")
+        return await self.checked(self.reads.info, run_id, run_id=run_id, action="reading the run")
 
     async def list(self) -> list[RunInfo]:
-        return await self._checked(self._list, action="listing the runs")
+        return await self.checked(self.reads.list, action="listing the runs")
 
     async def delete(self, run_id: str) -> bool:
         run_dir = self.run_dir(run_id)
-        return await self._checked(
+        return await self.checked(
             self._delete, run_id, run_dir, run_id=run_id, action="deleting the run"
         )
 
     async def verify(self, run_id: str) -> VerifyReport:
-        return await self._checked(self._verify, run_id, run_id=run_id, action="verifying the run")
+        return await self.checked(
+            self.reads.verify, run_id, run_id=run_id, action="verifying the run"
+        )
 
     async def segments(self, run_id: str) -> Segments:
         """The sealed segments of a run, oldest first (seq range, record and message counts,
         bytes, first/last hash), from its manifest; empty for a single-volume run. History
         paging walks this from the tail to pick ``from_seq`` without reading old segments."""
         run_dir = self.run_dir(run_id)
-        m = await self._checked(
+        m = await self.checked(
             read_manifest, run_dir, run_id, run_id=run_id, action="reading the run's manifest"
         )
         if m is None or m.pending:
             if not await self.exists(run_id):
-                raise self._not_found(run_id)
+                raise self.reads.not_found(run_id)
             return []
         return list(m.segments)
 
