@@ -25,7 +25,8 @@ Grammar: ``name=action[:arg][@n]`` items separated by ``,`` or ``;``.
 Unarmed they cost nothing: call sites read the module-level boolean ``ARMED`` before any
 lookup (``if failpoints.ARMED: failpoints.hit("before_write")``).
 
-Points used by the file backend (``journald.storage.file``):
+Points of the file backend (``journald.storage.file``), fired by its disk seam
+(``journald.storage.seam``, ``Disk.step``) where the backend names the step:
 
 ``before_write``, ``after_write_before_fsync``, ``after_fsync_before_advance``,
 ``mid_seal`` (segment linked, manifest not yet written), ``after_seal_manifest`` (manifest
@@ -60,7 +61,9 @@ Deliberately wrong variants (``=on``), which exist only to prove that the tests 
 
 ``bug_ack_before_fsync`` the file journal acknowledges a group (and advances ``last_seq``)
 without waiting for its write and fdatasync to succeed: a write that fails there (a crash
-before the data reached the disk) loses acknowledged records.
+before the data reached the disk) loses acknowledged records. It is a seam
+(``journald.storage.seam.AckBeforeFsync``), which a file store built while it is on uses;
+the production write path has no branch for it.
 """
 
 from __future__ import annotations

@@ -317,7 +317,7 @@ class FileReads:
         budget: ReadBudget | None = None,
         digests: dict[str, str] | None = None,
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
-        """``_iter_checked`` a record at a time: (manifest, files), then each record from
+        """``iter_checked`` a record at a time: (manifest, files), then each record from
         ``from_seq`` as its line is checked (a chunk of a sealed segment in memory at a time),
         then the checks of the whole run (listing floor, segments against the manifest)."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows

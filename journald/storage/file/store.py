@@ -1,147 +1,8 @@
-"""File backend: the embedded default store (docs/design.md#file-backend).
+"""The file backend's store: the run directories, their locks, settling a run before it is
+opened, create, open, delete and the read calls, each reaching the disk through ``checked``.
 
-Layout
-------
-::
-
-    <data_dir>/                      0700  default: default_data_dir()
-      sessions/                      0700
-        <run_id>/                    0700  run id checked by records.validate_id first
-          journal.jsonl              0600  active segment: one framed record per line
-          segments/000001.jsonl      0600  sealed segments (immutable once listed)
-          manifest.json              0600  run format, segment list, chain anchors
-          meta.json                  0600  listing cache (ignored when stale; its last_seq is
-                                           a floor: see "Missing records" below)
-          journal.lock               0600  flock of the append handle; holds "pid host since"
-          journal.jsonl.broken[.N]   0600  torn tails cut by a repair
-          journal.jsonl.staged       0600  a prune/recovery volume being put in place
-          checkpoints/                     (owned by the checkpoint store)
-      quarantine/<run_id>-<stamp>/         recovery evidence, outside every run
-
-Line framing
-------------
-A record is stored as one line::
-
-    <canonical JSON bytes of the record> TAB <checksum> LF
-
-``checksum`` is the first 16 lowercase hex digits of the record's sha256 (the record's hash,
-already computed when it was built, so framing costs no hashing). The record bytes are
-exactly those of ``journald.core.records`` (the hash chain, JetStream message bodies and exports
-do not change); canonical JSON never holds a raw tab or newline, so the first tab ends the
-record. The checksum is what vouches for the last record of a file, which no ``prev`` of a
-later record covers yet. A line without its newline is not a record. Lines written before
-the framing existed (``<canonical JSON> LF``, no tab) are still read: they are "legacy"
-lines, checked by the chain as before and, when last, by the record schema only.
-
-Format identity: the manifest's format, ``journald-manifest/N`` with N = ``RUN_FORMAT`` (2,
-framed lines), is the run's format. A create writes it before the meta record and the first
-open for append of an older run (no manifest, or format 1) before its first framed line; a
-run of a higher number is refused (``VersionUnsupported``) before anything is written
-(docs/design.md#format-identity). OS errors: ``file.errors.disk_error``, once, in ``_checked``.
-
-Manifest (``journald-manifest/2``, JSON): ``generation`` (bumped by every write), ``segments``
-(in order: file, first_seq, last_seq, records, messages, bytes, first_hash, last_hash,
-first_prev, and sha256 of the whole file and its mtime_ns when sealed, absent from manifests
-written before they were recorded), ``anchors`` (legitimate chain breaks: after_seq/
-after_hash → resume_seq/resume_prev, reason ``prune`` or ``quarantine``,
-dropped_from..dropped_to), and ``pending`` while a volume replacement is committed but not
-settled. The active segment continues the chain from the last sealed segment (or from seq 0 /
-the genesis hash).
-
-Append (group commit)
----------------------
-Appends queued on one journal are written by one ``pwrite`` at the journal's known length,
-then ``fdatasync``; on a run's first write (create) the run directory and ``sessions/`` are
-fsynced too; only THEN do ``last_seq``/``last_hash`` advance and the appends get their
-acknowledgement (durability ``fsync_local``). A failed write (``ENOSPC``/``EDQUOT`` →
-``StorageFull``, anything else → ``BackendUnavailable``) truncates the file back to its
-pre-write length, so the journal is byte-identical and appendable at the same seq; every
-append queued behind the failed one fails with it.
-
-Sealing: when the active segment reaches ``segment_max_records`` or ``segment_max_bytes``,
-after an acknowledged write: (1) hard-link ``journal.jsonl`` to ``segments/<n>.jsonl``, fsync
-``segments/``; (2) write the manifest listing it atomically (temp, fsync, rename, directory
-fsync); (3) atomically replace ``journal.jsonl`` by an empty file. A crash after (1) leaves an
-unlisted segment that is the same inode as the active file: the next open completes the seal.
-A crash after (2) leaves an active file that is the same inode as the last listed segment:
-readers treat it as empty, the next open replaces it.
-
-Exclusion
----------
-``open``/``create`` take ``flock(LOCK_EX|LOCK_NB)`` on ``journal.lock``; the kernel releases
-it when the process dies. A flock is per open file description, so a second open in the same
-process is refused too (``Locked``, naming the holder written into the lock file). Reads take
-no lock: they open the active file first, then read the manifest, and retry if the manifest
-generation changed while they read.
-
-Recovery rules
---------------
-* Torn tail: bytes written after the last acknowledgement, as a crash leaves them
-  (``segments.tail_end``). A kill stops a write part way: the bytes after the last newline
-  are a strict prefix of a line (the front of a record's bytes, or a complete record and the
-  front of its checksum; a record missing only its newline counts). A power cut can leave
-  zero-filled sectors: the first line holding a NUL byte starts a torn tail when its first
-  NUL run starts at that line or on a 512-byte boundary, ends at the end of the file or on
-  such a boundary (and is then longer than one byte: a lone NUL is a changed byte), and the
-  bytes before it in the line are such a prefix. Readers skip a torn tail. An
-  open for append copies it to ``journal.jsonl.broken`` (``.1``, ``.2`` … if taken), fsyncs
-  the copy, truncates the journal to the last complete record, fsyncs, and reports it as
-  ``Journal.repair``. The next record is written at that length, on a line of its own.
-* Damaged tail: anything else after the last good line is damage, not a tear, because no
-  crash writes it: a complete line that fails its checksum, parse or chain (a flipped byte),
-  a complete record followed by other bytes (a changed newline merging two lines or trailing
-  the last). It is reported like interior damage (below); nothing is cut, and the open is
-  refused, so no append can reuse an acknowledged seq.
-* Structural check: every read and open stats the sealed segments it does not walk
-  (``segments.sealed_problem``): one missing or of another size than its manifest entry is
-  ``StoreCorrupted`` without reading any body; one whose mtime is not the one sealed is read
-  once and compared with its sealed digest (a match is a restored copy). Rot in place is the
-  background scrubber's to find (``file.scrub``, docs/design.md#scrubbing).
-* Interior damage — a line that does not decode to a canonical record or fails its
-  checksum, a seq out of order, a hash-chain break not covered by an anchor, a sealed
-  segment with a partial line or disagreeing with its manifest entry, a listed segment
-  missing, an unlisted segment that is not an interrupted seal — raises ``StoreCorrupted``
-  naming run, file, line and seq. A run is never read as a shorter history. Reads re-encode
-  only the last record to prove it canonical: any other record whose bytes changed since
-  they were written fails its checksum and breaks the chain at the record after it (or
-  disagrees with its segment's manifest entry); ``verify`` and recovery re-encode every
-  record (``segments.ChainReader``).
-* Missing records: the writer writes the listing cache (``meta.json``) after the run's
-  first record, at each seal and when it closes, always from acknowledged records; only a
-  prune or a recovery (which keep or raise the last seq) removes it. Its ``last_seq`` is
-  therefore a floor: a run whose files end below it lost acknowledged records (an active
-  segment deleted or cut at a line boundary) and is ``StoreCorrupted``, as is a run whose
-  manifest lists segments but whose active segment is gone. Such a run still ``exists``
-  (an Open resumes and refuses it rather than creating a new run over it).
-* ``recover(run_id, quarantine_dir)`` (``journald recover``, with the run locked) moves the
-  damaged lines out of the run (their bytes, as stored, to a new directory outside it) and
-  rewrites the volume without them, each hole anchored in the manifest. It then records the
-  hole in the run itself: a rebase with reason ``quarantine`` whose ``covered`` is the range
-  no longer in the run and whose messages are the conversation rebuilt from the records that
-  survived (``fold.rebuilt_after_quarantine``), written in the same volume. Its seq is above
-  every seq the run may have acknowledged: the damaged ones (two for a line that merged two
-  records), the listing's floor and, when the active segment is gone, every seq it could have
-  held before its seal. It returns a ``QuarantineReport`` (positions and hashes, no text). A
-  run whose meta record is damaged or missing is refused (nothing to rebuild it from).
-* Prune (explicit, ``prune``): the new volume (meta + latest rebase onward) is staged in
-  ``journal.jsonl.staged`` and fsynced; the manifest committing it (``pending``, a ``prune``
-  anchor with the dropped range and the rebase's prev hash) is written atomically; then the
-  staged file is renamed over ``journal.jsonl``, old segments are removed and the manifest is
-  rewritten without ``pending``. Before the commit a crash rolls back (the staged file is
-  removed on the next open); after it readers read the staged volume alone, and the next open
-  finishes the rename. seqs keep growing after a prune and are never reused; a retry of a
-  pruned seq is ``SeqConflict``. ``verify`` accepts the gap only through the anchor, so a
-  pruned run still verifies and any other break is still corruption. The ``pre_prune``
-  checkpoint belongs to the checkpoint store: pass it as ``prune(run_id, before=...)``; it
-  runs with the run locked and read, before anything changes, and its failure aborts.
-
-Modules: ``segments`` (manifest, line format, the strict chain reader, durable-write helpers),
-``file_journal`` (the append handle: group commit, durable writes, sealing), ``file_reads``
-(snapshots and the checked walk of the chain; tail reads that start at their seq; what an open
-reuses of the read before it; info, listing, verify), ``file_maintenance`` (prune, recovery,
-tail repair), this module (the store: layout, locks, settling, opening). Damage is logged
-(``journald.storage.file``): each repair at WARNING, each ``StoreCorrupted`` at ERROR the
-first time. Failpoints: ``journald.failpoints``.
+The on-disk format, fsync order and recovery rules are those of ``journald.storage.file``
+(docs/design.md#file-backend), and so is how damage is logged.
 """
 
 from __future__ import annotations
@@ -237,7 +98,7 @@ def next_page(walk: Iterator[Record], limit_bytes: int = PAGE_BYTES) -> list[Rec
 
 LOGGED_KEPT = 1024  # damage reports remembered so that each is logged at ERROR once
 T = TypeVar("T")
-log = logging.getLogger(__name__)
+log = logging.getLogger("journald.storage.file")  # the backend's one logger
 Infos = list[RunInfo]
 Segments = list[SegmentInfo]
 
