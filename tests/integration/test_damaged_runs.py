@@ -219,7 +219,7 @@ def test_recover_quarantines_the_damage_records_the_hole_and_open_warns_about_it
         [evidence] = list(moved.iterdir())
         last_line = before[before.rfind(b"\n", 0, len(before) - 1) + 1 :]
         assert evidence.read_bytes() + b"\n" == last_line
-        assert "journald.storage.file.store: run bad: quarantined" in d.log()
+        assert "journald.storage.file: run bad: quarantined" in d.log()
 
         assert cli(d, "verify", "bad").returncode == 0
         rows = {r["run_id"]: r for r in json.loads(cli(d, "ls", "--json").stdout)}

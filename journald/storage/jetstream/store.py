@@ -66,7 +66,6 @@ from journald.core.errors import (
     SeqConflict,
     SessionExists,
     SessionNotFound,
-    StorageFull,
     StoreCorrupted,
     Unsupported,
 )
@@ -92,7 +91,7 @@ from journald.storage.jetstream.config import (
     subject_prefix,
 )
 from journald.storage.jetstream.connect import bind_stream, open_connection, split_servers
-from journald.storage.jetstream.errors import BATCH_FAILURES, TRANSIENT
+from journald.storage.jetstream.errors import BATCH_FAILURES, TRANSIENT, Scope, appending
 from journald.storage.jetstream.options import NatsOptions
 from journald.storage.jetstream.sync import check_fsync_policy
 from journald.storage.pipeline import AppendPipeline
@@ -248,6 +247,7 @@ class JetStreamStore:
         self._js = nc.jetstream(timeout=ack_timeout_s)
         self._jsm = nc.jsm(timeout=ack_timeout_s)
         self.stream = stream
+        self.scope = Scope.stream(stream)
         self.prefix = prefix
         self.max_record_bytes = max_record_bytes
         self.gap_wait_s = gap_wait_s
@@ -390,40 +390,8 @@ class JetStreamStore:
 
     async def _retrying(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         """Run an idempotent NATS operation, retrying transient failures for a bounded time."""
-        deadline = time.monotonic() + self.retry_window_s
-        delay = 0.05
-        while True:
-            try:
-                return await op()
-            except TRANSIENT as exc:
-                if time.monotonic() + delay >= deadline or self._nc.is_closed:
-                    raise BackendUnavailable(
-                        f"JetStream stream {self.stream}: {what} failed "
-                        f"({type(exc).__name__}) for {self.retry_window_s:g}s; check the NATS "
-                        "servers and retry (an append may be retried at the same seq)",
-                        metadata={"stream": self.stream},
-                    ) from exc
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-            except nats.js.errors.APIError as exc:
-                raise self._api_error(what, exc) from exc
-            except nats.errors.Error as exc:
-                raise BackendUnavailable(
-                    f"JetStream stream {self.stream}: {what} failed: {exc}",
-                    metadata={"stream": self.stream},
-                ) from exc
-
-    def _api_error(self, what: str, exc: Any) -> JournaldError:
-        desc = str(getattr(exc, "description", "") or exc)
-        if ("maximum" in desc and ("bytes" in desc or "messages" in desc)) or "storage" in desc:
-            return StorageFull(
-                f"JetStream stream {self.stream} refused {what}: {desc}; raise the stream's "
-                "limits (`nats stream edit`) or delete old runs",
-                metadata={"stream": self.stream},
-            )
-        return BackendUnavailable(
-            f"JetStream stream {self.stream}: {what} failed: {desc}",
-            metadata={"stream": self.stream, "err_code": getattr(exc, "err_code", "")},
+        return await self.scope.retrying(
+            what, op, self.retry_window_s, lambda: bool(self._nc.is_closed)
         )
 
     async def _get(self, subject: str) -> tuple[Record, int, dict[str, str]] | None:
@@ -490,48 +458,43 @@ class JetStreamStore:
         }
         deadline = time.monotonic() + self.retry_window_s
         delay = 0.05
-        while True:
-            try:
-                ack = await self._js.publish(
-                    subject, rec.raw, timeout=self.ack_timeout_s, headers=dict(headers)
-                )
-                if ack.stream != self.stream:
-                    raise StoreCorrupted(
-                        f"subject {subject} was stored by stream {ack.stream}, not "
-                        f"{self.stream}; two streams overlap on the journald prefix",
-                        metadata={"subject": subject},
+        with appending(self.scope, run_id, rec.seq):
+            while True:
+                try:
+                    ack = await self._js.publish(
+                        subject, rec.raw, timeout=self.ack_timeout_s, headers=dict(headers)
                     )
-                return int(ack.seq)
-            except nats.js.errors.APIError as exc:
-                code = getattr(exc, "err_code", None)
-                if code in (WRONG_LAST_SEQUENCE, MAX_MSGS_PER_SUBJECT_EXCEEDED):
-                    return await self._resolve(run_id, rec, msg_id, subject)
-                if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
-                    raise self._api_error(f"appending seq {rec.seq} of run {run_id}", exc) from exc
-                last_exc: BaseException = exc
-            except TRANSIENT as exc:
-                last_exc = exc
-            except nats.errors.Error as exc:
-                raise BackendUnavailable(
-                    f"run {run_id}: appending seq {rec.seq} failed: {exc}; the record may or "
-                    "may not be stored: retry the append at the same seq",
-                    metadata={"run_id": run_id, "seq": rec.seq},
-                ) from exc
-            # Unacknowledged: the record may or may not be stored. Publishing again with the
-            # same fence is safe: if it landed, the fence rejects the copy and we adopt it.
-            # No retry once this daemon's lease renewal is overdue: another host may hold the
-            # run by now.
-            lapsed = self.leases is not None and not self.leases.valid()
-            if lapsed or time.monotonic() + delay >= deadline or self._nc.is_closed:
-                raise BackendUnavailable(
-                    f"run {run_id}: no JetStream ack for seq {rec.seq} within "
-                    f"{self.retry_window_s:g}s ({type(last_exc).__name__}); the record may or "
-                    "may not be stored: retry the append at the same seq (a stored copy is "
-                    "adopted, never duplicated)",
-                    metadata={"run_id": run_id, "seq": rec.seq},
-                ) from last_exc
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+                    if ack.stream != self.stream:
+                        raise StoreCorrupted(
+                            f"subject {subject} was stored by stream {ack.stream}, not "
+                            f"{self.stream}; two streams overlap on the journald prefix",
+                            metadata={"subject": subject},
+                        )
+                    return int(ack.seq)
+                except nats.js.errors.APIError as exc:  # the fence refused it, or no leader
+                    code = getattr(exc, "err_code", None)
+                    if code in (WRONG_LAST_SEQUENCE, MAX_MSGS_PER_SUBJECT_EXCEEDED):
+                        return await self._resolve(run_id, rec, msg_id, subject)
+                    if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                        raise  # a refusal: ``appending`` names it
+                    last_exc: BaseException = exc
+                except TRANSIENT as exc:  # no answer: published again below
+                    last_exc = exc
+                # Unacknowledged: the record may or may not be stored. Publishing again with
+                # the same fence is safe: if it landed, the fence rejects the copy and we
+                # adopt it. No retry once this daemon's lease renewal is overdue: another
+                # host may hold the run by now.
+                lapsed = self.leases is not None and not self.leases.valid()
+                if lapsed or time.monotonic() + delay >= deadline or self._nc.is_closed:
+                    raise BackendUnavailable(
+                        f"run {run_id}: no JetStream ack for seq {rec.seq} within "
+                        f"{self.retry_window_s:g}s ({type(last_exc).__name__}); the record may "
+                        "or may not be stored: retry the append at the same seq (a stored copy "
+                        "is adopted, never duplicated)",
+                        metadata={"run_id": run_id, "seq": rec.seq},
+                    ) from last_exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     async def _publish_atomic(
         self, journal: JetStreamJournal, records: Sequence[Record], fence: int
@@ -640,14 +603,8 @@ class JetStreamStore:
             if int(ci.num_pending or 0) == 0 and not ci.delivered.stream_seq:
                 return
             while True:
-                try:
+                with self.scope.stalls(f"reading {subject}"):
                     msg = await sub.next_msg(timeout=self.retry_window_s)
-                except TRANSIENT as exc:
-                    raise BackendUnavailable(
-                        f"JetStream stream {self.stream}: reading {subject} stalled "
-                        f"({type(exc).__name__}); retry when the servers are healthy",
-                        metadata={"stream": self.stream},
-                    ) from exc
                 sseq = int(msg.metadata.sequence.stream)
                 if sseq > end_sseq:
                     return
