@@ -171,8 +171,8 @@ async def _open_file(opts: BackendOptions) -> OpenedBackend:
     sessions = records.sessions_dir
     return OpenedBackend(
         records,
-        FileCheckpointStore.colocated_with(sessions),
-        FileAttachmentStore.colocated_with(sessions),
+        FileCheckpointStore.colocated_with(sessions, records.disk),  # one seam per backend
+        FileAttachmentStore.colocated_with(sessions, records.disk),
     )
 
 

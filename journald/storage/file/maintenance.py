@@ -18,7 +18,7 @@ from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
 from journald.storage.base import QuarantineReport, RepairReport
-from journald.storage.file.journal import read_file, unique_path
+from journald.storage.file.journal import unique_path
 from journald.storage.file.reads import listed_last_seq
 from journald.storage.file.segments import (
     BROKEN,
@@ -119,7 +119,7 @@ class FileMaintenance:
                 run_id, True, rb.seq, meta.seq + 1, rb.seq - 1, len(records) - len(kept), len(kept)
             )
         finally:
-            os.close(lock)
+            self.store.disk.close(lock)
 
     def _replace_volume(
         self,
@@ -130,12 +130,12 @@ class FileMaintenance:
         anchors: Sequence[Anchor],
     ) -> None:
         staged = os.path.join(run_dir, STAGED)
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        fd = self.store.disk.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
             self.store.disk.write_all(fd, b"".join(lines), 0)
             self.store.disk.fsync(fd)
         finally:
-            os.close(fd)
+            self.store.disk.close(fd)
         self.store.disk.fsync_dir(run_dir)
         self.store.disk.step("mid_prune_stage")
         nm = Manifest(m.generation + 1, [], list(anchors), STAGED)
@@ -156,14 +156,14 @@ class FileMaintenance:
         try:
             return await self.store.checked(self._recover, run_id, run_dir, qdir, **how)
         finally:
-            os.close(lock)
+            self.store.disk.close(lock)
 
     def _recover(self, run_id: str, run_dir: str, qdir: str) -> QuarantineReport:
         floor = listed_last_seq(run_dir)
         m = self.store.settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
         lost_active = bool(m.segments) and not os.path.exists(path)
-        data = read_file(path) if os.path.exists(path) else b""
+        data = self.store.disk.read(path) if os.path.exists(path) else b""
         end = tail_end(data)
         report = QuarantineReport(run_id)
         if end < len(data):
@@ -172,7 +172,7 @@ class FileMaintenance:
         lines: Lines = []
         for s in m.segments:
             seg = os.path.join(run_dir, SEGMENTS, s.file)
-            lines.extend(file_lines(seg, read_file(seg)))
+            lines.extend(file_lines(seg, self.store.disk.read(seg)))
         lines.extend(file_lines(path, data[:end]))
         anchors = {a.after_seq: a for a in m.anchors}
         bad = self._find_damaged(run_id, lines, anchors)
@@ -273,12 +273,14 @@ class FileMaintenance:
         for i, (ln, seq, reason) in enumerate(bad, 1):
             digest = sha256_hex(ln.raw)
             name = f"{i:04d}-seq{seq}-{digest[:16]}.bad"
-            fd = os.open(os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            fd = self.store.disk.open(
+                os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE
+            )
             try:
                 self.store.disk.write_all(fd, ln.raw, 0)
                 self.store.disk.fsync(fd)
             finally:
-                os.close(fd)
+                self.store.disk.close(fd)
             report.positions.append(
                 {
                     "file": ln.file,
@@ -306,20 +308,20 @@ class FileMaintenance:
     def repair_tail(self, run_id: str, run_dir: str, data: bytes, end: int) -> RepairReport:
         path = os.path.join(run_dir, JOURNAL)
         broken = unique_path(os.path.join(run_dir, BROKEN))
-        fd = os.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        fd = self.store.disk.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
             self.store.disk.write_all(fd, data[end:], 0)
             self.store.disk.fsync(fd)
         finally:
-            os.close(fd)
+            self.store.disk.close(fd)
         self.store.disk.fsync_dir(run_dir)
         self.store.disk.step("mid_repair")
-        fd = os.open(path, os.O_WRONLY)
+        fd = self.store.disk.open(path, os.O_WRONLY)
         try:
             self.store.disk.ftruncate(fd, end)
             self.store.disk.fsync(fd)
         finally:
-            os.close(fd)
+            self.store.disk.close(fd)
         log.warning(
             "run %s: repaired a torn write: cut %d bytes after line %d of %s (written after "
             "the last acknowledgement: a crash mid-write) and kept them in %s",

@@ -227,7 +227,7 @@ class FileReads:
             if not os.path.isdir(run_dir):
                 raise self.not_found(run_id)
             try:
-                afd: int | None = os.open(path, os.O_RDONLY)
+                afd: int | None = self.disk.open(path, os.O_RDONLY)
             except FileNotFoundError:
                 afd = None
             try:
@@ -240,10 +240,10 @@ class FileReads:
                 if m.pending:
                     staged = os.path.join(run_dir, m.pending)
                     try:
-                        data = read_file(staged)
+                        data = self.disk.read(staged)
                         name = staged
                     except FileNotFoundError:
-                        data, name = read_file(path), path
+                        data, name = self.disk.read(path), path
                     files.append((name, data[: tail_end(data)], None))
                 else:
                     segs = m.segments
@@ -287,7 +287,7 @@ class FileReads:
                     return m, files, start_seq, start_hash
             finally:
                 if afd is not None:
-                    os.close(afd)
+                    self.disk.close(afd)
         raise BackendUnavailable(
             f"run {run_id} kept changing while it was read; retry",
             metadata={"run_id": run_id},
@@ -423,7 +423,7 @@ class FileReads:
                     seg = self.seg_path(run_id, s.file)
                     last = _stored(
                         run_id,
-                        Line(seg, s.records, split_complete(read_file(seg))[0][-1]),
+                        Line(seg, s.records, split_complete(self.disk.read(seg))[0][-1]),
                         s.last_seq,
                     )
             except FileNotFoundError as exc:
@@ -441,7 +441,7 @@ class FileReads:
     def list(self) -> Infos:
         self.disk.step("before_run_list")
         out: Infos = []
-        for name in sorted(os.listdir(self.sessions_dir)):
+        for name in sorted(self.disk.listdir(self.sessions_dir)):
             try:
                 validate_id(name)
             except JournaldError:
@@ -477,7 +477,7 @@ class FileReads:
                 return  # the segments are being removed: the staged volume is the run
             listed = {s.file for s in m.segments}
             unlisted = None
-            for name in sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else ():
+            for name in sorted(self.disk.listdir(seg_dir)) if os.path.isdir(seg_dir) else ():
                 seg = os.path.join(seg_dir, name)
                 with contextlib.suppress(FileNotFoundError):
                     sealing = name == f"{len(m.segments) + 1:06d}.jsonl" and os.path.samefile(

@@ -42,7 +42,6 @@ from journald.storage.file.journal import (
     FileJournal,
     OpenState,
     SegmentStats,
-    read_file,
 )
 from journald.storage.file.maintenance import FileMaintenance, PrePrune, PruneReport
 from journald.storage.file.reads import (
@@ -222,23 +221,23 @@ class FileStore:
                 f"run {run_id} is already open for append in this daemon; end that lease first",
                 metadata={"run_id": run_id},
             )
-        fd = os.open(os.path.join(run_dir, LOCK), os.O_RDWR | os.O_CREAT, FILE_MODE)
+        fd = self.disk.open(os.path.join(run_dir, LOCK), os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "unknown"
-            os.close(fd)
+            self.disk.close(fd)
             raise Locked(
                 f"run {run_id} is open for append by another process ({holder}); end that "
                 "lease or wait for it to exit",
                 metadata={"run_id": run_id, "holder": holder},
             ) from None
         except BaseException:
-            os.close(fd)
+            self.disk.close(fd)
             raise
         info = f"pid={os.getpid()} host={socket.gethostname()} since={utc_ts()}\n".encode()
         self.disk.ftruncate(fd, 0)
-        os.pwrite(fd, info, 0)
+        self.disk.write_all(fd, info, 0)
         return fd
 
     def lock_existing(self, run_id: str, run_dir: str, outside: str = "") -> int:
@@ -254,7 +253,7 @@ class FileStore:
 
     def settle(self, run_id: str, run_dir: str) -> Manifest:
         """Finish or roll back interrupted seals and volume replacements; drop temp files."""
-        for name in os.listdir(run_dir):
+        for name in self.disk.listdir(run_dir):
             if ".tmp-" in name:
                 self.disk.unlink(os.path.join(run_dir, name))
         path = os.path.join(run_dir, JOURNAL)
@@ -267,7 +266,7 @@ class FileStore:
             self.disk.unlink(staged)  # an uncommitted prune/recovery: roll back
         m = m or Manifest(run_format=1)  # no manifest: a run from before format identity
         seg_dir = os.path.join(run_dir, SEGMENTS)
-        on_disk = sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else []
+        on_disk = sorted(self.disk.listdir(seg_dir)) if os.path.isdir(seg_dir) else []
         listed = {s.file for s in m.segments}
         for name in on_disk:
             seg = os.path.join(seg_dir, name)
@@ -284,7 +283,7 @@ class FileStore:
                 )
             start_seq, start_hash = m.active_start()
             stats = SegmentStats()
-            data = read_file(path)
+            data = self.disk.read(path)
             end = split_complete(data)[1]
             lines = file_lines(seg, data[:end])
             for _, rec in self.reads.chain(run_id, m, lines, start_seq, start_hash):
@@ -317,7 +316,7 @@ class FileStore:
         self.disk.step("after_prune_rename")
         seg_dir = os.path.join(run_dir, SEGMENTS)
         if os.path.isdir(seg_dir):
-            for name in os.listdir(seg_dir):
+            for name in self.disk.listdir(seg_dir):
                 self.disk.unlink(os.path.join(seg_dir, name))
             self.disk.fsync_dir(seg_dir)
         m.pending = ""
@@ -333,7 +332,7 @@ class FileStore:
             raise problem
         path = os.path.join(run_dir, JOURNAL)
         try:
-            data = read_file(path)
+            data = self.disk.read(path)
         except FileNotFoundError:
             if m.segments:
                 raise missing_active(run_id, path, m) from None
@@ -396,21 +395,23 @@ class FileStore:
                     f"run {run_id} is being created by another writer", metadata=exc.metadata
                 ) from None
             if has_records(run_dir):
-                os.close(lock)
+                self.disk.close(lock)
                 raise SessionExists(
                     f"run {run_id} already exists; resume it or pick another id",
                     metadata={"run_id": run_id},
                 )
             m = Manifest(generation=1)
             try:
-                fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE)
+                fd = self.disk.open(
+                    os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_CREAT, FILE_MODE
+                )
                 self.disk.ftruncate(fd, 0)  # a create that crashed before its meta was durable
-                os.close(fd)
+                self.disk.close(fd)
                 # the run's format before its first line; the first write fsyncs the run
                 # directory before it is acknowledged, which makes the rename durable too
                 self.disk.atomic_write(os.path.join(run_dir, MANIFEST), m.encode(), sync_dir=False)
             except BaseException:
-                os.close(lock)
+                self.disk.close(lock)
                 raise
             return lock, OpenState(m, 0, SegmentStats(), 0, GENESIS, None)
 
@@ -419,7 +420,7 @@ class FileStore:
             try:
                 return FileJournal(self, run_id, lock, st, first=True)
             except BaseException:
-                os.close(lock)
+                self.disk.close(lock)
                 raise
 
         try:
@@ -451,7 +452,7 @@ class FileStore:
                     raise self.reads.not_found(run_id)
                 return FileJournal(self, run_id, lock, st, first=False)
             except BaseException:
-                os.close(lock)
+                self.disk.close(lock)
                 raise
 
         journal = await self.checked(start, run_id=run_id, action="opening the run")
@@ -550,7 +551,7 @@ class FileStore:
             self.disk.rename(run_dir, trash)
             self.disk.fsync_dir(self.sessions_dir)
         finally:
-            os.close(lock)
+            self.disk.close(lock)
         shutil.rmtree(trash, ignore_errors=True)
         return True
 
