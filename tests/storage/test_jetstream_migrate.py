@@ -7,13 +7,14 @@ from pathlib import Path
 import nats
 import pytest
 
+from journald.cli.migrate import main, new_progress
 from journald.core.errors import BackendUnavailable, InvalidArgumentError, SessionExists
-from journald.migrate import main, migrate, new_progress
 from journald.storage.file.segments import frame
 from journald.storage.file.store import FileStore
 from journald.storage.jetstream.checkpoint_store import bind_run_stores
 from journald.storage.jetstream.config import Cli
 from journald.storage.jetstream.store import JetStreamStore
+from journald.storage.migrate import migrate
 from journald.storage.registry import BackendOptions, parse_location
 from tests.builders import JournalBuilder, assistant_payload, text, tool_use, user_payload
 from tests.storage.backend_jetstream import fresh_stream

@@ -1,6 +1,6 @@
 """The append handle of the file backend: group commit, durable writes, sealing.
 
-Format, fsync order and recovery rules: see ``journald.storage.file``.
+Format, fsync order and recovery rules: docs/design.md#file-backend (#fsync-order).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Explicit maintenance of the file backend: prune, recovery (quarantine), tail repair.
 
-Format, layout and recovery rules: see ``journald.storage.file`` (a mixin of its store).
+Format, layout and recovery rules: docs/design.md#file-backend (#recovery, #prune).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from journald.clock import utc_ts
 from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
+from journald.core.schema import validate_record
 from journald.storage.base import QuarantineReport, RepairReport
 from journald.storage.file.journal import unique_path
 from journald.storage.file.reads import listed_last_seq
@@ -41,7 +42,6 @@ from journald.storage.file.segments import (
     unframe,
     write_manifest,
 )
-from journald.validation import validate_record
 
 if TYPE_CHECKING:
     from journald.storage.file.store import FileStore

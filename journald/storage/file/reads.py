@@ -1,7 +1,7 @@
 """The read path of the file backend: consistent snapshots and the checked walk of the chain.
 
-Format, layout and recovery rules: see ``journald.storage.file`` (reads take no lock, see
-"Exclusion" there). Two shortcuts keep reads cheap without changing what a read returns:
+Format, layout and recovery rules: docs/design.md#file-backend (reads take no lock, see
+#segments-and-manifest there). Two shortcuts keep reads cheap without changing what a read returns:
 
 * **Reading from a seq inside a segment** starts at that record's line instead of the
   segment's first line when the segment's seqs are consecutive (a sealed segment whose

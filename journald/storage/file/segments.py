@@ -1,8 +1,9 @@
-"""On-disk format pieces of the file backend: manifest, durable file helpers, the strict reader.
+"""On-disk format pieces of the file backend: the manifest, line framing, the strict reader.
 
-The layout, fsync order and recovery rules are specified in ``journald.storage.file``; this
+The layout, fsync order and recovery rules are specified in docs/design.md#file-backend; this
 module holds the parts that are pure format (manifest encoding, line splitting, the hash-chain
-checker that names the damaged seq) plus the small durable-write helpers.
+checker that names the damaged seq). The durable writes are the disk seam's
+(``journald.storage.seam``).
 """
 
 from __future__ import annotations

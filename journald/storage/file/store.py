@@ -1,7 +1,7 @@
 """The file backend's store: the run directories, their locks, settling a run before it is
 opened, create, open, delete and the read calls, each reaching the disk through ``checked``.
 
-The on-disk format, fsync order and recovery rules are those of ``journald.storage.file``
+The on-disk format, fsync order and recovery rules are those of the package
 (docs/design.md#file-backend), and so is how damage is logged.
 """
 

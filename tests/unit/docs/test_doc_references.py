@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 SELF = Path(__file__).resolve()
-ROOT = SELF.parents[2]
+ROOT = SELF.parents[3]
 SKIP_DIRS = {".git", ".venv", "node_modules", ".tools", ".mypy_cache", ".ruff_cache", "dist"}
 SKIP_DIRS |= {".pytest_cache", ".hypothesis", "__pycache__", "build"}
 TEXT_SUFFIXES = {".py", ".pyi", ".go", ".ts", ".proto", ".md", ".sh", ".yaml", ".yml", ".toml"}
