@@ -22,7 +22,7 @@ PAGE = 50
 
 def build_runs(data_dir: Path, sizes: dict[str, int]) -> dict[str, float]:
     """Write ``{run_id: records}`` into ``data_dir``; returns the seconds each took."""
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
 
     writer = RunWriter()
     writer.check()
@@ -52,7 +52,7 @@ def rchar(pid: int) -> int:
 
 def parse_files(run_dir: Path) -> tuple[float, int]:
     """Read and JSON-parse every line of a run's files: (seconds, records)."""
-    from journald.storage.segments import unframe
+    from journald.storage.file.segments import unframe
 
     files = (
         sorted((run_dir / "segments").glob("*.jsonl")) if (run_dir / "segments").is_dir() else []
@@ -199,8 +199,8 @@ def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:
     folding the records after it; the daemon saves one when a lease ends), the store's open
     for append, the first response's encoding."""
     from journald.server.convert import state_to_pb
-    from journald.storage.checkpoints_file import FileCheckpointStore
-    from journald.storage.file import FileStore
+    from journald.storage.file.checkpoint_store import FileCheckpointStore
+    from journald.storage.file.store import FileStore
     from journald.writer.folding import fold_stored
     from journald.writer.marks import FoldMarks, snapshot_in
 

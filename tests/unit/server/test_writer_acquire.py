@@ -20,8 +20,7 @@ from journald.server import edge
 from journald.server.convert import fingerprint_to_pb
 from journald.server.service import JournalService
 from journald.storage.checkpoint_base import MARKS
-from journald.storage.checkpoints_memory import MemoryCheckpointStore
-from journald.storage.memory import MemoryJournal, MemoryStore
+from journald.storage.memory import MemoryCheckpointStore, MemoryJournal, MemoryStore
 from journald.writer.gate import Incoming
 from tests.builders import FP, TS, assistant_payload, meta_payload, text
 
