@@ -145,7 +145,7 @@ def server_options(shares: FairShares) -> list[tuple[str, Any]]:
     return opts
 
 
-LONG_LIVED = frozenset({"Open", "AppendStream", "Watch"})
+LONG_LIVED = frozenset({"Open", "Leases", "AppendStream", "Watch"})
 """RPCs counted as streams (``max_streams_per_peer``), not as calls."""
 BACKGROUND_RPCS = frozenset({"Verify", "Load", "History", "Watch", "ExportCheckpoint"})
 """RPCs whose blocking reads run in the background class (``io_pool.background``)."""
