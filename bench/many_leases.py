@@ -17,7 +17,8 @@ leases are capped to what fits and the output says so; the shipped systemd unit 
    ``both`` (the default): the whole sequence once per mode, each on a new daemon, one after
    the other in this one run;
 4. the same 16-run benchmark beside the held leases;
-5. the leases ended; the benchmark alone again; threads, RSS, fds.
+5. the leases ended (once the daemon has closed their journals); the benchmark alone again;
+   threads, RSS, fds.
 The ratio compares step 4 with the mean of steps 2 and 5 (the disk's weather drifts).
 Goals (issue 14): threads <= 64, RSS <= 300 MB, ratio within 1.2x. ``--quick``: 200 leases,
 short benchmarks (the bench smoke test). Every process is stopped by its own pid.
@@ -45,6 +46,7 @@ FDS_SPARE = 400  # the daemon's own, the benchmark's runs and connections
 CHANNELS = 16  # per holder process: streams spread over several connections
 OPENS_IN_FLIGHT = 64  # per holder process
 HOLD_TIMEOUT_S = 900.0
+CLOSE_TIMEOUT_S = 300.0
 
 
 def proc_figures(pid: int) -> dict[str, float]:
@@ -213,12 +215,28 @@ def measure(
             out["held_after_bench"] = proc_figures(d.pid)
         finally:
             group.release()
+        # the daemon closes ended leases in the background (marks, snapshot, journal): the
+        # benchmark "after" runs once they are closed, so it measures the daemon alone again
+        t0 = time.perf_counter()
+        out["closed"] = wait_closed(d.pid, CLOSE_TIMEOUT_S)
+        out["close_s"] = time.perf_counter() - t0
         out["alone_after"] = run_agents(ctx, "unary", 16, d.target, tag="alone-after")
         out["after"] = proc_figures(d.pid)
     alone = (out["alone_before"]["rate"] + out["alone_after"]["rate"]) / 2
     out["alone_rate"] = alone
     out["ratio"] = alone / out["beside"]["rate"] if out["beside"]["rate"] else float("nan")
     return out
+
+
+def wait_closed(pid: int, timeout_s: float) -> bool:
+    """Whether the daemon's descriptors fell back below ``FDS_SPARE`` (its leases' journals
+    closed) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while proc_figures(pid)["fds"] >= FDS_SPARE:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)  # poll interval of this bounded wait
+    return True
 
 
 def _soft_nofile(pid: int) -> int:
@@ -255,7 +273,7 @@ def show(m: dict[str, Any]) -> str:
             fig("idle", m["idle"]),
             fig(f"{m['leases']:,} leases held", m["held"]),
             fig("leases held, after the benchmark", m["held_after_bench"]),
-            fig("leases ended", m["after"]),
+            fig(f"leases ended, closed in {m['close_s']:.1f} s", m["after"]),
             "16-run unary Append benchmark (bench/agent_procs.py):",
             bench("alone, before the leases", m["alone_before"]),
             bench(f"beside {m['leases']:,} leases", m["beside"]),
