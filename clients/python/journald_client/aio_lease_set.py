@@ -111,7 +111,7 @@ class _AsyncStream:
                 handle.end("stream_closed")
             self.book.leases = {}
             for waiter in self.book.waiting.values():
-                if not waiter.done():
+                if waiter is not None and not waiter.done():
                     waiter.set_exception(failure)
             self.book.waiting = {}
 
@@ -121,13 +121,18 @@ class _AsyncStream:
             if handle is not None:
                 handle.end(resp.ended.reason or "ended")
             return
-        if resp.HasField("lease"):  # registered here, before an `ended` can follow
+        waiter = self.book.waiting.pop(resp.request_id, None)
+        if resp.HasField("lease"):
+            if waiter is None:  # its open was cancelled meanwhile: hold nothing for no one
+                release = pb.ReleaseRequest(run_id=resp.run_id, lease_id=resp.lease.lease_id)
+                self._requests.put_nowait(self.book.request(None, release=release))
+                return
+            # registered here, before an `ended` can follow
             self.book.leases[resp.run_id] = AsyncStreamLease(self, resp.lease)
         elif resp.HasField("released"):
             gone = self.book.leases.pop(resp.run_id, None)
             if gone is not None:
                 gone.end("released")
-        waiter = self.book.waiting.pop(resp.request_id, None)
         if waiter is not None and not waiter.done():
             waiter.set_result(resp)
 
