@@ -20,18 +20,21 @@ hold one of them while this one holds the other); deleting the session deletes t
 subagent transcript can never be orphaned; ``list_subkeys`` is an index in the same fold; a
 resume reads one run; and a subpath (any string) never has to become a run id.
 
-**Entries are kept exactly.** Each ``append`` is one durable append of ``state`` records:
-the batch's entries as JSON lines (``json.dumps`` of what the SDK gave, keys in its order),
-under the transcript's namespace (``claude_agent.main``, or ``claude_agent.sub.<digest>`` for a
-subpath, the subpath itself kept in the ``claude_agent.subpaths`` index) and a key per batch,
-so every batch stays a live value: a fork of the run carries the whole transcript, and a prune
-never drops it. A batch is inline while it is small and the run's inline bytes stay under
-``INLINE_BUDGET_BYTES`` (so the run's fold, sent by every ``Open``, stays small); past that it
-is stored as run attachments (content-addressed, 8 MiB a part) the record names. ``load`` gives
-back what ``json.loads`` makes of those lines: the same values, keys in the same order. An
-entry whose ``uuid`` the transcript already holds is not stored again (the SDK's idempotency
-key: a retried batch may overlap one that landed). Main-transcript appends also write the
-session summary (``fold_session_summary``) in the same append; its ``mtime``, like
+**Entries are kept exactly.** Each ``append`` is one durable append of ``state`` records: the
+batch's entries as JSON lines (``json.dumps`` of what the SDK gave, keys in its order), keyed
+by batch number, so every batch stays a live value (a fork of the run carries the whole
+transcript; a prune never drops it). A transcript has two namespaces: ``<ns>.tail``, the
+recent batches inline, and ``<ns>``, segments in run attachments (content-addressed, 8 MiB a
+part), where ``<ns>`` is ``claude_agent.main`` or ``claude_agent.sub.<digest of the subpath>``
+(the subpath itself is kept in the ``claude_agent.subpaths`` index). When the tail would pass
+``TAIL_BUDGET_BYTES`` (or a batch is over ``INLINE_MAX_BYTES``), the tail and the new batch
+become one segment and the tail is emptied, in the same append: the run's fold, which every
+``Open`` and ``Fold`` carries whole, stays small however long the session, and a ``load`` is
+one ``Fold`` and a parallel read of a few segments. ``load`` gives back what ``json.loads``
+makes of those lines: the same values, keys in the same order. An entry whose ``uuid`` the
+transcript already holds is not stored again (the SDK's idempotency key: a retried batch may
+overlap one that landed); entries without a ``uuid`` always are. Main-transcript appends also
+write the session summary (``fold_session_summary``) in the same append; its ``mtime``, like
 ``list_sessions``'s, is the run's last record time.
 
 **The writer's lease is held while the SDK appends.** The first write of a session takes its
@@ -84,11 +87,11 @@ LABEL_SESSION = "claude_agent.session_id"
 LABEL_FIRST = "claude_agent.first_write"
 """``main`` or ``subagent``: which transcript created the run (a run made by a subagent write
 is listed only once its main transcript exists)."""
-INLINE_MAX_BYTES = 16 * 1024
-INLINE_BUDGET_BYTES = 256 * 1024
-"""A batch goes inline (one record, no attachment round trip) while it is at most
-``INLINE_MAX_BYTES`` and the run's inline bytes stay within this budget: every ``Open`` and
-``Fold`` of the run carries its inline state, so a long session must not make it large."""
+TAIL = ".tail"
+INLINE_MAX_BYTES = 64 * 1024
+TAIL_BUDGET_BYTES = 256 * 1024
+"""A transcript's inline tail stays within this (every ``Open`` and ``Fold`` of the run carries
+it); past it the tail becomes a segment in an attachment."""
 PART_MAX_BYTES = 8 * 1024 * 1024
 """The daemon's attachment limit: a batch above it is stored in parts."""
 LOAD_THREADS = 8
@@ -150,7 +153,8 @@ class _Writer:
     run: Run
     next_batch: dict[str, int] = field(default_factory=dict)
     uuids: dict[str, set[str]] = field(default_factory=dict)
-    inline_bytes: int = 0
+    tails: dict[str, bytes] = field(default_factory=dict)
+    tail_first: dict[str, int] = field(default_factory=dict)
     subpaths: set[str] = field(default_factory=set)
     summary: SessionSummaryEntry | None = None
     timer: threading.Timer | None = None
@@ -203,11 +207,14 @@ class JournaldSessionStore(SessionStore):
         except errors.JournaldError as exc:
             raise self._in_store_terms(exc, key) from exc
         writer = _Writer(run)
-        for e in run.state.state:
-            if e.namespace == NS_MAIN or e.namespace.startswith(NS_SUB_PREFIX):
+        for e in sorted(run.state.state, key=lambda e: e.key):
+            ns = e.namespace.removesuffix(TAIL)
+            if ns == NS_MAIN or ns.startswith(NS_SUB_PREFIX):
                 batch = int(e.key.split(".", 1)[0]) + 1
-                writer.next_batch[e.namespace] = max(writer.next_batch.get(e.namespace, 0), batch)
-                writer.inline_bytes += len(e.data)
+                writer.next_batch[ns] = max(writer.next_batch.get(ns, 0), batch)
+                if e.namespace.endswith(TAIL):
+                    writer.tails[ns] = writer.tails.get(ns, b"") + e.data
+                    writer.tail_first.setdefault(ns, batch - 1)
             elif e.namespace == NS_SUBPATHS:
                 writer.subpaths.add(e.key)
             elif e.namespace == NS_SUMMARY and e.key == SUMMARY_KEY:
@@ -267,9 +274,14 @@ class JournaldSessionStore(SessionStore):
         except errors.SessionNotFound:
             return None
 
-    def _read(self, run_id: str, entries: Sequence[StateEntry]) -> bytes:
-        """The batches' bytes in key order; attachment parts fetched a few at a time."""
-        ordered = sorted(entries, key=lambda e: e.key)
+    def _read(self, run_id: str, state: Sequence[StateEntry], ns: str) -> bytes | None:
+        """A transcript's bytes: its segments, then its tail, each in key order (segment parts
+        fetched a few at a time); None when it holds nothing."""
+        segments = sorted((e for e in state if e.namespace == ns), key=lambda e: e.key)
+        tail = sorted((e for e in state if e.namespace == ns + TAIL), key=lambda e: e.key)
+        ordered = segments + tail
+        if not ordered:
+            return None
         remote = [e.sha256 for e in ordered if not e.inline]
         fetched: dict[str, bytes] = {}
         if remote:
@@ -283,11 +295,8 @@ class JournaldSessionStore(SessionStore):
         state = self._fold_state(run_id)
         if state is None:
             return None
-        ns = namespace_for(key.get("subpath"))
-        mine = [e for e in state if e.namespace == ns]
-        if not mine:
-            return None
-        return decode_entries(self._read(run_id, mine))
+        data = self._read(run_id, state, namespace_for(key.get("subpath")))
+        return None if data is None else decode_entries(data)
 
     def _sessions(self, project_key: str) -> list[tuple[RunInfo, int]]:
         """This store's sessions of ``project_key`` that have a main transcript, with their
@@ -299,7 +308,7 @@ class JournaldSessionStore(SessionStore):
                 continue
             if labels.get(LABEL_FIRST) == "subagent":
                 state = self._fold_state(info.run_id) or []
-                if not any(e.namespace == NS_MAIN for e in state):
+                if not any(e.namespace.removesuffix(TAIL) == NS_MAIN for e in state):
                     continue
             out.append((info, _epoch_ms(info.updated or info.created)))
         return out
@@ -351,20 +360,27 @@ class JournaldSessionStore(SessionStore):
             return
         body = encode_entries(fresh)
         batch = writer.next_batch.get(ns, 0)
+        tail = writer.tails.get(ns, b"")
         records: list[Entry] = []
-        inline = len(body) <= INLINE_MAX_BYTES
-        if inline and writer.inline_bytes + len(body) <= INLINE_BUDGET_BYTES:
-            records.append(Entry.state(ns, batch_key(batch, 0), VALUE_TYPE, body))
-        else:
-            inline = False
-            for part, start in enumerate(range(0, len(body), PART_MAX_BYTES)):
-                chunk = body[start : start + PART_MAX_BYTES]
+        if len(body) <= INLINE_MAX_BYTES and len(tail) + len(body) <= TAIL_BUDGET_BYTES:
+            records.append(Entry.state(ns + TAIL, batch_key(batch, 0), VALUE_TYPE, body))
+            if not tail:
+                writer.tail_first[ns] = batch
+            tail += body
+        else:  # the tail and this batch become one segment, keyed by the first batch in it
+            first = writer.tail_first.get(ns, batch) if tail else batch
+            segment = tail + body
+            for part, start in enumerate(range(0, len(segment), PART_MAX_BYTES)):
+                chunk = segment[start : start + PART_MAX_BYTES]
                 ref = self.client.put_attachment(run_id, chunk, "application/jsonl")
                 records.append(
                     Entry.state(
-                        ns, batch_key(batch, part), VALUE_TYPE, sha256=ref.sha256, size=ref.size
+                        ns, batch_key(first, part), VALUE_TYPE, sha256=ref.sha256, size=ref.size
                     )
                 )
+            if tail:
+                records.append(Entry.state(ns + TAIL, "", deleted=True))
+            tail = b""
         summary: SessionSummaryEntry | None = None
         if subpath is not None and subpath not in writer.subpaths:
             records.append(Entry.state(NS_SUBPATHS, subpath, "text", ns.encode()))
@@ -375,7 +391,7 @@ class JournaldSessionStore(SessionStore):
             records.append(Entry.state(NS_SUMMARY, SUMMARY_KEY, "json", data))
         writer.run.append_many(records)
         writer.next_batch[ns] = batch + 1
-        writer.inline_bytes += len(body) if inline else 0
+        writer.tails[ns] = tail
         if subpath is not None:
             writer.subpaths.add(subpath)
         if summary is not None:
@@ -385,8 +401,8 @@ class JournaldSessionStore(SessionStore):
         """The uuids the transcript holds: read once per lease (the lease keeps them true)."""
         known = writer.uuids.get(ns)
         if known is None:
-            stored = [e for e in writer.run.state.state if e.namespace == ns]
-            entries = decode_entries(self._read(run_id, stored)) if stored else []
+            data = self._read(run_id, writer.run.state.state, ns)
+            entries = decode_entries(data) if data is not None else []
             known = {u for e in entries if isinstance(u := e.get("uuid"), str)}
             writer.uuids[ns] = known
         return known
@@ -404,13 +420,14 @@ class JournaldSessionStore(SessionStore):
                 return
             state = self._fold_state(run_id)
             ns = namespace_for(subpath)
-            if state is None or not any(e.namespace in (ns, NS_SUBPATHS) for e in state):
+            if state is None or not any(e.namespace in (ns, ns + TAIL, NS_SUBPATHS) for e in state):
                 return  # never written: nothing to delete, and no run made to say so
             writer = self._writer(key)
             try:
                 writer.run.append_many(
                     [
                         Entry.state(ns, "", deleted=True),
+                        Entry.state(ns + TAIL, "", deleted=True),
                         Entry.state(NS_SUBPATHS, subpath, deleted=True),
                     ]
                 )
@@ -419,6 +436,7 @@ class JournaldSessionStore(SessionStore):
                 raise self._in_store_terms(exc, key) from exc
             writer.subpaths.discard(subpath)
             writer.next_batch.pop(ns, None)
+            writer.tails.pop(ns, None)
             writer.uuids[ns] = set()  # the Open's state still shows what was deleted
             self._idle_soon(run_id, writer)
 
