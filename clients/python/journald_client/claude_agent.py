@@ -50,12 +50,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from socket import gethostname
 from typing import TypeVar, cast
 
 import anyio.to_thread
@@ -101,6 +103,11 @@ FINGERPRINT: Fingerprint = compute(
 T = TypeVar("T")
 
 
+def _utf8(text: str) -> bytes:
+    """Bytes to hash: any string, a lone surrogate included."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 def run_id_for(prefix: str, project_key: str, session_id: str) -> str:
     """The run of a session: ``ca-<12 hex of (prefix, project)>-<session id>``, or
     ``ca-<40 hex of all three>`` when the session id would not make a valid run id."""
@@ -109,12 +116,12 @@ def run_id_for(prefix: str, project_key: str, session_id: str) -> str:
             "a Claude Agent session key needs a session_id; nothing was read or written",
             metadata={"field": "session_id", "project_key": project_key},
         )
-    scope = hashlib.sha256(f"{prefix}\0{project_key}".encode()).hexdigest()[:12]
+    scope = hashlib.sha256(_utf8(f"{prefix}\0{project_key}")).hexdigest()[:12]
     candidate = f"ca-{scope}-{session_id}"
     safe = all(c.isascii() and (c.isalnum() or c in "-_") for c in session_id)
     if safe and len(candidate) <= 128:
         return candidate
-    digest = hashlib.sha256(f"{prefix}\0{project_key}\0{session_id}".encode()).hexdigest()
+    digest = hashlib.sha256(_utf8(f"{prefix}\0{project_key}\0{session_id}")).hexdigest()
     return f"ca-{digest[:40]}"
 
 
@@ -123,14 +130,20 @@ def namespace_for(subpath: str | None) -> str:
     subpath is any string; a namespace is at most 256 characters)."""
     if not subpath:
         return NS_MAIN
-    return NS_SUB_PREFIX + hashlib.sha256(subpath.encode()).hexdigest()[:32]
+    return NS_SUB_PREFIX + hashlib.sha256(_utf8(subpath)).hexdigest()[:32]
 
 
 def encode_entries(entries: Iterable[SessionStoreEntry]) -> bytes:
-    """One JSON line per entry, exactly as ``json.dumps`` writes what the SDK gave."""
-    return b"".join(
-        json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for e in entries
-    )
+    """One JSON line per entry, as ``json.dumps`` writes what the SDK gave (UTF-8; an entry
+    holding a lone surrogate, which UTF-8 cannot carry, as ASCII with ``\\u`` escapes)."""
+    lines = []
+    for e in entries:
+        text = json.dumps(e, ensure_ascii=False, separators=(",", ":"))
+        try:
+            lines.append(text.encode() + b"\n")
+        except UnicodeEncodeError:
+            lines.append(json.dumps(e, separators=(",", ":")).encode() + b"\n")
+    return b"".join(lines)
 
 
 def decode_entries(data: bytes) -> list[SessionStoreEntry]:
@@ -255,11 +268,19 @@ class JournaldSessionStore(SessionStore):
         if isinstance(exc, errors.Locked):
             who = f"pid {exc.holder_pid}" if exc.holder_pid else "another process"
             host = f" on {exc.holder_host}" if exc.holder_host else ""
+            fix = (
+                "Let that process finish (or release the session), or resume the session "
+                "under a new id"
+            )
+            if exc.holder_pid == os.getpid() and exc.holder_host in ("", gethostname()):
+                fix = (
+                    "It is this process: another JournaldSessionStore holds the session; "
+                    "share one store, or close (or release) the other one first"
+                )
             message = (
                 f"the {where} is being mirrored by {who}{host}"
                 f"{f' ({exc.holder_name})' if exc.holder_name else ''}: this batch was not "
-                "stored. Let that process finish (or release the session), or resume the "
-                "session under a new id"
+                f"stored. {fix}"
             )
         else:
             message = f"the {where} could not be stored ({exc.code}: {exc.message})"

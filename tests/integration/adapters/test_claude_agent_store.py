@@ -30,7 +30,7 @@ KEY: SessionKey = {"project_key": "-srv-app", "session_id": "0b7e-long"}
 def turn(n: int, size: int = 4000) -> list[Any]:
     return [
         {"type": "user", "uuid": f"u{n}", "message": {"content": f"step {n} " + "x" * size}},
-        {"type": "assistant", "uuid": f"a{n}", "z": n / 7, "message": {"content": "ok ☃"}},
+        {"type": "assistant", "uuid": f"a{n}", "z": n / 7, "message": {"content": "ok ☃ \ud83d"}},
         {"type": "last-prompt", "lastPrompt": f"step {n}"},
     ]
 
@@ -102,7 +102,7 @@ def test_refusals_name_the_session_and_change_nothing(daemon: Daemon) -> None:
                         await other.delete(key)
                     with pytest.raises(errors.Locked):
                         await other.delete({**key, "subpath": "subagents/agent-1"})
-                    with pytest.raises(errors.Locked):
+                    with pytest.raises(errors.Locked, match="It is this process"):
                         await other.append(key, turn(1, 10))
                     assert text(await other.load(key)) == text(turn(0, 10))
                 await holder.delete(key)
