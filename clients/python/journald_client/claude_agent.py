@@ -199,7 +199,10 @@ class JournaldSessionStore(SessionStore):
     # --- plumbing ---------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[[], T]) -> T:
-        return await anyio.to_thread.run_sync(fn)
+        # A cancelled call (the SDK's per-append and per-load timeouts) returns at once and
+        # its thread finishes on its own: an append may still land, as the SDK expects of a
+        # timed-out one (it does not retry those), and the next one waits for it (the lock).
+        return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
 
     def _run_id(self, key: SessionKey | SessionListSubkeysKey) -> str:
         return run_id_for(self.prefix, key["project_key"], key["session_id"])

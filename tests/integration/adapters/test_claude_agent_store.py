@@ -1,13 +1,18 @@
 """``JournaldSessionStore`` beyond the SDK's suite, against a real daemon: a long session's
 inline tail rolls into attachment segments (the run's fold stays small) and reads back
 exactly in a new store, uuids already stored are not stored twice, the lease is given back
-when idle, and refusals (a key without a session id, a delete of a session another store
-mirrors) name what happened and change nothing."""
+when idle, a hung daemon costs the SDK's mirror no more than its own timeout, and refusals
+(a key without a session id, a delete of a session another store mirrors) name what happened
+and change nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import threading
+from pathlib import Path
 from typing import Any
 
 import journald_client as jc
@@ -109,3 +114,53 @@ def test_refusals_name_the_session_and_change_nothing(daemon: Daemon) -> None:
                 assert await holder.load(key) is None
 
     asyncio.run(go())
+
+
+def test_a_hung_daemon_costs_the_sdk_mirror_its_timeout_and_the_late_append_lands_in_order(
+    tmp_path: Path,
+) -> None:
+    from claude_agent_sdk._internal.transcript_mirror_batcher import TranscriptMirrorBatcher
+
+    key: SessionKey = {"project_key": "p", "session_id": "hung"}
+    path = str(tmp_path / "projects" / "p" / "hung.jsonl")
+    reported: list[str] = []
+
+    async def report(_key: Any, error: str) -> None:
+        reported.append(error)
+
+    with Daemon(tmp_path, "file") as own, jc.connect(str(own.socket)) as client:
+
+        async def go() -> list[Any] | None:
+            async with JournaldSessionStore(client, prefix="hung") as store:
+                batcher = TranscriptMirrorBatcher(
+                    store=store,
+                    projects_dir=str(tmp_path / "projects"),
+                    on_error=report,
+                    send_timeout=0.5,
+                )
+                batcher.enqueue(path, turn(0, 10))
+                await batcher.flush()
+                os.kill(own.pid, signal.SIGSTOP)
+                woken = threading.Event()
+
+                def wake() -> None:  # should the flush wait for the daemon, end the wait
+                    woken.set()
+                    os.kill(own.pid, signal.SIGCONT)
+
+                watchdog = threading.Timer(20, wake)
+                watchdog.start()
+                try:
+                    batcher.enqueue(path, turn(1, 10))
+                    await batcher.flush()  # returns at the SDK's timeout, the daemon still hung
+                    assert not woken.is_set(), "the flush waited for the daemon"
+                    assert len(reported) == 1
+                finally:
+                    watchdog.cancel()
+                    os.kill(own.pid, signal.SIGCONT)
+                batcher.enqueue(path, turn(2, 10))
+                await batcher.flush()
+                return await store.load(key)
+
+        loaded = asyncio.run(go())
+    assert len(reported) == 1, reported
+    assert text(loaded) == text(turn(0, 10) + turn(1, 10) + turn(2, 10))
