@@ -136,12 +136,18 @@ def test_a_killed_agent_resumes_on_another_host_from_journald(
         session = first.wait_for("SESSION ").split()[1]
         key = {"project_key": project_key_for_directory(str(work)), "session_id": session}
         # the tool's result reached the model (whose answer never comes) and journald
-        wait_until(lambda: len(api.main_requests()) >= 2, what="the model call after the tool")
+        wait_until(
+            lambda: len(api.main_requests()) >= 2,
+            what="the model call after the tool",
+            timeout_s=90,
+        )
 
         def result_mirrored() -> bool:
             return any(_has_tool_result(e) for e in load(hosts["b"].socket, key))
 
-        wait_until(result_mirrored, what="the tool result mirrored, read through host B")
+        wait_until(
+            result_mirrored, what="the tool result mirrored, read through host B", timeout_s=90
+        )
 
         second = agent("second", "b", RESUMED_PROMPT, "--resume", session)
         refused = second.wait_for("MIRROR-ERROR ")
