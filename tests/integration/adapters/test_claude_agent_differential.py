@@ -30,7 +30,7 @@ pytestmark = pytest.mark.shared_daemon("file")
 PROJECTS = ("p", "q")
 SESSIONS = ("s1", "s2")
 SUBPATHS = (None, "subagents/agent-1", "subagents/agent-2")
-SIZE = MachineRun(30, 12) if PROFILE == "ci" else MachineRun(15, 12)
+SIZE = MachineRun(24, 12) if PROFILE == "ci" else MachineRun(12, 12)
 """Each step compares the transcript it touched; reading every transcript and listing (~40
 calls) is a rule of its own, drawn as often as the others, not an invariant after each step."""
 
