@@ -12,7 +12,10 @@ file store) and, as the cost of local durability, a JSON-lines file with an fsyn
   run attachments).
 
     .venv/bin/python bench/bench_claude_agent.py [--turns 300] [--loads 20] [--quick]
-        [--json out.json]
+        [--jetstream] [--json out.json]
+
+``--jetstream`` adds ``JournaldSessionStore`` on a daemon of a JetStream stream (a local
+nats-server with ``sync_interval: always``), the store hosts share.
 
 ``--quick`` (60 turns, 5 loads) finishes in well under a minute.
 """
@@ -27,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +139,7 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--loads", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="60 turns, 5 loads")
+    ap.add_argument("--jetstream", action="store_true", help="also journald on JetStream")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.quick:
@@ -145,26 +150,36 @@ def main() -> int:
     from tests.daemon import Daemon
 
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-claude-agent-") as d:
+    with tempfile.TemporaryDirectory(prefix="bench-claude-agent-") as d, ExitStack() as stack:
         tmp = Path(d)
-        daemon = Daemon(tmp, "file").start()
-        try:
+        daemons = {"JournaldSessionStore": Daemon(tmp / "file", "file")}
+        if args.jetstream:
+            from tests.nats_server import NatsServer, create_stream
 
-            async def all_stores() -> None:
+            nats = NatsServer(tmp / "nats")
+            nats.start()
+            stack.callback(nats.stop)
+            asyncio.run(create_stream(nats.url, "BENCH", "bench"))
+            jetstream = ("--nats-url", nats.url, "--stream", "BENCH")
+            daemons["JournaldSessionStore (JetStream)"] = Daemon(
+                tmp / "js", "jetstream", *jetstream
+            )
+        for daemon in daemons.values():
+            daemon.tmp_path.mkdir()
+            stack.enter_context(daemon)
+
+        async def all_stores() -> None:
+            for name, daemon in daemons.items():
                 async with JournaldSessionStore(socket=str(daemon.socket)) as journald:
-                    results["JournaldSessionStore"] = await one_store(
-                        journald, args.turns, args.loads
-                    )
-                results["InMemorySessionStore"] = await one_store(
-                    InMemorySessionStore(), args.turns, args.loads
-                )
-                results["JSONL file + fsync"] = await one_store(
-                    JsonlFileStore(tmp / "jsonl"), args.turns, args.loads
-                )
+                    results[name] = await one_store(journald, args.turns, args.loads)
+            results["InMemorySessionStore"] = await one_store(
+                InMemorySessionStore(), args.turns, args.loads
+            )
+            results["JSONL file + fsync"] = await one_store(
+                JsonlFileStore(tmp / "jsonl"), args.turns, args.loads
+            )
 
-            asyncio.run(all_stores())
-        finally:
-            daemon.stop()
+        asyncio.run(all_stores())
     print(f"| store | operation | calls/s | entries/s | p50 ms | p99 ms |  (turns={args.turns})")
     print("|---|---|---:|---:|---:|---:|")
     for system, ops in results.items():
