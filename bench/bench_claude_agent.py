@@ -9,7 +9,9 @@ file store) and, as the cost of local durability, a JSON-lines file with an fsyn
 * ``load``: the whole session read back, ``--loads`` times (what a resume on another host
   does first), latency and entries/s; for journald both a short session (the first turns,
   inline in the run's fold) and the long one (most batches past the inline budget, read from
-  run attachments).
+  run attachments);
+* ``list_sessions`` and ``list_session_summaries`` of a project of ``--sessions`` sessions
+  (the JSON-lines reference has no listing).
 
     .venv/bin/python bench/bench_claude_agent.py [--turns 300] [--loads 20] [--quick]
         [--jetstream] [--json out.json]
@@ -17,7 +19,7 @@ file store) and, as the cost of local durability, a JSON-lines file with an fsyn
 ``--jetstream`` adds ``JournaldSessionStore`` on a daemon of a JetStream stream (a local
 nats-server with ``sync_interval: always``), the store hosts share.
 
-``--quick`` (60 turns, 5 loads) finishes in well under a minute.
+``--quick`` (60 turns, 5 loads, 50 sessions) finishes in well under a minute.
 """
 
 from __future__ import annotations
@@ -119,7 +121,31 @@ async def timed(fn: Callable[[], Awaitable[Any]], n: int, per_call: int) -> dict
     }
 
 
-async def one_store(store: Any, turns: int, loads: int) -> dict[str, dict[str, float]]:
+async def listing(store: Any, sessions: int, loads: int) -> dict[str, dict[str, float]]:
+    """``list_sessions`` and ``list_session_summaries`` of a project of ``sessions`` sessions
+    of one turn each (what the SDK's session listing asks of a store)."""
+    if not hasattr(store, "list_session_summaries"):
+        return {}
+    for n in range(sessions):
+        key = {"project_key": "-bench-many", "session_id": f"s{n}"}
+        await store.append(key, turn(0))
+        if hasattr(store, "release"):  # a lister holds none of them (the daemon's List costs
+            await store.release(key)  # several times more per run while its lease is held)
+    out = {}
+    for op in ("list_sessions", "list_session_summaries"):
+        method: Callable[[str], Awaitable[list[Any]]] = getattr(store, op)
+        got = await method("-bench-many")
+        assert len(got) == sessions, (op, len(got))
+
+        def call(method: Callable[[str], Awaitable[list[Any]]] = method) -> Awaitable[Any]:
+            return method("-bench-many")
+
+        out[f"{op} ({sessions} sessions)"] = await timed(call, loads, sessions)
+    return out
+
+
+async def one_store(store: Any, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    turns, loads = args.turns, args.loads
     counter = iter(range(turns))
     out = {"append": await timed(lambda: store.append(KEY, turn(next(counter))), turns, 6)}
     got = await store.load(KEY)
@@ -131,19 +157,20 @@ async def one_store(store: Any, turns: int, loads: int) -> dict[str, dict[str, f
     out[f"load ({SHORT_TURNS} turns)"] = await timed(
         lambda: store.load(SHORT), loads, 6 * SHORT_TURNS
     )
-    return out
+    return {**out, **await listing(store, args.sessions, loads)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--loads", type=int, default=20)
-    ap.add_argument("--quick", action="store_true", help="60 turns, 5 loads")
+    ap.add_argument("--sessions", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="60 turns, 5 loads, 50 sessions")
     ap.add_argument("--jetstream", action="store_true", help="also journald on JetStream")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.quick:
-        args.turns, args.loads = 60, 5
+        args.turns, args.loads, args.sessions = 60, 5, 50
     from claude_agent_sdk import InMemorySessionStore
     from journald_client.claude_agent import JournaldSessionStore
 
@@ -171,13 +198,9 @@ def main() -> int:
         async def all_stores() -> None:
             for name, daemon in daemons.items():
                 async with JournaldSessionStore(socket=str(daemon.socket)) as journald:
-                    results[name] = await one_store(journald, args.turns, args.loads)
-            results["InMemorySessionStore"] = await one_store(
-                InMemorySessionStore(), args.turns, args.loads
-            )
-            results["JSONL file + fsync"] = await one_store(
-                JsonlFileStore(tmp / "jsonl"), args.turns, args.loads
-            )
+                    results[name] = await one_store(journald, args)
+            results["InMemorySessionStore"] = await one_store(InMemorySessionStore(), args)
+            results["JSONL file + fsync"] = await one_store(JsonlFileStore(tmp / "jsonl"), args)
 
         asyncio.run(all_stores())
     print(f"| store | operation | calls/s | entries/s | p50 ms | p99 ms |  (turns={args.turns})")
@@ -190,7 +213,7 @@ def main() -> int:
             )
     jd = results["JournaldSessionStore"]
     for other in ("InMemorySessionStore", "JSONL file + fsync"):
-        for op in jd:
+        for op in [op for op in jd if op in results[other]]:
             ratio = jd[op]["p50_ms"] / results[other][op]["p50_ms"]
             print(f"journald / {other} p50, {op}: {ratio:.1f}x")
     if args.json:
