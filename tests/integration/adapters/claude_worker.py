@@ -50,7 +50,7 @@ async def main() -> None:
             resume=args.resume,
             session_store=store,
             session_store_flush="eager",
-            allowed_tools=["Read"],
+            allowed_tools=["Read", "Agent", "Task"],
             max_turns=4,
         )
         async for message in query(prompt=args.prompt, options=options):

@@ -2,8 +2,9 @@
 tests (``ANTHROPIC_BASE_URL=server.url``). It streams (server-sent events) what a script
 decides from each request, and keeps every request body for the test to inspect.
 
-The script of the end-to-end test: the first turn asks for one ``Read`` tool call; the model
-call after its result never answers (the agent is killed there); a later prompt naming
+The script of the end-to-end test: the first turn asks for a subagent (the ``Agent`` tool,
+whose own model call gets a text answer), then for one ``Read`` tool call; the model call
+after the read's result never answers (the agent is killed there); a later prompt naming
 ``RESUMED_PROMPT`` gets a final text. Side calls (no tools offered: titles, summaries) get a
 short text."""
 
@@ -16,6 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TOOL_USE_ID = "toolu_e2e_read_1"
+SUBAGENT_ID = "toolu_e2e_agent_1"
+SUBAGENT_PROMPT = "Look at the directory and report what is there."
+SUBAGENT_TEXT = "The subagent looked: one file, notes.txt."
 FIRST_PROMPT = "Read the file notes.txt and tell me what it says."
 RESUMED_PROMPT = "Are you still there? Summarise what you read."
 FINAL_TEXT = "Still here: the file says the journal survived."
@@ -134,9 +138,11 @@ class ScriptedMessagesApi:
             return [{"type": "text", "text": "Session notes"}], "end_turn"
         if any(RESUMED_PROMPT in t for t in texts):
             return [{"type": "text", "text": FINAL_TEXT}], "end_turn"
+        if messages and any(SUBAGENT_PROMPT in t for t in _texts(messages[0])):
+            return [{"type": "text", "text": SUBAGENT_TEXT}], "end_turn"  # the subagent's call
         if TOOL_USE_ID in answered:
             return None
-        if any(FIRST_PROMPT in t for t in texts):
+        if SUBAGENT_ID in answered:
             call = {
                 "type": "tool_use",
                 "id": TOOL_USE_ID,
@@ -144,6 +150,18 @@ class ScriptedMessagesApi:
                 "input": {"file_path": self.read_path},
             }
             return [{"type": "text", "text": "Reading it."}, call], "tool_use"
+        if any(FIRST_PROMPT in t for t in texts):
+            agent = {
+                "type": "tool_use",
+                "id": SUBAGENT_ID,
+                "name": "Agent" if "Agent" in offered else "Task",
+                "input": {
+                    "description": "Look around",
+                    "prompt": SUBAGENT_PROMPT,
+                    "subagent_type": "general-purpose",
+                },
+            }
+            return [agent], "tool_use"
         return [{"type": "text", "text": "ok"}], "end_turn"
 
     def main_requests(self) -> list[dict[str, Any]]:

@@ -1,13 +1,15 @@
 """The bundled ``claude`` CLI, run by the Claude Agent SDK's ``query()`` in real processes
 against a scripted Messages API on loopback, mirroring its session to journald on JetStream:
 
-* host A's agent asks for a ``Read`` tool call; the result is mirrored, and the agent is
-  killed (``kill -9``, CLI and all) while its next model call is in flight;
+* host A's agent runs a subagent (its transcript mirrored under a subpath), then asks for a
+  ``Read`` tool call; the result is mirrored, and the agent is killed (``kill -9``, CLI and
+  all) while its next model call is in flight;
 * before that, host B's agent resuming the same session is refused by the lease A holds,
   and the SDK reports it as a ``MirrorErrorMessage`` naming A's process;
 * after it, host C (another daemon on the same stream, an empty config dir) resumes the
-  session from journald: every entry A's store acknowledged is there, and the model is sent
-  the tool call with its result (no orphan call), then the new prompt."""
+  session from journald: every entry A's store acknowledged is there, in the main and the
+  subagent transcripts, and the model is sent both tool calls with their results (no orphan
+  call), then the new prompt."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ from tests.integration.adapters.scripted_messages_api import (
     FINAL_TEXT,
     FIRST_PROMPT,
     RESUMED_PROMPT,
+    SUBAGENT_ID,
+    SUBAGENT_TEXT,
     TOOL_USE_ID,
     ScriptedMessagesApi,
 )
@@ -74,8 +78,14 @@ class Agent:
 
         return eventually(find, what=f"{prefix!r} from the agent", timeout_s=timeout_s)
 
-    def acked(self) -> list[str]:
-        return [u for line in self.lines() if line.startswith("ACKED ") for u in line.split()[2:]]
+    def acked(self, transcript: str = "main") -> list[str]:
+        """The uuids of the entries the store acknowledged for one transcript."""
+        return [
+            u
+            for line in self.lines()
+            if line.startswith("ACKED ") and line.split()[1] == transcript
+            for u in line.split()[2:]
+        ]
 
     def kill9(self) -> None:
         if self.popen.poll() is None:
@@ -97,6 +107,14 @@ def load(socket: Path, key: Any) -> list[Any]:
             return await store.load(key)
 
     return asyncio.run(read()) or []
+
+
+def subkeys(socket: Path, key: Any) -> list[str]:
+    async def read() -> list[str]:
+        async with JournaldSessionStore(socket=str(socket)) as store:
+            return await store.list_subkeys(key)
+
+    return asyncio.run(read())
 
 
 def test_a_killed_agent_resumes_on_another_host_from_journald(
@@ -135,9 +153,9 @@ def test_a_killed_agent_resumes_on_another_host_from_journald(
         first = agent("first", "a", FIRST_PROMPT)
         session = first.wait_for("SESSION ").split()[1]
         key = {"project_key": project_key_for_directory(str(work)), "session_id": session}
-        # the tool's result reached the model (whose answer never comes) and journald
+        # the subagent ran, the read's result reached the model (whose answer never comes)
         wait_until(
-            lambda: len(api.main_requests()) >= 2,
+            lambda: len(api.main_requests()) >= 3,
             what="the model call after the tool",
             timeout_s=90,
         )
@@ -156,6 +174,10 @@ def test_a_killed_agent_resumes_on_another_host_from_journald(
         second.wait_for("DONE")
         acked = first.acked()
         stored_before = load(hosts["b"].socket, key)
+        subpaths = subkeys(hosts["b"].socket, key)
+        assert subpaths
+        assert all(p.startswith("subagents/agent-") for p in subpaths)
+        sub_acked = {p: first.acked(p) for p in subpaths}
 
         first.kill9()
         with jc.connect(str(hosts["b"].socket)) as client:
@@ -170,6 +192,11 @@ def test_a_killed_agent_resumes_on_another_host_from_journald(
         assert not [line for line in third.lines() if line.startswith("MIRROR-ERROR")]
 
         stored = load(hosts["a"].socket, key)
+        subagents = {p: load(hosts["a"].socket, {**key, "subpath": p}) for p in subpaths}
+        assert subkeys(hosts["a"].socket, key) == subpaths
+    for p, entries in subagents.items():  # every subagent transcript, whole, on host A
+        assert set(sub_acked[p]) <= {e.get("uuid") for e in entries}, p
+    assert any(SUBAGENT_TEXT in str(e.get("message")) for es in subagents.values() for e in es)
     uuids = [e.get("uuid") for e in stored]
     assert acked
     assert set(acked) <= set(uuids), "an acknowledged entry was lost"
@@ -193,7 +220,7 @@ def test_a_killed_agent_resumes_on_another_host_from_journald(
         for b in _blocks(m)
         if b.get("type") == "tool_result"
     ]
-    assert calls == [TOOL_USE_ID]
+    assert calls == [SUBAGENT_ID, TOOL_USE_ID]
     assert answered == calls
     assert "the journal survived" in str(sent)
     assert FIRST_PROMPT in str(sent[0])
