@@ -1,0 +1,129 @@
+"""The pure core (every module of ``journald/core/``) must not do I/O."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[3] / "journald" / "core"
+CORE = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
+FORBIDDEN = {
+    "os",
+    "io",
+    "asyncio",
+    "grpc",
+    "nats",
+    "aiofiles",
+    "socket",
+    "pathlib",
+    "shutil",
+    "subprocess",
+    "tempfile",
+    "threading",
+    "select",
+    "selectors",
+    "mmap",
+    "fcntl",
+    "sqlite3",
+    "urllib",
+    "http",
+    "requests",
+    "importlib",
+    "builtins",
+    "sys",
+    "time",
+    "datetime",
+    "random",
+    "journald_client",
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text("utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"open", "__import__"}:
+            names.add(node.func.id)  # type: ignore[attr-defined]
+    return names
+
+
+def _journald_imports(path: Path, package: str = "journald.core") -> set[str]:
+    """Every ``journald`` module the file imports, spelled in full: ``import journald.x``,
+    ``from journald.x import y``, ``from journald import x`` (``journald.x``) and relative
+    imports resolved against ``package``."""
+    tree = ast.parse(path.read_text("utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "journald")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            if base.split(".")[0] != "journald":
+                continue
+            if base in ("journald", package):  # ``from journald.core import fold``: a module
+                found.update(f"{base}.{a.name}" for a in node.names)
+            else:
+                found.add(base)
+    return found
+
+
+def _outside_the_core(path: Path) -> set[str]:
+    """The ``journald`` modules ``path`` imports that are not modules of ``journald/core``."""
+
+    def inside(name: str) -> bool:
+        parts = name.split(".")
+        return parts[:2] == ["journald", "core"] and (len(parts) == 2 or parts[2] in CORE)
+
+    return {name for name in _journald_imports(path) if not inside(name)}
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_module_imports_nothing_that_does_io(module: str) -> None:
+    names = _imports(PKG / f"{module}.py")
+    assert not names & (FORBIDDEN | {"open", "__import__"}), names & FORBIDDEN
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_modules_import_only_other_core_modules(module: str) -> None:
+    outside = _outside_the_core(PKG / f"{module}.py")
+    assert not outside, f"journald/core/{module}.py imports {sorted(outside)}"
+
+
+def test_the_io_check_would_catch_a_forbidden_import(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("import os.path\nfrom asyncio import sleep\nx = open('f')\n")
+    assert {"os", "asyncio", "open"} <= _imports(sneaky)
+
+
+def test_the_dependency_check_would_catch_an_import_from_outside_the_core(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text(
+        "import journald.server.runs\n"
+        "from journald import telemetry\n"
+        "from journald.storage.base import Store\n"
+        "from ..view import model\n"
+        "from . import fold\n"
+        "from journald.core import paging\n"
+        "from journald.core.records import Record\n"
+    )
+    assert _outside_the_core(sneaky) == {
+        "journald.server.runs",
+        "journald.telemetry",
+        "journald.storage.base",
+        "journald.view",
+    }
+
+
+def test_the_core_holds_the_modules_the_design_calls_pure() -> None:
+    assert {"records", "fold", "fingerprint", "governance", "errors", "admission", "paging"} <= set(
+        CORE
+    )
