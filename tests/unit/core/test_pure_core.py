@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.import_graph import journald_imports
+
 PKG = Path(__file__).resolve().parents[3] / "journald" / "core"
 CORE = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
 FORBIDDEN = {
@@ -53,29 +55,6 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def _journald_imports(path: Path, package: str = "journald.core") -> set[str]:
-    """Every ``journald`` module the file imports, spelled in full: ``import journald.x``,
-    ``from journald.x import y``, ``from journald import x`` (``journald.x``) and relative
-    imports resolved against ``package``."""
-    tree = ast.parse(path.read_text("utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] == "journald")
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            if base.split(".")[0] != "journald":
-                continue
-            if base in ("journald", package):  # ``from journald.core import fold``: a module
-                found.update(f"{base}.{a.name}" for a in node.names)
-            else:
-                found.add(base)
-    return found
-
-
 def _outside_the_core(path: Path) -> set[str]:
     """The ``journald`` modules ``path`` imports that are not modules of ``journald/core``."""
 
@@ -83,7 +62,7 @@ def _outside_the_core(path: Path) -> set[str]:
         parts = name.split(".")
         return parts[:2] == ["journald", "core"] and (len(parts) == 2 or parts[2] in CORE)
 
-    return {name for name in _journald_imports(path) if not inside(name)}
+    return {name for name in journald_imports(path, "journald.core") if not inside(name)}
 
 
 @pytest.mark.parametrize("module", CORE)
