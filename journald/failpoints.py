@@ -46,7 +46,7 @@ acknowledged every record, the journal has not advanced); by its object buckets
 checkpoint, mark or attachment acknowledged, its meta message not yet published).
 
 Points of checkpoints (``journald.storage.checkpoints_file`` and ``checkpoints_memory``,
-``journald.server.checkpoints``): ``cp_before_write`` (nothing of the checkpoint written yet),
+``journald.server.checkpoint_service``): ``cp_before_write`` (nothing of it written yet),
 ``cp_after_temp_write`` (temp file written and synced, not renamed), ``cp_after_rename``
 (renamed in, directory not yet synced), ``op_after_checkpoint`` (compaction/restore: the
 pre-operation checkpoint is durable, no rebase yet), ``op_after_rebase`` (the rebase is

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from journald_client import RecoverResult
 
 from journald.cli.commands import EXIT_OK, Command, Context
-from journald.replay import one_line
+from journald.cli.replay import one_line
 
 
 def _add_recover(p: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ from journald.clock import utc_ts
 from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
+from journald.core.schema import validate_record
 from journald.storage.base import QuarantineReport, RepairReport
 from journald.storage.file_journal import OpenState, read_file, unique_path
 from journald.storage.file_reads import Records, listed_last_seq
@@ -44,7 +45,6 @@ from journald.storage.segments import (
     write_all,
     write_manifest,
 )
-from journald.validation import validate_record
 
 T = TypeVar("T")
 log = logging.getLogger("journald.storage.file")

@@ -7,12 +7,13 @@ from pathlib import Path
 import nats
 import pytest
 
+from journald.cli.migrate import main, new_progress
 from journald.core.errors import BackendUnavailable, InvalidArgumentError, SessionExists
-from journald.migrate import main, migrate, new_progress
 from journald.storage.file import FileStore
 from journald.storage.jetstream import JetStreamStore
 from journald.storage.jetstream_checkpoints import bind_run_stores
 from journald.storage.jetstream_config import Cli
+from journald.storage.migrate import migrate
 from journald.storage.registry import BackendOptions, parse_location
 from journald.storage.segments import frame
 from tests.builders import JournalBuilder, assistant_payload, text, tool_use, user_payload

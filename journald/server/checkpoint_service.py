@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald import failpoints
 from journald.clock import utc_ts
@@ -41,13 +41,13 @@ from journald.core.errors import (
 from journald.core.fold import Message, RunState, StateValue
 from journald.core.paging import tail_start
 from journald.core.records import GENESIS, Record, make_record, validate_id
+from journald.core.schema import validate_payload
 from journald.server.attachments import copy_attachments, copy_referenced
 from journald.server.convert import message_from_pb, state_to_pb
 from journald.server.edge import unary
 from journald.server.leases import Lease
 from journald.server.runs import Held, Runs, ack_pb
 from journald.storage.checkpoint_base import imported, make_checkpoint, new_id
-from journald.validation import validate_payload
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 TRIGGER_PB = {

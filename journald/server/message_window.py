@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import MutableSequence, Sequence
 
 from google.protobuf.message import Message as ProtoMessage
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald.core.errors import ResponseTooLarge
 from journald.core.fold import Message

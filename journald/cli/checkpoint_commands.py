@@ -18,7 +18,7 @@ from typing import Any
 from journald_client import CheckpointMeta
 
 from journald.cli.commands import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, Command, Context
-from journald.replay import elide_end, one_line, result_text
+from journald.cli.replay import elide_end, one_line, result_text
 
 
 def meta_json(m: CheckpointMeta) -> dict[str, Any]:

@@ -32,39 +32,31 @@ the half copy has been deleted (which the failure does itself).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import sys
 from collections.abc import Sequence
-from contextlib import AsyncExitStack, suppress
+from contextlib import suppress
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
-
-from journald.cli.main import add_nats_arguments, nats_options
 from journald.core.checkpoints import content_hash, encode_file
-from journald.core.errors import (
-    AttachmentNotFound,
-    JournaldError,
-    SessionExists,
-    StoreCorrupted,
-)
+from journald.core.errors import AttachmentNotFound, SessionExists, StoreCorrupted
 from journald.core.records import GENESIS, Record, sha256_hex, validate_id
-from journald.server.startup import EXIT_CONFIG, StartupRefused
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import OWNER, AttachmentStore, CheckpointStore
-from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
-from journald.storage.registry import BACKENDS, OpenedBackend, open_backend, parse_location
+from journald.storage.jetstream_options import NatsOptions
+from journald.storage.registry import OpenedBackend, open_backend, parse_location
 
 BATCH = 64
+
+
+class Progress(Protocol):
+    """What the copy reports its progress to: one task per run in flight and one for the
+    runs overall (a ``rich.progress.Progress`` is one; ``journald.cli.migrate`` shows it)."""
+
+    def add_task(self, description: str, *, total: float | None) -> Any: ...
+
+    def advance(self, task_id: Any, advance: float = 1) -> None: ...
+
+    def remove_task(self, task_id: Any) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,18 +138,6 @@ async def _copy_side(
                 )
             copied_atts += 1
     return copied_cps, copied_atts
-
-
-def new_progress(console: Console | None = None) -> Progress:
-    """The rich progress display ``main`` uses (on stderr)."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console or Console(stderr=True),
-        transient=False,
-    )
 
 
 def _check_whole(run_id: str, records: Sequence[Record]) -> None:
@@ -242,7 +222,7 @@ async def migrate(
 
     Refuses with ``SessionExists`` (naming every clash) before writing anything if any run
     already exists in ``dst``; raises ``StoreCorrupted`` if a chain does not verify on either
-    side. ``progress`` (a rich ``Progress``, e.g. ``new_progress()``) shows one bar per run.
+    side. ``progress`` (e.g. ``journald.cli.migrate.new_progress()``) shows one bar per run.
     """
     if run_ids is None:
         ids = [info.run_id for info in await src.list()]
@@ -266,9 +246,6 @@ async def migrate(
     return out
 
 
-# --- command line -----------------------------------------------------------------------
-
-
 async def open_location(
     text: str, options: NatsOptions | None = None, *, source: bool = False
 ) -> OpenedBackend:
@@ -277,80 +254,3 @@ async def open_location(
     (its refusal prints that route)."""
     name, opts = parse_location(text)
     return await open_backend(name, replace(opts, nats=options, read_only=source))
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="journald migrate",
-        description="Copy runs with their checkpoints and attachments between stores (file <-> "
-        "JetStream), verified on both sides; "
-        "never overwrites a run that exists at the destination.",
-    )
-    forms = " or ".join(b.location for b in BACKENDS.values())
-    p.add_argument("--from", dest="src", required=True, help=forms)
-    p.add_argument("--to", dest="dst", required=True, help=f"{forms} (memory: verifies only)")
-    p.add_argument("--creds", dest="nats_creds", default=None, help=argparse.SUPPRESS)
-    add_nats_arguments(p, stream=False)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("run_ids", nargs="*", help="runs to copy (default: every run)")
-    return p
-
-
-async def _main(args: argparse.Namespace, console: Console) -> int:
-    from journald.server.startup import lock_data_dir
-
-    options = nats_options(args)
-    async with AsyncExitStack() as stack:
-        for loc in (args.src, args.dst):
-            name, opts = parse_location(loc)
-            if BACKENDS[name].owns_data_dir and opts.data_dir is not None:
-                # a daemon must not write the directory while we copy it
-                busy = "stop it first: migrate copies a data dir only while no daemon writes it"
-                stack.callback(lock_data_dir(opts.data_dir, busy).close)
-        src = await open_location(args.src, options, source=True)
-        stack.push_async_callback(src.close)
-        for problem in getattr(src.records, "unsafe", []):
-            console.print(
-                f"journald migrate: note: the source stream is unsafe to write "
-                f"({problem.what}); reading it only",
-                markup=False,
-                highlight=False,
-            )
-        dst = await open_location(args.dst, options)
-        stack.push_async_callback(dst.close)
-        sides = (SideStores.of(src), SideStores.of(dst))
-        ids = list(args.run_ids) or None
-        if args.quiet:
-            done = await migrate(src.records, dst.records, ids, sides=sides)
-        else:
-            with new_progress(console) as progress:
-                done = await migrate(src.records, dst.records, ids, progress, sides)
-    total = sum(r.records for r in done)
-    cps = sum(r.checkpoints for r in done)
-    atts = sum(r.attachments for r in done)
-    console.print(
-        f"migrated {len(done)} run(s), {total} record(s), {cps} checkpoint(s), "
-        f"{atts} attachment(s), verified on both sides"
-    )
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
-    # soft_wrap: a refusal's fix lines (`nats object add ...`) are pasted into a shell, so
-    # they must stay whole lines; rich would wrap them at 80 columns when stderr is a pipe
-    console = Console(stderr=True, soft_wrap=True)
-    try:
-        return asyncio.run(_main(args, console))
-    except (StartupRefused, NatsOptionsError) as exc:
-        console.print(f"journald migrate: {exc}", markup=False, highlight=False)
-        return exc.exit_code if isinstance(exc, StartupRefused) else EXIT_CONFIG
-    except JournaldError as exc:
-        console.print(f"journald migrate: {exc}", markup=False, highlight=False)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
