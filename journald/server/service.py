@@ -47,7 +47,7 @@ from journald.server.message_window import ask_for_state, check_fits, fill_windo
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
-from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.pipeline import Ticket
 
 Ctx = grpc.aio.ServicerContext[Any, Any]

@@ -22,8 +22,8 @@ from nats.js.api import ObjectStoreConfig, StorageType
 
 from journald.core.checkpoints import verify_export
 from journald.core.schema import validate_payload
-from journald.storage.jetstream_buckets import CHECKPOINTS, ROLES, bucket_name
-from journald.storage.jetstream_objects import stream_of
+from journald.storage.jetstream.buckets import CHECKPOINTS, ROLES, bucket_name
+from journald.storage.jetstream.objects import stream_of
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.integration.server.test_serve_refusals import serve

@@ -1,7 +1,7 @@
 """The read path of the file backend: consistent snapshots and the checked walk of the chain.
 
-Format, layout and recovery rules: see ``journald.storage.file`` (reads take no lock, see
-"Exclusion" there). Two shortcuts keep reads cheap without changing what a read returns:
+Format, layout and recovery rules: docs/design.md#file-backend (reads take no lock, see
+#segments-and-manifest there). Two shortcuts keep reads cheap without changing what a read returns:
 
 * **Reading from a seq inside a segment** starts at that record's line instead of the
   segment's first line when the segment's seqs are consecutive (a sealed segment whose
@@ -26,11 +26,10 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from journald import failpoints
 from journald.core.errors import (
     BackendUnavailable,
     JournaldError,
@@ -40,19 +39,9 @@ from journald.core.errors import (
 )
 from journald.core.records import GENESIS, Record, decode, sha256_hex, validate_id
 from journald.storage.base import RunInfo, VerifyReport
-from journald.storage.file_journal import RECENT, RECENT_BYTES, SegmentStats, read_file
-from journald.storage.file_stream import (
-    MISSING,
-    UNREAD,
-    check_sealed,
-    sealed_lines,
-    sealed_whole,
-    skip_to,
-)
-from journald.storage.info import corrupted_info, run_info_from
-from journald.storage.io_pool import yield_to_foreground
-from journald.storage.scrub_budget import ReadBudget
-from journald.storage.segments import (
+from journald.storage.file.errors import data_dir_gone, vanished
+from journald.storage.file.journal import RECENT, RECENT_BYTES, SegmentStats, read_file
+from journald.storage.file.segments import (
     JOURNAL,
     META_CACHE,
     SEGMENTS,
@@ -70,6 +59,18 @@ from journald.storage.segments import (
     tail_end,
     unframe,
 )
+from journald.storage.file.stream import (
+    MISSING,
+    UNREAD,
+    check_sealed,
+    sealed_lines,
+    sealed_whole,
+    skip_to,
+)
+from journald.storage.info import corrupted_info, run_info_from
+from journald.storage.io_pool import yield_to_foreground
+from journald.storage.scrub_budget import ReadBudget
+from journald.storage.seam import Disk
 from journald.storage.verify import VerifyWalk
 
 Files = list[tuple[str, bytes, SegmentInfo | None]]
@@ -120,32 +121,59 @@ def active_key(m: Manifest) -> tuple[Any, ...]:
     return (m.generation, m.pending, *m.active_start(), anchors)
 
 
+def has_records(run_dir: str) -> bool:
+    """Whether the run ever held records: a listing cache (written after its first
+    record, see ``listed_last_seq``), a non-empty journal, or a manifest that says more
+    than the run's format (which a create writes before its first record). A run whose
+    journal went missing still exists, and reads report the damage."""
+    if os.path.exists(os.path.join(run_dir, META_CACHE)):
+        return True
+    try:
+        if os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0:
+            return True
+    except FileNotFoundError:
+        pass
+    try:
+        m = read_manifest(run_dir, os.path.basename(run_dir))
+    except JournaldError:
+        return True  # unreadable or of a newer format: there, and reads say why
+    return m is not None and not m.bare
+
+
 class FileReads:
-    """The read half of ``FileStore`` (a mixin: it shares the store's paths and counters)."""
+    """The read half of the file backend: built by ``FileStore`` with the run directories'
+    root, the disk seam and how the store logs damage, and shared by its journals and
+    maintenance."""
 
-    sessions_dir: str
-    segment_opens: int
-    """Sealed segment files opened by reads (lets tests prove paging reads the tail)."""
-
-    if TYPE_CHECKING:
-
-        def run_dir(self, run_id: str) -> str: ...
-
-        def _not_found(self, run_id: str) -> JournaldError: ...
-
-        def _has_records(self, run_dir: str) -> bool: ...
-
-        def _log_corrupted(self, exc: StoreCorrupted) -> None: ...
-
-    def _init_reads(self) -> None:
+    def __init__(
+        self,
+        sessions_dir: str,
+        disk: Disk,
+        log_corrupted: Callable[[StoreCorrupted], None],
+    ) -> None:
+        self.sessions_dir = sessions_dir
+        self.disk = disk
+        self._log_corrupted = log_corrupted
         self.segment_opens = 0
+        """Sealed segment files opened by reads (lets tests prove paging reads the tail)."""
         self._tails: OrderedDict[str, ActiveTail] = OrderedDict()
         self._tails_lock = threading.Lock()  # reads run on worker threads
 
-    def _seg_path(self, run_id: str, name: str) -> str:
+    def run_dir(self, run_id: str) -> str:
+        return os.path.join(self.sessions_dir, validate_id(run_id))
+
+    def not_found(self, run_id: str) -> JournaldError:
+        if data_dir_gone(self.sessions_dir):
+            return vanished(self.sessions_dir, run_id)
+        return SessionNotFound(
+            f"run {run_id} does not exist in {self.sessions_dir}; list runs with `journald ls`",
+            metadata={"run_id": run_id},
+        )
+
+    def seg_path(self, run_id: str, name: str) -> str:
         return os.path.join(self.sessions_dir, run_id, SEGMENTS, name)
 
-    def _chain(
+    def chain(
         self,
         run_id: str,
         m: Manifest,
@@ -156,10 +184,10 @@ class FileReads:
         pos = None
         if m.segments and start_seq == m.segments[-1].last_seq:
             last = m.segments[-1]
-            pos = Line(self._seg_path(run_id, last.file), last.records, b"")
+            pos = Line(self.seg_path(run_id, last.file), last.records, b"")
         return ChainReader(run_id, lines, start_seq, start_hash, pos, m.anchor_after())
 
-    def _active_tail(self, run_id: str, m: Manifest, path: str, active: bytes) -> ActiveTail:
+    def active_tail(self, run_id: str, m: Manifest, path: str, active: bytes) -> ActiveTail:
         """The ``ActiveTail`` of ``active`` (the active segment's complete lines under the
         settled manifest ``m``): the one the last read left if it read these very bytes
         under the same manifest, else one made by walking and checking the chain."""
@@ -173,18 +201,18 @@ class FileReads:
             return kept
         tail = ActiveTail()
         start_seq, start_hash = m.active_start()
-        for _, rec in self._chain(run_id, m, file_lines(path, active), start_seq, start_hash):
+        for _, rec in self.chain(run_id, m, file_lines(path, active), start_seq, start_hash):
             tail.add(rec)
         return tail.done()
 
-    def _keep_tail(self, run_id: str, tail: ActiveTail) -> None:
+    def keep_tail(self, run_id: str, tail: ActiveTail) -> None:
         with self._tails_lock:
             self._tails[run_id] = tail
             self._tails.move_to_end(run_id)
             while len(self._tails) > TAILS_KEPT:
                 self._tails.popitem(last=False)
 
-    def _snapshot(
+    def snapshot(
         self, run_id: str, from_seq: int, budget: ReadBudget | None = None
     ) -> tuple[Manifest, Files, int, str]:
         """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
@@ -197,9 +225,9 @@ class FileReads:
         path = os.path.join(run_dir, JOURNAL)
         for _ in range(16):
             if not os.path.isdir(run_dir):
-                raise self._not_found(run_id)
+                raise self.not_found(run_id)
             try:
-                afd: int | None = os.open(path, os.O_RDONLY)
+                afd: int | None = self.disk.open(path, os.O_RDONLY)
             except FileNotFoundError:
                 afd = None
             try:
@@ -212,10 +240,10 @@ class FileReads:
                 if m.pending:
                     staged = os.path.join(run_dir, m.pending)
                     try:
-                        data = read_file(staged)
+                        data = self.disk.read(staged)
                         name = staged
                     except FileNotFoundError:
-                        data, name = read_file(path), path
+                        data, name = self.disk.read(path), path
                     files.append((name, data[: tail_end(data)], None))
                 else:
                     segs = m.segments
@@ -259,13 +287,13 @@ class FileReads:
                     return m, files, start_seq, start_hash
             finally:
                 if afd is not None:
-                    os.close(afd)
+                    self.disk.close(afd)
         raise BackendUnavailable(
             f"run {run_id} kept changing while it was read; retry",
             metadata={"run_id": run_id},
         )
 
-    def _iter_checked(
+    def iter_checked(
         self,
         run_id: str,
         from_seq: int,
@@ -276,12 +304,12 @@ class FileReads:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
         filled with the line each record was read from, and no line is skipped."""
         out: Records = []
-        walk = self._walk(run_id, from_seq, where, budget, digests)
+        walk = self.walk(run_id, from_seq, where, budget, digests)
         m, files = next(walk)  # type: ignore[misc]
         out.extend(walk)  # type: ignore[arg-type]
         return m, files, out
 
-    def _walk(
+    def walk(
         self,
         run_id: str,
         from_seq: int,
@@ -289,11 +317,11 @@ class FileReads:
         budget: ReadBudget | None = None,
         digests: dict[str, str] | None = None,
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
-        """``_iter_checked`` a record at a time: (manifest, files), then each record from
+        """``iter_checked`` a record at a time: (manifest, files), then each record from
         ``from_seq`` as its line is checked (a chunk of a sealed segment in memory at a time),
         then the checks of the whole run (listing floor, segments against the manifest)."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
-        m, files, start_seq, start_hash = self._snapshot(run_id, from_seq, budget)
+        m, files, start_seq, start_hash = self.snapshot(run_id, from_seq, budget)
         yield m, files
         sizes: dict[str, int] = {}
 
@@ -325,13 +353,13 @@ class FileReads:
         lines = itertools.chain(
             head, itertools.chain.from_iterable(lines_of(*f) for f in files[1:])
         )
-        reader = self._chain(run_id, m, lines, start_seq, start_hash)
+        reader = self.chain(run_id, m, lines, start_seq, start_hash)
         first_info = files[0][2]
         if skip:
             reader.pos = Line(files[0][0], skip, b"")
         elif first_info is not None and start_seq:
             prev = m.segments[m.segments.index(first_info) - 1]
-            reader.pos = Line(self._seg_path(run_id, prev.file), prev.records, b"")
+            reader.pos = Line(self.seg_path(run_id, prev.file), prev.records, b"")
         active_name, active_data, _ = files[-1]
         # the active segment is whole in this read unless the skip started inside it
         tail = None if m.pending or (skip and len(files) == 1) else ActiveTail(keep=1)
@@ -365,21 +393,21 @@ class FileReads:
                 )
         if tail is not None:
             tail.read_under, tail.digest = active_key(m), sha256_hex(active_data)
-            self._keep_tail(run_id, tail.done())
+            self.keep_tail(run_id, tail.done())
 
-    def _read_records(self, run_id: str, from_seq: int) -> Records:
-        _, _, out = self._iter_checked(run_id, from_seq)
+    def read_records(self, run_id: str, from_seq: int) -> Records:
+        _, _, out = self.iter_checked(run_id, from_seq)
         if not out and from_seq <= 1:
-            raise self._not_found(run_id)
+            raise self.not_found(run_id)
         return out
 
-    def _first_record(self, run_id: str, path: str) -> Record:
+    def first_record(self, run_id: str, path: str) -> Record:
         with open(path, "rb") as f:
             first = f.readline()
         return _stored(run_id, Line(path, 1, first.rstrip(b"\n")), 1)
 
-    def _info(self, run_id: str) -> RunInfo:
-        m, files, _ = self._iter_checked(run_id, 1 << 62)
+    def info(self, run_id: str) -> RunInfo:
+        m, files, _ = self.iter_checked(run_id, 1 << 62)
         active_name, active, _ = files[-1]
         lines, _ = split_complete(active)  # the walk refused anything else
         last = first = None
@@ -389,13 +417,13 @@ class FileReads:
                 first = _stored(run_id, Line(active_name, 1, lines[0]), 1)
         if m.segments and not m.pending:
             try:
-                first = self._first_record(run_id, self._seg_path(run_id, m.segments[0].file))
+                first = self.first_record(run_id, self.seg_path(run_id, m.segments[0].file))
                 if last is None:
                     s = m.segments[-1]
-                    seg = self._seg_path(run_id, s.file)
+                    seg = self.seg_path(run_id, s.file)
                     last = _stored(
                         run_id,
-                        Line(seg, s.records, split_complete(read_file(seg))[0][-1]),
+                        Line(seg, s.records, split_complete(self.disk.read(seg))[0][-1]),
                         s.last_seq,
                     )
             except FileNotFoundError as exc:
@@ -405,27 +433,26 @@ class FileReads:
                     metadata={"run_id": run_id, "file": str(exc.filename)},
                 ) from exc
         if first is None or last is None:
-            raise self._not_found(run_id)
+            raise self.not_found(run_id)
         count = sum(s.records for s in m.segments) + len(lines)
         size = sum(s.bytes for s in m.segments) + len(active)
         return run_info_from(run_id, first, last, count, size)
 
-    def _list(self) -> Infos:
-        if failpoints.ARMED:
-            failpoints.hit("before_run_list")
+    def list(self) -> Infos:
+        self.disk.step("before_run_list")
         out: Infos = []
-        for name in sorted(os.listdir(self.sessions_dir)):
+        for name in sorted(self.disk.listdir(self.sessions_dir)):
             try:
                 validate_id(name)
             except JournaldError:
                 continue
             run_dir = os.path.join(self.sessions_dir, name)
-            if not os.path.isdir(run_dir) or not self._has_records(run_dir):
+            if not os.path.isdir(run_dir) or not has_records(run_dir):
                 continue
             cached = _cached_info(run_dir)
             if cached is None:
                 try:
-                    cached = self._info(name)
+                    cached = self.info(name)
                 except SessionNotFound:
                     continue
                 except StoreCorrupted as exc:  # one damaged run does not hide the others
@@ -436,7 +463,7 @@ class FileReads:
             out.append(cached)
         return sorted(out, key=lambda i: i.updated, reverse=True)
 
-    def _check_segment_files(self, run_id: str) -> None:
+    def check_segment_files(self, run_id: str) -> None:
         """Every file in ``segments/`` is listed in the manifest or is a seal in progress
         (the active file linked under the next name), checked against one manifest: a seal
         by another writer between the reads makes the manifest change, and the check runs
@@ -450,7 +477,7 @@ class FileReads:
                 return  # the segments are being removed: the staged volume is the run
             listed = {s.file for s in m.segments}
             unlisted = None
-            for name in sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else ():
+            for name in sorted(self.disk.listdir(seg_dir)) if os.path.isdir(seg_dir) else ():
                 seg = os.path.join(seg_dir, name)
                 with contextlib.suppress(FileNotFoundError):
                     sealing = name == f"{len(m.segments) + 1:06d}.jsonl" and os.path.samefile(
@@ -472,7 +499,7 @@ class FileReads:
             metadata={"run_id": run_id},
         )
 
-    def _earlier_sealed_damage(self, run_id: str, found: StoreCorrupted) -> StoreCorrupted:
+    def earlier_sealed_damage(self, run_id: str, found: StoreCorrupted) -> StoreCorrupted:
         """``found``, or a sealed segment before its file that is missing or of another size:
         a segment cut at a line boundary reads as whole lines, and the walk names the next
         file's seq gap instead of the segment that was cut."""
@@ -491,19 +518,19 @@ class FileReads:
 
         return problem if place(problem) < place(found) else found
 
-    def _verify(self, run_id: str, budget: ReadBudget | None = None) -> VerifyReport:
+    def verify(self, run_id: str, budget: ReadBudget | None = None) -> VerifyReport:
         """The files' own checks (framing, checksums, chain, manifest) as every read makes
         them, each sealed segment's digest, then the walk every backend's verify makes, naming
         the file and line. ``budget``: the scrubber's paced reads."""
         where: dict[int, Line] = {}
         read: dict[str, str] = {}  # each sealed segment's sha256, as the walk read it
         try:
-            m, _, recs = self._iter_checked(run_id, 1, where, budget, read)
+            m, _, recs = self.iter_checked(run_id, 1, where, budget, read)
         except StoreCorrupted as found:
-            raise self._earlier_sealed_damage(run_id, found) from None
+            raise self.earlier_sealed_damage(run_id, found) from None
         if not recs:
-            raise self._not_found(run_id)
-        self._check_segment_files(run_id)
+            raise self.not_found(run_id)
+        self.check_segment_files(run_id)
         seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
         digests = {os.path.basename(n): d for n, d in read.items()}
         for s in m.segments:

@@ -25,7 +25,7 @@ import nats.errors
 import nats.js.errors
 
 from journald.core.errors import BackendUnavailable
-from journald.storage.jetstream_config import (
+from journald.storage.jetstream.config import (
     ATOMIC_SERVER,
     RECORD_FLOOR,
     Cli,
@@ -37,7 +37,8 @@ from journald.storage.jetstream_config import (
     stream_add_command,
     subject_prefix,
 )
-from journald.storage.jetstream_options import NatsOptions
+from journald.storage.jetstream.errors import answered_or_unavailable, no_answer
+from journald.storage.jetstream.options import NatsOptions
 
 T = TypeVar("T")
 log = logging.getLogger("journald.storage")
@@ -156,15 +157,6 @@ async def open_connection(
     raise _refusal(where, last, list(seen))
 
 
-def no_answer(where: str, request: str, exc: BaseException) -> BackendUnavailable:
-    """A request at bind time that got no answer: the servers are unhealthy, not misconfigured."""
-    return BackendUnavailable(
-        f"NATS at {where} did not answer {request} ({type(exc).__name__}); retry when the "
-        "server is healthy",
-        metadata={"url": where},
-    )
-
-
 async def answered(what: str, where: str, op: Callable[[], Awaitable[T]], wait_s: float) -> T:
     """``op()`` (a JetStream API request), retried for up to ``wait_s`` while it goes
     unanswered: right after a node of a cluster is lost the survivors elect new leaders for
@@ -235,29 +227,28 @@ async def bind_stream(
         )
     atomic_server = version >= ATOMIC_SERVER
     jsm = nc.jsm(timeout=ack_timeout_s)
-    try:
-        info = await answered(
-            f"the stream info request for {stream}",
-            where,
-            lambda: jsm.stream_info(stream),
-            leader_wait_s,
-        )
-    except nats.js.errors.NotFoundError as exc:
-        raise StreamConfigError(
-            f"stream {stream} does not exist on {where}; journald never creates one (the "
-            "operator owns durability)",
-            [stream_add_command(stream, add_prefix_hint, cli=cli, atomic=atomic_server)],
-            note=cli.secrets_note,
-            metadata={"stream": stream, "url": where},
-        ) from exc
-    except nats.js.errors.ServiceUnavailableError as exc:
-        raise NatsConfigError(
-            f"JetStream is not available at {where} ({exc}); enable it in the server config "
-            "(`jetstream { sync_interval: always }`) or for this account",
-            metadata={"url": where},
-        ) from exc
-    except (TimeoutError, nats.errors.Error, OSError) as exc:
-        raise no_answer(where, f"the stream info request for {stream}", exc) from exc
+    with answered_or_unavailable(where, f"the stream info request for {stream}"):
+        try:
+            info = await answered(
+                f"the stream info request for {stream}",
+                where,
+                lambda: jsm.stream_info(stream),
+                leader_wait_s,
+            )
+        except nats.js.errors.NotFoundError as exc:  # absent: configuration, with its fix
+            raise StreamConfigError(
+                f"stream {stream} does not exist on {where}; journald never creates one (the "
+                "operator owns durability)",
+                [stream_add_command(stream, add_prefix_hint, cli=cli, atomic=atomic_server)],
+                note=cli.secrets_note,
+                metadata={"stream": stream, "url": where},
+            ) from exc
+        except nats.js.errors.ServiceUnavailableError as exc:  # answered: JetStream is off
+            raise NatsConfigError(
+                f"JetStream is not available at {where} ({exc}); enable it in the server "
+                "config (`jetstream { sync_interval: always }`) or for this account",
+                metadata={"url": where},
+            ) from exc
     cfg = info.config
     retention = str(getattr(cfg.retention, "value", cfg.retention) or "limits")
     unsafe: list[Problem] = []
@@ -268,7 +259,7 @@ async def bind_stream(
         adds: list[str] = []
         if any(not p.edit_flags for p in config_problems(cfg)):  # the route recreates it
             # imported here: the bucket module builds on this one's connection helpers
-            from journald.storage.jetstream_buckets import absent_bucket_adds
+            from journald.storage.jetstream.buckets import absent_bucket_adds
 
             replicas = int(getattr(cfg, "num_replicas", 1) or 1)
             adds = await absent_bucket_adds(jsm, stream, replicas, where, cli)

@@ -3,7 +3,7 @@
 With these stores a run on JetStream moves between hosts whole: host B lists and restores the
 checkpoints host A made and serves the attachments A's writer uploaded
 (docs/design.md#run-buckets-checkpoints-marks-and-attachments). Layout (buckets:
-``journald.storage.jetstream_buckets``):
+``journald.storage.jetstream.buckets``):
 
 * ``<STREAM>_CHECKPOINTS``: ``<run>/<ULID>`` holds a checkpoint in the file store's document
   format (``encode_file``: canonical, so a checkpoint copied between backends is the same
@@ -47,13 +47,13 @@ from journald.core.errors import (
 )
 from journald.core.records import canonical_json, sha256_hex, validate_id
 from journald.storage.checkpoint_base import MARKS
-from journald.storage.checkpoints_file import MARK_FILE, mark_file
-from journald.storage.jetstream_buckets import ATTACHMENTS, CHECKPOINTS, bind_buckets
-from journald.storage.jetstream_config import Cli
-from journald.storage.jetstream_objects import NameTaken, ObjectBucket, RevisionMoved
+from journald.storage.file.checkpoint_store import MARK_FILE, mark_file
+from journald.storage.jetstream.buckets import ATTACHMENTS, CHECKPOINTS, bind_buckets
+from journald.storage.jetstream.config import Cli
+from journald.storage.jetstream.objects import NameTaken, ObjectBucket, RevisionMoved
 
 if TYPE_CHECKING:
-    from journald.storage.jetstream import JetStreamStore
+    from journald.storage.jetstream.store import JetStreamStore
 
 LIST_CONCURRENCY = 8
 """Checkpoints ``list`` reads at once (each is a meta request plus its chunks)."""

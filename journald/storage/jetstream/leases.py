@@ -55,12 +55,13 @@ import nats.js.errors
 
 from journald.clock import utc_ts
 from journald.core.errors import BackendUnavailable, LeaseLost, Locked
-from journald.storage.jetstream_buckets import BucketConfigError
-from journald.storage.jetstream_config import Cli, _enum
-from journald.storage.jetstream_connect import answered, no_answer
+from journald.storage.jetstream.buckets import BucketConfigError
+from journald.storage.jetstream.config import Cli, _enum
+from journald.storage.jetstream.connect import answered
+from journald.storage.jetstream.errors import answered_or_unavailable, is_unanswered, retried
 
 if TYPE_CHECKING:
-    from journald.storage.jetstream import JetStreamStore
+    from journald.storage.jetstream.store import JetStreamStore
 
 LEASES = "LEASES"
 DEFAULT_LEASE_TTL_S = 3.0
@@ -136,23 +137,22 @@ async def bind_lease_bucket(
     bucket = lease_bucket_name(stream)
     jsm = nc.jsm(timeout=ack_timeout_s)
     meta = {"bucket": bucket, "stream": stream, "url": where}
-    try:
-        info = await answered(
-            f"the info request for bucket {bucket}",
-            where,
-            lambda: jsm.stream_info(kv_stream(bucket)),
-            leader_wait_s,
-        )
-    except nats.js.errors.NotFoundError:
-        raise BucketConfigError(
-            f"bucket {bucket} does not exist on {where}; stream {stream} keeps who holds each "
-            "run there (one writer per run across hosts) and journald never creates it",
-            [kv_add_command(bucket, replicas, cli=cli)],
-            note=cli.secrets_note,
-            metadata=meta,
-        ) from None
-    except (TimeoutError, nats.errors.Error, OSError) as exc:
-        raise no_answer(where, f"the info request for bucket {bucket}", exc) from exc
+    with answered_or_unavailable(where, f"the info request for bucket {bucket}"):
+        try:
+            info = await answered(
+                f"the info request for bucket {bucket}",
+                where,
+                lambda: jsm.stream_info(kv_stream(bucket)),
+                leader_wait_s,
+            )
+        except nats.js.errors.NotFoundError:  # absent: configuration, with its fix
+            raise BucketConfigError(
+                f"bucket {bucket} does not exist on {where}; stream {stream} keeps who holds "
+                "each run there (one writer per run across hosts) and journald never creates it",
+                [kv_add_command(bucket, replicas, cli=cli)],
+                note=cli.secrets_note,
+                metadata=meta,
+            ) from None
     problems, flags = lease_bucket_problems(info.config, replicas)
     if not problems:
         return bucket
@@ -239,25 +239,22 @@ class JetStreamLeases:
         """``op()``, retried for up to a renewal period while NATS does not answer or is
         electing a leader; then ``BackendUnavailable`` (an ``APIError`` with an answer, such
         as a compare-and-set refused, is the caller's to read)."""
-        deadline = time.monotonic() + self.renew_s
-        delay = 0.05
-        while True:
-            try:
-                return await op()
-            except nats.js.errors.ServiceUnavailableError as exc:
-                failure: BaseException = exc
-            except nats.js.errors.APIError:
-                raise
-            except (TimeoutError, nats.errors.Error, OSError) as exc:
-                failure = exc
-            if time.monotonic() + delay > deadline or self._nc.is_closed:
-                raise BackendUnavailable(
-                    f"JetStream bucket {self.bucket}: {what} failed ({type(failure).__name__}); "
-                    "check the NATS servers and retry",
-                    metadata={"bucket": self.bucket},
-                ) from failure
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+
+        def gave_up(failure: BaseException) -> BackendUnavailable:
+            return BackendUnavailable(
+                f"JetStream bucket {self.bucket}: {what} failed ({type(failure).__name__}); "
+                "check the NATS servers and retry",
+                metadata={"bucket": self.bucket},
+            )
+
+        return await retried(
+            op,
+            window_s=self.renew_s,
+            closed=lambda: bool(self._nc.is_closed),
+            gave_up=gave_up,
+            retry=is_unanswered,
+            max_delay_s=0.5,
+        )
 
     async def _last(self, subject: str) -> tuple[int, dict[str, str], bytes] | None:
         """The key's last message, None when absent or a delete/expiry marker."""

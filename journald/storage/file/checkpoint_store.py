@@ -10,7 +10,7 @@ fsync), so a crash leaves the old file or the new one, never part of one. ``<dir
 the run directory (``colocated_with``: deleted with the run, and a write never creates a run
 directory) or under a separate root (``separate``: dropped with ``drop_run``). An OS error of a
 call is ``storage_full``, ``backend_unavailable`` or ``store_corrupted``
-(``file_errors.disk_error``, the file backend's one translation).
+(``file.errors.disk_error``, the file backend's one translation).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import os
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
-from journald import failpoints
 from journald.core.checkpoints import (
     Checkpoint,
     CheckpointMeta,
@@ -42,8 +41,9 @@ from journald.core.errors import (
 )
 from journald.core.records import canonical_json, sha256_hex, validate_id
 from journald.storage.checkpoint_base import MARKS, OWNER, SCRUB, SNAPSHOT
-from journald.storage.file_errors import data_dir_gone, disk_error, vanished
-from journald.storage.segments import DIR_MODE, atomic_write, fsync_dir
+from journald.storage.file.errors import data_dir_gone, disk_error, vanished
+from journald.storage.file.segments import DIR_MODE
+from journald.storage.seam import Disk, default_disk
 
 SUFFIX = ".json"
 MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save_mark``)
@@ -68,7 +68,7 @@ def _run_missing(run_id: str) -> SessionNotFound:
     )
 
 
-def _make_dir(d: str, run_id: str, *, inside_run: bool) -> None:
+def _make_dir(seam: Disk, d: str, run_id: str, *, inside_run: bool) -> None:
     """Create a store directory, durably named in its parent. Inside a run directory only
     ``d`` itself is made, so a run deleted meanwhile is ``SessionNotFound`` and never comes
     back as a directory without a journal."""
@@ -77,33 +77,33 @@ def _make_dir(d: str, run_id: str, *, inside_run: bool) -> None:
     try:
         if inside_run:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(d, DIR_MODE)
+                seam.mkdir(d, DIR_MODE)
         else:
             os.makedirs(d, DIR_MODE, exist_ok=True)
     except FileNotFoundError:
         raise _run_missing(run_id) from None
-    fsync_dir(os.path.dirname(d))
+    seam.fsync_dir(os.path.dirname(d))
 
 
-def _remove_dir(d: str) -> None:
+def _remove_dir(seam: Disk, d: str) -> None:
     """Remove a separate store's directory of a deleted run and every file in it (the run
     went first, so what is left is only ever unreachable). A directory that is a symbolic
     link is removed as a link: a delete never reaches outside the store's root."""
     if os.path.islink(d):
-        os.unlink(d)
+        seam.unlink(d)
         return
     for n in os.listdir(d) if os.path.isdir(d) else ():
         with contextlib.suppress(OSError):
-            os.unlink(os.path.join(d, n))
+            seam.unlink(os.path.join(d, n))
     with contextlib.suppress(OSError):
-        os.rmdir(d)
+        seam.rmdir(d)
 
 
 async def _on_disk(
     root: str, where: str, run_id: str, retry: str, fn: Callable[..., T], *args: Any
 ) -> T:
     """``fn(*args)`` on a worker thread; an OS error becomes the file backend's journald
-    error naming ``where`` (``file_errors.disk_error``), as for the journal's own calls."""
+    error naming ``where`` (``file.errors.disk_error``), as for the journal's own calls."""
     try:
         return await asyncio.to_thread(fn, *args)
     except OSError as exc:
@@ -127,7 +127,10 @@ class RunDirs:
         run_dir_of: Callable[[str], str] | None = None,
         pattern: str = "",
         root: str = "",
+        seam: Disk | None = None,
     ) -> None:
+        self.seam = seam if seam is not None else default_disk()
+        """The disk I/O seam (``journald.storage.seam``) of the store's writes."""
         self._dir_of = dir_of
         self._run_dir_of = run_dir_of
         self._pattern = pattern  # glob of every run's directory of this store
@@ -138,18 +141,20 @@ class RunDirs:
         return self._run_dir_of is not None
 
     @classmethod
-    def colocated_with(cls, sessions_dir: str) -> Self:
+    def colocated_with(cls, sessions_dir: str, seam: Disk | None = None) -> Self:
         return cls(
             lambda run: os.path.join(sessions_dir, validate_id(run), cls.KIND),
+            seam=seam,
             run_dir_of=lambda run: os.path.join(sessions_dir, validate_id(run)),
             pattern=os.path.join(glob.escape(sessions_dir), "*", cls.KIND),
             root=sessions_dir,
         )
 
     @classmethod
-    def separate(cls, root: str) -> Self:
+    def separate(cls, root: str, seam: Disk | None = None) -> Self:
         return cls(
             lambda run: os.path.join(root, validate_id(run)),
+            seam=seam,
             pattern=os.path.join(glob.escape(root), "*"),
             root=root,
         )
@@ -162,12 +167,12 @@ class RunDirs:
                 raise vanished(self._root, run_id)
             raise _run_missing(run_id)
         d = self._dir_of(run_id)
-        _make_dir(d, run_id, inside_run=self._colocated)
+        _make_dir(self.seam, d, run_id, inside_run=self._colocated)
         return d
 
     def _drop_run(self, run_id: str) -> None:
         if not self._colocated:
-            _remove_dir(self._dir_of(run_id))
+            _remove_dir(self.seam, self._dir_of(run_id))
 
     async def _disk(self, run_id: str, retry: str, fn: Callable[..., T], *args: Any) -> T:
         where = self._dir_of(run_id) if run_id else self._root
@@ -187,10 +192,9 @@ class FileCheckpointStore(RunDirs):
 
     def _put(self, cp: Checkpoint) -> None:
         run_id = cp.meta.run_id
-        if failpoints.ARMED:
-            failpoints.hit("cp_before_write")
+        self.seam.step("cp_before_write")
         self._ready_dir(run_id)
-        atomic_write(
+        self.seam.atomic_write(
             self._path(run_id, cp.checkpoint_id),
             encode_file(cp),
             failpoint="cp_after_temp_write",
@@ -239,10 +243,10 @@ class FileCheckpointStore(RunDirs):
     def _delete(self, run_id: str, checkpoint_id: str) -> bool:
         path = self._path(run_id, checkpoint_id)
         try:
-            os.unlink(path)
+            self.seam.unlink(path)
         except FileNotFoundError:
             return False
-        fsync_dir(os.path.dirname(path))
+        self.seam.fsync_dir(os.path.dirname(path))
         return True
 
     async def delete(self, run_id: str, checkpoint_id: str) -> bool:
@@ -276,7 +280,7 @@ class FileCheckpointStore(RunDirs):
             d = self._ready_dir(run_id)
         except SessionNotFound:
             return  # the run is gone, and its index with it
-        atomic_write(os.path.join(d, mark_file(part)), canonical_json(mark))
+        self.seam.atomic_write(os.path.join(d, mark_file(part)), canonical_json(mark))
 
     async def save_mark(self, run_id: str, mark: dict[str, Any], part: str = MARKS) -> None:
         await self._disk(run_id, "the call", self._save_mark, run_id, mark, part)
@@ -304,7 +308,7 @@ class FileAttachmentStore(RunDirs):
         path = os.path.join(d, digest)
         if os.path.exists(path):
             return digest, True
-        atomic_write(path, data)
+        self.seam.atomic_write(path, data)
         return digest, False
 
     async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from journald.storage.jetstream_config import Cli
+from journald.storage.jetstream.config import Cli
 
 PASSWORD_ENV = "JOURNALD_NATS_PASSWORD"
 TOKEN_ENV = "JOURNALD_NATS_TOKEN"

@@ -5,7 +5,7 @@ records: checkpoints and the fold mark (bucket ``<STREAM>_CHECKPOINTS``) and att
 (bucket ``<STREAM>_ATTACHMENTS``). Why Object Store and not KV for checkpoints: a checkpoint
 is a whole governed conversation and a fold mark may carry a folded snapshot of several MB,
 beyond any single message (``max_payload``, 1 MiB by default); the Object Store chunks them,
-and ``journald.storage.jetstream_objects`` adds the write-once fence a KV ``create`` would
+and ``journald.storage.jetstream.objects`` adds the write-once fence a KV ``create`` would
 have given.
 
 The buckets are bound like the stream
@@ -30,9 +30,10 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 
-from journald.storage.jetstream_config import Cli, NatsConfigError, _enum
-from journald.storage.jetstream_connect import answered, no_answer
-from journald.storage.jetstream_objects import ObjectBucket, stream_of
+from journald.storage.jetstream.config import Cli, NatsConfigError, _enum
+from journald.storage.jetstream.connect import answered
+from journald.storage.jetstream.errors import answered_or_unavailable
+from journald.storage.jetstream.objects import ObjectBucket, stream_of
 
 CHECKPOINTS = "CHECKPOINTS"
 ATTACHMENTS = "ATTACHMENTS"
@@ -154,29 +155,26 @@ async def bind_buckets(
     """The run's buckets of ``stream``, checked; a role maps to None only when the bucket is
     missing and not ``required`` (``journald migrate`` reading a stream that never had one)."""
     jsm = nc.jsm(timeout=ack_timeout_s)
-    try:
-        what = f"the stream info request for {stream}"
+    what = f"the stream info request for {stream}"
+    with answered_or_unavailable(where, what):
         info = await answered(what, where, lambda: jsm.stream_info(stream), leader_wait_s)
         replicas = int(info.config.num_replicas or 1)
-    except (TimeoutError, nats.errors.Error, OSError) as exc:
-        raise no_answer(where, f"the stream info request for {stream}", exc) from exc
     out: dict[str, ObjectBucket | None] = {}
     missing: list[str] = []
     for role in ROLES:
         name = bucket_name(stream, role)
-        try:
-            info = await answered(
-                f"the info request for bucket {name}",
-                where,
-                lambda n=name: jsm.stream_info(stream_of(n)),  # type: ignore[misc]
-                leader_wait_s,
-            )
-        except nats.js.errors.NotFoundError:
-            missing.append(name)
-            out[role] = None
-            continue
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
-            raise no_answer(where, f"the info request for bucket {name}", exc) from exc
+        with answered_or_unavailable(where, f"the info request for bucket {name}"):
+            try:
+                info = await answered(
+                    f"the info request for bucket {name}",
+                    where,
+                    lambda n=name: jsm.stream_info(stream_of(n)),  # type: ignore[misc]
+                    leader_wait_s,
+                )
+            except nats.js.errors.NotFoundError:  # absent: named with the command adding it
+                missing.append(name)
+                out[role] = None
+                continue
         if required:
             check_bucket_config(
                 name, info.config, replicas, objects=int(info.state.messages or 0), cli=cli
@@ -196,7 +194,7 @@ async def absent_bucket_adds(
     its lease bucket that do not exist (for a route that recreates the stream: the daemon,
     and a migration into it, need all three)."""
     # the lease module builds on this one's BucketConfigError: imported here, not at the top
-    from journald.storage.jetstream_leases import kv_add_command, kv_stream, lease_bucket_name
+    from journald.storage.jetstream.leases import kv_add_command, kv_stream, lease_bucket_name
 
     wanted = [
         (bucket_name(stream, role), stream_of(bucket_name(stream, role)), object_add_command)
@@ -206,12 +204,11 @@ async def absent_bucket_adds(
     wanted.append((leases, kv_stream(leases), kv_add_command))
     out: list[str] = []
     for name, backing, add in wanted:
-        try:
-            await jsm.stream_info(backing)
-        except nats.js.errors.NotFoundError:
-            out.append(add(name, replicas, cli=cli))
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
-            raise no_answer(where, f"the info request for bucket {name}", exc) from exc
+        with answered_or_unavailable(where, f"the info request for bucket {name}"):
+            try:
+                await jsm.stream_info(backing)
+            except nats.js.errors.NotFoundError:  # absent: the route must add it
+                out.append(add(name, replicas, cli=cli))
     return out
 
 

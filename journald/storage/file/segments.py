@@ -1,8 +1,9 @@
-"""On-disk format pieces of the file backend: manifest, durable file helpers, the strict reader.
+"""On-disk format pieces of the file backend: the manifest, line framing, the strict reader.
 
-The layout, fsync order and recovery rules are specified in ``journald.storage.file``; this
+The layout, fsync order and recovery rules are specified in docs/design.md#file-backend; this
 module holds the parts that are pure format (manifest encoding, line splitting, the hash-chain
-checker that names the damaged seq) plus the small durable-write helpers.
+checker that names the damaged seq). The durable writes are the disk seam's
+(``journald.storage.seam``).
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import json
 import os
 import re
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from journald import failpoints
 from journald.core.errors import JournaldError, StoreCorrupted, VersionUnsupported
 from journald.core.records import GENESIS, Record, decode, decode_stored, sha256_hex
+from journald.storage.seam import Disk
 from journald.storage.verify import record_problem
 
 JOURNAL = "journal.jsonl"
@@ -43,60 +43,7 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
-# --- durable file helpers ----------------------------------------------------------------
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_all(fd: int, data: bytes, offset: int) -> int:
-    """pwrite every byte of ``data`` at ``offset``; returns the end offset."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        offset += n
-        view = view[n:]
-    return offset
-
-
-def atomic_write(
-    path: str,
-    data: bytes,
-    *,
-    failpoint: str = "",
-    renamed_failpoint: str = "",
-    sync: bool = True,
-    sync_dir: bool = True,
-) -> None:
-    """temp file (unique name), write, fsync, rename over ``path``, fsync the directory
-    (``failpoint`` fires before the rename, ``renamed_failpoint`` after it; ``sync_dir``
-    False: the caller fsyncs the directory before anything depends on the rename)."""
-    directory = os.path.dirname(path)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    try:
-        try:
-            write_all(fd, data, 0)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if failpoint and failpoints.ARMED:
-            failpoints.hit(failpoint)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if renamed_failpoint and failpoints.ARMED:
-        failpoints.hit(renamed_failpoint)
-    if sync and sync_dir:
-        fsync_dir(directory)
+# --- a create undone ----------------------------------------------------------------
 
 
 def unmake_run_dir(run_dir: str) -> None:
@@ -250,8 +197,10 @@ def check_format(run_dir: str, run_id: str) -> None:
         raise format_too_new(run_id, run_dir, version)
 
 
-def write_manifest(run_dir: str, manifest: Manifest) -> None:
-    atomic_write(os.path.join(run_dir, MANIFEST), manifest.encode(), failpoint="mid_manifest_write")
+def write_manifest(disk: Disk, run_dir: str, manifest: Manifest) -> None:
+    disk.atomic_write(
+        os.path.join(run_dir, MANIFEST), manifest.encode(), failpoint="mid_manifest_write"
+    )
 
 
 def message_count(rec: Record) -> int:

@@ -12,7 +12,7 @@ is matched by the one filter ``<prefix>.*.1``: listing needs no separate index s
 The stream must keep exactly one message per subject and refuse a second one
 (``max_msgs_per_subject: 1``, ``discard: new``, ``discard_new_per_subject``), keep records
 forever (no ``max_age``) and accept records up to ``RECORD_FLOOR`` bytes; ``connect`` refuses
-any other configuration with the commands that fix it (``jetstream_config``). A store opened
+any other configuration with the commands that fix it (``jetstream.config``). A store opened
 ``read_only`` (``journald migrate`` reading a stream to rescue its runs) binds an unsafe stream
 and refuses every write; on a stream whose retention is not ``limits`` it reads with message
 gets only, never with a consumer (whose deliveries such a stream may discard).
@@ -36,7 +36,7 @@ our message ids, so the retry at the same seq adopts them one by one and continu
 
 Acks carry durability ``jetstream_ack``: what the server promised on ack (with
 ``sync_interval: always`` an fsync on every node that acknowledged; the daemon logs at start-up
-whether each server does, ``jetstream_sync``).
+whether each server does, ``jetstream.sync``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ from journald.core.errors import (
     SeqConflict,
     SessionExists,
     SessionNotFound,
-    StorageFull,
     StoreCorrupted,
     Unsupported,
 )
@@ -81,7 +80,7 @@ from journald.storage.base import (
     VerifyReport,
 )
 from journald.storage.info import corrupted_info, run_info_from
-from journald.storage.jetstream_config import (
+from journald.storage.jetstream.config import (
     DEFAULT_PREFIX,
     RECORD_FLOOR,
     NatsConfigError,
@@ -91,14 +90,15 @@ from journald.storage.jetstream_config import (
     stream_add_command,
     subject_prefix,
 )
-from journald.storage.jetstream_connect import bind_stream, open_connection, split_servers
-from journald.storage.jetstream_options import NatsOptions
-from journald.storage.jetstream_sync import check_fsync_policy
+from journald.storage.jetstream.connect import bind_stream, open_connection, split_servers
+from journald.storage.jetstream.errors import BATCH_FAILURES, TRANSIENT, Scope, appending
+from journald.storage.jetstream.options import NatsOptions
+from journald.storage.jetstream.sync import check_fsync_policy
 from journald.storage.pipeline import AppendPipeline
 from journald.storage.verify import verify_stream
 
 if TYPE_CHECKING:
-    from journald.storage.jetstream_leases import JetStreamLeases
+    from journald.storage.jetstream.leases import JetStreamLeases
 
 __all__ = [
     "RECORD_FLOOR",
@@ -130,21 +130,6 @@ LIST_CONCURRENCY = 8
 """Runs whose info ``list`` reads at once (each is a few requests and one short consumer)."""
 MAX_ATOMIC_BATCH = 1000
 """nats-server's default limit of messages in one atomic batch."""
-
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    nats.errors.OutboundBufferLimitError,
-    nats.js.errors.NoStreamResponseError,
-    nats.js.errors.ServiceUnavailableError,
-    asyncio.TimeoutError,
-    ConnectionError,
-)
-
-_BATCH_FAILURES: tuple[type[BaseException], ...] = (*_TRANSIENT, nats.errors.Error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +247,7 @@ class JetStreamStore:
         self._js = nc.jetstream(timeout=ack_timeout_s)
         self._jsm = nc.jsm(timeout=ack_timeout_s)
         self.stream = stream
+        self.scope = Scope.stream(stream)
         self.prefix = prefix
         self.max_record_bytes = max_record_bytes
         self.gap_wait_s = gap_wait_s
@@ -315,7 +301,7 @@ class JetStreamStore:
         endpoints; anything in ``nats_options`` goes to ``nats.connect`` as is.
         ``read_only`` binds a stream even when it is unsafe to write (to copy its runs out:
         reads then never create a consumer on a non-``limits`` stream) and refuses writes.
-        ``check_fsync`` logs whether every server fsyncs each write (``jetstream_sync``).
+        ``check_fsync`` logs whether every server fsyncs each write (``jetstream.sync``).
         ``leader_wait_s``: how long the binding waits, with a log line, for the stream (and
         then its buckets) to answer, as after a cluster lost the node that led them.
         Raises ``NatsConfigError`` (a ``BackendUnavailable``; ``StreamConfigError`` for the
@@ -372,7 +358,7 @@ class JetStreamStore:
 
     @property
     def connection(self) -> Any:
-        """The nats-py client, shared with the run's buckets (``jetstream_checkpoints``)."""
+        """The nats-py client, shared with the run's buckets (``jetstream.checkpoint_store``)."""
         return self._nc
 
     # -- subjects ----------------------------------------------------------------------
@@ -404,40 +390,8 @@ class JetStreamStore:
 
     async def _retrying(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         """Run an idempotent NATS operation, retrying transient failures for a bounded time."""
-        deadline = time.monotonic() + self.retry_window_s
-        delay = 0.05
-        while True:
-            try:
-                return await op()
-            except _TRANSIENT as exc:
-                if time.monotonic() + delay >= deadline or self._nc.is_closed:
-                    raise BackendUnavailable(
-                        f"JetStream stream {self.stream}: {what} failed "
-                        f"({type(exc).__name__}) for {self.retry_window_s:g}s; check the NATS "
-                        "servers and retry (an append may be retried at the same seq)",
-                        metadata={"stream": self.stream},
-                    ) from exc
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-            except nats.js.errors.APIError as exc:
-                raise self._api_error(what, exc) from exc
-            except nats.errors.Error as exc:
-                raise BackendUnavailable(
-                    f"JetStream stream {self.stream}: {what} failed: {exc}",
-                    metadata={"stream": self.stream},
-                ) from exc
-
-    def _api_error(self, what: str, exc: Any) -> JournaldError:
-        desc = str(getattr(exc, "description", "") or exc)
-        if ("maximum" in desc and ("bytes" in desc or "messages" in desc)) or "storage" in desc:
-            return StorageFull(
-                f"JetStream stream {self.stream} refused {what}: {desc}; raise the stream's "
-                "limits (`nats stream edit`) or delete old runs",
-                metadata={"stream": self.stream},
-            )
-        return BackendUnavailable(
-            f"JetStream stream {self.stream}: {what} failed: {desc}",
-            metadata={"stream": self.stream, "err_code": getattr(exc, "err_code", "")},
+        return await self.scope.retrying(
+            what, op, self.retry_window_s, lambda: bool(self._nc.is_closed)
         )
 
     async def _get(self, subject: str) -> tuple[Record, int, dict[str, str]] | None:
@@ -504,48 +458,43 @@ class JetStreamStore:
         }
         deadline = time.monotonic() + self.retry_window_s
         delay = 0.05
-        while True:
-            try:
-                ack = await self._js.publish(
-                    subject, rec.raw, timeout=self.ack_timeout_s, headers=dict(headers)
-                )
-                if ack.stream != self.stream:
-                    raise StoreCorrupted(
-                        f"subject {subject} was stored by stream {ack.stream}, not "
-                        f"{self.stream}; two streams overlap on the journald prefix",
-                        metadata={"subject": subject},
+        with appending(self.scope, run_id, rec.seq):
+            while True:
+                try:
+                    ack = await self._js.publish(
+                        subject, rec.raw, timeout=self.ack_timeout_s, headers=dict(headers)
                     )
-                return int(ack.seq)
-            except nats.js.errors.APIError as exc:
-                code = getattr(exc, "err_code", None)
-                if code in (WRONG_LAST_SEQUENCE, MAX_MSGS_PER_SUBJECT_EXCEEDED):
-                    return await self._resolve(run_id, rec, msg_id, subject)
-                if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
-                    raise self._api_error(f"appending seq {rec.seq} of run {run_id}", exc) from exc
-                last_exc: BaseException = exc
-            except _TRANSIENT as exc:
-                last_exc = exc
-            except nats.errors.Error as exc:
-                raise BackendUnavailable(
-                    f"run {run_id}: appending seq {rec.seq} failed: {exc}; the record may or "
-                    "may not be stored: retry the append at the same seq",
-                    metadata={"run_id": run_id, "seq": rec.seq},
-                ) from exc
-            # Unacknowledged: the record may or may not be stored. Publishing again with the
-            # same fence is safe: if it landed, the fence rejects the copy and we adopt it.
-            # No retry once this daemon's lease renewal is overdue: another host may hold the
-            # run by now.
-            lapsed = self.leases is not None and not self.leases.valid()
-            if lapsed or time.monotonic() + delay >= deadline or self._nc.is_closed:
-                raise BackendUnavailable(
-                    f"run {run_id}: no JetStream ack for seq {rec.seq} within "
-                    f"{self.retry_window_s:g}s ({type(last_exc).__name__}); the record may or "
-                    "may not be stored: retry the append at the same seq (a stored copy is "
-                    "adopted, never duplicated)",
-                    metadata={"run_id": run_id, "seq": rec.seq},
-                ) from last_exc
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+                    if ack.stream != self.stream:
+                        raise StoreCorrupted(
+                            f"subject {subject} was stored by stream {ack.stream}, not "
+                            f"{self.stream}; two streams overlap on the journald prefix",
+                            metadata={"subject": subject},
+                        )
+                    return int(ack.seq)
+                except nats.js.errors.APIError as exc:  # the fence refused it, or no leader
+                    code = getattr(exc, "err_code", None)
+                    if code in (WRONG_LAST_SEQUENCE, MAX_MSGS_PER_SUBJECT_EXCEEDED):
+                        return await self._resolve(run_id, rec, msg_id, subject)
+                    if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                        raise  # a refusal: ``appending`` names it
+                    last_exc: BaseException = exc
+                except TRANSIENT as exc:  # no answer: published again below
+                    last_exc = exc
+                # Unacknowledged: the record may or may not be stored. Publishing again with
+                # the same fence is safe: if it landed, the fence rejects the copy and we
+                # adopt it. No retry once this daemon's lease renewal is overdue: another
+                # host may hold the run by now.
+                lapsed = self.leases is not None and not self.leases.valid()
+                if lapsed or time.monotonic() + delay >= deadline or self._nc.is_closed:
+                    raise BackendUnavailable(
+                        f"run {run_id}: no JetStream ack for seq {rec.seq} within "
+                        f"{self.retry_window_s:g}s ({type(last_exc).__name__}); the record may "
+                        "or may not be stored: retry the append at the same seq (a stored copy "
+                        "is adopted, never duplicated)",
+                        metadata={"run_id": run_id, "seq": rec.seq},
+                    ) from last_exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     async def _publish_atomic(
         self, journal: JetStreamJournal, records: Sequence[Record], fence: int
@@ -580,7 +529,7 @@ class JetStreamStore:
                 reply = await self._nc.request(
                     subject, rec.raw, timeout=self.ack_timeout_s, headers=headers
                 )
-        except _BATCH_FAILURES:
+        except BATCH_FAILURES:
             return None
         try:
             resp = json.loads(reply.data)
@@ -654,14 +603,8 @@ class JetStreamStore:
             if int(ci.num_pending or 0) == 0 and not ci.delivered.stream_seq:
                 return
             while True:
-                try:
+                with self.scope.stalls(f"reading {subject}"):
                     msg = await sub.next_msg(timeout=self.retry_window_s)
-                except _TRANSIENT as exc:
-                    raise BackendUnavailable(
-                        f"JetStream stream {self.stream}: reading {subject} stalled "
-                        f"({type(exc).__name__}); retry when the servers are healthy",
-                        metadata={"stream": self.stream},
-                    ) from exc
                 sseq = int(msg.metadata.sequence.stream)
                 if sseq > end_sseq:
                     return

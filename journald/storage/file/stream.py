@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from journald.core.errors import BackendUnavailable, JournaldError
 from journald.core.records import decode_stored, sha256_hex
-from journald.storage.file_journal import read_file
-from journald.storage.segments import (
+from journald.storage.file.journal import read_file
+from journald.storage.file.segments import (
     Line,
     Manifest,
     SegmentInfo,

@@ -1,7 +1,7 @@
 """One JetStream Object Store bucket, read and written in the Object Store's own wire format.
 
 The buckets that keep a run's checkpoints, fold marks and attachments beside its records
-(``journald.storage.jetstream_checkpoints``) are ordinary Object Store buckets, so
+(``journald.storage.jetstream.checkpoint_store``) are ordinary Object Store buckets, so
 ``nats object ls/get`` read them, but journald writes them itself rather than through
 nats-py's ``ObjectStore`` for three promises nats-py's writer does not make:
 
@@ -23,13 +23,11 @@ first, then its chunks), so a name can be written again after a delete.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import hashlib
 import json
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -40,7 +38,7 @@ from nats.js.api import DeliverPolicy
 
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, JournaldError, StorageFull
-from journald.storage.jetstream import _TRANSIENT as TRANSIENT
+from journald.storage.jetstream.errors import Scope
 
 T = TypeVar("T")
 
@@ -91,6 +89,7 @@ class ObjectBucket:
         self._js = nc.jetstream(timeout=ack_timeout_s)
         self._jsm = nc.jsm(timeout=ack_timeout_s)
         self.bucket = bucket
+        self.scope = Scope.bucket(bucket)
         self.stream = stream_of(bucket)
         self.retry_window_s = retry_window_s
         self.ack_timeout_s = ack_timeout_s
@@ -103,33 +102,10 @@ class ObjectBucket:
 
     async def _retrying(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         """An idempotent operation, retried on transient failures for a bounded time (a node
-        of a cluster killed mid-call costs one leader election)."""
-        deadline = time.monotonic() + self.retry_window_s
-        delay = 0.05
-        while True:
-            try:
-                return await op()
-            except TRANSIENT as exc:
-                if time.monotonic() + delay >= deadline or self._nc.is_closed:
-                    raise BackendUnavailable(
-                        f"JetStream bucket {self.bucket}: {what} failed ({type(exc).__name__}) "
-                        f"for {self.retry_window_s:g}s; check the NATS servers and retry",
-                        metadata={"bucket": self.bucket},
-                    ) from exc
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-
-    def _api_error(self, what: str, exc: Exception) -> JournaldError:
-        desc = str(getattr(exc, "description", "") or exc)
-        meta = {"bucket": self.bucket}
-        if ("maximum" in desc and "bytes" in desc) or "storage" in desc:
-            return StorageFull(
-                f"JetStream bucket {self.bucket} refused {what}: {desc}; raise its limits "
-                f"(`nats object edit {self.bucket} --max-bucket-size ...`) or delete old runs",
-                metadata=meta,
-            )
-        return BackendUnavailable(
-            f"JetStream bucket {self.bucket}: {what} failed: {desc}", metadata=meta
+        of a cluster killed mid-call costs one leader election); a refusal the server
+        answered propagates, for the caller to read or ``self.scope`` to translate."""
+        return await self.scope.retrying(
+            what, op, self.retry_window_s, lambda: bool(self._nc.is_closed), translate=False
         )
 
     async def info(self, name: str) -> dict[str, Any] | None:
@@ -150,10 +126,8 @@ class ObjectBucket:
             live = isinstance(obj, dict) and not obj.get("deleted")
             return (obj if live else None), int(msg.seq)
 
-        try:
+        with self.scope.translated(f"reading {name}", failures=()):
             return await self._retrying(f"reading {name}", op)
-        except nats.js.errors.APIError as exc:
-            raise self._api_error(f"reading {name}", exc) from exc
 
     async def read(self, name: str) -> bytes | None:
         """The object's bytes, checked against its digest; None when absent."""
@@ -170,12 +144,11 @@ class ObjectBucket:
                     self.stream, seq=after + 1, subject=subject, next=True
                 )
 
-            try:
-                msg = await self._retrying(f"reading {name}", op)
-            except nats.js.errors.NotFoundError:
-                break  # purged under us (the run was dropped): reported as damage below
-            except nats.js.errors.APIError as exc:
-                raise self._api_error(f"reading {name}", exc) from exc
+            with self.scope.translated(f"reading {name}", failures=()):
+                try:
+                    msg = await self._retrying(f"reading {name}", op)
+                except nats.js.errors.NotFoundError:
+                    break  # purged under us (the run was dropped): reported as damage below
             parts.append(bytes(msg.data or b""))
             seq = int(msg.seq)
         data = b"".join(parts)
@@ -200,48 +173,46 @@ class ObjectBucket:
         old = None if once else await self.info(name)
         count = 0
         try:
-            for count, start in enumerate(range(0, len(data), CHUNK_BYTES), start=1):
-                piece = data[start : start + CHUNK_BYTES]
-                await self._publish(name, chunks, piece, {HDR_MSG_ID: f"{nuid}.{count}"})
-            if failpoints.ARMED:
-                failpoints.hit("js_object_before_meta")
-            meta = {
-                "name": name,
-                "bucket": self.bucket,
-                "nuid": nuid,
-                "size": len(data),
-                "chunks": count,
-                "digest": digest,
-                "mtime": datetime.now(UTC).isoformat(),
-                "options": {"max_chunk_size": CHUNK_BYTES},
-            }
-            headers = {HDR_MSG_ID: f"{nuid}.meta", HDR_ROLLUP: "sub"}
-            if once:
-                headers[HDR_EXPECT_LAST_SUBJECT_SEQ] = "0"
-            elif expect is not None:
-                headers[HDR_EXPECT_LAST_SUBJECT_SEQ] = str(expect)
-            try:
-                await self._publish(
-                    name, self.meta_subject(name), json.dumps(meta).encode(), headers
-                )
-            except nats.js.errors.APIError as exc:
-                if getattr(exc, "err_code", None) != WRONG_LAST_SEQUENCE or not (
-                    once or expect is not None
-                ):
-                    raise
-                there = await self.info(name)
-                if there is not None and there.get("nuid") == nuid:
-                    return True  # our own meta; its first ack was lost
-                await self._purge(chunks)
-                if not once:
-                    raise RevisionMoved(name) from None
-                if there is not None and there.get("digest") == digest:
-                    return False
-                raise NameTaken(name, str((there or {}).get("digest", ""))) from None
-        except nats.js.errors.APIError as exc:
-            await self._purge_quietly(chunks)
-            raise self._api_error(f"writing {name}", exc) from exc
-        except BackendUnavailable:
+            with self.scope.translated(f"writing {name}", failures=()):
+                for count, start in enumerate(range(0, len(data), CHUNK_BYTES), start=1):
+                    piece = data[start : start + CHUNK_BYTES]
+                    await self._publish(name, chunks, piece, {HDR_MSG_ID: f"{nuid}.{count}"})
+                if failpoints.ARMED:
+                    failpoints.hit("js_object_before_meta")
+                meta = {
+                    "name": name,
+                    "bucket": self.bucket,
+                    "nuid": nuid,
+                    "size": len(data),
+                    "chunks": count,
+                    "digest": digest,
+                    "mtime": datetime.now(UTC).isoformat(),
+                    "options": {"max_chunk_size": CHUNK_BYTES},
+                }
+                headers = {HDR_MSG_ID: f"{nuid}.meta", HDR_ROLLUP: "sub"}
+                if once:
+                    headers[HDR_EXPECT_LAST_SUBJECT_SEQ] = "0"
+                elif expect is not None:
+                    headers[HDR_EXPECT_LAST_SUBJECT_SEQ] = str(expect)
+                try:
+                    await self._publish(
+                        name, self.meta_subject(name), json.dumps(meta).encode(), headers
+                    )
+                except nats.js.errors.APIError as exc:
+                    if getattr(exc, "err_code", None) != WRONG_LAST_SEQUENCE or not (
+                        once or expect is not None
+                    ):
+                        raise
+                    there = await self.info(name)
+                    if there is not None and there.get("nuid") == nuid:
+                        return True  # our own meta; its first ack was lost
+                    await self._purge(chunks)
+                    if not once:
+                        raise RevisionMoved(name) from None
+                    if there is not None and there.get("digest") == digest:
+                        return False
+                    raise NameTaken(name, str((there or {}).get("digest", ""))) from None
+        except (BackendUnavailable, StorageFull):  # a failed write leaves no chunks behind
             await self._purge_quietly(chunks)
             raise
         if old is not None and old.get("nuid"):
@@ -260,10 +231,8 @@ class ObjectBucket:
         async def op() -> Any:
             return await self._jsm.purge_stream(self.stream, subject=subject)
 
-        try:
+        with self.scope.translated(f"purging {subject}", failures=()):
             await self._retrying(f"purging {subject}", op)
-        except nats.js.errors.APIError as exc:
-            raise self._api_error(f"purging {subject}", exc) from exc
 
     async def _purge_quietly(self, subject: str) -> None:
         # chunks no meta names are invisible to every reader; they only cost space
@@ -290,13 +259,11 @@ class ObjectBucket:
                 subject = f"$JS.API.STREAM.INFO.{self.stream}"
                 return await self._nc.request(subject, req, timeout=self.ack_timeout_s)
 
-            try:
+            with self.scope.translated("listing objects", refusals=(nats.errors.Error,)):
                 msg = await self._retrying("listing objects", op)
-            except nats.errors.Error as exc:
-                raise self._api_error("listing objects", exc) from exc
             answer = json.loads(msg.data)
             if "error" in answer:
-                raise self._api_error("listing objects", ValueError(answer["error"]))
+                raise self.scope.api_error("listing objects", ValueError(answer["error"]))
             page = list((answer.get("state") or {}).get("subjects") or {})
             out += page
             if not page or len(out) >= int(answer.get("total") or 0):

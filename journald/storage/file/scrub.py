@@ -1,7 +1,7 @@
 """The file backend's scrub: every run verified at a paced read rate, in a child process.
 
 The daemon's scrubber (``journald.server.scrub``, docs/design.md#scrubbing) starts this module
-as ``python -m journald.storage.file_scrub DATA_DIR BYTES_PER_S`` once per pass; it verifies
+as ``python -m journald.storage.file.scrub DATA_DIR BYTES_PER_S`` once per pass; it verifies
 every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on its stdout:
 
     {"run_id": ..., "ok": true, "records": n, "bytes": n, "key": [...]}
@@ -9,7 +9,7 @@ every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on 
     {"run_id": ..., "gone": true}                      deleted meanwhile
     {"run_id": ..., "skipped": "..."}                  could not be read now; next pass
 
-Each run gets the walk ``journald verify`` makes (``FileReads._verify``: framing, checksums,
+Each run gets the walk ``journald verify`` makes (``FileReads.verify``: framing, checksums,
 chain, manifest entries and digests, then ``journald.storage.verify``'s walk), with every file
 read through a ``ReadBudget``. A process of its own, at the lowest CPU and I/O priority, so
 that its decoding never holds the daemon's interpreter lock while an append waits for it;
@@ -35,8 +35,8 @@ from typing import IO, Any
 
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
 from journald.core.records import validate_id
+from journald.storage.file.segments import JOURNAL, MANIFEST, SEGMENTS
 from journald.storage.scrub_budget import ReadBudget
-from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS
 
 NICE = 19
 IOPRIO_CLASS_IDLE = 3
@@ -72,7 +72,7 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
         return {"run_id": run_id, "skipped": str(exc)}
     start = budget.bytes_read
     try:
-        rep = store._verify(run_id, budget)
+        rep = store.reads.verify(run_id, budget)
     except SessionNotFound:
         return {"run_id": run_id, "gone": True}
     except StoreCorrupted as exc:
@@ -97,7 +97,7 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
 
 
 def scrub_runs(data_dir: str, ids: Iterable[str], bytes_per_s: int, out: IO[str]) -> None:
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
 
     store = FileStore(data_dir)
     budget = ReadBudget(bytes_per_s)

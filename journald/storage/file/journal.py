@@ -1,6 +1,6 @@
 """The append handle of the file backend: group commit, durable writes, sealing.
 
-Format, fsync order and recovery rules: see ``journald.storage.file``.
+Format, fsync order and recovery rules: docs/design.md#file-backend (#fsync-order).
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from journald import failpoints, telemetry
+from journald import telemetry
 from journald.core.errors import BackendUnavailable, SeqConflict
 from journald.core.records import Record
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
-from journald.storage.file_errors import storage_error, vanished
-from journald.storage.info import run_info_from
-from journald.storage.pipeline import AppendPipeline
-from journald.storage.segments import (
+from journald.storage.file.errors import storage_error, vanished
+from journald.storage.file.segments import (
     DIR_MODE,
     FILE_MODE,
     JOURNAL,
@@ -31,17 +29,16 @@ from journald.storage.segments import (
     SEGMENTS,
     Manifest,
     SegmentInfo,
-    atomic_write,
     frame,
-    fsync_dir,
     message_count,
     sealed_facts,
-    write_all,
     write_manifest,
 )
+from journald.storage.info import run_info_from
+from journald.storage.pipeline import AppendPipeline
 
 if TYPE_CHECKING:
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
 
 log = logging.getLogger(__name__)
 RECENT = 1024  # records kept in memory per journal for idempotent-retry comparisons
@@ -131,7 +128,8 @@ class FileJournal:
         self._dir = store.run_dir(run_id)
         self._path = os.path.join(self._dir, JOURNAL)
         self._lock_fd = lock_fd
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+        self._disk = store.disk
+        self._fd = self._disk.open(self._path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
         self._manifest = st.manifest
         self._size = st.size
         self._stats = st.stats
@@ -220,27 +218,23 @@ class FileJournal:
 
     def _write_durable(self, data: bytes, seq: int) -> None:
         pre = self._size
+        disk = self._disk
         try:
-            if failpoints.ARMED:
-                failpoints.hit("before_write")
-            end = write_all(self._fd, data, pre)
-            if failpoints.ARMED:
-                failpoints.hit("after_write_before_fsync")
-            telemetry.fsync(self._fd, self.run_id, seq, len(data))
+            end, fsync_s = disk.append_durably(self._fd, data, pre)
+            telemetry.fsync_took(fsync_s, self.run_id, seq, len(data))
             if self._first_write:
-                fsync_dir(self._dir)
-                fsync_dir(os.path.dirname(self._dir))
+                disk.fsync_dir(self._dir)
+                disk.fsync_dir(os.path.dirname(self._dir))
                 self._first_write = False
-            if os.fstat(self._fd).st_nlink == 0:
+            if disk.fstat(self._fd).st_nlink == 0:
                 # the run's files were deleted under the lease (the data directory removed):
                 # the write reached only an unlinked file, which no one can read back
                 raise self._unlinked(seq)
-            if failpoints.ARMED:
-                failpoints.hit("after_fsync_before_advance")
+            disk.step("after_fsync_before_advance")
         except OSError as exc:
             try:
-                os.ftruncate(self._fd, pre)
-                os.fdatasync(self._fd)
+                disk.ftruncate(self._fd, pre)
+                disk.fdatasync(self._fd)
             except OSError:
                 pass
             raise storage_error(
@@ -274,18 +268,18 @@ class FileJournal:
         m = self._manifest
         name = f"{len(m.segments) + 1:06d}.jsonl"
         seg_dir = os.path.join(self._dir, SEGMENTS)
+        disk = self._disk
         if not os.path.isdir(seg_dir):
-            os.mkdir(seg_dir, DIR_MODE)
-            fsync_dir(self._dir)
+            disk.mkdir(seg_dir, DIR_MODE)
+            disk.fsync_dir(self._dir)
         seg = os.path.join(seg_dir, name)
         try:
-            os.link(self._path, seg)
+            disk.link(self._path, seg)
         except FileExistsError:
             if not os.path.samefile(self._path, seg):
                 raise
-        fsync_dir(seg_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_seal")
+        disk.fsync_dir(seg_dir)
+        disk.step("mid_seal")
         facts = (
             (self._digest.hexdigest(), os.fstat(self._fd).st_mtime_ns)
             if self._digest is not None
@@ -297,17 +291,16 @@ class FileJournal:
             list(m.anchors),
         )
         try:
-            write_manifest(self._dir, nm)
+            write_manifest(disk, self._dir, nm)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(seg)
+                disk.unlink(seg)
             raise
         self._manifest = nm
         try:
-            if failpoints.ARMED:
-                failpoints.hit("after_seal_manifest")
-            atomic_write(self._path, b"")
-            fd = os.open(self._path, os.O_WRONLY, FILE_MODE)
+            disk.step("after_seal_manifest")
+            disk.atomic_write(self._path, b"")
+            fd = disk.open(self._path, os.O_WRONLY, FILE_MODE)
         except OSError as exc:
             self.pipeline.refuse(
                 BackendUnavailable(
@@ -317,7 +310,7 @@ class FileJournal:
                 )
             )
             raise
-        os.close(self._fd)
+        disk.close(self._fd)
         self._fd = fd
         self._size = 0
         self._digest = hashlib.sha256()
@@ -344,7 +337,7 @@ class FileJournal:
             "generation": self._manifest.generation,
         }
         with contextlib.suppress(OSError):  # a cache: list() recomputes it when stale
-            atomic_write(
+            self._disk.atomic_write(
                 os.path.join(self._dir, META_CACHE),
                 json.dumps(obj, sort_keys=True).encode(),
                 sync=False,
@@ -358,8 +351,8 @@ class FileJournal:
         try:
             await self._io.run(self._write_cache)
         finally:
-            os.close(self._fd)
-            os.close(self._lock_fd)
+            self._disk.close(self._fd)
+            self._disk.close(self._lock_fd)
             self._store.forget(self.run_id, self)
             self._recent.clear()  # whoever still holds the journal holds no records
             self._recent_bytes = 0

@@ -1,6 +1,6 @@
 """Explicit maintenance of the file backend: prune, recovery (quarantine), tail repair.
 
-Format, layout and recovery rules: see ``journald.storage.file`` (a mixin of its store).
+Format, layout and recovery rules: docs/design.md#file-backend (#recovery, #prune).
 """
 
 from __future__ import annotations
@@ -11,18 +11,17 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from journald import failpoints
 from journald.clock import utc_ts
 from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
 from journald.core.schema import validate_record
 from journald.storage.base import QuarantineReport, RepairReport
-from journald.storage.file_journal import OpenState, read_file, unique_path
-from journald.storage.file_reads import Records, listed_last_seq
-from journald.storage.segments import (
+from journald.storage.file.journal import unique_path
+from journald.storage.file.reads import listed_last_seq
+from journald.storage.file.segments import (
     BROKEN,
     DIR_MODE,
     FILE_MODE,
@@ -37,14 +36,15 @@ from journald.storage.segments import (
     corrupted,
     file_lines,
     frame,
-    fsync_dir,
     read_manifest,
     reframe,
     tail_end,
     unframe,
-    write_all,
     write_manifest,
 )
+
+if TYPE_CHECKING:
+    from journald.storage.file.store import FileStore
 
 T = TypeVar("T")
 log = logging.getLogger("journald.storage.file")
@@ -71,28 +71,12 @@ def holds_live_state(records: Sequence[Record], cut_seq: int) -> bool:
 
 
 class FileMaintenance:
-    """Prune and recovery of ``FileStore`` (a mixin: it shares the store's paths and locks)."""
+    """Prune and recovery of a ``FileStore``: it works under the store's run locks, settles
+    runs the store's way and reads through the store's reads, so it is built with the store
+    (``FileStore.maintenance``)."""
 
-    quarantine_dir: str
-    segment_max_records: int
-
-    if TYPE_CHECKING:
-
-        def run_dir(self, run_id: str) -> str: ...
-
-        def _lock_existing(self, run_id: str, run_dir: str, outside: str = "") -> int: ...
-
-        def _settle(self, run_id: str, run_dir: str) -> Manifest: ...
-
-        def _open_state(self, run_id: str, run_dir: str) -> OpenState: ...
-
-        def _read_records(self, run_id: str, from_seq: int) -> Records: ...
-
-        def _finish_replace(self, run_dir: str, run_id: str, m: Manifest) -> None: ...
-
-        async def _checked(
-            self, fn: Callable[..., T], *args: Any, run_id: str = "", action: str = ""
-        ) -> T: ...
+    def __init__(self, store: FileStore) -> None:
+        self.store = store
 
     async def prune(self, run_id: str, *, before: PrePrune | None = None) -> PruneReport:
         """Rewrite a run to its meta record plus everything from its latest rebase onward
@@ -102,12 +86,12 @@ class FileMaintenance:
         changes: the checkpoint store hooks its ``pre_prune`` checkpoint here (its failure
         aborts the prune). Refused with ``Locked`` while the run is open for append.
         """
-        run_dir = self.run_dir(run_id)
+        run_dir = self.store.run_dir(run_id)
         how = {"run_id": run_id, "action": "pruning the run"}
-        lock = await self._checked(self._lock_existing, run_id, run_dir, **how)
+        lock = await self.store.checked(self.store.lock_existing, run_id, run_dir, **how)
         try:
-            await self._checked(self._open_state, run_id, run_dir, **how)
-            records = await self._checked(self._read_records, run_id, 1, **how)
+            await self.store.checked(self.store.open_state, run_id, run_dir, **how)
+            records = await self.store.checked(self.store.reads.read_records, run_id, 1, **how)
             rebases = [r for r in records if r.kind == "rebase"]
             if (
                 not records
@@ -122,18 +106,20 @@ class FileMaintenance:
             rb = rebases[-1]
             meta = records[0]
             kept = [meta] + [r for r in records if r.seq >= rb.seq]
-            m = await self._checked(read_manifest, run_dir, run_id, **how) or Manifest()
+            m = await self.store.checked(read_manifest, run_dir, run_id, **how) or Manifest()
             anchors = [a for a in m.anchors if a.after_seq >= rb.seq]
             anchors.insert(
                 0, Anchor(meta.seq, meta.hash, rb.seq, rb.prev, "prune", meta.seq + 1, rb.seq - 1)
             )
             lines = [frame(r) for r in kept]
-            await self._checked(self._replace_volume, run_id, run_dir, m, lines, anchors, **how)
+            await self.store.checked(
+                self._replace_volume, run_id, run_dir, m, lines, anchors, **how
+            )
             return PruneReport(
                 run_id, True, rb.seq, meta.seq + 1, rb.seq - 1, len(records) - len(kept), len(kept)
             )
         finally:
-            os.close(lock)
+            self.store.disk.close(lock)
 
     def _replace_volume(
         self,
@@ -144,51 +130,49 @@ class FileMaintenance:
         anchors: Sequence[Anchor],
     ) -> None:
         staged = os.path.join(run_dir, STAGED)
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        fd = self.store.disk.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
-            write_all(fd, b"".join(lines), 0)
-            os.fsync(fd)
+            self.store.disk.write_all(fd, b"".join(lines), 0)
+            self.store.disk.fsync(fd)
         finally:
-            os.close(fd)
-        fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_prune_stage")
+            self.store.disk.close(fd)
+        self.store.disk.fsync_dir(run_dir)
+        self.store.disk.step("mid_prune_stage")
         nm = Manifest(m.generation + 1, [], list(anchors), STAGED)
-        write_manifest(run_dir, nm)  # the commit point
-        if failpoints.ARMED:
-            failpoints.hit("mid_prune_rename")
-        self._finish_replace(run_dir, run_id, nm)
+        write_manifest(self.store.disk, run_dir, nm)  # the commit point
+        self.store.disk.step("mid_prune_rename")
+        self.store.finish_replace(run_dir, run_id, nm)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(run_dir, META_CACHE))
+            self.store.disk.unlink(os.path.join(run_dir, META_CACHE))
 
     async def recover(
         self, run_id: str, quarantine_dir: str | os.PathLike[str] | None = None
     ) -> QuarantineReport:
         """Recovery mode: move damaged interior records out of the run (see module doc)."""
-        qdir = str(quarantine_dir if quarantine_dir is not None else self.quarantine_dir)
-        run_dir = self.run_dir(run_id)
+        qdir = str(quarantine_dir if quarantine_dir is not None else self.store.quarantine_dir)
+        run_dir = self.store.run_dir(run_id)
         how = {"run_id": run_id, "action": "recovering the run"}
-        lock = await self._checked(self._lock_existing, run_id, run_dir, qdir, **how)
+        lock = await self.store.checked(self.store.lock_existing, run_id, run_dir, qdir, **how)
         try:
-            return await self._checked(self._recover, run_id, run_dir, qdir, **how)
+            return await self.store.checked(self._recover, run_id, run_dir, qdir, **how)
         finally:
-            os.close(lock)
+            self.store.disk.close(lock)
 
     def _recover(self, run_id: str, run_dir: str, qdir: str) -> QuarantineReport:
         floor = listed_last_seq(run_dir)
-        m = self._settle(run_id, run_dir)
+        m = self.store.settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
         lost_active = bool(m.segments) and not os.path.exists(path)
-        data = read_file(path) if os.path.exists(path) else b""
+        data = self.store.disk.read(path) if os.path.exists(path) else b""
         end = tail_end(data)
         report = QuarantineReport(run_id)
         if end < len(data):
-            rep = self._repair_tail(run_id, run_dir, data, end)
+            rep = self.repair_tail(run_id, run_dir, data, end)
             report.repaired = rep.sentence()
         lines: Lines = []
         for s in m.segments:
             seg = os.path.join(run_dir, SEGMENTS, s.file)
-            lines.extend(file_lines(seg, read_file(seg)))
+            lines.extend(file_lines(seg, self.store.disk.read(seg)))
         lines.extend(file_lines(path, data[:end]))
         anchors = {a.after_seq: a for a in m.anchors}
         bad = self._find_damaged(run_id, lines, anchors)
@@ -200,7 +184,7 @@ class FileMaintenance:
         end_seq = last.seq if last else 0
         gone = [seq for _, seq, _ in bad] + ([end_seq + 1, floor] if floor > end_seq else [])
         if lost_active:  # it held fewer records than a seal takes: keep all those seqs
-            gone += [end_seq + 1, end_seq + self.segment_max_records]
+            gone += [end_seq + 1, end_seq + self.store.segment_max_records]
         if not gone:
             report.last_seq = end_seq
             return report
@@ -289,12 +273,14 @@ class FileMaintenance:
         for i, (ln, seq, reason) in enumerate(bad, 1):
             digest = sha256_hex(ln.raw)
             name = f"{i:04d}-seq{seq}-{digest[:16]}.bad"
-            fd = os.open(os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            fd = self.store.disk.open(
+                os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE
+            )
             try:
-                write_all(fd, ln.raw, 0)
-                os.fsync(fd)
+                self.store.disk.write_all(fd, ln.raw, 0)
+                self.store.disk.fsync(fd)
             finally:
-                os.close(fd)
+                self.store.disk.close(fd)
             report.positions.append(
                 {
                     "file": ln.file,
@@ -315,28 +301,27 @@ class FileMaintenance:
                 reason,
                 os.path.join(out, name),
             )
-        fsync_dir(out)
+        self.store.disk.fsync_dir(out)
         report.quarantined = len(bad)
         report.directory = out
 
-    def _repair_tail(self, run_id: str, run_dir: str, data: bytes, end: int) -> RepairReport:
+    def repair_tail(self, run_id: str, run_dir: str, data: bytes, end: int) -> RepairReport:
         path = os.path.join(run_dir, JOURNAL)
         broken = unique_path(os.path.join(run_dir, BROKEN))
-        fd = os.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        fd = self.store.disk.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
-            write_all(fd, data[end:], 0)
-            os.fsync(fd)
+            self.store.disk.write_all(fd, data[end:], 0)
+            self.store.disk.fsync(fd)
         finally:
-            os.close(fd)
-        fsync_dir(run_dir)
-        if failpoints.ARMED:
-            failpoints.hit("mid_repair")
-        fd = os.open(path, os.O_WRONLY)
+            self.store.disk.close(fd)
+        self.store.disk.fsync_dir(run_dir)
+        self.store.disk.step("mid_repair")
+        fd = self.store.disk.open(path, os.O_WRONLY)
         try:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
+            self.store.disk.ftruncate(fd, end)
+            self.store.disk.fsync(fd)
         finally:
-            os.close(fd)
+            self.store.disk.close(fd)
         log.warning(
             "run %s: repaired a torn write: cut %d bytes after line %d of %s (written after "
             "the last acknowledgement: a crash mid-write) and kept them in %s",
