@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -86,14 +87,12 @@ def test_session_store_conformance_passes_every_contract_on_the_file_backend(
     assert set(calls) == {"append", "load", *OPTIONAL}, calls
 
 
-def test_session_store_conformance_passes_every_contract_on_jetstream(tmp_path: Path) -> None:
-    server = NatsServer(tmp_path / "nats")
-    server.start()
-    try:
-        asyncio.run(create_stream(server.url, "CLAUDE", "claude"))
-        args = ("--nats-url", server.url, "--stream", "CLAUDE")
-        with Daemon(tmp_path, "jetstream", *args) as daemon:
-            calls = run_conformance(str(daemon.socket))
-    finally:
-        server.stop()
+def test_session_store_conformance_passes_every_contract_on_jetstream(
+    tmp_path: Path, start_nats: Callable[..., NatsServer]
+) -> None:
+    server = start_nats()
+    asyncio.run(create_stream(server.url, "CLAUDE", "claude"))
+    args = ("--nats-url", server.url, "--stream", "CLAUDE")
+    with Daemon(tmp_path, "jetstream", *args) as daemon:
+        calls = run_conformance(str(daemon.socket))
     assert set(calls) == {"append", "load", *OPTIONAL}, calls

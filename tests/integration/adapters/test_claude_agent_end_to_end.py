@@ -18,7 +18,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -118,15 +118,13 @@ def subkeys(socket: Path, key: Any) -> list[str]:
 
 
 def test_a_killed_agent_resumes_on_another_host_from_journald(
-    tmp_path: Path, agents: list[Agent]
+    tmp_path: Path, agents: list[Agent], start_nats: Callable[..., NatsServer]
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "notes.txt").write_text("the journal survived\n")
     with ExitStack() as stack:
-        nats = NatsServer(tmp_path / "nats")
-        nats.start()
-        stack.callback(nats.stop)
+        nats = start_nats()
         asyncio.run(create_stream(nats.url, "AGENTS", "agents"))
         hosts = {}
         for host in "ab":
