@@ -116,3 +116,33 @@ test("a thread read back from journald on a new connection has the history its w
     client.close();
   }
 });
+
+test("what put was given and what getTuple hands out are copies: mutating either changes nothing stored", async () => {
+  const client = await daemon.connect();
+  const saver = new JournaldSaver(client);
+  try {
+    const config = { configurable: { thread_id: "copies-1", checkpoint_ns: "" } };
+    const messages = ["hello"];
+    const checkpoint = {
+      v: 4,
+      id: "1f1ede00-0000-6000-8000-000000000001",
+      ts: new Date(0).toISOString(),
+      channel_values: { messages },
+      channel_versions: { messages: saver.getNextVersion(undefined) } as Record<string, string | number>,
+      versions_seen: {},
+    };
+    const saved = await saver.put(config, checkpoint, { source: "input", step: -1, parents: {} }, checkpoint.channel_versions);
+    messages.push("added after put"); // the loop goes on mutating its own checkpoint
+    checkpoint.channel_versions.messages = "mutated";
+    const first = await saver.getTuple(saved);
+    assert.deepEqual(first?.checkpoint.channel_values, { messages: ["hello"] });
+    (first?.checkpoint.channel_values.messages as string[]).push("added by a reader");
+    first!.checkpoint.versions_seen.agent = { messages: "seen" };
+    const second = await saver.getTuple(saved);
+    assert.deepEqual(second?.checkpoint.channel_values, { messages: ["hello"] });
+    assert.deepEqual(second?.checkpoint.versions_seen, {});
+  } finally {
+    await saver.close();
+    client.close();
+  }
+});
