@@ -473,16 +473,21 @@ export class JournaldSaver extends BaseCheckpointSaver {
     const copy = copyCheckpoint(checkpoint);
     const values = copy.channel_values ?? {};
     const { channel_values: _values, ...rest } = copy;
-    const blobs = Object.entries(newVersions).map(async ([channel, version]) => ({
-      namespace: NS_BLOB,
-      key: stateKey(ns, channel, versionKey(version)),
-      typed: channel in values ? await this.serde.dumpsTyped(values[channel]) : EMPTY,
-    }));
+    const blobs = handled(
+      Promise.all(
+        Object.entries(newVersions).map(async ([channel, version]) => ({
+          namespace: NS_BLOB,
+          key: stateKey(ns, channel, versionKey(version)),
+          typed: channel in values ? await this.serde.dumpsTyped(values[channel]) : EMPTY,
+        })),
+      ),
+    );
     const stored: Stored = { checkpoint: rest, metadata, parent: config.configurable?.checkpoint_id };
-    const record = this.serde.dumpsTyped(stored);
-    const changes: Change[] = [...(await Promise.all(blobs))];
-    changes.push({ namespace: NS_CHECKPOINT, key: stateKey(ns, checkpoint.id), typed: await record });
+    const record = handled(this.serde.dumpsTyped(stored));
+    // the lock is taken in call order, so appends keep the order LangGraph made its calls in
     await this.locked(async () => {
+      const changes: Change[] = await blobs;
+      changes.push({ namespace: NS_CHECKPOINT, key: stateKey(ns, checkpoint.id), typed: await record });
       await this.append(threadId, changes);
       await this.settle(threadId);
     });
@@ -495,8 +500,9 @@ export class JournaldSaver extends BaseCheckpointSaver {
     if (!cid) {
       throw new Error("putWrites needs configurable.checkpoint_id (the checkpoint the writes belong to)");
     }
-    const typed = await Promise.all(writes.map(([, value]) => this.serde.dumpsTyped(value)));
+    const serialized = handled(Promise.all(writes.map(([, value]) => this.serde.dumpsTyped(value))));
     await this.locked(async () => {
+      const typed = await serialized;
       const index = (await this.writer(threadId)).index;
       const changes: Change[] = [];
       writes.forEach(([channel], i) => {
@@ -523,6 +529,12 @@ export class JournaldSaver extends BaseCheckpointSaver {
       }
     });
   }
+}
+
+/** The promise, marked handled: it is awaited later, once the saver's lock is ours. */
+function handled<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => undefined);
+  return p;
 }
 
 function matches(metadata: CheckpointMetadata | undefined, filter: Record<string, unknown> | undefined): boolean {
