@@ -2,7 +2,8 @@
  * A node process running the test graph on JournaldSaver is killed with SIGKILL while one of
  * its two tools is still running; a new process resumes the thread from journald. Every put
  * and putWrites the dead process saw resolve is still there, the tool that had finished is
- * not run again, the graph completes, and every tool call in the messages is answered.
+ * not run again, the graph completes (its scripted model refuses, as a model API does, a
+ * history with an unanswered tool call), and every tool call in the messages is answered.
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";

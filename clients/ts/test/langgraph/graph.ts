@@ -30,8 +30,13 @@ function plainTool(call: ToolCall): string {
   return `definition of ${String(call.args.term)}`;
 }
 
-/** The scripted model: tool calls for a new question, an answer once both tools answered. */
+/**
+ * The scripted model: tool calls for a new question, an answer once both tools answered. Like
+ * a real model API it refuses a history with a tool call no result answers.
+ */
 function model(messages: BaseMessage[]): AIMessage {
+  const orphans = orphanCalls(messages);
+  if (orphans.length) throw new Error(`400 invalid_request: tool calls without a result: ${orphans.join(", ")}`);
   const asked = messages.filter((m) => m instanceof HumanMessage).length;
   const last = messages[messages.length - 1];
   if (last instanceof HumanMessage) {
