@@ -148,7 +148,9 @@ export class JournaldSaver extends BaseCheckpointSaver {
   private readonly running = new Map<string, number>();
   /** Threads a graph run outside scope() loaded: held until release() or close(). */
   private readonly pinned = new Set<string>();
-  /** Journal seq of each thread's last read without its lease (see changedSinceRead). */
+  /** The conflict that ended a graph run's right to write a thread, until that run ends. */
+  private readonly refused = new Map<string, SeqConflictError>();
+  /** Journal seq of each thread's last read without its lease (see writer). */
   private readonly readSeq = new Map<string, number>();
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -192,7 +194,16 @@ export class JournaldSaver extends BaseCheckpointSaver {
       this.held.set(threadId, held);
       return held;
     }
-    if (held) await this.drop(threadId);
+    const refused = this.refused.get(threadId);
+    if (refused) throw refused;
+    if (held) {
+      // the daemon ended this lease (a restart, a lost lease) and nothing read the thread
+      // since: the caller acts on the thread as of this lease's last write, so a writer who
+      // came in between is a conflict (a graph run's loop holds its checkpoint in memory)
+      this.readSeq.set(threadId, held.run.lastSeq);
+      this.held.delete(threadId);
+      await held.run.close();
+    }
     let run: Run;
     try {
       run = await this.client.startOrResume({
@@ -209,13 +220,17 @@ export class JournaldSaver extends BaseCheckpointSaver {
       await run.close();
       // this process read the thread without its lease and another writer appended since:
       // writing now would fork the thread from a checkpoint that is no longer its latest
-      throw new SeqConflictError(
+      const err = new SeqConflictError(
         "seq_conflict",
         `thread ${threadId} changed since this process read it (journal seq ${readSeq}, now ` +
           `${run.lastSeq}): another process wrote to it in between; invoke the graph again to ` +
           "continue from the thread's latest checkpoint",
         { metadata: { thread_id: threadId, read_seq: String(readSeq), seq: String(run.lastSeq) } },
       );
+      // a graph run goes on after a failed write until its superstep ends: every later write
+      // of that run is refused the same way, so none of it lands on the other writer's thread
+      if (this.running.has(threadId) || this.pinned.has(threadId)) this.refused.set(threadId, err);
+      throw err;
     }
     const fresh = { run, index: ThreadIndex.of(run.state?.state ?? []) };
     this.held.set(threadId, fresh);
@@ -230,6 +245,7 @@ export class JournaldSaver extends BaseCheckpointSaver {
     const held = this.held.get(threadId);
     this.held.delete(threadId);
     this.pinned.delete(threadId);
+    this.refused.delete(threadId);
     if (held) await held.run.close();
   }
 
@@ -299,6 +315,7 @@ export class JournaldSaver extends BaseCheckpointSaver {
         return;
       }
       this.running.delete(threadId);
+      this.refused.delete(threadId);
       if (!this.holdLeases) await this.drop(threadId);
     });
   }
@@ -308,9 +325,13 @@ export class JournaldSaver extends BaseCheckpointSaver {
   private async index(threadId: string): Promise<ThreadIndex | undefined> {
     const held = this.held.get(threadId);
     if (held && !held.run.ended && !held.run.error) return held.index;
+    // A graph run that lost its lease goes on from the checkpoint its loop holds, whatever
+    // this read sees: its next write is checked against its own last one (see writer).
+    const runGoesOn = held !== undefined && (this.running.has(threadId) || this.pinned.has(threadId));
+    if (held && !runGoesOn) await this.drop(threadId);
     try {
       const folded = await this.client.fold(runIdFor(threadId));
-      this.readSeq.set(threadId, folded.state?.lastSeq ?? 0);
+      if (!runGoesOn) this.readSeq.set(threadId, folded.state?.lastSeq ?? 0);
       return ThreadIndex.of(folded.state?.state ?? []);
     } catch (err) {
       if (err instanceof SessionNotFoundError) return undefined;
@@ -376,6 +397,7 @@ export class JournaldSaver extends BaseCheckpointSaver {
       if (startingGraphRun(config)) {
         // the lease comes first, so the read below is the thread as this run will write it
         this.readSeq.delete(threadId);
+        this.refused.delete(threadId);
         await this.writer(threadId);
         if (!this.running.has(threadId)) this.pinned.add(threadId);
       }

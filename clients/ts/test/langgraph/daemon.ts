@@ -75,14 +75,26 @@ export class Daemon {
     return Client.connect({ socket: this.socket, clientName });
   }
 
-  /** SIGTERM by pid, wait for the exit, remove the temp directory. */
-  async stop(): Promise<void> {
+  /** SIGTERM by pid and wait for the exit (the data directory stays). */
+  async terminate(): Promise<void> {
     if (this.proc && this.proc.exitCode === null && this.proc.signalCode === null) {
       process.kill(this.pid, "SIGTERM");
       const timer = setTimeout(() => this.proc?.pid && process.kill(this.proc.pid, "SIGKILL"), 20_000);
       await this.exited;
       clearTimeout(timer);
     }
+  }
+
+  /** A new daemon process on the same socket and data directory. */
+  async restart(): Promise<this> {
+    await this.terminate();
+    rmSync(this.socket, { force: true });
+    return this.start();
+  }
+
+  /** Stop it and remove the temp directory. */
+  async stop(): Promise<void> {
+    await this.terminate();
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

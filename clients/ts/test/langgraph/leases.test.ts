@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Command } from "@langchain/langgraph";
-import { LockedError } from "../../src";
+import { LockedError, SeqConflictError } from "../../src";
 import { JournaldSaver } from "../../src/langgraph";
 import { Daemon } from "./daemon";
 import { buildGraph, type ToolCall, question } from "./graph";
@@ -113,5 +113,44 @@ test("a graph run outside scope keeps its lease until release, and updateState h
   } finally {
     await a.close();
     await b.close();
+  }
+});
+
+test("a graph run whose lease the daemon ended mid-run fails its next write when another driver moved the thread on, and writes nothing", async () => {
+  const a = await saver("restarted-a");
+  try {
+    const cfg = { configurable: { thread_id: "lease-lost" } };
+    const lookupStarted = gate();
+    const lookupMayEnd = gate();
+    const graphA = a.scope(
+      buildGraph(a, {
+        started: (c: ToolCall) => c.name === "lookup" && lookupStarted.open(),
+        run: async (c: ToolCall) => {
+          if (c.name !== "lookup") return "5";
+          await lookupMayEnd.wait;
+          return "a late lookup";
+        },
+      }),
+    );
+    const running = graphA.invoke(question(), cfg);
+    await lookupStarted.wait;
+    const reader = buildGraph(a);
+    await eventually(async () => assert.ok((await reader.getState(cfg)).values.messages?.some((m: { id?: string }) => m.id === "ai-1-calls")));
+    await daemon.restart(); // A's lease ends with the daemon that granted it
+    const b = await saver("restarted-b");
+    try {
+      const interrupted = await b.scope(buildGraph(b)).invoke(null, cfg);
+      assert.ok("__interrupt__" in interrupted, "B ran the thread on to its approval step");
+    } finally {
+      await b.close();
+    }
+    const before = await reader.getState(cfg);
+    lookupMayEnd.open();
+    await assert.rejects(running, SeqConflictError);
+    const after = await reader.getState(cfg);
+    assert.deepEqual(after.values, before.values, "A wrote nothing over B's thread");
+    assert.ok(!JSON.stringify(after.values).includes("a late lookup"));
+  } finally {
+    await a.close();
   }
 });
