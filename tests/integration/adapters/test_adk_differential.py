@@ -17,6 +17,7 @@ from google.adk.errors._stale_session_error import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from journald_client.adk import JournaldSessionService
 
 from tests.daemon import Daemon
 from tests.integration.adapters.adk_sides import (
@@ -125,6 +126,14 @@ def test_list_delete_duplicates_and_stale_writers_behave_as_in_the_database_serv
             listed = _both_same(await sides.listed())
             assert [s["id"] for s in listed] == ["a2", "b1", "a1"]
             assert _both_same(await sides.listed("bob"))[0]["state"] == {"user:tier": "gold"}
+            # without state, from one listing of the runs: the same sessions, order and times
+            bare = JournaldSessionService(client=sides.jd.client, list_state=False)
+            theirs = (await sides.db.list_sessions(app_name=sides.app)).sessions
+            ours = (await bare.list_sessions(app_name=sides.app)).sessions
+            bare.close()
+            assert [(s.id, s.user_id) for s in ours] == [(s.id, s.user_id) for s in theirs]
+            assert round(ours[-1].last_update_time, 6) == round(theirs[-1].last_update_time, 6)
+            assert all(s.state == {} for s in ours)
             for service in sides.services:
                 with pytest.raises(AlreadyExistsError):
                     await service.create_session(app_name=sides.app, user_id="ann", session_id="a2")

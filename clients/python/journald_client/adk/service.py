@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from google.adk.errors._stale_session_error import StaleSessionError
@@ -77,7 +78,12 @@ class JournaldSessionService(BaseSessionService):
         name: str = "google-adk",
         idle_release_s: float = IDLE_RELEASE_S,
         lock_wait_s: float = LOCK_WAIT_S,
+        list_state: bool = True,
     ) -> None:
+        """``list_state=False``: ``list_sessions`` returns each session's ids and update time
+        from one listing of the daemon's runs, without its state (which costs a read of every
+        session listed, as ADK's own services return it)."""
+        self.list_state = list_state
         self._owns_client = client is None
         self.client = client if client is not None else connect(socket, name=name)
         self.name = name
@@ -360,6 +366,24 @@ class JournaldSessionService(BaseSessionService):
             and r.labels.get(LABEL_APP) == app_name
             and (user_id is None or r.labels.get(LABEL_USER) == user_id)
         ]
+        if not self.list_state:
+            return ListSessionsResponse(
+                sessions=sorted(
+                    (
+                        self._session(
+                            app_name,
+                            r.labels[LABEL_USER],
+                            r.labels[LABEL_SESSION],
+                            {},
+                            [],
+                            _epoch(r.updated),
+                            r.last_seq,
+                        )
+                        for r in rows
+                    ),
+                    key=lambda s: (s.last_update_time, s.user_id, s.id),
+                )
+            )
         with ThreadPoolExecutor(LIST_READERS) as pool:
             states = list(pool.map(lambda r: self._fold_or_none(r.run_id), rows))
             users = sorted({r.labels[LABEL_USER] for r in rows})
@@ -470,8 +494,20 @@ def _info(state: RunState) -> rec.Doc:
 
 
 def _info_entry(next_n: int, updated: float) -> Entry:
-    return Entry.state(
+    """The session's facts, last in every write: its record time is the update time, so a
+    listing of the runs (``RunInfo.updated``) tells it without reading the session."""
+    entry = Entry.state(
         rec.NS_SESSION, rec.INFO_KEY, "json", rec.dumps({"next": next_n, "updated": updated})
+    )
+    entry.record.ts = datetime.fromtimestamp(updated, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return entry
+
+
+def _epoch(ts: str) -> float:
+    return (
+        datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+        if ts
+        else 0.0
     )
 
 
