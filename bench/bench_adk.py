@@ -109,7 +109,7 @@ async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> dict[str, float]:
 
 
 async def side(
-    socket: str, name: str, make: Callable[[], Any], n_events: int, n_sessions: int, repeats: int
+    socket: str, name: str, make: Callable[..., Any], n_events: int, n_sessions: int, repeats: int
 ) -> dict[str, dict[str, float]]:
     from google.adk.sessions.base_session_service import GetSessionConfig
 
