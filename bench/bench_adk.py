@@ -203,7 +203,7 @@ def main() -> int:
         daemon = Daemon(tmp, "file").start()
         try:
             url = f"sqlite+aiosqlite:///{tmp / 'adk.db'}"
-            makers = {
+            makers: dict[str, Callable[..., Any]] = {
                 "DatabaseSessionService (SQLite)": lambda: DatabaseSessionService(db_url=url),
                 "JournaldSessionService": lambda **o: JournaldSessionService(
                     socket=str(daemon.socket), **o
