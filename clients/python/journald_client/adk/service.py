@@ -41,6 +41,7 @@ from google.adk.sessions.session import Session
 from pydantic_core import to_jsonable_python
 
 from journald_client import errors
+from journald_client._closed import Closed
 from journald_client.adk import records as rec
 from journald_client.client import Client, Run, connect
 from journald_client.codec import Entry
@@ -475,8 +476,14 @@ class JournaldSessionService(BaseSessionService):
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Give back every lease this service holds (and the connection, if it made it)."""
+    def close(self) -> Closed:
+        """Give back every lease this service holds (and the connection, if it made it).
+        Works called plainly and awaited (``await service.close()``, as ADK's SQL service
+        is closed): the work is done by the call, the awaitable is already done."""
+        self.close_sync()
+        return Closed()
+
+    def close_sync(self) -> None:
         self._stop.set()
         for run_id in list(self._writers):
             with self._lock(run_id):
