@@ -31,7 +31,14 @@ def recorded(client: Client) -> list[tuple[str, dict[str, Any]]]:
 
         return call
 
-    client.fold = spy("fold", client.fold)  # type: ignore[method-assign]
+    unary = client._unary
+
+    def rpc(method: str, request: Any) -> Any:
+        if method == "Fold":  # every Fold, whichever client method sends it
+            seen.append(("fold", {"messages": not request.omit_messages}))
+        return unary(method, request)
+
+    client._unary = rpc  # type: ignore[method-assign]
     client.history = spy("history", client.history, "offset", "limit")  # type: ignore[method-assign]
     client.load = spy("load", client.load)  # type: ignore[method-assign]
     return seen

@@ -40,13 +40,14 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 from pydantic_core import to_jsonable_python
 
-from journald_client import errors
+from journald_client import codec, errors
 from journald_client._closed import Closed
 from journald_client.adk import records as rec
 from journald_client.client import Client, Run, connect
 from journald_client.codec import Entry
 from journald_client.fingerprint import Fingerprint, compute
-from journald_client.state import Block, HistoryPage, RunState
+from journald_client.pb import journal_pb2 as pb
+from journald_client.state import Block, HistoryPage, PendingTurn, RunState
 
 FINGERPRINT: Fingerprint = compute(provider="google-adk", model="session", system_prompt=[])
 INLINE_MAX_BYTES = 64 * 1024
@@ -93,6 +94,7 @@ class JournaldSessionService(BaseSessionService):
         self._writers: dict[str, _Writer] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix="adk-read")
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._release_idle, name="adk-idle", daemon=True)
         self._reaper.start()
@@ -288,7 +290,12 @@ class JournaldSessionService(BaseSessionService):
         want = config.num_recent_events if config else None
         after = config.after_timestamp if config else None
         whole = want is None and after is None
-        state = self._fold_or_none(run_id, messages=whole)
+        scoped = self._pool.submit(self._scoped, app_name, user_id)  # beside the session's read
+        total = 0
+        if whole:
+            state = self._fold_or_none(run_id, messages=True)
+        else:
+            state, total = self._facts(run_id)
         if state is None or state.labels.get(LABEL_SESSION) != sid:
             return None
         resolve = self._resolver(run_id)
@@ -300,7 +307,7 @@ class JournaldSessionService(BaseSessionService):
                 resolve,
             )
         else:
-            found = self._recent(run_id, want, after, resolve)
+            found = self._recent(run_id, total, state.pending, want, after, resolve)
         if want != 0 and run_id not in self._writers:  # a call nobody is running any more
             nxt = int(_info(state).get("next", 0))
             for call in rec.open_calls_of(state.pending, resolve):
@@ -312,9 +319,18 @@ class JournaldSessionService(BaseSessionService):
             events = [e for e in events if e.timestamp >= after]
         if want is not None:
             events = events[max(0, len(events) - want) :] if want else []
-        merged = rec.merged_state(*self._scoped(app_name, user_id), self._state_of(state))
+        merged = rec.merged_state(*scoped.result(), self._state_of(state))
         updated = float(_info(state).get("updated", 0.0))
         return self._session(app_name, user_id, sid, merged, events, updated, state.last_seq)
+
+    def _facts(self, run_id: str) -> tuple[RunState | None, int]:
+        """The session's state without its messages, and how many messages it holds (the
+        stored view History pages)."""
+        try:
+            resp = self.client._unary("Fold", pb.FoldRequest(run_id=run_id, omit_messages=True))
+        except errors.SessionNotFound:
+            return None, 0
+        return codec.state_from_pb(resp.state), int(resp.state.messages_total)
 
     def _events(
         self, carried: Iterable[rec.Carried], resolve: Callable[[rec.Carried], rec.Doc]
@@ -324,15 +340,16 @@ class JournaldSessionService(BaseSessionService):
     def _recent(
         self,
         run_id: str,
+        total: int,
+        pending: PendingTurn | None,
         want: int | None,
         after: float | None,
         resolve: Callable[[rec.Carried], rec.Doc],
     ) -> dict[int, rec.Doc]:
         """The newest events, paged back from the end until ``want`` of them are at or after
         ``after``, or one is before it, or the session's start is reached."""
-        head = self.client.history(run_id, 0, 0, stored=True)
-        found = self._events(rec.carried_in_pending(head.pending), resolve)
-        end, step = head.total, max(want or 0, 16)
+        found = self._events(rec.carried_in_pending(pending), resolve)
+        end, step = total, max(want or 0, 16)
 
         def enough() -> bool:
             kept = [d for d in found.values() if after is None or d.get("timestamp", 0.0) >= after]
@@ -485,6 +502,7 @@ class JournaldSessionService(BaseSessionService):
 
     def close_sync(self) -> None:
         self._stop.set()
+        self._pool.shutdown(wait=False)
         for run_id in list(self._writers):
             with self._lock(run_id):
                 self._drop_writer(run_id)
