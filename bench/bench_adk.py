@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -124,7 +125,7 @@ async def side(
         await asyncio.to_thread(load_journald, writer, long, evs)
     else:
         await load_sqlite(writer, long, evs)
-    print(f"  {name}: {n_events} events loaded in {time.perf_counter() - t0:.1f}s", flush=True)
+    print(f"  {name}: {n_events} events loaded in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     probe = await writer.create_session(app_name=APP_LONG, user_id=USER, session_id="probe")
     extra = iter(events(4 * repeats))
     out["append_event"] = await timed(lambda: writer.append_event(probe, next(extra)), 4 * repeats)
@@ -153,7 +154,9 @@ async def side(
         ),
         n_sessions,
     )
-    print(f"  {name}: {n_sessions} sessions made in {time.perf_counter() - t0:.1f}s", flush=True)
+    print(
+        f"  {name}: {n_sessions} sessions made in {time.perf_counter() - t0:.1f}s", file=sys.stderr
+    )
     await closed(writer)
     await settled(name, socket)
 
@@ -193,6 +196,27 @@ def _no_lease_held(socket: str) -> None:
     time.sleep(2.0)
 
 
+SIDES = {"sqlite": "DatabaseSessionService (SQLite)", "journald": "JournaldSessionService"}
+
+
+def one_side(args: argparse.Namespace) -> int:
+    """``--side``: one service's figures as JSON on stdout, measured in a process of its own
+    (a process that has just run the other service's set-up is slower at everything)."""
+    from google.adk.sessions.database_session_service import DatabaseSessionService
+    from journald_client.adk import JournaldSessionService
+
+    def make(**options: Any) -> Any:
+        if args.side == "sqlite":
+            return DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{args.dir / 'adk.db'}")
+        return JournaldSessionService(socket=args.socket, **options)
+
+    figures = asyncio.run(
+        side(args.socket, args.side, make, args.events, args.sessions, args.repeats)
+    )
+    print("FIGURES " + json.dumps(figures), flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--events", type=int, default=10_000)
@@ -200,12 +224,14 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="1,000 events, 300 sessions")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)
+    ap.add_argument("--socket", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
         args.events, args.sessions, args.repeats = 1_000, 300, 8
-    from google.adk.sessions.database_session_service import DatabaseSessionService
-    from journald_client.adk import JournaldSessionService
-
+    if args.side:
+        return one_side(args)
     from tests.daemon import Daemon
 
     results: dict[str, Any] = {}
@@ -213,18 +239,13 @@ def main() -> int:
         tmp = Path(d)
         daemon = Daemon(tmp, "file").start()
         try:
-            url = f"sqlite+aiosqlite:///{tmp / 'adk.db'}"
-            makers: dict[str, Callable[..., Any]] = {
-                "DatabaseSessionService (SQLite)": lambda: DatabaseSessionService(db_url=url),
-                "JournaldSessionService": lambda **o: JournaldSessionService(
-                    socket=str(daemon.socket), **o
-                ),
-            }
-            for name, make in makers.items():
-                kind = "journald" if name.startswith("Journald") else "sqlite"
-                results[name] = asyncio.run(
-                    side(str(daemon.socket), kind, make, args.events, args.sessions, args.repeats)
-                )
+            for kind, name in SIDES.items():
+                cmd = [sys.executable, __file__, "--side", kind, "--socket", str(daemon.socket)]
+                cmd += ["--dir", str(tmp), "--events", str(args.events)]
+                cmd += ["--sessions", str(args.sessions), "--repeats", str(args.repeats)]
+                done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+                line = next(x for x in done.stdout.splitlines() if x.startswith("FIGURES "))
+                results[name] = json.loads(line.removeprefix("FIGURES "))
         finally:
             daemon.stop()
     print(
