@@ -5,7 +5,7 @@
 #   3. clients/ts: npm test                              (tsc, then node --test)
 #   4. both packages used outside the checkout            (scripts/check_client_packages.sh)
 # Run scripts/setup_clients.sh first. The cross-language test against a real daemon is
-# tests/integration/test_polyglot.py (pytest).
+# tests/integration/client/test_polyglot.py (pytest).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"

@@ -27,7 +27,7 @@ or ``UNKNOWN`` (the transport's, never the daemon's: see ``TRANSPORT_FAILURES``)
     └── ConversationChanged (raised by the client itself, never by the daemon)
 
 The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
-proto's ``ErrorCode`` enum; ``tests/unit/test_contract_enums.py`` keeps them equal.
+proto's ``ErrorCode`` enum; ``tests/unit/docs/test_contract_enums.py`` keeps them equal.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
-
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 ERROR_TRAILER = "journald-error-bin"
 START_HINT = (
