@@ -243,7 +243,7 @@ def run_sequence(daemon: Daemon, workdir: Path, test_id: str) -> None:
                 self.loop.close()
 
     size = MachineRun(
-        int(os.environ.get("JOURNALD_DIFF_EXAMPLES", 25)),
+        int(os.environ.get("JOURNALD_DIFF_EXAMPLES", 15)),
         int(os.environ.get("JOURNALD_DIFF_STEPS", 20)),
     )
     run_machine(AdkDifferential, size, test_id)
