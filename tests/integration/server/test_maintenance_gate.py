@@ -13,7 +13,7 @@ from journald_client.pb import journal_pb2 as pb
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import error_of, stub
-from tests.integration.test_damaged_runs import flip, write_runs
+from tests.integration.server.test_damaged_runs import flip, write_runs
 
 LIMIT_BYTES = 3000
 
