@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
@@ -57,11 +58,13 @@ from journald.core.errors import (
     SessionExists,
     StoreCorrupted,
 )
+from journald.core.pages import referenced_pages
 from journald.core.records import GENESIS, Record, sha256_hex, validate_id
 from journald.server.startup import EXIT_CONFIG, StartupRefused
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import OWNER, AttachmentStore, CheckpointStore
 from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+from journald.storage.pages import PageStore
 from journald.storage.registry import BACKENDS, OpenedBackend, open_backend, parse_location
 
 BATCH = 64
@@ -112,6 +115,14 @@ async def _copy_side(
     digests: set[str] = set()
     for rec in records:
         digests |= referenced_digests(rec.payload)
+    if src.attachments is not None:
+        # message pages go with the records that reference them, as do the attachments
+        # their messages name (docs/design.md#message-pages)
+        rebases = [r.payload for r in records if r.kind == "rebase"]
+        pages = await PageStore(src.attachments).read(run_id, referenced_pages(rebases))
+        for digest, raw in pages.items():
+            digests.add(digest)
+            digests |= referenced_digests(json.loads(raw))
     copied_cps = 0
     if src.checkpoints is not None and dst.checkpoints is not None:
         for meta in await src.checkpoints.list(run_id):

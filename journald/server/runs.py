@@ -49,6 +49,7 @@ from journald.core.errors import (
     StoreCorrupted,
 )
 from journald.core.fold import QUARANTINE, RunState, fold_into
+from journald.core.pages import PageResolver, is_paged
 from journald.core.records import Record
 from journald.server.leases import Holder, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.marks import FoldMarks, mark_due, mark_of
@@ -56,6 +57,7 @@ from journald.server.owners import Owners
 from journald.server.scrub import ScrubRecords
 from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
+from journald.storage.pages import PageStore, paged_checkpoints
 from journald.storage.pipeline import Draft, OnDurable, RecordDraft, Ticket
 from journald.validation import validate_record
 
@@ -112,9 +114,12 @@ def naming_run(exc: StoreCorrupted, run_id: str) -> StoreCorrupted:
     return exc
 
 
-def _fold(state: RunState, rec: Record, run_id: str) -> None:
+async def _fold(state: RunState, rec: Record, run_id: str, pages: PageStore | None) -> None:
     try:
-        fold_into(state, (rec,))
+        resolve = None
+        if pages is not None and rec.kind == "rebase" and is_paged(rec.payload):
+            resolve = await pages.for_records(run_id, [rec])
+        fold_into(state, (rec,), resolve)
     except StoreCorrupted as exc:
         raise naming_run(exc, run_id) from None
 
@@ -131,7 +136,11 @@ def _hides_earlier_records(rec: Record, seq: int) -> bool:
 
 
 async def _fold_after(
-    store: Store, run_id: str, start: RunState, marks: list[dict[str, Any]] | None
+    store: Store,
+    run_id: str,
+    start: RunState,
+    marks: list[dict[str, Any]] | None,
+    pages: PageStore | None,
 ) -> RunState | None:
     """``start`` (folded in place) continued with the records after its seq; None when the
     stored run no longer holds the record ``start`` ends on (pruned, recovered, restored
@@ -147,7 +156,7 @@ async def _fold_after(
                 continue
             if _hides_earlier_records(rec, seq):
                 return None
-            _fold(start, rec, run_id)
+            await _fold(start, rec, run_id, pages)
             if marks is not None and mark_due(marks, start, seq):
                 marks.append(mark_of(start))
     except SessionNotFound:
@@ -160,6 +169,7 @@ async def fold_stored(
     run_id: str,
     marks: list[dict[str, Any]] | None = None,
     snapshot: RunState | None = None,
+    pages: PageStore | None = None,
 ) -> RunState:
     """The one fold of a run's stored records: from ``snapshot`` on (consumed) when the run
     still holds the record it ends on (docs/design.md#fold-snapshots), else from seq 1. With
@@ -167,7 +177,7 @@ async def fold_stored(
     with telemetry.fold_span(run_id) as span:
         state = None
         if snapshot is not None and snapshot.last_seq > 0:
-            state = await _fold_after(store, run_id, snapshot, marks)
+            state = await _fold_after(store, run_id, snapshot, marks, pages)
             if state is None:
                 log.debug(
                     "run %s: the fold snapshot at seq %d no longer matches the stored run; "
@@ -180,7 +190,7 @@ async def fold_stored(
         if state is None:
             state = RunState()
             async for rec in store.iter_records(run_id):
-                _fold(state, rec, run_id)
+                await _fold(state, rec, run_id, pages)
                 if marks is not None and mark_due(marks, state):
                     marks.append(mark_of(state))
         span.set("journald.seq.last", state.last_seq)
@@ -250,7 +260,9 @@ class Runs:
         self.host = host
         """Who holds each run across hosts (JetStream), None when runs stay on one host."""
         self.limits = limits
-        self.checkpoints = checkpoints
+        self.checkpoints = paged_checkpoints(checkpoints, attachments)
+        self.pages = PageStore(attachments)
+        """Message pages of rebases and checkpoints (docs/design.md#message-pages)."""
         self.checkpoint_max = checkpoint_max
         self.attachments = attachments
         self.marks = FoldMarks(checkpoints)
@@ -277,12 +289,15 @@ class Runs:
             )
         validate_record(rec)
 
-    async def commit(self, lease: Lease, records: list[Record]) -> list[AppendResult]:
+    async def commit(
+        self, lease: Lease, records: list[Record], pages: PageResolver | None = None
+    ) -> list[AppendResult]:
         """Append records the daemon built (rebases, forks) and wait until they are durable
-        (caller holds ``lease.lock``)."""
+        (caller holds ``lease.lock``); ``pages`` reads the pages their rebases reference."""
         rpc = contextvars.copy_context()
         with telemetry.store_append(lease.run_id) as span:
-            ticket = await self.queue(lease, [RecordDraft(r) for r in records], None, rpc)
+            drafts = [RecordDraft(r) for r in records]
+            ticket = await self.queue(lease, drafts, None, rpc, pages)
             span.records(ticket.new)
             return await ticket.durable()
 
@@ -292,6 +307,7 @@ class Runs:
         drafts: Sequence[Draft],
         trace: Mapping[str, str] | None,
         rpc: contextvars.Context,
+        pages: PageResolver | None = None,
     ) -> Ticket:
         """Every append path goes through here (caller holds ``lease.lock``): the new records
         are admitted against the state that includes everything queued before them, folded
@@ -302,7 +318,7 @@ class Runs:
 
         def fold(new: list[Record]) -> None:
             with telemetry.fold_span(run_id, len(new)):
-                fold_into(lease.state, new)
+                fold_into(lease.state, new, pages)
 
         def admit_and_fold(new: list[Record]) -> OnDurable:
             admit(lease.state, new)
@@ -332,7 +348,7 @@ class Runs:
         if lease.state_voids != pipeline.voids:
             await pipeline.settled()  # nothing else is queued: the caller holds the lock
             voids = pipeline.voids
-            lease.state = await fold_stored(self.store, lease.run_id)
+            lease.state = await fold_stored(self.store, lease.run_id, pages=self.pages)
             lease.state_voids = voids
         return lease.state
 
@@ -376,7 +392,8 @@ class Runs:
         """A dormant run's state for a read: from its snapshot when that still matches.
         Writes nothing. Refused while the scrubber's finding of damage holds."""
         await self.scrubs.refuse_if_damaged(run_id)
-        return await fold_stored(self.store, run_id, None, await self.marks.load_snapshot(run_id))
+        snapshot = await self.marks.load_snapshot(run_id)
+        return await fold_stored(self.store, run_id, None, snapshot, self.pages)
 
     async def fold_for_writer(self, run_id: str) -> RunState:
         """The run's state for a lease about to be granted: from its snapshot when that still
@@ -387,7 +404,7 @@ class Runs:
         snapshot = await self.marks.load_snapshot(run_id)
         at = snapshot.last_seq if snapshot is not None else 0
         new: list[dict[str, Any]] = []
-        state = await fold_stored(self.store, run_id, new, snapshot)
+        state = await fold_stored(self.store, run_id, new, snapshot, self.pages)
         # a snapshot that did not match is replaced by the next save
         self.marks.opened(run_id, doc, at if state is snapshot else 0, new)
         return state

@@ -29,6 +29,7 @@ from journald.core.errors import (
 )
 from journald.core.fingerprint import check_gates, diff
 from journald.core.fold import Message, RunState, fold_into, resume_warnings
+from journald.core.pages import Paged
 from journald.core.records import GENESIS, Record, validate_id
 from journald.server.attachments import AttachmentRpcs
 from journald.server.checkpoints import CheckpointRpcs, meta_to_pb
@@ -43,6 +44,7 @@ from journald.server.edge import streaming, unary
 from journald.server.fairness import FLAGS, FairShares, PeerBudget, peer_key
 from journald.server.history import HistoryRpcs
 from journald.server.leases import END, Holder, Lease, Subscription, WatchHub, new_holder
+from journald.server.paged_edits import page_rebases, paged_record
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import HostLeases, Store
@@ -65,6 +67,8 @@ class PbDraft:
     msg: pb.Record
     index: int
     check: Callable[[Record], None]
+    paged: Paged | None = None
+    """A rebase's messages as stored pages (``journald.server.paged_edits``)."""
 
     @property
     def seq(self) -> int:
@@ -81,6 +85,8 @@ class PbDraft:
             r.trace.span_id = trace.get("span_id", "")
         try:
             rec = record_from_pb(r, prev=prev, ts=r.ts or utc_ts())
+            if self.paged is not None:
+                rec = paged_record(rec, self.paged)
             self.check(rec)
         except InvalidArgumentError as err:
             err.message = f"records[{self.index}] (seq {r.seq}): {err.message}"
@@ -345,14 +351,18 @@ class JournalService:
                 metadata={"run_id": run_id, "seq": 0, "field": "records"},
             )
         first_seq = request.records[0].seq
+        paged, pages = await page_rebases(self.runs.pages, run_id, request.records)
         try:
             await lease.journal.pipeline.wait_turn(first_seq)
             async with lease.lock:
                 self.leases.check(run_id, request.lease_id)
                 parent = telemetry.unstamped_parent(request.records, context)
                 trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
-                drafts = [PbDraft(r, i, self.runs.check) for i, r in enumerate(request.records)]
-                return await self.runs.queue(lease, drafts, trace, rpc)
+                drafts = [
+                    PbDraft(r, i, self.runs.check, paged.get(i))
+                    for i, r in enumerate(request.records)
+                ]
+                return await self.runs.queue(lease, drafts, trace, rpc, pages)
         except InvalidRecord as err:
             raise locate(err, run_id, first_seq, "records") from None
 
@@ -502,6 +512,7 @@ class JournalService:
     @unary
     async def Verify(self, request: pb.VerifyRequest, context: Ctx) -> pb.VerifyResponse:
         rep = await self.store.verify(validate_id(request.run_id))
+        await self.runs.pages.check_run(self.store, request.run_id)  # every page it references
         return pb.VerifyResponse(
             records=rep.records,
             last_seq=rep.last_seq,

@@ -17,6 +17,16 @@ from journald import failpoints
 from journald.clock import utc_ts
 from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
+from journald.core.pages import (
+    Paged,
+    PageRef,
+    PageResolver,
+    cut,
+    decode_page,
+    page_missing,
+    paged_payload,
+    referenced_pages,
+)
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
 from journald.storage.base import QuarantineReport, RepairReport
 from journald.storage.file_journal import OpenState, read_file, unique_path
@@ -33,6 +43,7 @@ from journald.storage.segments import (
     ChainReader,
     Line,
     Manifest,
+    atomic_write,
     corrupted,
     file_lines,
     frame,
@@ -47,6 +58,7 @@ from journald.storage.segments import (
 from journald.validation import validate_record
 
 T = TypeVar("T")
+ATTACHMENTS = "attachments"  # the run's attachment directory (checkpoints_file.FileAttachmentStore)
 log = logging.getLogger("journald.storage.file")
 Damaged = list[tuple[Line, int, str]]  # a damaged line, the seq expected there, the reason
 Lines = list[Line]
@@ -64,10 +76,38 @@ class PruneReport:
     kept_records: int = 0
 
 
+def run_pages(run_dir: str) -> PageResolver:
+    """Pages read from the run's attachment directory (docs/design.md#message-pages)."""
+
+    def resolve(ref: PageRef) -> list[dict[str, Any]]:
+        try:
+            with open(os.path.join(run_dir, ATTACHMENTS, ref.sha256), "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise page_missing(ref) from None
+        return decode_page(ref, raw)
+
+    return resolve
+
+
+def store_pages(run_dir: str, paged: Paged) -> None:
+    """Write ``paged``'s pages into the run's attachment directory (the ones it lacks)."""
+    if not paged.refs:
+        return
+    d = os.path.join(run_dir, ATTACHMENTS)
+    os.makedirs(d, mode=DIR_MODE, exist_ok=True)
+    for ref in paged.refs:
+        path = os.path.join(d, ref.sha256)
+        if not os.path.exists(path):
+            atomic_write(path, paged.data[ref.sha256])
+
+
 def holds_live_state(records: Sequence[Record], cut_seq: int) -> bool:
     """Whether a state record before ``cut_seq`` is still the latest value of its key: a
     rebase replaces the conversation, never framework state, so such a prune would lose it."""
-    return any(v.seq < cut_seq for _, _, v in fold(records).state_entries())
+    # state only: the conversation (and the pages a rebase references) plays no part
+    only = [r for r in records if r.kind in ("meta", "state")]
+    return any(v.seq < cut_seq for _, _, v in fold(only).state_entries())
 
 
 class FileMaintenance:
@@ -213,18 +253,22 @@ class FileMaintenance:
                 "the run; restore the run directory from a backup",
             )
         report.hole_from, report.hole_to = min(gone), max(gone + taken)
+        # every page a surviving rebase references must be there and whole (a missing one
+        # is store_corrupted naming it: recovery cannot rebuild what it does not have)
+        resolve = run_pages(run_dir)
+        for ref in referenced_pages([r.payload for r in survivors if r.kind == "rebase"]):
+            resolve(ref)
+        rebuilt = cut(rebuilt_after_quarantine(survivors, resolve))
+        covered = {"from_seq": report.hole_from, "to_seq": report.hole_to}
         rebase = make_record(
             max(last.seq, report.hole_to) + 1,
             "rebase",
-            {
-                "reason": QUARANTINE,
-                "messages": rebuilt_after_quarantine(survivors),
-                "covered": {"from_seq": report.hole_from, "to_seq": report.hole_to},
-            },
+            paged_payload({"reason": QUARANTINE, "covered": covered}, rebuilt),
             last.hash,
             utc_ts(),
         )
         validate_record(rebase)
+        store_pages(run_dir, rebuilt)  # before the rebase that references them
         if rebase.seq != last.seq + 1:  # the run ended in the hole: jump it to the rebase
             anchors[last.seq] = Anchor(
                 last.seq, last.hash, rebase.seq, last.hash, QUARANTINE, last.seq + 1, rebase.seq - 1
