@@ -51,7 +51,8 @@ Points of checkpoints (``journald.storage.checkpoints_file`` and ``checkpoints_m
 (renamed in, directory not yet synced), ``op_after_checkpoint`` (compaction/restore: the
 pre-operation checkpoint is durable, no rebase yet), ``op_after_pages`` (restore, fork,
 compaction: the rebase's message pages are stored, the rebase record not yet written),
-``op_after_rebase`` (the rebase is durable, the response not yet sent).
+``op_after_rebase`` (compaction, restore, fork: the rebase is durable, the response not yet
+sent).
 
 Point of the daemon's threads (``journald.storage.io_pool``): ``background_call`` (a
 blocking call of the background class, a read or a lease close, is about to run on a read

@@ -390,6 +390,8 @@ class CheckpointRpcs:
                 await copy_attachments(self.runs.attachments, source, new_run, digests)
                 await self._write_pages(new_run, paged)
                 await self.runs.commit(lease, records, paged.resolver())
+                if failpoints.ARMED:
+                    failpoints.hit("op_after_rebase")
                 state = lease.state
         except JournaldError:
             if created:
