@@ -16,20 +16,31 @@ import {
   ServiceError,
   status as Status,
 } from "@grpc/grpc-js";
-import { canonical } from "./canonical";
-import { AssistantTurn, Block, buildEntry, Built, Entry, text, ToolResultInput } from "./entry";
+import { canonical, parseJson } from "./canonical";
+import {
+  AssistantTurn,
+  Block,
+  buildEntry,
+  Built,
+  Entry,
+  resultAttachmentBytes,
+  text,
+  ToolResultInput,
+} from "./entry";
 import { fromServiceError, InvalidRequestError, JournaldError, LockedError, retryInPlace } from "./errors";
 import {
   Ack,
   AppendResponse,
   Fingerprint,
   FoldResponse,
+  GetAttachmentResponse,
   JournalServiceClient,
   Lease,
   LeaseEnded,
   OpenMode,
   OpenRequest,
   OpenResponse,
+  PutAttachmentResponse,
   Record as JournalRecord,
   RunState,
   ToolCall,
@@ -234,6 +245,23 @@ export class Client {
     const resp: FoldResponse = await this.unary(this.rpc.fold, req, opts);
     await completeFold(this, runId, resp, opts);
     return resp;
+  }
+
+  /** Store bytes once per run (content-addressed); put `blockJson` into a record. */
+  putAttachment(
+    runId: string,
+    data: Uint8Array,
+    mediaType: string,
+    name = "",
+    opts?: CallOpts,
+  ): Promise<PutAttachmentResponse> {
+    return this.unary(this.rpc.putAttachment, { runId, data: Buffer.from(data), mediaType, name }, opts);
+  }
+
+  /** An attachment's bytes, verified by the daemon. */
+  async getAttachment(runId: string, sha256: string, opts?: CallOpts): Promise<Uint8Array> {
+    const resp: GetAttachmentResponse = await this.unary(this.rpc.getAttachment, { runId, sha256 }, opts);
+    return resp.data;
   }
 
   /** Check a run's hash chain and record schemas end to end. */
@@ -484,8 +512,14 @@ export class Run {
     return this.appendEntry({ assistant: turn }, opts);
   }
 
-  /** Journal one tool's result. */
-  appendToolResult(r: ToolResultInput, opts?: CallOpts): Promise<Ack> {
+  /** Journal one tool's result (with `asAttachment`, its content uploaded first). */
+  async appendToolResult(r: ToolResultInput, opts?: CallOpts): Promise<Ack> {
+    if (r.asAttachment) {
+      const { data, mediaType } = resultAttachmentBytes(r.content);
+      const put = await this.client.putAttachment(this.id, data, mediaType, r.toolUseId, opts);
+      const block = parseJson(Buffer.from(put.blockJson).toString("utf8")) as Block;
+      r = { ...r, content: [block], asAttachment: false };
+    }
     return this.appendEntry({ toolResult: r }, opts);
   }
 
