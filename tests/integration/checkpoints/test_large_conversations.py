@@ -36,7 +36,7 @@ def six_file_reads(client: jc.Client, run_id: str) -> None:
     with client.start(run_id, FP, "read the repository and summarise it") as run:
         for i in range(READS):
             tid = f"read_{i}"
-            call = {"type": "tool_use", "id": tid, "name": "read_file", "input": '{"i": %d}' % i}
+            call = {"type": "tool_use", "id": tid, "name": "read_file", "input": f'{{"i": {i}}}'}
             run.assistant([call], stop_reason="tool_use")
             run.tool_result(tid, file_text(i))
         run.assistant("I read all six files.", stop_reason="end_turn")
@@ -58,16 +58,17 @@ def restore_and_fork(client: jc.Client, run_id: str) -> None:
     assert restored.pre_restore_checkpoint_id
     assert client.fold(run_id).messages == want
     rebase = list(client.load(run_id))[-1]
-    assert rebase.kind == "rebase" and rebase.payload["pages"]
+    assert rebase.kind == "rebase"
+    assert rebase.payload["pages"]
     assert len(rebase.canonical) < 64 * 1024  # references and a short tail, not 4.8 MB
 
-    fork_id, state = client.fork(run_id, checkpoint_id=cp.checkpoint_id, new_run_id="forked")
+    fork_id, _state = client.fork(run_id, checkpoint_id=cp.checkpoint_id, new_run_id="forked")
     assert fork_id == "forked"
     assert client.fold("forked").messages == want
     head_fork, _ = client.fork(run_id, new_run_id="forked-head")
     assert client.fold(head_fork).messages == want
-    for run in (run_id, "forked", "forked-head"):
-        client.verify(run)  # every referenced page is there and hashes right
+    for name in (run_id, "forked", "forked-head"):
+        client.verify(name)  # every referenced page is there and hashes right
 
     exported = client.export_checkpoint(run_id, cp.checkpoint_id)
     with client.start("imported", FP, "elsewhere") as run:

@@ -38,7 +38,8 @@ def test_an_oversized_tool_result_is_refused_with_advice_and_goes_in_as_an_attac
         results = [m for m in client.fold("big").messages if m["role"] == "user"][1:]
         first = results[0]["content"][0]["content"][0]
         assert first["type"] == "attachment"
-        assert first["media_type"] == "text/plain; charset=utf-8" and first["name"] == "read_1"
+        assert first["media_type"] == "text/plain; charset=utf-8"
+        assert first["name"] == "read_1"
         assert client.get_attachment("big", first["sha256"]).decode() == BIG
         second = results[1]["content"][0]["content"][0]
         assert second["media_type"] == "application/json"

@@ -84,7 +84,9 @@ def test_a_page_is_canonical_json_of_its_format_and_messages_addressed_by_sha256
     (ref,) = paged.refs
     raw = paged.data[ref.sha256]
     assert raw == canonical_json({"format": PAGE_FORMAT, "messages": msgs})
-    assert ref.sha256 == sha256_hex(raw) and ref.size == len(raw) and ref.count == 1
+    assert ref.sha256 == sha256_hex(raw)
+    assert ref.size == len(raw)
+    assert ref.count == 1
     assert paged.tail == []
 
 
@@ -99,7 +101,8 @@ def test_a_page_changed_by_one_byte_or_missing_is_store_corrupted_naming_it() ->
     with pytest.raises(StoreCorrupted) as missing:
         bytes_resolver({})(ref)
     for err in (damaged.value, missing.value):
-        assert err.metadata["page"] == ref.sha256 and ref.sha256 in err.message
+        assert err.metadata["page"] == ref.sha256
+        assert ref.sha256 in err.message
 
 
 def test_a_paged_rebase_folds_to_its_pages_then_its_tail_and_without_its_page_refuses() -> None:
@@ -133,7 +136,8 @@ def test_a_paged_rebase_folds_to_its_pages_then_its_tail_and_without_its_page_re
     inline = make_record(2, "rebase", {"reason": "restore", "messages": msgs}, meta.hash, meta.ts)
     store: dict[str, bytes] = {}
     paged = _paged_rebase(inline, 200, store)
-    assert paged.payload["pages"] and len(paged.raw) < len(inline.raw)
+    assert paged.payload["pages"]
+    assert len(paged.raw) < len(inline.raw)
     validation.validate_record(paged)  # the published schema accepts a paged rebase
     assert fold([meta, paged], pages=bytes_resolver(store)).messages == msgs
     with pytest.raises(StoreCorrupted) as err:
