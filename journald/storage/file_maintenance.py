@@ -241,6 +241,15 @@ class FileMaintenance:
         gone = [seq for _, seq, _ in bad] + ([end_seq + 1, floor] if floor > end_seq else [])
         if lost_active:  # it held fewer records than a seal takes: keep all those seqs
             gone += [end_seq + 1, end_seq + self.segment_max_records]
+        # every page a surviving rebase references must be there and whole (a missing one
+        # is store_corrupted naming it: recovery cannot rebuild what it does not have)
+        resolve = run_pages(run_dir)
+        for ref in referenced_pages([r.payload for r in survivors if r.kind == "rebase"]):
+            try:
+                resolve(ref)
+            except StoreCorrupted as exc:
+                exc.metadata["run_id"] = run_id
+                raise
         if not gone:
             report.last_seq = end_seq
             return report
@@ -253,11 +262,6 @@ class FileMaintenance:
                 "the run; restore the run directory from a backup",
             )
         report.hole_from, report.hole_to = min(gone), max(gone + taken)
-        # every page a surviving rebase references must be there and whole (a missing one
-        # is store_corrupted naming it: recovery cannot rebuild what it does not have)
-        resolve = run_pages(run_dir)
-        for ref in referenced_pages([r.payload for r in survivors if r.kind == "rebase"]):
-            resolve(ref)
         rebuilt = cut(rebuilt_after_quarantine(survivors, resolve))
         covered = {"from_seq": report.hole_from, "to_seq": report.hole_to}
         rebase = make_record(
