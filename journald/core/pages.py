@@ -73,11 +73,33 @@ class Paged:
         return [r.as_json() for r in self.refs]
 
     def resolver(self) -> PageResolver:
-        return bytes_resolver(self.data)
+        """The pages' messages as cut (no decoding: they were encoded from these)."""
+        at: dict[str, list[Message]] = {}
+        start = 0
+        for ref in self.refs:
+            at.setdefault(ref.sha256, self.messages[start : start + ref.count])
+            start += ref.count
+
+        def resolve(ref: PageRef) -> list[Message]:
+            msgs = at.get(ref.sha256)
+            if msgs is None or len(msgs) != ref.count:
+                raise page_missing(ref)
+            return list(msgs)
+
+        return resolve
 
 
 def encode_page(messages: Sequence[Mapping[str, Any]]) -> bytes:
     return canonical_json({"format": PAGE_FORMAT, "messages": list(messages)})
+
+
+_PAGE_HEAD = b'{"format":"' + PAGE_FORMAT.encode() + b'","messages":['
+
+
+def _page_of(encoded: Sequence[bytes]) -> bytes:
+    """``encode_page`` from each message's canonical bytes (canonical JSON sorts ``format``
+    before ``messages`` and joins with bare commas, so the page is these bytes joined)."""
+    return _PAGE_HEAD + b",".join(encoded) + b"]}"
 
 
 def _unit_ends(messages: Sequence[Message]) -> list[int]:
@@ -90,14 +112,17 @@ def cut(messages: Sequence[Message], target_bytes: int = PAGE_TARGET_BYTES) -> P
     msgs = list(messages)
     refs: list[PageRef] = []
     data: dict[str, bytes] = {}
+    encoded: list[bytes] = []  # each message's canonical bytes, encoded once
     start, size = 0, 0
     prev = 0
     for end in _unit_ends(msgs):
         # a unit's share of the page: its messages' encoded bytes plus separators
-        size += sum(len(canonical_json(m)) + 1 for m in msgs[prev:end])
+        for m in msgs[prev:end]:
+            encoded.append(canonical_json(m))
+            size += len(encoded[-1]) + 1
         prev = end
         if size >= target_bytes:
-            raw = encode_page(msgs[start:end])
+            raw = _page_of(encoded[start:end])
             ref = PageRef(sha256_hex(raw), end - start, len(raw))
             refs.append(ref)
             data[ref.sha256] = raw
