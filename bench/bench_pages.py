@@ -39,25 +39,106 @@ FP = jc.compute(provider="anthropic", model="bench", system_prompt="s")
 STREAM = "PAGES"
 
 
-def dir_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+def file_state(root: Path) -> dict[str, tuple[int, int, int]]:
+    out = {}
+    for p in root.rglob("*"):
+        if p.is_file():
+            st = p.stat()
+            out[str(p)] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    return out
 
 
-async def stream_bytes(url: str) -> int:
-    import nats
+class FileWrites:
+    """Bytes written under a directory since ``mark()``: the growth of an append-only journal
+    file, and the whole size of every file created or replaced (atomic writes rename a new
+    file over the old one: the fold snapshot, manifests, checkpoints)."""
 
-    from journald.storage.jetstream_buckets import ROLES, bucket_name
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.before = file_state(root)
 
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        names = [STREAM, *(f"OBJ_{bucket_name(STREAM, role)}" for role in ROLES)]
+    def mark(self) -> None:
+        self.before = file_state(self.root)
+
+    def signature(self) -> object:
+        return file_state(self.root)
+
+    def __call__(self) -> int:
         total = 0
-        for name in names:
-            total += (await js.stream_info(name)).state.bytes
+        for path, (ino, mtime, size) in file_state(self.root).items():
+            old = self.before.get(path)
+            if old is None or old[0] != ino:
+                total += size
+            elif old[1] != mtime:
+                total += size - old[2] if path.endswith(".jsonl") else size
         return total
-    finally:
-        await nc.close()
+
+
+class StreamWrites:
+    """Bytes of the messages published to the stream and its buckets since ``mark()`` that
+    are still stored (a replaced object's old chunks are purged, its new ones counted)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.last: dict[str, int] = {}
+
+    def names(self) -> list[str]:
+        from journald.storage.jetstream_buckets import ROLES, bucket_name
+
+        return [STREAM, *(f"OBJ_{bucket_name(STREAM, role)}" for role in ROLES)]
+
+    async def _lasts(self) -> dict[str, int]:
+        import nats
+
+        nc = await nats.connect(self.url)
+        try:
+            js = nc.jetstream()
+            return {n: (await js.stream_info(n)).state.last_seq for n in self.names()}
+        finally:
+            await nc.close()
+
+    def signature(self) -> object:
+        return asyncio.run(self._lasts())
+
+    async def _run(self, mark: bool) -> int:
+        import nats
+        from nats.js.errors import NotFoundError
+
+        nc = await nats.connect(self.url)
+        try:
+            js = nc.jetstream()
+            total = 0
+            for name in self.names():
+                last = (await js.stream_info(name)).state.last_seq
+                if mark:
+                    self.last[name] = last
+                    continue
+                for seq in range(self.last.get(name, 0) + 1, last + 1):
+                    try:
+                        msg = await js.get_msg(name, seq)
+                    except NotFoundError:
+                        continue
+                    total += len(msg.data or b"") + len(msg.subject or "")
+            return total
+        finally:
+            await nc.close()
+
+    def mark(self) -> None:
+        asyncio.run(self._run(True))
+
+    def __call__(self) -> int:
+        return asyncio.run(self._run(False))
+
+
+def settled(written: FileWrites | StreamWrites) -> None:
+    """Wait until nothing has been written for half a second (background lease closes)."""
+    last = written.signature()
+    while True:
+        time.sleep(0.5)
+        now = written.signature()
+        if now == last:
+            return
+        last = now
 
 
 def timed(what: str, call: Callable[[], object]) -> tuple[float, str]:
@@ -69,7 +150,13 @@ def timed(what: str, call: Callable[[], object]) -> tuple[float, str]:
     return time.perf_counter() - t, "ok"
 
 
-def scenario(client: jc.Client, n: int, result_bytes: int, written: Callable[[], int]) -> None:
+def scenario(
+    client: jc.Client,
+    n: int,
+    result_bytes: int,
+    written: FileWrites | StreamWrites,
+    snapshot: Callable[[], int] | None = None,
+) -> None:
     with client.start("reads", FP, "read the repository") as run:
         for i in range(n):
             tid = f"read_{i}"
@@ -83,9 +170,12 @@ def scenario(client: jc.Client, n: int, result_bytes: int, written: Callable[[],
     conv = len(json.dumps(client.fold("reads").messages, separators=(",", ":")))
     with client.resume("reads", FP) as run:
         run.user("now forget all that")
-    before = written()
+    settled(written)  # the follow-up's lease end has saved what it saves
+    written.mark()
     restore_s, restore_ok = timed("restore", lambda: client.restore("reads", cp.checkpoint_id))
-    grew = written() - before
+    # the daemon's own lease ends after the answer and saves the run's fold snapshot then
+    settled(written)
+    grew = written()
     fork_s, fork_ok = timed(
         "fork", lambda: client.fork("reads", checkpoint_id=cp.checkpoint_id, new_run_id="forked")
     )
@@ -96,6 +186,12 @@ def scenario(client: jc.Client, n: int, result_bytes: int, written: Callable[[],
     print(f"  conversation              {conv / 2**20:9.2f} MiB ({n} x {result_bytes // 1024} KB)")
     share = f"{100 * grew / conv:.3f}% of the conversation" if restore_ok == "ok" else restore_ok
     print(f"  bytes written by restore  {grew / 1024:9.1f} KiB ({share})")
+    if snapshot is not None:
+        snap = snapshot()
+        print(
+            f"    of which fold snapshot  {snap / 1024:9.1f} KiB (saved when the daemon's lease "
+            f"ends: issue 31 item 3; {100 * (grew - snap) / conv:.3f}% without it)"
+        )
     for name, secs, ok in (
         ("restore", restore_s, restore_ok),
         ("fork", fork_s, fork_ok),
@@ -117,7 +213,14 @@ def main() -> None:
             print("file backend")
             (root / "file").mkdir()
             with Daemon(root / "file", "file") as d, jc.connect(str(d.socket)) as c:
-                scenario(c, args.results, size, lambda: dir_bytes(d.data_dir))
+                snap = d.data_dir / "sessions" / "reads" / "checkpoints" / "fold-snapshot.json"
+                scenario(
+                    c,
+                    args.results,
+                    size,
+                    FileWrites(d.data_dir),
+                    lambda: snap.stat().st_size if snap.exists() else 0,
+                )
         if "jetstream" in args.backends:
             print("jetstream backend (nats-server max_payload 1 MiB)")
             server = NatsServer(root / "nats", extra_config=["max_payload: 1MB"])
@@ -131,7 +234,7 @@ def main() -> None:
                     Daemon(root / "jsd", "jetstream", *args_js, socket=sock) as d,
                     jc.connect(str(d.socket)) as c,
                 ):
-                    scenario(c, args.results, size, lambda: asyncio.run(stream_bytes(server.url)))
+                    scenario(c, args.results, size, StreamWrites(server.url))
             finally:
                 server.stop()
 
