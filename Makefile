@@ -8,8 +8,9 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PIP := $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt
 HASH = $(shell cat $(1) | sha256sum | cut -c1-12)
-RUN_STAMP := $(VENV)/.run-$(call HASH,constraints.txt pyproject.toml clients/python/pyproject.toml)
-DEV_STAMP := $(VENV)/.dev-$(call HASH,constraints.txt requirements-dev.txt pyproject.toml clients/python/pyproject.toml)
+PYPROJECTS := pyproject.toml clients/python/pyproject.toml proto/python/pyproject.toml
+RUN_STAMP := $(VENV)/.run-$(call HASH,constraints.txt $(PYPROJECTS))
+DEV_STAMP := $(VENV)/.dev-$(call HASH,constraints.txt requirements-dev.txt $(PYPROJECTS))
 PYTEST_ARGS ?= -n 2
 
 .PHONY: setup setup-run run test lint gen gen-check check-proto clients conformance tools pytest test-fast bench bench-quick clean
@@ -18,8 +19,9 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check pip==25.3
 
+# journald_proto (the generated stubs) first: the client and the daemon both require it
 $(RUN_STAMP): | $(PY)
-	$(PIP) -e clients/python -e .
+	$(PIP) -e proto/python -e clients/python -e .
 	@touch $@
 
 $(DEV_STAMP): $(RUN_STAMP)

@@ -83,7 +83,7 @@ class StreamWrites:
         self.last: dict[str, int] = {}
 
     def names(self) -> list[str]:
-        from journald.storage.jetstream_buckets import ROLES, bucket_name
+        from journald.storage.jetstream.buckets import ROLES, bucket_name
 
         return [STREAM, *(f"OBJ_{bucket_name(STREAM, role)}" for role in ROLES)]
 

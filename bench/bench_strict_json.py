@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from journald_client.pb import journal_pb2 as pb
 
 from journald.core.records import GENESIS, strict_json
+from journald.core.schema import validate_record
 from journald.server.convert import record_from_pb
-from journald.validation import validate_record
 
 BLOCKS = [
     {"type": "text", "text": "let me look at the files " * 6},

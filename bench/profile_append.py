@@ -175,10 +175,10 @@ def stage_costs(n: int = 2000) -> list[tuple[str, float]]:
     from journald.core.admission import admit
     from journald.core.fold import RunState, fold_into
     from journald.core.records import GENESIS, make_record
+    from journald.core.schema import validate_record
     from journald.server.convert import record_from_pb
     from journald.server.runs import ack_pb
     from journald.storage.base import AppendResult
-    from journald.validation import validate_record
     from tests.builders import meta_payload
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))

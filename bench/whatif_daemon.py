@@ -34,15 +34,15 @@ MODES = ("jsonschema", "off", "noop", "nostore", "timed")
 
 def patch(mode: str) -> None:
     import journald.server.service as service
-    from journald import validation
-    from journald.storage import file_journal
+    from journald.core import schema
+    from journald.storage.file import journal as file_journal
 
     if mode == "off":
         service.validate_record = lambda rec: None  # type: ignore[attr-defined]
     elif mode == "jsonschema":
         # The compiled predicate refuses everything, so each record takes the jsonschema path
         # (which then accepts a valid record): exactly the validator as it was.
-        validation._is_valid = lambda name: lambda instance: False  # type: ignore[assignment]
+        schema._is_valid = lambda name: lambda instance: False  # type: ignore[assignment]
     elif mode == "noop":
         from journald_client.pb import journal_pb2 as pb
 
@@ -127,7 +127,7 @@ def _instrument_writer(out: str) -> None:
 def main() -> int:
     mode = sys.argv.pop(1)
     patch(mode)
-    from journald.cli import main as journald_main
+    from journald.program import main as journald_main
 
     sys.argv[0] = "journald"
     return int(journald_main() or 0)

@@ -1,8 +1,8 @@
 """The daemon's wall clock: UTC timestamps in the record format (RFC 3339, microseconds,
 ``Z``) and milliseconds for time-ordered ids.
 
-One clock for the daemon and the Python client: the daemon stamps records with the client
-package's function, so a record stamped on either side reads the same.
+One timestamp form for the daemon and the Python client: both stamp records with
+``journald_proto.conventions``, so a record stamped on either side reads the same.
 
 Tests step the clock with ``JOURNALD_TEST_CLOCK_OFFSET_S`` (seconds, may be negative), read
 once at start: every timestamp and id of the process is that far off the real clock, as if
@@ -16,7 +16,7 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from journald_client.codec import now_ts
+from journald_proto.conventions import format_ts, now_ts
 
 OFFSET_ENV = "JOURNALD_TEST_CLOCK_OFFSET_S"
 _offset_s = float(os.environ.get(OFFSET_ENV, "") or 0.0)
@@ -28,7 +28,7 @@ def utc_ts() -> str:
     """Now, as a record timestamp."""
     if not _offset_s:
         return now_ts()
-    return (datetime.now(UTC) + timedelta(seconds=_offset_s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_ts(datetime.now(UTC) + timedelta(seconds=_offset_s))
 
 
 def wall_ms() -> int:

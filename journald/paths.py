@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from journald_client.paths import default_socket_path
+from journald_proto.conventions import default_socket_path
 
 __all__ = ["default_data_dir", "default_socket_path"]
 

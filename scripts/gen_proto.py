@@ -1,8 +1,10 @@
-"""Generate the Python stubs from proto/ into the client package (the one copy).
+"""Generate the Python stubs from proto/ into the journald_proto distribution (the one copy).
 
-The daemon and the client both import `journald_client.pb`. protoc writes absolute
-imports (`from journald.v1 import journal_pb2`) that would collide with the daemon
-package `journald`, so imports between generated modules are rewritten to relative ones.
+The daemon and the client both import `journald_proto` (proto/python); `journald_client.pb`
+only re-exports it for users. protoc writes absolute imports (`from journald.v1 import
+journal_pb2`) that would collide with the daemon package `journald`, so imports between
+generated modules are rewritten to relative ones. The hand-written modules of the package
+(HAND_WRITTEN) are neither generated nor removed.
 
     python scripts/gen_proto.py           # regenerate
     python scripts/gen_proto.py --check   # exit 1 if the checked-in stubs are stale
@@ -20,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
-OUT = ROOT / "clients" / "python" / "journald_client" / "pb"
+OUT = ROOT / "proto" / "python" / "journald_proto"
+HAND_WRITTEN = frozenset({"conventions.py"})
 PROTOS = ["journald/v1/journal.proto"]
 BIN = Path(sys.executable).parent
 _IMPORT = re.compile(rb"^from journald\.v1 import (\w+)", re.MULTILINE)
@@ -46,7 +49,10 @@ def generate(dest: Path) -> None:
         for src in sorted((Path(tmp) / "journald" / "v1").iterdir()):
             text = _IMPORT.sub(rb"from . import \1", src.read_bytes())
             (dest / src.name).write_bytes(text)
-        (dest / "__init__.py").write_text('"""Generated protobuf/gRPC stubs. Do not edit."""\n')
+        (dest / "__init__.py").write_text(
+            '"""Generated protobuf/gRPC stubs of proto/journald/v1/journal.proto. Do not edit;'
+            ' run `make gen`."""\n'
+        )
         (dest / "py.typed").write_text("")
 
 
@@ -56,7 +62,13 @@ def main() -> int:
     args = parser.parse_args()
     if not args.check:
         if OUT.exists():
-            shutil.rmtree(OUT)
+            for path in OUT.iterdir():
+                if path.name in HAND_WRITTEN:
+                    continue
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
         generate(OUT)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,7 +79,11 @@ def main() -> int:
             for p in sorted(fresh.iterdir())
             if not (OUT / p.name).exists() or (OUT / p.name).read_bytes() != p.read_bytes()
         ]
-        extra = [p.name for p in OUT.iterdir() if p.is_file() and not (fresh / p.name).exists()]
+        extra = [
+            p.name
+            for p in OUT.iterdir()
+            if p.is_file() and p.name not in HAND_WRITTEN and not (fresh / p.name).exists()
+        ]
         if stale or extra:
             print(
                 f"generated stubs are stale: {stale + extra}; run `make gen` and commit",

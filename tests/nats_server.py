@@ -294,8 +294,8 @@ async def create_buckets(
     lease bucket (KV, per-key TTLs on) as deploy/nats/buckets.sh makes them."""
     from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType
 
-    from journald.storage.jetstream_buckets import ROLES, bucket_name
-    from journald.storage.jetstream_leases import lease_bucket_name
+    from journald.storage.jetstream.buckets import ROLES, bucket_name
+    from journald.storage.jetstream.leases import lease_bucket_name
 
     for role in ROLES:
         fields: dict[str, Any] = {"storage": StorageType.FILE, "replicas": replicas, **overrides}
@@ -321,12 +321,12 @@ async def delete_stream(url: str | list[str], name: str) -> None:
     try:
         with contextlib.suppress(Exception):
             await nc.jetstream().delete_stream(name)
-        from journald.storage.jetstream_buckets import ROLES, bucket_name
+        from journald.storage.jetstream.buckets import ROLES, bucket_name
 
         for role in ROLES:
             with contextlib.suppress(Exception):
                 await nc.jetstream().delete_object_store(bucket_name(name, role))
-        from journald.storage.jetstream_leases import lease_bucket_name
+        from journald.storage.jetstream.leases import lease_bucket_name
 
         with contextlib.suppress(Exception):
             await nc.jetstream().delete_key_value(lease_bucket_name(name))

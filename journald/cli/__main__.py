@@ -1,5 +1,5 @@
 """``python -m journald.cli``: the same entry point as the ``journald`` script."""
 
-from journald.cli.main import main
+from journald.program import main
 
 raise SystemExit(main())

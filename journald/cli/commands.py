@@ -4,7 +4,7 @@
 
 Adding a command: write ``add(parser)`` (its arguments) and ``run(ctx, args) -> exit code``,
 then add ``Command("name", "help", add, run)`` to its module's ``COMMANDS`` (the modules are
-listed once, in ``journald.cli.main.command_modules``). The dispatcher maps errors to exit
+listed once, in ``journald.program.command_modules``). The dispatcher maps errors to exit
 codes once for all:
 
 ====  ==========================================================================
@@ -17,7 +17,7 @@ codes once for all:
 ====  ==========================================================================
 
 Output: ``rich`` styling on a terminal, plain text when piped (``--json`` where offered);
-text from the journal is cleaned of terminal escapes before it is shown (``journald.replay``).
+text from the journal is cleaned of terminal escapes before it is shown (``journald.cli.replay``).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from journald_client import (
 )
 from journald_client.paths import check_socket, default_socket_path
 
-from journald import replay
-from journald.replay import Line, cell_width, elide_end, one_line
+from journald.cli import replay
+from journald.cli.replay import Line, cell_width, elide_end, one_line
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -1,19 +1,19 @@
-"""The journald command line: ``serve`` runs the daemon; every other command talks to it."""
+"""``journald serve``: its options and the start of the daemon, and the NATS flags it shares with
+``journald migrate``. The program that puts every command in one parser is ``journald.program``."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from journald.paths import default_data_dir, default_socket_path
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
-    from journald.storage.jetstream_options import NatsOptions
+    from journald.storage.jetstream.options import NatsOptions
 
 
 def _size(text: str) -> int:
@@ -96,7 +96,7 @@ def add_nats_arguments(p: argparse.ArgumentParser, *, stream: bool) -> None:
 
 def nats_options(args: argparse.Namespace) -> NatsOptions:
     """The NATS options the flags and the environment give, checked."""
-    from journald.storage.jetstream_options import NatsOptions
+    from journald.storage.jetstream.options import NatsOptions
 
     opts = NatsOptions.from_env(
         creds_path=args.nats_creds,
@@ -252,7 +252,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from journald.server.runs import Limits
     from journald.server.startup import EXIT_CONFIG
     from journald.storage import registry
-    from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+    from journald.storage.jetstream.options import NatsOptions, NatsOptionsError
 
     os.umask(0o077)  # every file and directory the daemon creates is private to its user
     try:  # the NATS flags matter (and are checked) only for a backend on NATS
@@ -288,46 +288,3 @@ def cmd_serve(args: argparse.Namespace) -> int:
         scrub_interval_s=args.scrub_interval_s,
     )
     return run(cfg)
-
-
-def command_modules() -> list[Any]:
-    """Every module that contributes client commands (each has a ``COMMANDS`` tuple); the one
-    place a new command module is added."""
-    from journald.cli import checkpoints, commands, recover, verify
-    from journald.view import command as view
-
-    return [commands, checkpoints, recover, verify, view]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from journald.cli import commands as cli_commands
-
-    parser = argparse.ArgumentParser(prog="journald", description=__doc__)
-    cli_commands.add_global_options(parser)
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_serve(sub)
-    mig = sub.add_parser(
-        "migrate",
-        add_help=False,
-        help="copy runs between file and JetStream stores (see migrate --help)",
-    )
-    mig.add_argument("rest", nargs=argparse.REMAINDER)
-    cli_commands.add_commands(sub, [c for m in command_modules() for c in m.COMMANDS])
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["migrate"]:  # its own parser (works on stores, not through the daemon)
-        from journald import migrate
-
-        return migrate.main(argv[1:])
-    args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        return cmd_serve(args)
-    if getattr(args, "client_command", None) is not None:
-        from journald.cli.commands import dispatch
-
-        return dispatch(args)
-    print(f"journald: unknown command {args.command}", file=sys.stderr)
-    return 2

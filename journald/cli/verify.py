@@ -17,7 +17,7 @@ from typing import Any
 from journald_client import NotFoundError, StoreCorrupted
 
 from journald.cli.commands import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Command, Context
-from journald.replay import one_line
+from journald.cli.replay import one_line
 
 
 def _add_verify(p: argparse.ArgumentParser) -> None:

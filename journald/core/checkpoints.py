@@ -68,7 +68,7 @@ upload and a download always fit one message with room to spare."""
 
 Message = dict[str, Any]
 PayloadCheck = Callable[[str, object], None]
-"""A record-schema check of a payload by kind (``journald.validation.validate_payload``),
+"""A record-schema check of a payload by kind (``journald.core.schema.validate_payload``),
 passed in because the schema is read from a file."""
 
 

@@ -2,7 +2,7 @@
 
 Every failure is a ``JournaldError`` with a machine ``code``, the name of the gRPC status it
 maps to, a sentence that says what happened *and what to do*, and structured ``metadata``.
-The server maps it to a status exactly once (``journald.server.errors_edge``); every client
+The server maps it to a status exactly once (``journald.server.edge``); every client
 maps it back to its own typed error from the code.
 
     JournaldError

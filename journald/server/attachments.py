@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import grpc
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald.core.checkpoints import (
     MAX_ATTACHMENT_BYTES,
@@ -19,10 +19,10 @@ from journald.core.checkpoints import (
 from journald.core.errors import InvalidRecord, InvalidRequest
 from journald.core.fold import Message
 from journald.core.records import canonical_json, sha256_hex, validate_id
+from journald.core.schema import validate_payload
 from journald.server.edge import unary
 from journald.server.runs import Runs
 from journald.storage.checkpoint_base import AttachmentStore
-from journald.validation import validate_payload
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 

@@ -20,7 +20,7 @@ import binascii
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald.core.errors import InvalidRecord
 from journald.core.fingerprint import Fingerprint
@@ -298,7 +298,8 @@ def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = 
 
 def state_to_pb(st: RunState, *, messages: bool = True) -> pb.RunState:
     """The state as sent; ``messages=False`` leaves the committed messages out (only their
-    count), for a caller that omits them or adds a window of them (``journald.server.window``)."""
+    count), for a caller that omits them or adds a window of them
+    (``journald.server.message_window``)."""
     c = st.counters
     out = pb.RunState(
         run_id=st.run_id,

@@ -33,11 +33,11 @@ import grpc
 from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald import telemetry
 from journald.core.errors import JournaldError
-from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, memory
+from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, malloc_trim
 from journald.server.fairness import FairShares, PeerBudget, server_options
 from journald.server.peers import PeerGate
 from journald.server.runs import Limits
@@ -59,7 +59,7 @@ from journald.storage.io_pool import (
     DEFAULT_IO_THREADS,
     bound_default_executor,
 )
-from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+from journald.storage.jetstream.options import NatsOptions, NatsOptionsError
 from journald.storage.registry import BackendOptions, open_backend
 
 __all__ = ["DataDirLocked", "ServeConfig", "lock_data_dir", "run", "serve", "tune_gc"]
@@ -147,7 +147,7 @@ async def serve(
         )
         service.hub.buffer_bytes = shares.watch_buffer_bytes
         telemetry.observe_leases(lambda: len(service.leases))
-        trimmer = memory.Trimmer()
+        trimmer = malloc_trim.Trimmer()
         shared = shares_socket(cfg.socket_mode, cfg.socket_group)
         service.runs.owners.enforcing = shared
         service.runs.owners.shared_runs = cfg.shared_runs
@@ -237,7 +237,7 @@ SWITCH_INTERVAL_S = 0.001
 
 
 def grpc_server(
-    cfg: ServeConfig, service: JournalService, trimmer: memory.Trimmer, peer: int | None
+    cfg: ServeConfig, service: JournalService, trimmer: malloc_trim.Trimmer, peer: int | None
 ) -> tuple[grpc.aio.Server, health_aio.HealthServicer]:
     """JournalService, health and reflection on a new server; ``peer``: the uid of every
     peer it will have (a shared socket's per-uid server), None for a private socket."""
@@ -322,7 +322,7 @@ def run(cfg: ServeConfig) -> int:
     # a thread waiting for the interpreter lock (the event loop, behind a Verify's walk on a
     # read thread) gets it after this long at most (CPython's default is 5 ms)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    memory.pin_mmap_threshold()
+    malloc_trim.pin_mmap_threshold()
     before, now = raise_fd_limit()
     log.info("open files limit (RLIMIT_NOFILE soft): %s, was %s", now, before)
     try:

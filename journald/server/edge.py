@@ -41,7 +41,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.protobuf.descriptor import MethodDescriptor
 from google.rpc import error_details_pb2, status_pb2
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald import telemetry
 from journald.core.errors import (

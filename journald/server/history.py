@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald.core import governance
 from journald.core.checkpoints import governed
@@ -23,8 +23,8 @@ from journald.core.paging import FoldMark, Page, Window, fold_window, page, page
 from journald.core.records import validate_id
 from journald.server.convert import messages_to_pb, pending_to_pb
 from journald.server.edge import unary
+from journald.server.message_window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.server.runs import RunCache, Runs, stored_bytes
-from journald.server.window import ASK_FOR_SMALLER_PAGE, check_fits
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 VIEW_CACHE_RUNS = 8  # (run, view) pairs whose derived message list is kept between pages

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald.core.errors import JournaldError
 from journald.core.pages import Paged, PageResolver, bytes_resolver, cut, paged_payload

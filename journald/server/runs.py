@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald import telemetry
 from journald.core.admission import admit
@@ -51,6 +51,7 @@ from journald.core.errors import (
 from journald.core.fold import QUARANTINE, RunState, fold_into
 from journald.core.pages import PageResolver, is_paged
 from journald.core.records import Record
+from journald.core.schema import validate_record
 from journald.server.leases import Holder, Lease, LeaseTable, WatchHub, new_holder
 from journald.server.marks import FoldMarks, mark_due, mark_of
 from journald.server.owners import Owners
@@ -59,7 +60,6 @@ from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.pages import PageStore, paged_checkpoints
 from journald.storage.pipeline import Draft, OnDurable, RecordDraft, Ticket
-from journald.validation import validate_record
 
 DAEMON_HOLDER = "journald daemon"
 DORMANT_CACHE_RUNS = 8  # dormant runs whose folded state reads keep

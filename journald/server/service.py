@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 from journald import telemetry
 from journald.clock import utc_ts
@@ -32,7 +32,7 @@ from journald.core.fold import Message, RunState, fold_into, resume_warnings
 from journald.core.pages import Paged
 from journald.core.records import GENESIS, Record, validate_id
 from journald.server.attachments import AttachmentRpcs
-from journald.server.checkpoints import CheckpointRpcs, meta_to_pb
+from journald.server.checkpoint_service import CheckpointRpcs, meta_to_pb
 from journald.server.convert import (
     fingerprint_from_pb,
     governance_to_pb,
@@ -44,12 +44,12 @@ from journald.server.edge import streaming, unary
 from journald.server.fairness import FLAGS, FairShares, PeerBudget, peer_key
 from journald.server.history import HistoryRpcs
 from journald.server.leases import END, Holder, Lease, Subscription, WatchHub, new_holder
+from journald.server.message_window import ask_for_state, check_fits, fill_window, room_left
 from journald.server.paged_edits import page_rebases, paged_record
 from journald.server.runs import Limits, Runs, ack_pb
-from journald.server.window import ask_for_state, check_fits, fill_window, room_left
 from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
-from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.pipeline import Ticket
 
 Ctx = grpc.aio.ServicerContext[Any, Any]

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterable, Callable, Iterable
 
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
 from journald.core.records import GENESIS, Record, decode
+from journald.core.schema import validate_record
 from journald.storage.base import VerifyReport
-from journald.validation import validate_record
 
 
 def record_problem(rec: Record) -> str | None:

@@ -36,7 +36,7 @@ from journald_client.errors import UntrustedSocket
 from journald_client.paths import check_socket, default_socket_path
 from journald_client.state import Message, PendingTurn
 
-from journald.replay import one_line
+from journald.cli.replay import one_line
 from journald.view.model import Entry, build_entries, plural
 
 PAGE_MESSAGES = 100  # messages per History page the transcript asks for

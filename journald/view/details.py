@@ -21,7 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from journald.cli.commands import show_fields
-from journald.replay import one_line
+from journald.cli.replay import one_line
 from journald.view.base import DaemonScreen, describe_error
 from journald.view.data import Details
 from journald.view.runs import STATUS_STYLES, short_time

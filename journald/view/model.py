@@ -1,7 +1,7 @@
 """What the transcript shows, as pure data: entries built from a slice of the conversation,
 and the styled lines each entry takes at a width (folded or expanded).
 
-The pairing of calls with results is ``journald.replay.transcript_of`` (the same lines
+The pairing of calls with results is ``journald.cli.replay.transcript_of`` (the same lines
 ``journald replay --mode transcript`` prints); this module only groups each call with its
 result into one entry, marks the calls of the open turn still waiting for a result, and lays
 entries out. No terminal, no daemon: the widget maps each span's role to a style.
@@ -18,7 +18,7 @@ from typing import Any
 
 from journald_client.state import JournalRecord, PendingTurn
 
-from journald.replay import (
+from journald.cli.replay import (
     TranscriptLine,
     cell_width,
     elide_end,

@@ -23,7 +23,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static
 
 from journald.cli.commands import record_summary
-from journald.replay import elide_end, one_line
+from journald.cli.replay import elide_end, one_line
 from journald.view.base import Box, DaemonScreen
 from journald.view.data import RecordPage
 

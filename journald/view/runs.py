@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Input, Static
 
-from journald.replay import cell_width, elide_end, one_line
+from journald.cli.replay import cell_width, elide_end, one_line
 from journald.view.base import DaemonScreen
 from journald.view.data import RunRow
 

@@ -33,7 +33,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
-from journald.replay import one_line
+from journald.cli.replay import one_line
 from journald.view.base import Box, DaemonScreen, describe_error
 from journald.view.data import OPEN_STATUSES, Opening, Slice
 from journald.view.markers import fork_from, restore_to

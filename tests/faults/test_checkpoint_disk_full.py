@@ -13,7 +13,7 @@ from journald_client.pb import journal_pb2 as pb
 
 from journald.core.errors import StorageFull
 from journald.storage.checkpoint_base import make_checkpoint
-from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
+from journald.storage.file.checkpoint_store import FileAttachmentStore, FileCheckpointStore
 from tests.builders import TS, text
 from tests.daemon import Daemon
 from tests.faults.test_file_disk_full import fill, small_disk

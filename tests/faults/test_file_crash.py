@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL
+from journald.storage.file.segments import JOURNAL
+from journald.storage.file.store import FileStore
 from tests.faults.file_workload import expected
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ import pytest
 
 from journald import failpoints
 from journald.core.errors import StorageFull
-from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL
+from journald.storage.file.segments import JOURNAL
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, user_payload
 
 RUN = "full-run"

@@ -22,9 +22,9 @@ import pytest
 
 from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.records import Record
-from journald.storage.file import FileStore
-from journald.storage.file_journal import FileJournal
-from journald.storage.segments import JOURNAL, META_CACHE
+from journald.storage.file.journal import FileJournal
+from journald.storage.file.segments import JOURNAL, META_CACHE
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, assistant_payload, result_payload, text, tool_use
 
 RUN = "tail-run"

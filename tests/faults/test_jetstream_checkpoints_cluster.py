@@ -21,9 +21,9 @@ import pytest
 from nats.js.api import ObjectStoreConfig, StorageType
 
 from journald.core.checkpoints import verify_export
-from journald.storage.jetstream_buckets import CHECKPOINTS, ROLES, bucket_name
-from journald.storage.jetstream_objects import stream_of
-from journald.validation import validate_payload
+from journald.core.schema import validate_payload
+from journald.storage.jetstream.buckets import CHECKPOINTS, ROLES, bucket_name
+from journald.storage.jetstream.objects import stream_of
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.integration.test_serve_refusals import serve

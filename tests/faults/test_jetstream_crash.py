@@ -16,7 +16,7 @@ import pytest
 from journald.core.errors import BackendUnavailable
 from journald.core.records import Record
 from journald.storage.base import Journal
-from journald.storage.jetstream import JetStreamStore
+from journald.storage.jetstream.store import JetStreamStore
 from tests.builders import JournalBuilder
 from tests.nats_server import NatsCluster, NatsServer, create_stream
 from tests.waiting import eventually_async, wait_until_async

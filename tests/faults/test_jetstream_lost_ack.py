@@ -14,7 +14,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from journald.core.errors import BackendUnavailable
-from journald.storage.jetstream import JetStreamStore
+from journald.storage.jetstream.store import JetStreamStore
 from tests.builders import JournalBuilder
 from tests.nats_server import AckDropProxy
 from tests.storage.backend_jetstream import fresh_stream, session_server

@@ -17,7 +17,7 @@ import journald_client as jc
 import pytest
 
 from journald.core.checkpoints import verify_export
-from journald.validation import validate_payload
+from journald.core.schema import validate_payload
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.storage.backend_jetstream import fresh_stream

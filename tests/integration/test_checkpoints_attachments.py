@@ -18,7 +18,7 @@ from journald_client.pb import journal_pb2 as pb
 from journald.core.checkpoints import verify_export
 from journald.core.errors import CheckpointImportInvalid
 from journald.core.records import canonical_json, sha256_hex
-from journald.validation import validate_payload
+from journald.core.schema import validate_payload
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked

@@ -14,7 +14,7 @@ from journald_client.pb import journal_pb2_grpc as pbg
 
 from journald.core.checkpoints import EXPORT_FORMAT, verify_export
 from journald.core.errors import CheckpointImportInvalid
-from journald.validation import validate_payload
+from journald.core.schema import validate_payload
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text, until_unlocked

@@ -17,7 +17,7 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.storage.file import FileStore
+from journald.storage.file.store import FileStore
 from tests.builders import TS, JournalBuilder, assistant_payload, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, blocks, error_of, stub, text

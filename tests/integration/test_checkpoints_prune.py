@@ -9,8 +9,8 @@ from journald.clock import utc_ts
 from journald.core.fold import fold
 from journald.core.governance import sanitize
 from journald.storage.checkpoint_base import pre_prune_hook
-from journald.storage.checkpoints_file import FileCheckpointStore
-from journald.storage.file import FileStore
+from journald.storage.file.checkpoint_store import FileCheckpointStore
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, text
 
 

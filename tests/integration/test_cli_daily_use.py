@@ -12,7 +12,7 @@ from pathlib import Path
 
 import journald_client as jc
 
-from journald.cli.main import build_parser
+from journald.program import build_parser
 from tests.daemon import JOURNALD, Daemon
 from tests.integration.test_cli import UNREACHABLE, cli
 from tests.integration.view_runs import FP

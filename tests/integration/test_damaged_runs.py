@@ -20,8 +20,8 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 
 from journald.core.records import Record
-from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, META_CACHE
+from journald.storage.file.segments import JOURNAL, META_CACHE
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, error_of, stub

@@ -28,8 +28,8 @@ from journald.server import edge
 from journald.server.convert import fingerprint_to_pb, state_to_pb
 from journald.server.runs import Limits, fold_stored
 from journald.server.service import JournalService
-from journald.storage.file import FileStore
-from journald.storage.file_journal import FileJournal
+from journald.storage.file.journal import FileJournal
+from journald.storage.file.store import FileStore
 from tests.builders import FP, TS
 from tests.integration.rpc import blocks, text, tool_use
 from tests.waiting import NotYet, eventually

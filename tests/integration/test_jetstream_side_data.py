@@ -13,8 +13,8 @@ from pathlib import Path
 import journald_client as jc
 import nats
 
-from journald.storage.jetstream_buckets import ROLES, bucket_name
-from journald.storage.jetstream_objects import ObjectBucket
+from journald.storage.jetstream.buckets import ROLES, bucket_name
+from journald.storage.jetstream.objects import ObjectBucket
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.storage.backend_jetstream import fresh_stream

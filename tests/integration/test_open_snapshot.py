@@ -21,8 +21,8 @@ from journald.core.fold import fold
 from journald.core.records import Record
 from journald.server.convert import state_to_pb
 from journald.storage.checkpoint_base import pre_prune_hook
-from journald.storage.checkpoints_file import FileCheckpointStore
-from journald.storage.file import FileStore
+from journald.storage.file.checkpoint_store import FileCheckpointStore
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, text
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, error_of, stub

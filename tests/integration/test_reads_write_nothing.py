@@ -15,7 +15,7 @@ from pathlib import Path
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.storage.file import FileStore
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, stub

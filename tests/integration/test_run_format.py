@@ -14,7 +14,7 @@ from pathlib import Path
 import journald_client as jc
 import pytest
 
-from journald.storage.segments import MANIFEST, RUN_FORMAT
+from journald.storage.file.segments import MANIFEST, RUN_FORMAT
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 

@@ -32,8 +32,8 @@ from journald_client.pb import journal_pb2 as pb
 from journald.core.errors import StoreCorrupted
 from journald.server.scrub import Finding
 from journald.server.service import JournalService
-from journald.storage.checkpoints_file import FileCheckpointStore
-from journald.storage.file import FileStore
+from journald.storage.file.checkpoint_store import FileCheckpointStore
+from journald.storage.file.store import FileStore
 from tests.builders import TS, JournalBuilder, user_payload
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, error_of, stub

@@ -40,8 +40,8 @@ from journald.storage.checkpoint_base import (
     new_id,
     seed_ids,
 )
-from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
-from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.file.checkpoint_store import FileAttachmentStore, FileCheckpointStore
+from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.registry import OpenedBackend
 from tests.builders import TS, JournalBuilder, text
 from tests.storage.conftest import factory
@@ -233,9 +233,9 @@ async def file_pair(tmp_path: Path) -> tuple[Pair, Closer]:
 
 
 async def jetstream_pair(tmp_path: Path) -> tuple[Pair, Closer]:
-    from journald.storage.jetstream import JetStreamStore
-    from journald.storage.jetstream_checkpoints import bind_run_stores
-    from journald.storage.jetstream_config import Cli
+    from journald.storage.jetstream.checkpoint_store import bind_run_stores
+    from journald.storage.jetstream.config import Cli
+    from journald.storage.jetstream.store import JetStreamStore
     from tests.storage.backend_jetstream import fresh_stream
 
     url, name, _ = await fresh_stream()

@@ -9,7 +9,7 @@ import pytest
 
 from journald.core.errors import SessionNotFound
 from journald.storage.checkpoint_base import make_checkpoint
-from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
+from journald.storage.file.checkpoint_store import FileAttachmentStore, FileCheckpointStore
 from tests.builders import TS, text
 
 RUN = "deleted-meanwhile"

@@ -15,8 +15,8 @@ import pytest
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, StorageFull, StoreCorrupted
 from journald.storage.checkpoint_base import make_checkpoint
-from journald.storage.checkpoints_file import FileCheckpointStore
-from journald.storage.file import FileStore
+from journald.storage.file.checkpoint_store import FileCheckpointStore
+from journald.storage.file.store import FileStore
 from tests.builders import TS, JournalBuilder, text, user_payload
 
 CLASSES = {

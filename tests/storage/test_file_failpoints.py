@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from journald import failpoints
-from journald.storage.file import FileStore
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder
 from tests.waiting import wait_until
 

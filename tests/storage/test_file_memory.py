@@ -9,8 +9,8 @@ import weakref
 from pathlib import Path
 
 from journald.core.records import make_record
-from journald.storage.file import FileStore
-from journald.storage.file_journal import RECENT_BYTES
+from journald.storage.file.journal import RECENT_BYTES
+from journald.storage.file.store import FileStore
 from tests.builders import TS, JournalBuilder, user_payload
 
 MiB = 1024 * 1024

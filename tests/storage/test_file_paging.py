@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from journald.core.records import GENESIS, Record, make_record, sha256_hex
-from journald.storage.file import FileStore
+from journald.storage.file.store import FileStore
 from tests.builders import TS, meta_payload
 
 RUN = "long-run"

@@ -13,8 +13,8 @@ from journald import failpoints
 from journald.core.errors import BackendUnavailable, Locked, SeqConflict, StoreCorrupted
 from journald.core.fold import fold
 from journald.core.records import Record
-from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS, STAGED, frame
+from journald.storage.file.segments import JOURNAL, MANIFEST, SEGMENTS, STAGED, frame
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 
 RUN = "run-1"

@@ -15,9 +15,9 @@ import pytest
 from journald.core import records
 from journald.core.errors import StoreCorrupted
 from journald.core.records import Record
-from journald.storage import segments
-from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, SEGMENTS
+from journald.storage.file import segments
+from journald.storage.file.segments import JOURNAL, MANIFEST, SEGMENTS
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 
 RUN = "run-1"

@@ -13,8 +13,8 @@ import pytest
 from journald import failpoints
 from journald.core.errors import BackendUnavailable, StoreCorrupted
 from journald.core.records import Record
-from journald.storage.file import FileStore
-from journald.storage.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame, unframe
+from journald.storage.file.segments import JOURNAL, MANIFEST, META_CACHE, SEGMENTS, frame, unframe
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, assistant_payload, text, user_payload
 
 RUN = "run-1"

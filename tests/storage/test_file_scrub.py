@@ -20,10 +20,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from journald.core.errors import StoreCorrupted
-from journald.storage.file import FileStore
-from journald.storage.file_scrub import run_key, scrub_run
+from journald.storage.file.scrub import run_key, scrub_run
+from journald.storage.file.segments import MANIFEST, SEGMENTS
+from journald.storage.file.store import FileStore
 from journald.storage.scrub_budget import ReadBudget
-from journald.storage.segments import MANIFEST, SEGMENTS
 from tests.builders import JournalBuilder, user_payload
 from tests.profiles import scaled
 

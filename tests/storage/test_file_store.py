@@ -20,8 +20,7 @@ from journald import failpoints
 from journald.core.errors import BackendUnavailable, InvalidId, Locked, StorageFull, StoreCorrupted
 from journald.core.records import Record
 from journald.paths import default_data_dir
-from journald.storage.file import FileStore
-from journald.storage.segments import (
+from journald.storage.file.segments import (
     JOURNAL,
     MANIFEST,
     META_CACHE,
@@ -29,6 +28,7 @@ from journald.storage.segments import (
     frame,
     read_manifest,
 )
+from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, user_payload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +149,7 @@ async def test_a_run_is_locked_against_another_process_until_it_dies(tmp_path: P
     await journal.close()
     code = (
         "import asyncio,sys\n"
-        "from journald.storage.file import FileStore\n"
+        "from journald.storage.file.store import FileStore\n"
         "async def main():\n"
         f"    j = await FileStore({str(tmp_path)!r}).open({RUN!r})\n"
         "    print('ready', flush=True)\n"

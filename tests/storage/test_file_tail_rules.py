@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journald.core.records import Record
-from journald.storage.segments import SECTOR, frame, tail_end
+from journald.storage.file.segments import SECTOR, frame, tail_end
 from tests.builders import JournalBuilder, text, user_payload
 
 texts = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=120)

@@ -22,22 +22,22 @@ from nats.js.api import DiscardPolicy, ObjectStoreConfig, StorageType, StreamCon
 
 from journald.core.checkpoints import Checkpoint
 from journald.core.errors import StoreCorrupted
-from journald.storage.jetstream import JetStreamStore
-from journald.storage.jetstream_buckets import (
+from journald.storage.jetstream.buckets import (
     ATTACHMENTS,
     CHECKPOINTS,
     BucketConfigError,
     bucket_name,
 )
-from journald.storage.jetstream_checkpoints import bind_run_stores, sweep_orphan_chunks
-from journald.storage.jetstream_config import Cli
-from journald.storage.jetstream_leases import (
+from journald.storage.jetstream.checkpoint_store import bind_run_stores, sweep_orphan_chunks
+from journald.storage.jetstream.config import Cli
+from journald.storage.jetstream.leases import (
     JetStreamLeases,
     bind_lease_bucket,
     kv_stream,
     lease_bucket_name,
 )
-from journald.storage.jetstream_objects import stream_of
+from journald.storage.jetstream.objects import stream_of
+from journald.storage.jetstream.store import JetStreamStore
 from tests.nats_server import NatsServer, create_stream, delete_stream
 from tests.natscli import printed_commands, printed_env, run_all
 from tests.storage.backend_jetstream import session_server

@@ -7,14 +7,14 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from journald.core.errors import BackendUnavailable, InvalidRecord
-from journald.storage.jetstream import (
+from journald.storage.jetstream.config import Cli
+from journald.storage.jetstream.store import (
     RECORD_FLOOR,
     JetStreamStore,
     StreamConfigError,
     stream_add_command,
     subject_prefix,
 )
-from journald.storage.jetstream_config import Cli
 from tests.builders import JournalBuilder, result_payload, unlinked
 from tests.nats_server import create_stream, free_port
 from tests.storage.backend_jetstream import fresh_stream, session_server

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from nats.js.api import StreamConfig
 
-from journald.storage.jetstream import check_stream_config
+from journald.storage.jetstream.store import check_stream_config
 from tests.nats_server import nats_server_binary
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats"
@@ -45,7 +45,7 @@ def test_the_readme_documents_every_nats_flag_and_secret_of_serve() -> None:
     import argparse
 
     from journald.cli import add_nats_arguments
-    from journald.storage.jetstream_options import PASSWORD_ENV, TOKEN_ENV
+    from journald.storage.jetstream.options import PASSWORD_ENV, TOKEN_ENV
 
     parser = argparse.ArgumentParser()
     add_nats_arguments(parser, stream=True)

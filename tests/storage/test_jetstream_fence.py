@@ -10,7 +10,7 @@ import pytest
 from journald.core.errors import Locked, SeqConflict, SeqGap, SessionExists, SessionNotFound
 from journald.core.records import GENESIS
 from journald.storage.base import JETSTREAM_ACK
-from journald.storage.jetstream import JetStreamStore, NatsOptions
+from journald.storage.jetstream.store import JetStreamStore, NatsOptions
 from tests.builders import JournalBuilder, result_payload, unlinked, user_payload
 from tests.storage.backend_jetstream import fresh_stream
 

@@ -17,7 +17,7 @@ from typing import Any
 import nats
 import pytest
 
-from journald.storage.jetstream import RECORD_FLOOR, JetStreamStore, StreamConfigError
+from journald.storage.jetstream.store import RECORD_FLOOR, JetStreamStore, StreamConfigError
 from tests.builders import JournalBuilder
 from tests.nats_server import NatsServer, create_stream, delete_stream
 from tests.natscli import printed_commands, run_all

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from journald.core.errors import BackendUnavailable, LeaseLost, Locked
-from journald.storage.jetstream import JetStreamStore
-from journald.storage.jetstream_leases import JetStreamLeases, lease_bucket_name
+from journald.storage.jetstream.leases import JetStreamLeases, lease_bucket_name
+from journald.storage.jetstream.store import JetStreamStore
 from tests.storage.backend_jetstream import fresh_stream
 from tests.waiting import NotYet, eventually_async
 

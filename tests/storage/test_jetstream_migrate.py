@@ -7,14 +7,15 @@ from pathlib import Path
 import nats
 import pytest
 
+from journald.cli.migrate import main, new_progress
 from journald.core.errors import BackendUnavailable, InvalidArgumentError, SessionExists
-from journald.migrate import main, migrate, new_progress
-from journald.storage.file import FileStore
-from journald.storage.jetstream import JetStreamStore
-from journald.storage.jetstream_checkpoints import bind_run_stores
-from journald.storage.jetstream_config import Cli
+from journald.storage.file.segments import frame
+from journald.storage.file.store import FileStore
+from journald.storage.jetstream.checkpoint_store import bind_run_stores
+from journald.storage.jetstream.config import Cli
+from journald.storage.jetstream.store import JetStreamStore
+from journald.storage.migrate import migrate
 from journald.storage.registry import BackendOptions, parse_location
-from journald.storage.segments import frame
 from tests.builders import JournalBuilder, assistant_payload, text, tool_use, user_payload
 from tests.storage.backend_jetstream import fresh_stream
 
@@ -175,7 +176,7 @@ async def run_with_side_data(data_dir: Path, run_id: str) -> dict[str, bytes]:
     from journald.core.checkpoints import attachment_block
     from journald.core.fold import fold
     from journald.storage.checkpoint_base import make_checkpoint
-    from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
+    from journald.storage.file.checkpoint_store import FileAttachmentStore, FileCheckpointStore
 
     store = FileStore(data_dir, segmentation=False)
     sessions = str(data_dir / "sessions")
@@ -248,7 +249,7 @@ async def test_a_run_with_checkpoints_and_an_attachment_round_trips_byte_identic
 
 async def test_a_runs_owner_on_a_shared_daemon_travels_with_it_both_ways(tmp_path: Path) -> None:
     from journald.storage.checkpoint_base import OWNER
-    from journald.storage.checkpoints_file import FileCheckpointStore
+    from journald.storage.file.checkpoint_store import FileCheckpointStore
 
     await run_with_side_data(tmp_path / "a", "owned-run")
     sessions = str(tmp_path / "a" / "sessions")

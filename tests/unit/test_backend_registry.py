@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from journald import migrate
-from journald.cli import build_parser
+from journald.cli import migrate
 from journald.core.errors import BackendUnavailable, InvalidArgumentError
+from journald.program import build_parser
 from journald.storage import registry
 from journald.storage.registry import Backend, BackendOptions, OpenedBackend
 from tests.storage import conftest as contract

@@ -6,9 +6,8 @@ import argparse
 
 import pytest
 
-from journald.cli import build_parser
 from journald.cli.commands import Command, add_commands
-from journald.cli.main import command_modules
+from journald.program import build_parser, command_modules
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> set[str]:

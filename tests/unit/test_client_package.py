@@ -1,5 +1,5 @@
-"""The client package stands alone: grpcio + protobuf only, never the daemon package, and
-OpenTelemetry strictly optional."""
+"""The client package stands alone: grpcio, protobuf and journald-proto only, never the daemon
+package, and OpenTelemetry strictly optional."""
 
 from __future__ import annotations
 

@@ -21,10 +21,10 @@ from journald_client.pb import journal_pb2 as pb
 
 from journald.core import errors as daemon_errors
 from journald.core.checkpoints import TRIGGERS
-from journald.server.checkpoints import TRIGGER_PB
+from journald.core.schema import schema_document
+from journald.server.checkpoint_service import TRIGGER_PB
 from journald.server.runs import DURABILITY
 from journald.storage.info import status_of
-from journald.validation import schema_document
 from tests.builders import JournalBuilder, terminal_payload
 
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from journald.cli import build_parser
+from journald.program import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_UNIT = ROOT / "deploy" / "systemd" / "user" / "journald.service"

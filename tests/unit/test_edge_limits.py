@@ -22,8 +22,8 @@ from journald.core.records import (
     parse_json,
     utc_ts_of,
 )
+from journald.core.schema import validate_payload
 from journald.server.edge import TRAILER_BUDGET_BYTES, refusal
-from journald.validation import validate_payload
 
 TRICKY = ["", "[", "]]", "{", '"', "\\", '\\"[', "é", ":,", "a\nb"]  # what a naive count trips on
 

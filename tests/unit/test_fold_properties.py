@@ -8,8 +8,7 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from journald import validation
-from journald.core import governance, records
+from journald.core import governance, records, schema
 from journald.core.fold import RunState, fold
 from journald.core.records import GENESIS, Record, make_record
 from journald.server import convert
@@ -176,7 +175,7 @@ def test_every_generated_record_is_valid_against_the_published_schema(
     recs: list[Record],
 ) -> None:
     for rec in recs:
-        validation.validate_record(rec)
+        schema.validate_record(rec)
 
 
 @settings(max_examples=scaled(80))

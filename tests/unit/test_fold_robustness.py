@@ -10,8 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journald import validation
-from journald.core import errors, governance
+from journald.core import errors, governance, schema
 from journald.core.fold import fold
 from journald.core.records import KINDS, Record, make_record
 from tests.builders import JournalBuilder
@@ -82,7 +81,7 @@ def _refusal(check: Callable[[], None]) -> errors.InvalidRecord | None:
 @settings(max_examples=scaled(100))
 @given(st.sampled_from(KINDS), st.dictionaries(st.text(max_size=8), json_values, max_size=6))
 def test_validating_any_payload_passes_or_names_a_field(kind: str, payload: dict[str, Any]) -> None:
-    refused = _refusal(lambda: validation.validate_payload(kind, payload))
+    refused = _refusal(lambda: schema.validate_payload(kind, payload))
     if refused is not None:
         assert refused.metadata["field"].startswith(kind)
         assert f"field {refused.metadata['field']}" in refused.message
@@ -95,7 +94,7 @@ def test_validating_a_damaged_record_passes_or_names_a_field(
 ) -> None:
     recs, seq = case
     rec = recs[seq - 1]
-    refused = _refusal(lambda: validation.validate_record(rec))
+    refused = _refusal(lambda: schema.validate_record(rec))
     if refused is not None:
         assert refused.metadata["field"].startswith(rec.kind)
 

@@ -8,8 +8,8 @@ from journald.core.admission import admit
 from journald.core.errors import InvalidRecord, StoreCorrupted
 from journald.core.fold import StateValue, fold
 from journald.core.records import make_record
+from journald.core.schema import validate_record
 from journald.server import convert
-from journald.validation import validate_record
 from tests.builders import (
     TS,
     JournalBuilder,

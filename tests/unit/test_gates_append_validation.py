@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from journald import validation
-from journald.core import errors, fingerprint, records
+from journald.core import errors, fingerprint, records, schema
 from journald.core.fingerprint import Fingerprint
 from journald.core.records import GENESIS, make_record
 from tests.builders import (
@@ -215,7 +214,7 @@ GOOD = {
 
 @pytest.mark.parametrize("kind", list(GOOD))
 def test_validation_accepts_well_formed_records(kind: str) -> None:
-    validation.validate_record(_rec(kind, GOOD[kind]))
+    schema.validate_record(_rec(kind, GOOD[kind]))
 
 
 BAD: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
@@ -288,7 +287,7 @@ def test_validation_refuses_a_bad_record_naming_the_field(
     kind = field.split(".")[0].split("[")[0]
     kind = kind if kind in records.KINDS else "user"
     with pytest.raises(errors.InvalidRecord) as info:
-        validation.validate_record(_rec(kind, payload, **env))
+        schema.validate_record(_rec(kind, payload, **env))
     assert info.value.metadata["field"] == field
     assert f"field {field}" in info.value.message
     assert info.value.code == "invalid_record"

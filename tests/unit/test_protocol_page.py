@@ -11,8 +11,8 @@ from pathlib import Path
 
 from journald.core import records
 from journald.core.records import decode, sha256_hex
+from journald.core.schema import schema_document
 from journald.server.runs import Limits
-from journald.validation import schema_document
 
 PAGE = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text("utf-8")
 

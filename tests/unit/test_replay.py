@@ -9,7 +9,7 @@ import pytest
 from journald_client import RunState
 from journald_client import codec as client_codec
 
-from journald import replay
+from journald.cli import replay
 from journald.core import records
 from journald.core.fold import fold
 from journald.server.convert import state_to_pb

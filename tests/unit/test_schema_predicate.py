@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from journald.core.records import KINDS
+from journald.core.schema import schema_document
 from journald.core.schema_predicate import UnsupportedSchema, compile_definition
-from journald.validation import schema_document
 from tests.profiles import scaled
 from tests.unit.strategies import journals, json_values
 

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from journald import validation
-from journald.core import fingerprint, records
+from journald.core import fingerprint, records, schema
 from journald.core.fold import fold
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
@@ -101,7 +100,7 @@ def test_record_vector(case: dict[str, Any]) -> None:
     again = records.decode(case["canonical"].encode("utf-8"))
     assert again.raw == rec.raw
     assert again.as_json() == case["record"]
-    validation.validate_record(rec)
+    schema.validate_record(rec)
 
 
 def test_record_vectors_cover_every_kind() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from journald_client.state import JournalRecord, LeaseHolder, PendingResult, PendingTurn, RunInfo
 from journald_client.state import ToolCall as ClientCall
 
-from journald import replay
+from journald.cli import replay
 from journald.view.data import RunRow
 from journald.view.model import (
     Entry,

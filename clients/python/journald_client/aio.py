@@ -17,6 +17,8 @@ from typing import Any, cast
 
 import grpc
 import grpc.aio
+from journald_proto import journal_pb2 as pb
+from journald_proto import journal_pb2_grpc as pb_grpc
 
 from journald_client import codec, errors, retry, window
 from journald_client.aio_pipelined import DEFAULT_WINDOW, AsyncPipelinedWriter
@@ -29,8 +31,6 @@ from journald_client.client import (
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import checked_target
-from journald_client.pb import journal_pb2 as pb
-from journald_client.pb import journal_pb2_grpc as pb_grpc
 from journald_client.state import (
     Ack,
     AttachmentRef,

@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import grpc
+from journald_proto import journal_pb2 as pb
 
 from journald_client import codec, errors, inflight, retry
 from journald_client.codec import Entry
-from journald_client.pb import journal_pb2 as pb
 from journald_client.pipelined import DEFAULT_WINDOW
 from journald_client.state import Ack
 

@@ -26,13 +26,13 @@ from types import TracebackType
 from typing import Any
 
 import grpc
+from journald_proto import journal_pb2 as pb
+from journald_proto import journal_pb2_grpc as pb_grpc
 
 from journald_client import codec, errors, retry, window
 from journald_client.codec import Entry, OpenParams, Summary
 from journald_client.fingerprint import Fingerprint
 from journald_client.paths import checked_target
-from journald_client.pb import journal_pb2 as pb
-from journald_client.pb import journal_pb2_grpc as pb_grpc
 from journald_client.pipelined import DEFAULT_WINDOW, PipelinedWriter
 from journald_client.state import (
     Ack,

@@ -13,14 +13,14 @@ import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import grpc
+from journald_proto import journal_pb2 as pb
+from journald_proto.conventions import now_ts as now_ts  # re-exported: one timestamp form
 
 from journald_client import errors, telemetry
 from journald_client.fingerprint import Fingerprint, canonical_json
-from journald_client.pb import journal_pb2 as pb
 from journald_client.state import (
     Ack,
     Anomaly,
@@ -56,11 +56,6 @@ _DURABILITY = {
     pb.DURABILITY_FSYNC_LOCAL: "fsync_local",
     pb.DURABILITY_JETSTREAM_ACK: "jetstream_ack",
 }
-
-
-def now_ts() -> str:
-    """RFC 3339 UTC with microseconds and ``Z``, e.g. ``2026-11-30T12:00:00.000000Z``."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 _SAFE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")

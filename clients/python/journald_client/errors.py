@@ -36,8 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
-
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 ERROR_TRAILER = "journald-error-bin"
 START_HINT = (

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from journald_client.pb import journal_pb2 as pb
+from journald_proto import journal_pb2 as pb
 
 # Built once: ``json.dumps`` with these options would build a new encoder on every call.
 _CANONICAL = json.JSONEncoder(

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
+from journald_proto import journal_pb2 as pb
+
 from journald_client import codec, errors, retry
 from journald_client.codec import Entry
-from journald_client.pb import journal_pb2 as pb
 from journald_client.state import Ack
 
 

@@ -1,4 +1,5 @@
-"""Where the daemon's socket lives by default (one rule, shared with the daemon).
+"""Where the daemon's socket lives by default (one rule, shared with the daemon through
+``journald_proto.conventions``).
 
 1. ``$JOURNALD_SOCKET`` when set (and not empty);
 2. else ``$XDG_RUNTIME_DIR/journald/journald.sock`` when ``XDG_RUNTIME_DIR`` is set;
@@ -14,27 +15,13 @@ from __future__ import annotations
 import os
 import pwd
 import stat
-import tempfile
-from collections.abc import Mapping
+
+from journald_proto.conventions import default_socket_path as default_socket_path  # re-exported
 
 from journald_client.errors import UntrustedSocket
 
-SOCKET_ENV = "JOURNALD_SOCKET"
-SOCKET_NAME = "journald.sock"
 DAEMON_UID_ENV = "JOURNALD_DAEMON_UID"
 ROOT_UID = 0
-
-
-def default_socket_path(environ: Mapping[str, str] | None = None) -> str:
-    """The socket path the daemon listens on and clients dial when none is given."""
-    env = os.environ if environ is None else environ
-    explicit = env.get(SOCKET_ENV)
-    if explicit:
-        return explicit
-    runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return os.path.join(runtime, "journald", SOCKET_NAME)
-    return os.path.join(tempfile.gettempdir(), f"journald-{os.getuid()}", SOCKET_NAME)
 
 
 def grpc_target(socket: str | None = None) -> str:

@@ -21,8 +21,9 @@ from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from journald_proto import journal_pb2 as pb
+
 from journald_client import codec, errors
-from journald_client.pb import journal_pb2 as pb
 from journald_client.state import Ack
 
 

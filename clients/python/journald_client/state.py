@@ -294,7 +294,8 @@ class RestoreResult:
 class CompactResult:
     """What a compaction did. ``status``: compacted, rejected (nothing written; ``reason``
     says why, e.g. turn_running, nothing_to_compact) or failed (``reason`` says why; nothing
-    is kept, the pre_compaction checkpoint included). ``removed_range`` and ``ack`` are set when compacted."""
+    is kept, the pre_compaction checkpoint included). ``removed_range`` and ``ack`` are set
+    when compacted."""
 
     status: str
     reason: str

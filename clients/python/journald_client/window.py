@@ -26,8 +26,9 @@ import threading
 from collections.abc import Callable, MutableSequence
 from typing import Any, TypeVar
 
+from journald_proto import journal_pb2 as pb
+
 from journald_client import errors
-from journald_client.pb import journal_pb2 as pb
 from journald_client.state import GovernedView, Message, RunState
 
 MESSAGE_WINDOW = 1000

@@ -13,13 +13,13 @@ import journald_client as jc
 import pytest
 from journald_client import errors
 
+from journald.cli.migrate import main
 from journald.clock import utc_ts
 from journald.core.fold import fold
 from journald.core.pages import bytes_resolver, referenced_pages
-from journald.migrate import main
 from journald.storage.checkpoint_base import pre_prune_hook
-from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
-from journald.storage.file import FileStore
+from journald.storage.file.checkpoint_store import FileAttachmentStore, FileCheckpointStore
+from journald.storage.file.store import FileStore
 from journald.storage.pages import PageStore, paged_checkpoints
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journald import validation
+from journald.core import schema
 from journald.core.checkpoints import governed
 from journald.core.errors import StoreCorrupted
 from journald.core.fold import fold
@@ -138,7 +138,7 @@ def test_a_paged_rebase_folds_to_its_pages_then_its_tail_and_without_its_page_re
     paged = _paged_rebase(inline, 200, store)
     assert paged.payload["pages"]
     assert len(paged.raw) < len(inline.raw)
-    validation.validate_record(paged)  # the published schema accepts a paged rebase
+    schema.validate_record(paged)  # the published schema accepts a paged rebase
     assert fold([meta, paged], pages=bytes_resolver(store)).messages == msgs
     with pytest.raises(StoreCorrupted) as err:
         fold([meta, paged], pages=bytes_resolver({}))
