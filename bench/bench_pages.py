@@ -7,6 +7,7 @@ backend and on JetStream behind a nats-server whose ``max_payload`` is 1 MiB.
 
     .venv/bin/python bench/bench_pages.py --results 10          # ~30 s, the CI-sized run
     .venv/bin/python bench/bench_pages.py                       # 80 x 800 KB (64 MiB), minutes
+    .venv/bin/python bench/bench_pages.py --daemon-code /tmp/old  # the daemon of another commit
 
 Prints per backend: the conversation's size, the bytes the restore wrote (data directory
 growth on file; stream + bucket growth on JetStream) and their share of the conversation
@@ -205,14 +206,21 @@ def main() -> None:
     ap.add_argument("--results", type=int, default=80)
     ap.add_argument("--result-kb", type=int, default=800)
     ap.add_argument("--backends", default="file,jetstream")
+    ap.add_argument(
+        "--daemon-code",
+        type=Path,
+        help="run the daemon from this checkout (e.g. `git archive` of an older commit) to "
+        "measure before and after in one machine state",
+    )
     args = ap.parse_args()
+    code = args.daemon_code.resolve() if args.daemon_code else None
     size = args.result_kb * 1024
     with tempfile.TemporaryDirectory(prefix="bench-pages-") as tmp:
         root = Path(tmp)
         if "file" in args.backends:
             print("file backend")
             (root / "file").mkdir()
-            with Daemon(root / "file", "file") as d, jc.connect(str(d.socket)) as c:
+            with Daemon(root / "file", "file", cwd=code) as d, jc.connect(str(d.socket)) as c:
                 snap = d.data_dir / "sessions" / "reads" / "checkpoints" / "fold-snapshot.json"
                 scenario(
                     c,
@@ -231,7 +239,7 @@ def main() -> None:
                 args_js = ("--nats-url", server.url, "--stream", STREAM)
                 (root / "jsd").mkdir()
                 with (
-                    Daemon(root / "jsd", "jetstream", *args_js, socket=sock) as d,
+                    Daemon(root / "jsd", "jetstream", *args_js, socket=sock, cwd=code) as d,
                     jc.connect(str(d.socket)) as c,
                 ):
                     scenario(c, args.results, size, StreamWrites(server.url))

@@ -265,7 +265,7 @@ class Runs:
         """Message pages of rebases and checkpoints (docs/design.md#message-pages)."""
         self.checkpoint_max = checkpoint_max
         self.attachments = attachments
-        self.marks = FoldMarks(checkpoints)
+        self.marks = FoldMarks(checkpoints, PageStore(attachments))
         self.owners = Owners(checkpoints, store.exists)
         self.leases = LeaseTable()
         self.leases.on_close = self._lease_closed
