@@ -191,7 +191,7 @@ def scenario(
         snap = snapshot()
         print(
             f"    of which fold snapshot  {snap / 1024:9.1f} KiB (saved when the daemon's lease "
-            f"ends: issue 31 item 3; {100 * (grew - snap) / conv:.3f}% without it)"
+            f"ends; {100 * (grew - snap) / conv:.3f}% without it)"
         )
     for name, secs, ok in (
         ("restore", restore_s, restore_ok),

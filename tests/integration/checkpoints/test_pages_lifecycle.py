@@ -6,6 +6,7 @@ checkpoints what it drops through the pages."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.integration.test_jetstream_side_data import objects_of
 from tests.storage.backend_jetstream import fresh_stream
+from tests.waiting import wait_until
 
 READ = 200 * 1024  # each tool turn is a page of its own
 
@@ -140,3 +142,41 @@ def test_a_prune_checkpoints_what_it_drops_through_pages_and_keeps_the_pages_it_
 
     asyncio.run(scenario())
     assert want != head
+
+
+def test_a_lease_end_saves_a_paged_snapshot_and_an_open_names_a_missing_page(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    snap = data / "sessions" / "snap" / "checkpoints" / "fold-snapshot.json"
+    with Daemon(tmp_path, "file", data_dir=data) as d, jc.connect(str(d.socket)) as client:
+        _, want = paged_run(client, "snap")
+        with client.resume("snap", FP) as run:
+            run.user("one more")
+        want = client.fold("snap").messages
+
+        def saved() -> dict[str, object]:
+            doc = json.loads(snap.read_bytes())["snapshot"]
+            assert isinstance(doc, dict)
+            return doc
+
+        last = client.fold("snap").last_seq
+        wait_until(
+            lambda: snap.exists() and saved()["last_seq"] == last,
+            what="the lease end to save the fold snapshot",
+        )
+        doc = saved()
+        assert doc["v"] == 2
+        assert doc["message_pages"]
+        assert snap.stat().st_size < 64 * 1024  # references and a tail, not 600 KB of reads
+    with Daemon(tmp_path, "file", data_dir=data) as d, jc.connect(str(d.socket)) as client:
+        with client.resume("snap", FP) as run:  # folded from the paged snapshot
+            assert run.state.messages == want
+        page = data / "sessions" / "snap" / "attachments" / doc["message_pages"][0]["sha256"]
+        raw = page.read_bytes()
+        page.unlink()
+        with pytest.raises(errors.StoreCorrupted, match=page.name):
+            client.resume("snap", FP)  # the snapshot is not used; the rebase needs it too
+        page.write_bytes(raw)
+        with client.resume("snap", FP) as run:
+            assert run.state.messages == want
