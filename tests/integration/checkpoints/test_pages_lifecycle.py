@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import journald_client as jc
 import pytest
@@ -24,7 +25,7 @@ from journald.storage.file.store import FileStore
 from journald.storage.pages import PageStore, paged_checkpoints
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
-from tests.integration.test_jetstream_side_data import objects_of
+from tests.integration.jetstream.test_jetstream_side_data import objects_of
 from tests.storage.backend_jetstream import fresh_stream
 from tests.waiting import wait_until
 
@@ -155,7 +156,7 @@ def test_a_lease_end_saves_a_paged_snapshot_and_an_open_names_a_missing_page(
             run.user("one more")
         want = client.fold("snap").messages
 
-        def saved() -> dict[str, object]:
+        def saved() -> dict[str, Any]:
             doc = json.loads(snap.read_bytes())["snapshot"]
             assert isinstance(doc, dict)
             return doc

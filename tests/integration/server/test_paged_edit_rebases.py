@@ -12,9 +12,9 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from tests.builders import TS
+from tests.builders import TS, text
 from tests.daemon import Daemon
-from tests.integration.rpc import Lease, blocks, stub, text
+from tests.integration.rpc import Lease, blocks, stub
 
 ITEM_BYTES = 600 * 1024
 
