@@ -250,23 +250,6 @@ export class Client {
     return resp;
   }
 
-  /** Store bytes once per run (content-addressed); put `blockJson` into a record. */
-  putAttachment(
-    runId: string,
-    data: Uint8Array,
-    mediaType: string,
-    name = "",
-    opts?: CallOpts,
-  ): Promise<PutAttachmentResponse> {
-    return this.unary(this.rpc.putAttachment, { runId, data: Buffer.from(data), mediaType, name }, opts);
-  }
-
-  /** An attachment's bytes, verified by the daemon. */
-  async getAttachment(runId: string, sha256: string, opts?: CallOpts): Promise<Uint8Array> {
-    const resp: GetAttachmentResponse = await this.unary(this.rpc.getAttachment, { runId, sha256 }, opts);
-    return resp.data;
-  }
-
   /** Check a run's hash chain and record schemas end to end. */
   verify(runId: string, opts?: CallOpts): Promise<VerifyResponse> {
     return this.unary(this.rpc.verify, { runId }, opts);
