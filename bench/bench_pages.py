@@ -64,15 +64,22 @@ class FileWrites:
     def signature(self) -> object:
         return file_state(self.root)
 
+    def written(self, path: str, now: tuple[int, int, int]) -> int:
+        ino, mtime, size = now
+        old = self.before.get(path)
+        if old is None or old[0] != ino:
+            return size
+        if old[1] != mtime:
+            return size - old[2] if path.endswith(".jsonl") else size
+        return 0
+
     def __call__(self) -> int:
-        total = 0
-        for path, (ino, mtime, size) in file_state(self.root).items():
-            old = self.before.get(path)
-            if old is None or old[0] != ino:
-                total += size
-            elif old[1] != mtime:
-                total += size - old[2] if path.endswith(".jsonl") else size
-        return total
+        return sum(self.written(p, now) for p, now in file_state(self.root).items())
+
+    def of(self, path: Path) -> int:
+        """Bytes written to one file since ``mark()``."""
+        now = file_state(self.root).get(str(path))
+        return self.written(str(path), now) if now is not None else 0
 
 
 class StreamWrites:
@@ -222,13 +229,8 @@ def main() -> None:
             (root / "file").mkdir()
             with Daemon(root / "file", "file", cwd=code) as d, jc.connect(str(d.socket)) as c:
                 snap = d.data_dir / "sessions" / "reads" / "checkpoints" / "fold-snapshot.json"
-                scenario(
-                    c,
-                    args.results,
-                    size,
-                    FileWrites(d.data_dir),
-                    lambda: snap.stat().st_size if snap.exists() else 0,
-                )
+                writes = FileWrites(d.data_dir)
+                scenario(c, args.results, size, writes, lambda: writes.of(snap))
         if "jetstream" in args.backends:
             print("jetstream backend (nats-server max_payload 1 MiB)")
             server = NatsServer(root / "nats", extra_config=["max_payload: 1MB"])
