@@ -1,7 +1,8 @@
 """Checkpoint, compaction, restore, fork and export/import RPCs (docs/design.md#checkpoints).
 
 Every one reads the head of a run through ``Runs.head`` (serialized with the holder's appends,
-see ``journald.server.runs``) and writes rebases through ``Runs.commit``.
+see ``journald.server.runs``) and writes rebases through the held run's writer
+(``RunWriter.commit``).
 
 Idle only: Checkpoint, Compact, Restore and Fork of the head are refused with
 ``turn_running`` while the run has a pending turn with unanswered tool calls (Compact
@@ -186,7 +187,7 @@ class CheckpointRpcs:
         if covered is not None:
             base["covered"] = {"from_seq": covered[0], "to_seq": covered[1]}
         rec = make_record(after[0] + 1, "rebase", paged_payload(base, paged), after[1], utc_ts())
-        self.runs.check(rec)
+        self.runs.gate.record(rec)  # refused here, before anything is written
         return rec, paged
 
     async def _write_pages(self, run_id: str, paged: Paged) -> None:
@@ -276,7 +277,7 @@ class CheckpointRpcs:
                     if failpoints.ARMED:
                         failpoints.hit("op_after_checkpoint")
                 await self._write_pages(run_id, paged)
-                results = await self.runs.commit(held.lease, [rec], paged.resolver())
+                results = await held.lease.writer.commit([rec], paged.resolver())
             except JournaldError:
                 await self._undo_checkpoint(pre)
                 raise
@@ -322,7 +323,7 @@ class CheckpointRpcs:
                     if failpoints.ARMED:
                         failpoints.hit("op_after_checkpoint")
                 await self._write_pages(run_id, paged)
-                results = await self.runs.commit(held.lease, [rec], paged.resolver())
+                results = await held.lease.writer.commit([rec], paged.resolver())
             except JournaldError as err:
                 await self._undo_checkpoint(pre)
                 return pb.CompactResponse(status=pb.COMPACT_STATUS_FAILED, reason=err.code)
@@ -372,8 +373,7 @@ class CheckpointRpcs:
         if labels:
             payload["labels"] = labels
         payload["lineage"] = lineage
-        meta = make_record(1, "meta", payload, GENESIS, now)
-        self.runs.check(meta)
+        meta = make_record(1, "meta", payload, GENESIS, now)  # gated by the acquire
         # Framework state travels with a fork of the head (a checkpoint holds only the
         # conversation, so a fork from one starts without state).
         carried = src.state_entries() if cp is None else []
@@ -381,6 +381,8 @@ class CheckpointRpcs:
         # leaves no run behind
         rec, paged = self._rebase((meta.seq, meta.hash), "fork", governed(msgs), cp, None)
         records = [rec, *self._state_copies(rec, carried)]
+        for copy in records[1:]:
+            self.runs.gate.record(copy)
         created = False
         try:
             async with self.runs.daemon_lease(new_run, create=meta) as lease:
@@ -389,7 +391,7 @@ class CheckpointRpcs:
                 digests = {v.sha256 for _, _, v in carried if v.sha256}
                 await copy_attachments(self.runs.attachments, source, new_run, digests)
                 await self._write_pages(new_run, paged)
-                await self.runs.commit(lease, records, paged.resolver())
+                await lease.writer.commit(records, paged.resolver())
                 if failpoints.ARMED:
                     failpoints.hit("op_after_rebase")
                 state = lease.state
@@ -421,7 +423,6 @@ class CheckpointRpcs:
             else:
                 payload["data"] = v.data
             prev = make_record(prev.seq + 1, "state", payload, prev.hash, after.ts)
-            self.runs.check(prev)
             out.append(prev)
         return out
 

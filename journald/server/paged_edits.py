@@ -12,40 +12,28 @@ conversation of any size fits the record limit (the request itself is bounded by
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from journald_proto import journal_pb2 as pb
-
-from journald.core.errors import JournaldError
-from journald.core.pages import Paged, PageResolver, bytes_resolver, cut, paged_payload
-from journald.core.records import Record, make_record
-from journald.server.convert import payload_from_pb
+from journald.core.pages import PageResolver, bytes_resolver, cut, paged_payload
 from journald.storage.pages import PageStore
+from journald.writer.gate import Incoming
 
 
 async def page_rebases(
-    pages: PageStore, run_id: str, records: Sequence[pb.Record]
-) -> tuple[dict[int, Paged], PageResolver | None]:
-    """The paged form of every rebase in ``records`` (by index), its pages stored, and a
-    resolver for them; a record that does not decode is left to the append to refuse."""
-    out: dict[int, Paged] = {}
+    pages: PageStore, run_id: str, items: Sequence[Incoming]
+) -> tuple[list[Incoming], PageResolver | None]:
+    """``items`` with every rebase longer than one page in paged form, its pages stored, and
+    a resolver for them (None when no rebase was paged)."""
+    out: list[Incoming] = []
     data: dict[str, bytes] = {}
-    for i, r in enumerate(records):
-        if r.WhichOneof("payload") != "rebase":
+    for item in items:
+        msgs = item.payload.get("messages") if item.kind == "rebase" else None
+        paged = cut(msgs) if isinstance(msgs, list) else None
+        if paged is None or not paged.refs:
+            out.append(item)  # short enough to stay inline as the tail alone
             continue
-        try:
-            _, payload = payload_from_pb(r)
-        except JournaldError:
-            continue
-        paged = cut(payload["messages"])
-        if not paged.refs:
-            continue  # short enough to stay inline as the tail alone
         await pages.put(run_id, paged)
-        out[i] = paged
         data.update(paged.data)
+        base = {k: v for k, v in item.payload.items() if k != "messages"}
+        out.append(replace(item, payload=paged_payload(base, paged)))
     return out, (bytes_resolver(data) if data else None)
-
-
-def paged_record(rec: Record, paged: Paged) -> Record:
-    """``rec`` (a rebase with inline messages) holding ``paged`` instead."""
-    base = {k: v for k, v in rec.payload.items() if k != "messages"}
-    return make_record(rec.seq, rec.kind, paged_payload(base, paged), rec.prev, rec.ts, rec.trace)
