@@ -21,8 +21,8 @@ import (
 )
 
 // relay passes a writer's calls through to the real daemon on its own unix socket, and cuts
-// the first AppendStream once the daemon has sent cutAt answers on it, without passing the
-// last of them on: an ack lost after the daemon stored the records, which the client sees as
+// the first AppendStream once the daemon has answered cutAt appends on it (in however many
+// messages), without passing the last answer message on: an ack lost after the daemon stored the records, which the client sees as
 // a bare cutCode without journald's trailer (UNAVAILABLE: a broken connection; INTERNAL: a
 // stream reset, "Internal error from Core").
 type relay struct {
@@ -105,7 +105,7 @@ func (r *relay) AppendStream(down grpc.BidiStreamingServer[pb.AppendStreamReques
 			}
 		}
 	}()
-	for answered := int32(1); ; answered++ {
+	for answered := int32(0); ; {
 		m, err := up.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -113,7 +113,9 @@ func (r *relay) AppendStream(down grpc.BidiStreamingServer[pb.AppendStreamReques
 		if err != nil {
 			return err
 		}
-		if answered == r.cutAt && r.cut.CompareAndSwap(false, true) {
+		// appends answered: a coalesced message answers several
+		answered += int32(max(1, len(m.GetResponses())))
+		if answered >= r.cutAt && r.cut.CompareAndSwap(false, true) {
 			return status.Error(r.cutCode, "relay: connection cut")
 		}
 		if err := down.Send(m); err != nil {

@@ -37,8 +37,8 @@ interface Relay {
 
 /**
  * Pass a writer's calls through to the real daemon on a unix socket of its own, and cut the
- * first AppendStream once the daemon has sent `cutAt` answers on it, without passing the last
- * of them on: an ack lost after the daemon stored the records, which the client sees as a
+ * first AppendStream once the daemon has answered `cutAt` appends on it (in however many
+ * messages), without passing the last answer message on: an ack lost after the daemon stored the records, which the client sees as a
  * bare `cutCode` without journald's trailer (UNAVAILABLE: a broken connection; INTERNAL: a
  * stream reset, "Internal error from Core").
  */
@@ -77,8 +77,8 @@ async function startRelay(daemonSocket: string, cutAt: number, cutCode: number =
       call.on("cancelled", () => u.cancel());
       u.on("data", (m: AppendStreamResponse) => {
         if (dead) return;
-        answered++;
-        if (answered === cutAt && !relay.cut) {
+        answered += Math.max(1, m.responses.length); // a coalesced message answers several
+        if (answered >= cutAt && !relay.cut) {
           relay.cut = dead = true;
           u.cancel();
           call.emit("error", { code: cutCode, details: "relay: connection cut" });
