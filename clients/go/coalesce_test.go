@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,8 +12,6 @@ import (
 
 	pb "github.com/journald/journald/clients/go/journaldv1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // stubDaemon stands in for the daemon where go test runs without one (scripts/test_clients.sh):
@@ -32,22 +27,8 @@ type stubDaemon struct {
 
 func startStubDaemon(t *testing.T, batches bool) (*stubDaemon, string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "jd-stub") // a unix socket path must stay short
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	lis, err := net.Listen("unix", filepath.Join(dir, "journald.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := &stubDaemon{batches: batches}
-	srv := grpc.NewServer()
-	pb.RegisterJournalServiceServer(srv, d)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return d, filepath.Join(dir, "journald.sock")
+	return d, serveOnUnixSocket(t, "jd-stub", d)
 }
 
 func (d *stubDaemon) Open(req *pb.OpenRequest, down grpc.ServerStreamingServer[pb.OpenResponse]) error {

@@ -45,23 +45,30 @@ func startRelay(t *testing.T, daemonSocket string, cutAt int32, cutCode codes.Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	dir, err := os.MkdirTemp("", "jd-relay") // a unix socket path must stay short
+	r := &relay{up: pb.NewJournalServiceClient(conn), cutAt: cutAt, cutCode: cutCode}
+	return r, serveOnUnixSocket(t, "jd-relay", r)
+}
+
+// serveOnUnixSocket serves impl as the JournalService (and a SERVING health service) on a
+// fresh unix socket, stopped when the test ends, and returns the socket's path.
+func serveOnUnixSocket(t *testing.T, prefix string, impl pb.JournalServiceServer) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix) // a unix socket path must stay short
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "relay.sock")
+	path := filepath.Join(dir, "journald.sock")
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{up: pb.NewJournalServiceClient(conn), cutAt: cutAt, cutCode: cutCode}
 	srv := grpc.NewServer()
-	pb.RegisterJournalServiceServer(srv, r)
+	pb.RegisterJournalServiceServer(srv, impl)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return r, path
+	return path
 }
 
 func (r *relay) Open(req *pb.OpenRequest, down grpc.ServerStreamingServer[pb.OpenResponse]) error {

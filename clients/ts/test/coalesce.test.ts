@@ -6,13 +6,13 @@ import * as path from "node:path";
 import {
   sendUnaryData,
   Server,
-  ServerCredentials,
   ServerDuplexStream,
   ServerUnaryCall,
   ServerWritableStream,
 } from "@grpc/grpc-js";
 import { Client, computeFingerprint, Entry, text } from "../src";
 import { COALESCED_MESSAGE_BYTES, streamMessages } from "../src/coalesce";
+import { serveWithHealth } from "./live";
 import {
   AppendRequest,
   AppendResponse,
@@ -86,22 +86,7 @@ async function startStubDaemon(batches: boolean): Promise<StubDaemon> {
     },
   };
   server.addService(JournalServiceService, impl as JournalServiceServer);
-  const health = {
-    check: {
-      path: "/grpc.health.v1.Health/Check",
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: (b: Buffer) => b,
-      requestDeserialize: (b: Buffer) => b,
-      responseSerialize: (b: Buffer) => b,
-      responseDeserialize: (b: Buffer) => b,
-    },
-  };
-  // HealthCheckResponse{status: SERVING}: field 1, varint 1
-  server.addService(health, { check: (_: unknown, done: sendUnaryData<Buffer>) => done(null, Buffer.from([8, 1])) });
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(`unix:${d.socket}`, ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
-  );
+  await serveWithHealth(server, d.socket);
   return d;
 }
 

@@ -7,7 +7,6 @@ import {
   credentials,
   sendUnaryData,
   Server,
-  ServerCredentials,
   ServerDuplexStream,
   ServerUnaryCall,
   ServerWritableStream,
@@ -26,7 +25,7 @@ import {
   ReleaseResponse,
 } from "../src/gen/journald/v1/journal";
 
-import { finish, live, socket, Started, startRun } from "./live";
+import { finish, live, serveWithHealth, socket, Started, startRun } from "./live";
 
 interface Relay {
   socket: string;
@@ -91,22 +90,7 @@ async function startRelay(daemonSocket: string, cutAt: number, cutCode: number =
     },
   };
   server.addService(JournalServiceService, impl as JournalServiceServer);
-  const health = {
-    check: {
-      path: "/grpc.health.v1.Health/Check",
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: (b: Buffer) => b,
-      requestDeserialize: (b: Buffer) => b,
-      responseSerialize: (b: Buffer) => b,
-      responseDeserialize: (b: Buffer) => b,
-    },
-  };
-  // HealthCheckResponse{status: SERVING}: field 1, varint 1
-  server.addService(health, { check: (_: unknown, done: sendUnaryData<Buffer>) => done(null, Buffer.from([8, 1])) });
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(`unix:${relay.socket}`, ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
-  );
+  await serveWithHealth(server, relay.socket);
   return relay;
 }
 
