@@ -11,6 +11,8 @@ disturbed far less than wall time. One client process per mode drives ``--runs``
 echo loops) at once over one channel, ~1 KB records, file backend (fdatasync per group):
 
 * ``echo``: a unary call of 1 KB to the no-op echo servicer (the framework's floor);
+  ``echo-task`` and ``echo-thread``: the same, answered once another task ran, or a thread
+  ran a no-op (the two hand-offs an Append's handler waits through);
 * ``unary``: ``Append`` of one record;
 * ``batch``: ``Append`` of 16 records (one call);
 * ``stream``: raw ``AppendStream``, one record per message, 16 messages in flight per run
@@ -44,7 +46,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BATCH, RECORD_BYTES, ROOT, record_pb
 
-MODES = ("echo", "unary", "batch", "stream", "pipelined", "client-unary")
+MODES = (
+    "echo",
+    "echo-task",
+    "echo-thread",
+    "unary",
+    "batch",
+    "stream",
+    "pipelined",
+    "client-unary",
+)
 WINDOW = 16
 WARMUP_S = 0.5
 PROFILES = ROOT / "bench" / "profiles"
@@ -55,6 +66,23 @@ def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def threads_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of ``pid`` (threads of one name summed); the event-loop
+    thread (the main one) is named ``loop``."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = "loop" if task.name == str(pid) else stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        name = name.rstrip("0123456789-_")  # one row for a pool's numbered threads
+        out[name] = out.get(name, 0.0) + cpu
+    return out
 
 
 def self_cpu_s() -> float:
@@ -76,6 +104,7 @@ class Window:
         self.records = 0
         self.calls = 0
         self.out: dict[str, float] = {}
+        self.threads: dict[str, float] = {}
 
     def count(self, records: int, calls: int = 1) -> None:
         if self.counting:
@@ -85,11 +114,15 @@ class Window:
     async def run(self) -> None:
         await asyncio.sleep(WARMUP_S)
         s0, c0, t0 = cpu_s(self.server_pid), self_cpu_s(), time.perf_counter()
+        th0 = threads_cpu_s(self.server_pid)
         self.counting = True
         await asyncio.sleep(self.seconds)
         self.counting = False
         s1, c1, t1 = cpu_s(self.server_pid), self_cpu_s(), time.perf_counter()
+        th1 = threads_cpu_s(self.server_pid)
+        threads = {k: v - th0.get(k, 0.0) for k, v in th1.items()}
         self.out = {"server_cpu_s": s1 - s0, "client_cpu_s": c1 - c0, "wall_s": t1 - t0}
+        self.threads = threads
 
     @property
     def over(self) -> bool:
@@ -119,10 +152,11 @@ async def drive_raw(mode: str, target: str, w: Window, runs: int, tag: str) -> N
     from journald_client.pb import journal_pb2_grpc as pbg
 
     channel: Any = grpc.aio.insecure_channel(target)  # grpc-stubs types the sync API
-    if mode == "echo":
-        from echo_server import METHOD
+    if mode.startswith("echo"):
+        from echo_server import AFTER_TASK, AFTER_THREAD, METHOD
 
-        call = channel.unary_unary(METHOD)
+        method = {"echo": METHOD, "echo-task": AFTER_TASK, "echo-thread": AFTER_THREAD}[mode]
+        call = channel.unary_unary(method)
         body = b"e" * RECORD_BYTES
 
         async def echo_loop() -> None:
@@ -220,7 +254,7 @@ def client_main(mode: str, target: str, server_pid: int, seconds: float, runs: i
     tag = f"c{os.getpid()}"
     drive = drive_client if mode in ("pipelined", "client-unary") else drive_raw
     asyncio.run(drive(mode, target, w, runs, tag))
-    print(json.dumps({**w.out, "records": w.records, "calls": w.calls}))
+    print(json.dumps({**w.out, "records": w.records, "calls": w.calls, "threads": w.threads}))
 
 
 # --- the host: servers, one client process per mode, the table -------------------------------
@@ -279,6 +313,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--runs", type=int, default=4, help="runs (echo loops) driven at once")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--backend", default="file", help="the daemon's backend (file: fdatasync)")
+    ap.add_argument(
+        "--whatif", default="", help="start the daemon through bench/whatif_daemon.py MODE"
+    )
     ap.add_argument("--profile", default="", help="modes to profile with py-spy, comma separated")
     ap.add_argument("--native", action="store_true", help="profile C frames too (py-spy --native)")
     ap.add_argument("--tag", default="", help="profile file names: bench/profiles/<tag><mode>.txt")
@@ -301,10 +339,15 @@ def main() -> int:
         f"daemon CPU per record: {seconds:.0f} s per mode, {args.runs} runs, {work}",
         file=sys.stderr,
     )
-    with echo_server(work) as (echo_pid, echo_target), Daemon(work, "file") as d:
+    daemon = Daemon(work, args.backend)
+    if args.whatif:
+        from latency_anatomy import WhatIfDaemon
+
+        daemon = WhatIfDaemon(args.whatif, work)
+    with echo_server(work) as (echo_pid, echo_target), daemon as d:
         for mode in modes:
             print(f"  {mode}...", file=sys.stderr)
-            if mode == "echo":
+            if mode.startswith("echo"):
                 rows.append(run_mode(mode, echo_target, echo_pid, seconds, args.runs))
                 continue
             spy = None
@@ -369,6 +412,12 @@ def print_table(rows: list[dict[str, Any]], seconds: float, runs: int) -> None:
             f"{r['mode']:14} {r['records']:8d} {r['records'] / r['wall_s']:8.0f} "
             f"{per:18.0f} {ratio:15.2f} {client:19.0f}"
         )
+    print("\nserver CPU per record by thread (µs; threads of one name summed):")
+    for r in rows:
+        if r["records"]:
+            parts = sorted(r["threads"].items(), key=lambda kv: -kv[1])
+            shown = ", ".join(f"{k} {v / r['records'] * 1e6:.0f}" for k, v in parts if v > 0)
+            print(f"  {r['mode']:14} {shown}")
     for r in rows:
         if r["mode"] == "client-unary" and stub_us and r["calls"]:
             own = r["client_cpu_s"] / r["calls"] * 1e6

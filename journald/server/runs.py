@@ -291,7 +291,7 @@ class Runs:
         lease: Lease,
         drafts: Sequence[Draft],
         trace: Mapping[str, str] | None,
-        rpc: contextvars.Context,
+        rpc: contextvars.Context | None,
     ) -> Ticket:
         """Every append path goes through here (caller holds ``lease.lock``): the new records
         are admitted against the state that includes everything queued before them, folded
@@ -307,7 +307,10 @@ class Runs:
         def admit_and_fold(new: list[Record]) -> OnDurable:
             admit(lease.state, new)
             try:
-                rpc.run(fold, new)  # the fold's span belongs to the RPC, not the write
+                if rpc is None:  # tracing off: no span to parent, no context to copy
+                    fold(new)
+                else:
+                    rpc.run(fold, new)  # the fold's span belongs to the RPC, not the write
             except BaseException:
                 lease.state_voids = -1  # half folded: refold before the next use
                 raise

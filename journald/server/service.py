@@ -45,7 +45,7 @@ from journald.server.history import HistoryRpcs
 from journald.server.leases import END, Holder, Lease, Subscription, WatchHub, new_holder
 from journald.server.message_window import ask_for_state, check_fits, fill_window, room_left
 from journald.server.runs import Limits, Runs, ack_pb
-from journald.server.stream_appends import CallerTrace, StreamMessage, stream_appends
+from journald.server.stream_appends import CallerTrace, StreamMessage, rpc_context, stream_appends
 from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
@@ -311,7 +311,7 @@ class JournalService:
     async def _append(
         self, request: pb.AppendRequest, context: Ctx | None = None
     ) -> pb.AppendResponse:
-        rpc = contextvars.copy_context()
+        rpc = rpc_context()
         with self._in_flight(request, context), telemetry.store_append(request.run_id) as span:
             ticket = await self._enqueue(request, CallerTrace(context), rpc)
             span.records(ticket.new)
@@ -324,17 +324,17 @@ class JournalService:
         """The bytes of an append held against its peer's budget until it is answered."""
         if context is None:
             return contextlib.nullcontext()
+        size = request.ByteSize()
         return self.budget.take(
             peer_key(context),
             "max_inflight_bytes_per_peer",
-            request.ByteSize(),
-            f"an append of {request.ByteSize()} bytes to run "
-            f"{clip(request.run_id, 128, keep_tail=False)}",
+            size,
+            lambda: f"an append of {size} bytes to run {clip(request.run_id, 128, False)}",
             "wait for the acks of the appends already sent before sending more",
         )
 
     async def _enqueue(
-        self, request: pb.AppendRequest, caller: CallerTrace, rpc: contextvars.Context
+        self, request: pb.AppendRequest, caller: CallerTrace, rpc: contextvars.Context | None
     ) -> Ticket:
         """Check the lease, build, admit and queue an append (the lease lock is held only
         until it is queued); ``Ticket.durable`` gives the acks once it is durable."""
@@ -396,7 +396,7 @@ class JournalService:
                             bytes_held = contextlib.ExitStack()
                             held.add(bytes_held)
                             bytes_held.enter_context(self._in_flight(append, context))
-                            rpc = contextvars.copy_context()
+                            rpc = rpc_context()
                             with telemetry.store_append(append.run_id) as span:
                                 ticket = await self._enqueue(append, caller, rpc)
                                 span.records(ticket.new)

@@ -6,6 +6,7 @@ queued whole so they share one group commit and are answered by one message."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,12 @@ from journald import telemetry
 from journald.core.errors import InvalidRequest
 from journald.server.runs import ack_pb
 from journald.storage.pipeline import Ticket
+
+
+def rpc_context() -> contextvars.Context | None:
+    """The RPC's context, for its fold span to be a child of the RPC's span rather than of
+    the store append's; None when tracing is off (nothing to parent, nothing to copy)."""
+    return contextvars.copy_context() if telemetry.enabled() else None
 
 
 class CallerTrace:
