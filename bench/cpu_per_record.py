@@ -317,6 +317,13 @@ def main() -> int:
     ap.add_argument(
         "--whatif", default="", help="start the daemon through bench/whatif_daemon.py MODE"
     )
+    ap.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="a tree of older code (git archive): its daemon runs every journald mode too, "
+        "interleaved with this tree's, for before/after figures from one run",
+    )
     ap.add_argument("--profile", default="", help="modes to profile with py-spy, comma separated")
     ap.add_argument("--native", action="store_true", help="profile C frames too (py-spy --native)")
     ap.add_argument("--tag", default="", help="profile file names: bench/profiles/<tag><mode>.txt")
@@ -344,12 +351,19 @@ def main() -> int:
         from latency_anatomy import WhatIfDaemon
 
         daemon = WhatIfDaemon(args.whatif, work)
-    with echo_server(work) as (echo_pid, echo_target), daemon as d:
+    before: contextlib.AbstractContextManager[Daemon | None] = contextlib.nullcontext(None)
+    if args.before is not None:
+        (work / "before").mkdir()
+        before = Daemon(work / "before", args.backend, cwd=args.before.resolve())
+    with echo_server(work) as (echo_pid, echo_target), daemon as d, before as old:
         for mode in modes:
             print(f"  {mode}...", file=sys.stderr)
             if mode.startswith("echo"):
                 rows.append(run_mode(mode, echo_target, echo_pid, seconds, args.runs))
                 continue
+            if old is not None:
+                rows.append(run_mode(mode, old.target, old.pid, seconds, args.runs))
+                rows[-1]["mode"] = f"{mode} (before)"
             spy = None
             if mode in profiled:
                 from profile_append import start

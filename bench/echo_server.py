@@ -2,7 +2,8 @@
 (grpc.aio on a uvloop event loop, the same server options), with no protobuf at all (the
 handler receives and returns raw bytes). Two variants answer only after another task ran
 (``EchoAfterTask``) or after a thread ran a no-op (``EchoAfterThread``): what a handler that
-waits costs gRPC and the loop, apart from what it waits for (bench/cpu_per_record.py). Run as a subprocess by bench/run_all.py:
+waits costs gRPC and the loop, apart from what it waits for (bench/cpu_per_record.py).
+Run as a subprocess by bench/run_all.py:
 
     .venv/bin/python bench/echo_server.py /tmp/x/echo.sock
 
