@@ -10,6 +10,8 @@ records acknowledged inside it (calls, for the echo): on a shared machine CPU ti
 disturbed far less than wall time. One client process per mode drives ``--runs`` runs (or
 echo loops) at once over one channel, ~1 KB records, file backend (fdatasync per group):
 
+* ``fdatasync``: no server: ``write`` of 1 KB + ``fdatasync`` in a loop in this process, the
+  CPU the kernel spends on one durable write (the daemon pays it once per group commit);
 * ``echo``: a unary call of 1 KB to the no-op echo servicer (the framework's floor);
   ``echo-task`` and ``echo-thread``: the same, answered once another task ran, or a thread
   ran a no-op (the two hand-offs an Append's handler waits through);
@@ -47,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BATCH, RECORD_BYTES, ROOT, record_pb
 
 MODES = (
+    "fdatasync",
     "echo",
     "echo-task",
     "echo-thread",
@@ -358,6 +361,9 @@ def main() -> int:
     with echo_server(work) as (echo_pid, echo_target), daemon as d, before as old:
         for mode in modes:
             print(f"  {mode}...", file=sys.stderr)
+            if mode == "fdatasync":
+                rows.append(fdatasync_cpu(work, seconds))
+                continue
             if mode.startswith("echo"):
                 rows.append(run_mode(mode, echo_target, echo_pid, seconds, args.runs))
                 continue
@@ -385,6 +391,31 @@ def main() -> int:
                 print(f"    profile: {out.relative_to(ROOT)}", file=sys.stderr)
     print_table(rows, seconds, args.runs)
     return 0
+
+
+def fdatasync_cpu(work: Path, seconds: float) -> dict[str, Any]:
+    """The disk's share: CPU of ``pwrite`` of 1 KB + ``fdatasync`` back to back in this
+    process (the kernel's work for one durable write, which the daemon pays per group)."""
+    fd = os.open(work / "fdatasync.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    data, n = b"f" * RECORD_BYTES, 0
+    c0, t0 = self_cpu_s(), time.perf_counter()
+    try:
+        while time.perf_counter() - t0 < seconds:
+            os.write(fd, data)
+            os.fdatasync(fd)
+            n += 1
+    finally:
+        os.close(fd)
+    cpu, wall = self_cpu_s() - c0, time.perf_counter() - t0
+    return {
+        "mode": "fdatasync",
+        "server_cpu_s": cpu,
+        "client_cpu_s": 0.0,
+        "wall_s": wall,
+        "records": n,
+        "calls": n,
+        "threads": {"bench": cpu},
+    }
 
 
 @contextlib.contextmanager
@@ -431,7 +462,7 @@ def print_table(rows: list[dict[str, Any]], seconds: float, runs: int) -> None:
         if r["records"]:
             parts = sorted(r["threads"].items(), key=lambda kv: -kv[1])
             shown = ", ".join(f"{k} {v / r['records'] * 1e6:.0f}" for k, v in parts if v > 0)
-            print(f"  {r['mode']:14} {shown}")
+            print(f"  {r['mode']:22} {shown}")
     for r in rows:
         if r["mode"] == "client-unary" and stub_us and r["calls"]:
             own = r["client_cpu_s"] / r["calls"] * 1e6
