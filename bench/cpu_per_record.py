@@ -446,7 +446,7 @@ def print_table(rows: list[dict[str, Any]], seconds: float, runs: int) -> None:
     )
     print(f"\n{seconds:.0f} s per mode, {runs} runs at once, ~1 KB records, file backend")
     print(
-        f"{'mode':14} {'records':>8} {'rec/s':>8} {'server CPU/rec µs':>18} "
+        f"{'mode':22} {'records':>8} {'rec/s':>8} {'server CPU/rec µs':>18} "
         f"{'÷ echo CPU/call':>15} {'client CPU/call µs':>19}"
     )
     for r in rows:
@@ -454,7 +454,7 @@ def print_table(rows: list[dict[str, Any]], seconds: float, runs: int) -> None:
         ratio = per / echo_us if echo_us else float("nan")
         client = r["client_cpu_s"] / r["calls"] * 1e6 if r["calls"] else float("nan")
         print(
-            f"{r['mode']:14} {r['records']:8d} {r['records'] / r['wall_s']:8.0f} "
+            f"{r['mode']:22} {r['records']:8d} {r['records'] / r['wall_s']:8.0f} "
             f"{per:18.0f} {ratio:15.2f} {client:19.0f}"
         )
     print("\nserver CPU per record by thread (µs; threads of one name summed):")
