@@ -65,7 +65,7 @@ def payload_text() -> str:
 async def in_process_file(directory: Path, seconds: float) -> dict[str, Any]:
     from journald.clock import utc_ts
     from journald.core.records import GENESIS, make_record
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
     from tests.builders import meta_payload
 
     store = FileStore(directory / "inproc")

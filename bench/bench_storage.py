@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_fdatasync_loop
 
 from journald.core.records import GENESIS, Record, make_record, sha256_hex
-from journald.storage.file import FileStore
+from journald.storage.file.store import FileStore
 
 TS = "2026-11-30T12:00:00.000000Z"
 BODY = "x" * 860  # with the envelope: ~1 KB per line

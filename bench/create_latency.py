@@ -23,7 +23,7 @@ if os.environ.get("JOURNALD_BENCH_TREE") is None:  # measure another tree with i
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from journald.core.records import GENESIS, make_record
-from journald.storage.file import FileStore
+from journald.storage.file.store import FileStore
 
 TS = "2026-11-30T12:00:00.000000Z"
 

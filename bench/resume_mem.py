@@ -22,7 +22,7 @@ PAGE = 50
 
 def build_runs(data_dir: Path, sizes: dict[str, int]) -> dict[str, float]:
     """Write ``{run_id: records}`` into ``data_dir``; returns the seconds each took."""
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
 
     writer = RunWriter()
     writer.check()
@@ -52,7 +52,7 @@ def rchar(pid: int) -> int:
 
 def parse_files(run_dir: Path) -> tuple[float, int]:
     """Read and JSON-parse every line of a run's files: (seconds, records)."""
-    from journald.storage.segments import unframe
+    from journald.storage.file.segments import unframe
 
     files = (
         sorted((run_dir / "segments").glob("*.jsonl")) if (run_dir / "segments").is_dir() else []
@@ -201,8 +201,8 @@ def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:
     from journald.server.convert import state_to_pb
     from journald.server.marks import FoldMarks, snapshot_in
     from journald.server.runs import fold_stored
-    from journald.storage.checkpoints_file import FileCheckpointStore
-    from journald.storage.file import FileStore
+    from journald.storage.file.checkpoint_store import FileCheckpointStore
+    from journald.storage.file.store import FileStore
 
     async def go() -> dict[str, float]:
         store = FileStore(data_dir)

@@ -257,7 +257,7 @@ def raw_fdatasync(directory: Path, threads: int, seconds: float) -> dict[str, An
 def in_process(directory: Path, runs: int, seconds: float) -> dict[str, Any]:
     """``FileJournal.append`` of one ~1 KB record per call, ``runs`` runs concurrently."""
     from journald.core.records import GENESIS, make_record
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
     from tests.builders import meta_payload
 
     writer = RunWriter()

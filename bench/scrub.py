@@ -9,7 +9,7 @@ Steps, all on one disk (a temp dir under --dir):
 1. a data directory of about ``--mb`` MB: runs of 1,000 ~1 KB records, sealed in segments of
    250 (``bench/common.RunWriter``);
 2. one scrub pass over it as the daemon runs it (the child process
-   ``journald.storage.file_scrub``) at the default budget, and once unpaced (what the walk
+   ``journald.storage.file.scrub``) at the default budget, and once unpaced (what the walk
    costs on its own: the budget is what bounds the pass); a 1 GB pass is extrapolated from
    the paced one (the pass is linear in bytes);
 3. a bystander: one run appending ~1 KB records by unary ``Append``, one at a time, on a daemon
@@ -37,7 +37,7 @@ from common import RunWriter, pct
 from journald_client.pb import journal_pb2 as pb
 
 from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S
-from journald.storage.file import FileStore
+from journald.storage.file.store import FileStore
 from tests.builders import TS
 from tests.daemon import Daemon
 from tests.integration.rpc import Lease, stub
@@ -71,7 +71,7 @@ def one_pass(data: Path, bytes_per_s: int) -> tuple[float, int, int]:
     """(seconds, runs verified, bytes read) of the scrub child over every run of ``data``."""
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "journald.storage.file_scrub", str(data), str(bytes_per_s)],
+        [sys.executable, "-m", "journald.storage.file.scrub", str(data), str(bytes_per_s)],
         capture_output=True,
         text=True,
         timeout=900,

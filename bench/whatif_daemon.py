@@ -35,7 +35,7 @@ MODES = ("jsonschema", "off", "noop", "nostore", "timed")
 def patch(mode: str) -> None:
     import journald.server.service as service
     from journald.core import schema
-    from journald.storage import file_journal
+    from journald.storage.file import journal as file_journal
 
     if mode == "off":
         service.validate_record = lambda rec: None  # type: ignore[attr-defined]

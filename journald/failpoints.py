@@ -25,7 +25,8 @@ Grammar: ``name=action[:arg][@n]`` items separated by ``,`` or ``;``.
 Unarmed they cost nothing: call sites read the module-level boolean ``ARMED`` before any
 lookup (``if failpoints.ARMED: failpoints.hit("before_write")``).
 
-Points used by the file backend (``journald.storage.file``):
+Points of the file backend (``journald.storage.file``), fired by its disk seam
+(``journald.storage.seam``, ``Disk.step``) where the backend names the step:
 
 ``before_write``, ``after_write_before_fsync``, ``after_fsync_before_advance``,
 ``mid_seal`` (segment linked, manifest not yet written), ``after_seal_manifest`` (manifest
@@ -37,15 +38,15 @@ recorded in the manifest, staged volume not yet renamed in), ``after_prune_renam
 a run's create (``before_run_create``: the run directory not made yet), of a listing
 (``before_run_list``) and of a delete (``before_run_delete``: the run not renamed away yet),
 where ``raise:ERR`` stands for any errno the disk can answer
-(``tests/storage/test_file_disk_errors.py``).
+(``tests/storage/file/test_file_disk_errors.py``).
 
-Points used by the JetStream backend (``journald.storage.jetstream``): ``before_write``
+Points used by the JetStream backend (``journald.storage.jetstream.store``): ``before_write``
 (nothing of the append published yet) and ``after_fsync_before_advance`` (the server
 acknowledged every record, the journal has not advanced); by its object buckets
-(``journald.storage.jetstream_objects``): ``js_object_before_meta`` (every chunk of a
+(``journald.storage.jetstream.objects``): ``js_object_before_meta`` (every chunk of a
 checkpoint, mark or attachment acknowledged, its meta message not yet published).
 
-Points of checkpoints (``journald.storage.checkpoints_file`` and ``checkpoints_memory``,
+Points of checkpoints (``journald.storage.file.checkpoint_store`` and ``journald.storage.memory``,
 ``journald.server.checkpoint_service``): ``cp_before_write`` (nothing of it written yet),
 ``cp_after_temp_write`` (temp file written and synced, not renamed), ``cp_after_rename``
 (renamed in, directory not yet synced), ``op_after_checkpoint`` (compaction/restore: the
@@ -60,7 +61,9 @@ Deliberately wrong variants (``=on``), which exist only to prove that the tests 
 
 ``bug_ack_before_fsync`` the file journal acknowledges a group (and advances ``last_seq``)
 without waiting for its write and fdatasync to succeed: a write that fails there (a crash
-before the data reached the disk) loses acknowledged records.
+before the data reached the disk) loses acknowledged records. It is a seam
+(``journald.storage.seam.AckBeforeFsync``), which a file store built while it is on uses;
+the production write path has no branch for it.
 """
 
 from __future__ import annotations

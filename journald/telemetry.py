@@ -34,7 +34,7 @@ needs ``opentelemetry-exporter-otlp-proto-http``; without it the daemon says so 
 untraced.
 
 Cost when nothing is configured: every hook below first checks one module global and
-returns a shared no-op (or calls ``os.fdatasync`` directly), so the append path pays a few
+returns a shared no-op, so the append path pays a few
 attribute loads and no allocation. ``bench/bench_tracing_overhead.py`` measures it.
 
 Record stamping: a record whose writer did not set ``trace`` but whose Append carries a
@@ -511,11 +511,21 @@ def fold_span(run_id: str, records: int | None = None) -> _Timed | _NoOp:
     return _Timed("journald.core.fold", attrs, None)
 
 
-def fsync(fd: int, run_id: str = "", seq: int = 0, nbytes: int = 0) -> None:
-    """``os.fdatasync(fd)`` with span ``journald.fsync`` and the fsync histogram when on."""
-    if _tracer is None and _fsync_hist is None:
-        os.fdatasync(fd)
+def fsync_took(took_s: float, run_id: str = "", seq: int = 0, nbytes: int = 0) -> None:
+    """Record one journal fdatasync that took ``took_s`` seconds (performed by the storage
+    seam, ``journald.storage.seam``): span ``journald.fsync``, ending now, and the fsync
+    histogram, when on."""
+    if _fsync_hist is not None:
+        _fsync_hist.record(took_s, {"journald.outcome": "ok"})
+    if _tracer is None:
         return
-    attrs = {"journald.run_id": run_id, "journald.seq": seq, "journald.bytes": nbytes}
-    with _Timed("journald.fsync", attrs, _fsync_hist):
-        os.fdatasync(fd)
+    end_ns = time.time_ns()
+    attrs: dict[str, str | int] = {
+        "journald.run_id": run_id,
+        "journald.seq": seq,
+        "journald.bytes": nbytes,
+    }
+    span = _tracer.start_span(
+        "journald.fsync", attributes=attrs, start_time=end_ns - int(took_s * 1e9)
+    )
+    span.end(end_time=end_ns)

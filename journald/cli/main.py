@@ -13,7 +13,7 @@ from journald.paths import default_data_dir, default_socket_path
 from journald.server import DEFAULT_MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
-    from journald.storage.jetstream_options import NatsOptions
+    from journald.storage.jetstream.options import NatsOptions
 
 
 def _size(text: str) -> int:
@@ -96,7 +96,7 @@ def add_nats_arguments(p: argparse.ArgumentParser, *, stream: bool) -> None:
 
 def nats_options(args: argparse.Namespace) -> NatsOptions:
     """The NATS options the flags and the environment give, checked."""
-    from journald.storage.jetstream_options import NatsOptions
+    from journald.storage.jetstream.options import NatsOptions
 
     opts = NatsOptions.from_env(
         creds_path=args.nats_creds,
@@ -252,7 +252,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from journald.server.runs import Limits
     from journald.server.startup import EXIT_CONFIG
     from journald.storage import registry
-    from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+    from journald.storage.jetstream.options import NatsOptions, NatsOptionsError
 
     os.umask(0o077)  # every file and directory the daemon creates is private to its user
     try:  # the NATS flags matter (and are checked) only for a backend on NATS

@@ -24,7 +24,7 @@ from rich.progress import (
 from journald.cli.main import add_nats_arguments, nats_options
 from journald.core.errors import JournaldError
 from journald.server.startup import EXIT_CONFIG, StartupRefused
-from journald.storage.jetstream_options import NatsOptionsError
+from journald.storage.jetstream.options import NatsOptionsError
 from journald.storage.migrate import SideStores, migrate, open_location
 from journald.storage.registry import BACKENDS, parse_location
 

@@ -2,7 +2,7 @@
 
 The daemon holds the run for it (refused with ``locked`` while a writer holds it), moves each
 damaged line to its quarantine directory and records the hole in the run as a rebase with
-reason ``quarantine`` (see ``journald.storage.file``, "Recovery rules"). Errors map to the
+reason ``quarantine`` (docs/design.md#recovery). Errors map to the
 exit codes of ``journald.cli.commands``.
 """
 

@@ -42,7 +42,7 @@ from journald.core.records import GENESIS, Record
 
 Message = dict[str, Any]
 Block = dict[str, Any]
-QUARANTINE = "quarantine"  # the rebase reason recovery writes (see journald.storage.file)
+QUARANTINE = "quarantine"  # the rebase reason recovery writes (docs/design.md#recovery)
 QUARANTINED = "records_quarantined"  # its anomaly and Open warning
 ABANDONED_TEXT = (
     "journald: this tool call was never answered (the writer stopped before journaling its "

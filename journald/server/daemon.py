@@ -59,7 +59,7 @@ from journald.storage.io_pool import (
     DEFAULT_IO_THREADS,
     bound_default_executor,
 )
-from journald.storage.jetstream_options import NatsOptions, NatsOptionsError
+from journald.storage.jetstream.options import NatsOptions, NatsOptionsError
 from journald.storage.registry import BackendOptions, open_backend
 
 __all__ = ["DataDirLocked", "ServeConfig", "lock_data_dir", "run", "serve", "tune_gc"]

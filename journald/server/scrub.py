@@ -9,14 +9,14 @@ to it is seen only by what reads every record. The scrubber does that, in the ba
   at ``--scrub-bytes-per-s``; a pass starts ``--scrub-interval-s`` after the last one ended
   (the first a minute after start-up, or sooner for a shorter interval), and ``0`` for
   either disables it. On the file backend the walk runs
-  in a child process at the lowest CPU priority (``journald.storage.file_scrub``); on the
+  in a child process at the lowest CPU priority (``journald.storage.file.scrub``); on the
   memory and JetStream backends it is the store's own ``verify``, in the daemon, followed by a
   pause as long as reading the run's bytes at the budget would take;
 * a **finding** (the ``store_corrupted`` the walk raised) is kept beside the run (the
   checkpoint store's ``scrub`` index part, so it survives a restart) and in memory: ``List``
   shows the run as ``corrupted`` with the finding in ``error``, and the next ``Open`` or
   dormant read (``Fold``, ``History``) refuses with it. A finding holds a key of the run's
-  files (``file_scrub.run_key``; elsewhere the run's listing figures) and applies only while
+  files (``file.scrub.run_key``; elsewhere the run's listing figures) and applies only while
   they still have it: a recovery, a restore from a backup or a seal since makes it stale, and
   the next pass decides again. A pass that finds the run healthy removes it. Only the
   scrubber writes findings: a client's read never does.
@@ -41,8 +41,8 @@ from journald.clock import utc_ts
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
 from journald.storage.base import RunInfo, Store
 from journald.storage.checkpoint_base import SCRUB, CheckpointStore
-from journald.storage.file import FileStore
-from journald.storage.file_scrub import run_key
+from journald.storage.file.scrub import run_key
+from journald.storage.file.store import FileStore
 from journald.storage.info import CORRUPTED
 
 log = logging.getLogger(__name__)
@@ -261,7 +261,7 @@ class Scrubber:
         """The pass as a child process (it lists the runs itself), its results as they come."""
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[str | None] = asyncio.Queue()
-        argv = [sys.executable, "-m", "journald.storage.file_scrub", store.data_dir]
+        argv = [sys.executable, "-m", "journald.storage.file.scrub", store.data_dir]
         # spawned by subprocess from a thread, which vforks: the event loop's own spawn forks,
         # and a fork runs gRPC's fork handlers (they log, and wait for gRPC's threads)
         proc = await asyncio.to_thread(

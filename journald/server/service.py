@@ -48,7 +48,7 @@ from journald.server.runs import Limits, Runs, ack_pb
 from journald.server.stream_appends import CallerTrace, StreamMessage, rpc_context, stream_appends
 from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
-from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore
 from journald.storage.pipeline import Ticket
 
 Ctx = grpc.aio.ServicerContext[Any, Any]

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import IO
 
 from journald.core.errors import BackendUnavailable, JournaldError
-from journald.storage.jetstream_config import NatsConfigError
-from journald.storage.jetstream_options import NatsOptionsError
+from journald.storage.jetstream.config import NatsConfigError
+from journald.storage.jetstream.options import NatsOptionsError
 
 EXIT_CONFIG = 2
 EXIT_HELD = 3

@@ -6,7 +6,7 @@ Reads (``load``, ``iter_records``, ``info``, ``list``, ``verify``) never take th
 inspection never blocks a writer.
 
 Append contract (docs/protocol.md#seq-rules), identical in every backend and proved by the
-shared contract suite in ``tests/storage/test_contract.py``:
+shared contract suite in ``tests/storage/contract/test_contract.py``:
 
 * ``Journal.append(records)`` takes records with consecutive seqs. The ``prev`` of each
   record is advisory: the journal links every new record onto its own last hash.

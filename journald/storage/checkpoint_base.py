@@ -1,7 +1,7 @@
 """What a checkpoint store and an attachment store are, and how checkpoints get their ids.
 
-Every backend opens one of each (``journald.storage.registry``): ``checkpoints_memory``,
-``checkpoints_file``, or a backend's own. The model and the stored byte form are pure
+Every backend opens one of each (``journald.storage.registry``): ``memory``,
+``file.checkpoint_store``, or a backend's own. The model and the stored byte form are pure
 (``journald.core.checkpoints``); a store keeps ``encode_file`` bytes per checkpoint, or the
 objects themselves when it lives in memory.
 

@@ -1,12 +1,24 @@
-"""In-memory backend: the reference implementation of the storage contract (tests only)."""
+"""In-memory backend: the reference implementation of the storage contract (tests only).
+
+Its checkpoints, attachments and fold marks are held in the process too: they last as long as
+the daemon, like its runs."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from journald import failpoints
+from journald.core.checkpoints import (
+    Checkpoint,
+    CheckpointMeta,
+    attachment_missing,
+    checkpoint_missing,
+    valid_sha256,
+)
 from journald.core.errors import Locked, SessionExists, SessionNotFound, Unsupported
-from journald.core.records import GENESIS, Record, validate_id
+from journald.core.records import GENESIS, Record, sha256_hex, validate_id
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     MEMORY,
@@ -16,6 +28,7 @@ from journald.storage.base import (
     RunInfo,
     VerifyReport,
 )
+from journald.storage.checkpoint_base import MARK_PARTS, MARKS
 from journald.storage.info import run_info_from
 from journald.storage.pipeline import AppendPipeline
 from journald.storage.verify import verify_records
@@ -167,3 +180,65 @@ class MemoryStore:
 
     async def close(self) -> None:
         self._runs.clear()
+
+
+class MemoryCheckpointStore:
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[str, Checkpoint]] = {}
+        self._marks: dict[tuple[str, str], dict[str, Any]] = {}
+
+    async def put(self, cp: Checkpoint) -> None:
+        if failpoints.ARMED:
+            failpoints.hit("cp_before_write")
+        self._runs.setdefault(cp.meta.run_id, {})[cp.checkpoint_id] = cp
+
+    async def get(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+        cp = self._runs.get(run_id, {}).get(checkpoint_id)
+        if cp is None:
+            raise checkpoint_missing(run_id, checkpoint_id)
+        return cp
+
+    async def list(self, run_id: str) -> list[CheckpointMeta]:
+        cps = self._runs.get(run_id, {})
+        return [cps[k].meta for k in sorted(cps)]
+
+    async def delete(self, run_id: str, checkpoint_id: str) -> bool:
+        return self._runs.get(run_id, {}).pop(checkpoint_id, None) is not None
+
+    async def owner(self, checkpoint_id: str) -> str | None:
+        return next((r for r, cps in self._runs.items() if checkpoint_id in cps), None)
+
+    async def newest_id(self) -> str | None:
+        return max((cid for cps in self._runs.values() for cid in cps), default=None)
+
+    async def drop_run(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+        for part in MARK_PARTS:
+            self._marks.pop((run_id, part), None)
+
+    async def save_mark(self, run_id: str, mark: dict[str, Any], part: str = MARKS) -> None:
+        self._marks[(run_id, part)] = dict(mark)
+
+    async def load_mark(self, run_id: str, part: str = MARKS) -> dict[str, Any] | None:
+        return self._marks.get((run_id, part))
+
+
+class MemoryAttachmentStore:
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[str, bytes]] = {}
+
+    async def put(self, run_id: str, data: bytes) -> tuple[str, bool]:
+        digest = sha256_hex(data)
+        blobs = self._runs.setdefault(run_id, {})
+        existed = digest in blobs
+        blobs[digest] = bytes(data)
+        return digest, existed
+
+    async def get(self, run_id: str, digest: str) -> bytes:
+        data = self._runs.get(run_id, {}).get(valid_sha256(digest))
+        if data is None:
+            raise attachment_missing(run_id, digest)
+        return data
+
+    async def drop_run(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)

@@ -24,7 +24,7 @@ A run moves with its side data (``SideStores``): every checkpoint (same id, same
 ``encode_file`` bytes: read back from the destination and compared, and its content hash
 recomputed) and every attachment its records or checkpoints reference (read back and its
 SHA-256 checked). The file side is the run's own ``checkpoints/`` and ``attachments/``; the
-JetStream side is the stream's buckets (``journald.storage.jetstream_buckets``; a source stream
+JetStream side is the stream's buckets (``journald.storage.jetstream.buckets``; a source stream
 without buckets has no side data). Checkpoints and attachments are write-once with the same
 bytes accepted again, so a migration interrupted after some of them is simply run again once
 the half copy has been deleted (which the failure does itself).
@@ -42,7 +42,7 @@ from journald.core.errors import AttachmentNotFound, SessionExists, StoreCorrupt
 from journald.core.records import GENESIS, Record, sha256_hex, validate_id
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import OWNER, AttachmentStore, CheckpointStore
-from journald.storage.jetstream_options import NatsOptions
+from journald.storage.jetstream.options import NatsOptions
 from journald.storage.registry import OpenedBackend, open_backend, parse_location
 
 BATCH = 64

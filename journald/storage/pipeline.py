@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from journald import failpoints
 from journald.core.errors import BackendUnavailable, InvalidRecord, JournaldError, Locked, SeqGap
 from journald.core.records import APPEND, Record, check_append, make_record
 from journald.storage.base import AppendResult
@@ -293,10 +292,8 @@ class AppendPipeline:
                 try:
                     await self._write(new)
                 except Exception as exc:
-                    if not (failpoints.ARMED and failpoints.is_on("bug_ack_before_fsync")):
-                        await self._void(group, exc)
-                        continue
-                    # the deliberately wrong variant: acknowledged as if it were durable
+                    await self._void(group, exc)
+                    continue
                 self.last_seq, self.last_hash = new[-1].seq, new[-1].hash
                 if self._after_write is not None:
                     await self._after_write(new)

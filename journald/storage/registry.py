@@ -25,10 +25,10 @@ from pathlib import Path
 from journald.core.errors import BackendUnavailable, InvalidArgumentError
 from journald.storage.base import DEFAULT_GAP_WAIT_S, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
-from journald.storage.checkpoints_file import FileAttachmentStore, FileCheckpointStore
-from journald.storage.checkpoints_memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.file.checkpoint_store import FileAttachmentStore, FileCheckpointStore
 from journald.storage.io_pool import DEFAULT_IO_THREADS
-from journald.storage.jetstream_options import NatsOptions
+from journald.storage.jetstream.options import NatsOptions
+from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore
 
 log = logging.getLogger("journald.storage")
 
@@ -157,7 +157,7 @@ def _data_dir(opts: BackendOptions, backend: str) -> Path:
 
 
 async def _open_file(opts: BackendOptions) -> OpenedBackend:
-    from journald.storage.file import FileStore
+    from journald.storage.file.store import FileStore
 
     data_dir = _data_dir(opts, "file")
     records = FileStore(
@@ -171,8 +171,8 @@ async def _open_file(opts: BackendOptions) -> OpenedBackend:
     sessions = records.sessions_dir
     return OpenedBackend(
         records,
-        FileCheckpointStore.colocated_with(sessions),
-        FileAttachmentStore.colocated_with(sessions),
+        FileCheckpointStore.colocated_with(sessions, records.disk),  # one seam per backend
+        FileAttachmentStore.colocated_with(sessions, records.disk),
     )
 
 
@@ -190,9 +190,9 @@ async def _open_jetstream(opts: BackendOptions) -> OpenedBackend:
     Object Store buckets (docs/design.md#run-buckets-checkpoints-marks-and-attachments), bound
     like the stream: refused when missing or unsafe, except for a read-only source (a
     ``migrate`` from a stream without buckets: its runs have no side data)."""
-    from journald.storage.jetstream import JetStreamStore
-    from journald.storage.jetstream_checkpoints import bind_run_stores, sweep_orphan_chunks
-    from journald.storage.jetstream_leases import JetStreamLeases, bind_lease_bucket
+    from journald.storage.jetstream.checkpoint_store import bind_run_stores, sweep_orphan_chunks
+    from journald.storage.jetstream.leases import JetStreamLeases, bind_lease_bucket
+    from journald.storage.jetstream.store import JetStreamStore
 
     records = await JetStreamStore.connect(
         opts.nats_url,

@@ -14,8 +14,8 @@ import argparse
 import asyncio
 import sys
 
-from journald.storage.file import FileStore
-from journald.storage.file_journal import FileJournal
+from journald.storage.file.journal import FileJournal
+from journald.storage.file.store import FileStore
 from tests.faults.file_workload import expected
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import CheckpointStore
-from journald.storage.checkpoints_memory import MemoryCheckpointStore
-from journald.storage.file import FileStore
+from journald.storage.file.store import FileStore
+from journald.storage.memory import MemoryCheckpointStore
 from journald.storage.registry import BackendOptions, OpenedBackend, open_backend
 
 GAP_WAIT_S = 0.01
