@@ -17,7 +17,7 @@ import (
 // stubDaemon stands in for the daemon where go test runs without one (scripts/test_clients.sh):
 // it grants a lease saying whether it takes coalesced messages and acknowledges every append
 // of every AppendStream message, counting the appends each message carried. The same writer
-// against the real daemon runs in tests/integration/test_polyglot.py.
+// against the real daemon runs in tests/integration/client/test_polyglot.py.
 type stubDaemon struct {
 	pb.UnimplementedJournalServiceServer
 	batches  bool

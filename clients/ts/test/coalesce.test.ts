@@ -38,7 +38,7 @@ interface StubDaemon {
  * Stands in for the daemon where the suite runs without one (scripts/test_clients.sh): it
  * grants a lease saying whether it takes coalesced messages and acknowledges every append of
  * every AppendStream message, counting the appends each carried. The same writer against the
- * real daemon runs in tests/integration/test_polyglot.py.
+ * real daemon runs in tests/integration/client/test_polyglot.py.
  */
 async function startStubDaemon(batches: boolean): Promise<StubDaemon> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "jd-stub")); // a socket path stays short

@@ -24,8 +24,8 @@ from journald_client.codec import Entry
 
 from journald.server import edge
 from journald.server.service import JournalService
-from journald.storage.file import FileStore
-from journald.storage.file_journal import FileJournal
+from journald.storage.file.journal import FileJournal
+from journald.storage.file.store import FileStore
 from tests.integration.clientbin.common import FP
 
 CALLS = 10
