@@ -16,7 +16,7 @@ from journald_proto import journal_pb2 as pb
 from journald import telemetry
 from journald.core.errors import InvalidRequest
 from journald.server.runs import ack_pb
-from journald.storage.pipeline import Ticket
+from journald.writer.run_writer import Ticket
 
 
 def rpc_context() -> contextvars.Context | None:

@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from journald.core.records import Record
 
+RecordCheck = Callable[[Record], None]
+"""A check a record the store builds itself must pass (the daemon's gate)."""
+
 if TYPE_CHECKING:
     from journald.storage.pipeline import AppendPipeline
 
@@ -168,10 +171,12 @@ class Store(Protocol):
         """Walk the whole hash chain and every record's schema."""
         ...
 
-    async def recover(self, run_id: str) -> QuarantineReport:
+    async def recover(self, run_id: str, *, check: RecordCheck | None = None) -> QuarantineReport:
         """Move damaged records out of the run into the store's quarantine directory and
-        record the hole in it (a rebase with reason ``quarantine``); ``Locked`` while a
-        writer holds the run, ``Unsupported`` on a backend without recovery."""
+        record the hole in it (a rebase with reason ``quarantine``, which ``check`` refuses
+        before anything moves: the daemon passes its gate; without one, the schema alone);
+        ``Locked`` while a writer holds the run, ``Unsupported`` on a backend without
+        recovery."""
         ...
 
     async def close(self) -> None: ...

@@ -4,7 +4,7 @@
 A mark names a seq, the hash of the record there, how many messages the fold held and the role
 of the last one; History folds a tail page from the newest usable mark instead of from seq 1.
 The snapshot (``journald.core.snapshot``) is the whole folded state at a seq; the one fold of a
-stored run (``journald.server.runs.fold_stored``) continues from it. They are two parts of the
+stored run (``journald.writer.folding.fold_stored``) continues from it. They are two parts of the
 run's index, saved through the checkpoint store's ``save_mark`` (so every backend keeps them
 with no code of its own), apart so that a History page never reads the snapshot, which is as
 large as the conversation::
@@ -28,7 +28,6 @@ from typing import Any
 
 from journald.core.fold import RunState
 from journald.core.snapshot import SnapshotUnreadable, decode_state, encode_state
-from journald.server.leases import Lease
 from journald.storage.checkpoint_base import SNAPSHOT, CheckpointStore
 
 log = logging.getLogger(__name__)
@@ -148,11 +147,10 @@ class FoldMarks:
         if not w.new_marks or mark["seq"] - w.new_marks[-1]["seq"] >= MARK_EVERY:
             w.new_marks.append(mark)
 
-    async def save_on_close(self, lease: Lease, state: RunState) -> None:
+    async def save_on_close(self, run_id: str, state: RunState) -> None:
         """Lease-close hook: the marks taken while the lease lived, the saved ones before them,
         and a snapshot of the state the lease ends on. Nothing when the run did not change
         since the snapshot it was opened from."""
-        run_id = lease.run_id
         w = self._writing.pop(run_id, None) or _Writing(await self.load(run_id), 0)
         if not state.last_seq or (w.snapshot_seq == state.last_seq and not w.new_marks):
             return
