@@ -18,11 +18,13 @@ from journald_proto import journal_pb2 as pb
 
 from journald.core import governance
 from journald.core.checkpoints import governed
+from journald.core.errors import InvalidRequest
 from journald.core.fold import Message, Pending, RunState
 from journald.core.paging import FoldMark, Page, Window, fold_window, page, page_window
 from journald.core.records import validate_id
 from journald.server.convert import messages_to_pb, pending_to_pb
 from journald.server.edge import unary
+from journald.server.history_seek import parse_time, seek, seq_at_time
 from journald.server.message_window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.server.runs import RunCache, Runs, stored_bytes
 
@@ -97,6 +99,8 @@ class HistoryRpcs:
     async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
         run_id = validate_id(request.run_id)
         view = request.view
+        if request.at_seq or request.at_time:
+            return await self._at(request, context)
         tail = None
         # fold marks count the fold's own messages: they serve the stored view alone (the
         # cleaned-up and governed views can drop and merge messages, so their indexes differ)
@@ -108,6 +112,37 @@ class HistoryRpcs:
             conv = await self.conversation(run_id, view)
             p = page(conv.messages, request.offset, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
+        return self._answer(run_id, p, last_seq, pending)
+
+    async def _at(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
+        """The page holding the record at ``at_seq`` or ``at_time`` (``history_seek``)."""
+        run_id = validate_id(request.run_id)
+        if request.view != pb.HISTORY_VIEW_STATE:
+            raise InvalidRequest(
+                "at_seq and at_time page the stored view: send view = HISTORY_VIEW_STATE",
+                metadata={"field": "view"},
+            )
+        held = self.runs.leases.held(run_id) is not None
+        await self.runs.require_run(run_id)
+        seq = request.at_seq
+        if request.at_time:
+            when = parse_time(request.at_time)
+            last = (await self.runs.store.info(run_id)).last_seq
+            seq = await seq_at_time(self.runs, run_id, when, last)
+        found = await seek(self.runs, run_id, seq, request.limit, held=held)
+        if found.page is not None:
+            p, last_seq, pending = found.page, found.last_seq, found.pending
+        else:
+            conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE)
+            p = page(conv.messages, found.index, request.limit)
+            last_seq, pending = conv.last_seq, conv.pending
+        out = self._answer(run_id, p, last_seq, pending)
+        out.at_index, out.at_seq = min(found.index, p.total), found.seq
+        return out
+
+    def _answer(
+        self, run_id: str, p: Page, last_seq: int, pending: Pending | None
+    ) -> pb.HistoryResponse:
         out = pb.HistoryResponse(
             messages=messages_to_pb(p.messages),
             total=p.total,

@@ -34,6 +34,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
 from journald.cli.replay import one_line
+from journald.view import goto
 from journald.view.base import Box, DaemonScreen, describe_error
 from journald.view.data import OPEN_STATUSES, Opening, Slice
 from journald.view.markers import fork_from, restore_to
@@ -97,7 +98,7 @@ class TranscriptScreen(DaemonScreen):
         yield Static(Text(f"run {self.run_id} · loading…"), id="head")
         yield TranscriptView(id="transcript")
         yield Box(placeholder="search this run (enter: find older, escape: close)", id="search")
-        yield Box(placeholder="go to message N (1 is the first; escape: close)", id="goto")
+        yield Box(placeholder=f"go to: {goto.HELP}", id="goto")
         yield Footer()
 
     @property
@@ -450,10 +451,14 @@ class TranscriptScreen(DaemonScreen):
     def _go_to(self, text: str) -> None:
         s = self.slice
         try:
-            n = int(text.replace(",", "").replace("_", ""))
-        except ValueError:
-            self.notify(f"not a message number: {text!r} (e.g. 1 or 1200)", markup=False)
+            target = goto.parse(text)
+        except goto.NotATarget as err:
+            self.notify(str(err), markup=False)
             return
+        if target.kind != "message":
+            self._seek(target)
+            return
+        n = target.number
         if s is None or not 1 <= n <= max(1, s.total):
             total = s.total if s is not None else 0
             self.notify(f"there is no message {n}: the run has {plural(total, 'message')}")
@@ -462,6 +467,26 @@ class TranscriptScreen(DaemonScreen):
             self.view.go_to_message(n - 1)
         else:
             self.jump(n - 1)
+
+    def _seek(self, target: goto.Target) -> None:
+        """Seq N or time T: the daemon finds the message, one page read (not the pages
+        before it)."""
+        seq, when = (target.number, "") if target.kind == "seq" else (0, target.when)
+
+        def done(got: tuple[Slice, int, int]) -> None:
+            window, index, at_seq = got
+            self._show_window(window)
+            self.view.go_to_message(min(index, max(0, window.stop - 1)))
+            self._update_head()
+            said = f"the first record at or after {target.said} is seq {at_seq:,}; " if when else ""
+            self.notify(f"{said}seq {at_seq:,} is in message {index + 1:,}", markup=False)
+
+        self.fetch(
+            lambda: self.source.seek(self.run_id, seq=seq, when=when),
+            done,
+            group="jump",
+            exclusive=True,
+        )
 
     def _start_search(self, text: str) -> None:
         self.search_stop.set()
