@@ -24,7 +24,7 @@ from journald.core.paging import FoldMark, Page, Window, fold_window, page, page
 from journald.core.records import validate_id
 from journald.server.convert import messages_to_pb, pending_to_pb
 from journald.server.edge import unary
-from journald.server.history_seek import parse_time, seek, seq_at_time
+from journald.server.history_seek import parse_time, seek, seq_at_time, still_there
 from journald.server.message_window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.server.runs import RunCache, Runs, stored_bytes
 
@@ -129,15 +129,24 @@ class HistoryRpcs:
             when = parse_time(request.at_time)
             last = (await self.runs.store.info(run_id)).last_seq
             seq = await seq_at_time(self.runs, run_id, when, last)
-        found = await seek(self.runs, run_id, seq, request.limit, held=held)
-        if found.page is not None:
-            p, last_seq, pending = found.page, found.last_seq, found.pending
+        found = await seek(self.runs, run_id, seq, held=held)
+        tail = None if held else await self._tail_page(run_id, found.index, request.limit)
+        if tail is not None:
+            p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
             conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE)
             p = page(conv.messages, found.index, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
+        in_page = p.messages if p.offset <= found.index < p.next_offset else []
+        if found.index < p.total and not still_there(found.record, in_page, found.index - p.offset):
+            raise InvalidRequest(
+                f"seq {found.record.seq} of run {run_id} is no longer in its conversation (a "
+                "compaction or restore after it replaced those messages); read that record "
+                "with Load (the viewer's records screen) instead",
+                metadata={"run_id": run_id, "at_seq": found.record.seq},
+            )
         out = self._answer(run_id, p, last_seq, pending)
-        out.at_index, out.at_seq = min(found.index, p.total), found.seq
+        out.at_index, out.at_seq = min(found.index, p.total), found.record.seq
         return out
 
     def _answer(

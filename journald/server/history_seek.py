@@ -4,36 +4,33 @@ which message of the stored view a record folded into, found at the cost of one 
 A time is first turned into a seq by bisecting the run's records by seq (each probe reads one
 record, which on the file backend starts inside the segment that holds it), so it costs about
 log2(records) short reads, not a walk. A seq is turned into a message index by counting the
-fold's messages (``MessageCounter``, content-free) from the newest fold mark at or before it;
-the records read from that mark to the end also serve the page (``fold_window``), so the whole
-answer reads what a page folded from that mark reads. A rebase after the seq (a compaction or
-restore) replaced the messages the record was part of: that seq is refused with the rebase's
-seq, so a reader looks it up in the run's records instead.
+fold's messages (``MessageCounter``, content-free) from the newest fold mark at or before it
+to that seq; the page there is then served as any History page at that index. A compaction or
+restore after the seq may have replaced the messages the record was part of: when the message
+at that index no longer holds the record's content (its call ids, result id or text), the seq
+is refused, so a reader looks the record up with Load instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from journald.core.errors import InvalidRequest
-from journald.core.paging import FoldMark, MessageCounter, Page, fold_window, page_window
+from journald.core.paging import MessageCounter
 from journald.core.records import Record
 from journald.server.runs import Runs
 
 
 @dataclass(frozen=True, slots=True)
 class Seek:
-    """Where a seq lands: the message ``index`` (``total`` for the open turn), the ``seq``
-    asked or found for a time, and the page there when the fold marks could serve it."""
+    """Where a seq lands: the message ``index`` (``total`` for the open turn) and the
+    record at that seq."""
 
     index: int
-    seq: int
-    page: Page | None = None
-    last_seq: int = 0
-    pending: Any = None
+    record: Record
 
 
 def parse_time(text: str) -> datetime:
@@ -101,9 +98,10 @@ def _usable(marks: Sequence[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
     return [m for m in marks if m["seq"] <= seq]
 
 
-async def seek(runs: Runs, run_id: str, seq: int, limit: int, *, held: bool) -> Seek:
-    """The message index of the record at ``seq`` (and, for a run no lease holds, the page
-    of ``limit`` messages there when a fold mark serves it)."""
+async def seek(runs: Runs, run_id: str, seq: int, *, held: bool) -> Seek:
+    """The message index of the record at ``seq``, counted from the newest usable fold mark
+    at or before it (from seq 1 when there is none): reads the records from that mark to
+    ``seq`` only."""
     marks = [] if held else _usable(await runs.marks.load(run_id), seq)
     for m in [*reversed(marks[-2:]), None]:
         counter = MessageCounter()
@@ -111,44 +109,66 @@ async def seek(runs: Runs, run_id: str, seq: int, limit: int, *, held: bool) -> 
         if m is not None:
             counter.seq, counter.count, counter.last_role = m["seq"], m["messages"], m["last_role"]
             start = m["seq"]
-        # from a mark the records are kept for the page; from seq 1 (no mark) only counted
-        records: list[Record] = []
-        index, first = -1, True
-        if m is not None and m["seq"] == seq:  # the mark is the state after that record
-            index = _index_of(counter)
-        async for rec in runs.store.iter_records(run_id, start):
-            if m is not None:
-                if first and (rec.seq != start or rec.hash != m["hash"]):
-                    break  # the run changed under the mark (pruned, re-created)
-                records.append(rec)
-                if first:
+        first, stale = True, False
+        it = runs.store.iter_records(run_id, start)
+        try:
+            async for rec in it:
+                if m is not None and first:
                     first = False
-                    if rec.seq == seq and rec.kind == "rebase":
-                        index = 0
+                    if rec.seq != start or rec.hash != m["hash"]:
+                        stale = True  # the run changed under the mark (pruned, re-created)
+                        break
+                    if rec.seq == seq:  # the mark is the state after that record
+                        return Seek(0 if rec.kind == "rebase" else _index_of(counter), rec)
                     continue
-            first = False
-            if index >= 0:
-                if rec.kind == "rebase":
-                    raise InvalidRequest(
-                        f"seq {seq} of run {run_id} is before the rebase at seq {rec.seq} "
-                        "(a compaction or restore replaced that conversation); read that "
-                        "record with Load (the viewer's records screen) instead",
-                        metadata={"run_id": run_id, "at_seq": seq, "rebase_seq": rec.seq},
-                    )
-                continue
-            counter.add(rec.kind, rec.seq, rec.payload)
-            if rec.seq >= seq:  # a rebase starts a new conversation: its first message
-                index = 0 if rec.kind == "rebase" else _index_of(counter)
-        if m is not None and not records:
-            continue  # that mark no longer matches: try an older one, then seq 1
-        if index < 0:
-            raise InvalidRequest(
-                f"run {run_id} has no seq {seq} (its last is {counter.seq})",
-                metadata={"run_id": run_id, "at_seq": seq, "last_seq": counter.seq},
-            )
-        if m is None:
-            return Seek(index, seq)
-        mark = FoldMark(m["seq"], m["messages"], m["last_role"], 0)
-        w = fold_window(mark, records[1:])
-        return Seek(index, seq, page_window(w, index, limit), w.last_seq, w.pending)
-    raise AssertionError("unreachable: the last try folds from seq 1")  # pragma: no cover
+                counter.add(rec.kind, rec.seq, rec.payload)
+                if rec.seq >= seq:  # a rebase starts a new conversation: its first message
+                    return Seek(0 if rec.kind == "rebase" else _index_of(counter), rec)
+        finally:
+            close = getattr(it, "aclose", None)
+            if close is not None:
+                await close()
+        if not stale and not (m is not None and first):
+            break  # read to the end without reaching it: the run has no such seq
+    raise InvalidRequest(
+        f"run {run_id} has no seq {seq}; ask for one from 1 to its last seq",
+        metadata={"run_id": run_id, "at_seq": seq},
+    )
+
+
+def _keys(blocks: Any) -> set[str]:
+    """What identifies content blocks: tool call and result ids, texts."""
+    out: set[str] = set()
+    for b in blocks if isinstance(blocks, list) else []:
+        if not isinstance(b, Mapping):
+            continue
+        for field in ("id", "tool_use_id", "text"):
+            v = b.get(field)
+            if isinstance(v, str) and v:
+                out.add(f"{field}:{v}")
+    return out
+
+
+def record_keys(rec: Record) -> set[str]:
+    """The keys of what a conversation record put into its message (empty for a record
+    that adds no content of its own)."""
+    p = rec.payload
+    if rec.kind == "assistant":
+        return _keys((p.get("message") or {}).get("content"))
+    if rec.kind == "tool_result":
+        tid = p.get("tool_use_id")
+        return {f"tool_use_id:{tid}"} if isinstance(tid, str) and tid else set()
+    if rec.kind == "user":
+        return _keys(p.get("content"))
+    return set()
+
+
+def still_there(rec: Record, messages: Sequence[Mapping[str, Any]], at: int) -> bool:
+    """Whether message ``at`` of the conversation as it is now holds the record's content:
+    a compaction or restore after the record replaced the messages it was part of."""
+    want = record_keys(rec)
+    if not want:
+        return True
+    if not 0 <= at < len(messages):
+        return False
+    return bool(want & _keys(messages[at].get("content")))

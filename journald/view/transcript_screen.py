@@ -92,12 +92,16 @@ class TranscriptScreen(DaemonScreen):
         self.search_stop = threading.Event()
         self.match_at = -1  # index in matches of the entry the cursor went to
         self.scanned_from = 1 << 62  # the search has read the messages from this one on
+        self.search_total = 0  # of the run's messages when the search began
         self.wanted_step = 0  # a find waiting for the search to reach further
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"run {self.run_id} · loading…"), id="head")
         yield TranscriptView(id="transcript")
-        yield Box(placeholder="search this run (enter: find older, escape: close)", id="search")
+        yield Box(
+            placeholder="search this run (enter: find older; empty: stop; escape: close)",
+            id="search",
+        )
         yield Box(placeholder=f"go to: {goto.HELP}", id="goto")
         yield Footer()
 
@@ -191,7 +195,7 @@ class TranscriptScreen(DaemonScreen):
             pending = f" · {plural(len(s.pending.unanswered), 'call')} waiting"
         found = ""
         if self.search_text:
-            more = "" if self.search_done else "+"
+            more = "" if self.search_done else f"+ (searched {self.search_progress():.0%})"
             at = f"{self.match_at + 1} of " if self.match_at >= 0 else ""
             found = f" · {self.search_text!r}: {at}{len(self.matches)}{more}"
         self.query_one("#head", Static).update(
@@ -446,7 +450,8 @@ class TranscriptScreen(DaemonScreen):
             text = event.value.strip()
             if text != self.search_text or not self.search_done:
                 self._start_search(text)
-            self.action_find(-1)
+            if text:
+                self.action_find(-1)
 
     def _go_to(self, text: str) -> None:
         s = self.slice
@@ -492,14 +497,15 @@ class TranscriptScreen(DaemonScreen):
         self.search_stop.set()
         stop = self.search_stop = threading.Event()
         self.search_text, self.matches, self.search_done, self.match_at = text, [], False, -1
-        self.scanned_from = 1 << 62
+        self.scanned_from, self.search_total = 1 << 62, 0
         self.view.search_query = text
-        if not text:
+        if not text:  # an empty search stops the one running and clears its marks
+            self._update_head()
             return
 
         def found(hits: list[Entry], done: int, total: int) -> bool:
             if not stop.is_set():
-                self._back(self._found, stop, [h.key for h in hits], done)
+                self._back(self._found, stop, [h.key for h in hits], done, total)
             return not stop.is_set()
 
         def scan() -> None:
@@ -510,11 +516,13 @@ class TranscriptScreen(DaemonScreen):
 
         self.run_worker(scan, thread=True, group="search", exit_on_error=False)
 
-    def _found(self, stop: threading.Event, keys: list[tuple[int, int]], done: int) -> None:
+    def _found(
+        self, stop: threading.Event, keys: list[tuple[int, int]], done: int, total: int
+    ) -> None:
         if stop is not self.search_stop:
             return
         self.matches = sorted({*self.matches, *keys})
-        self.scanned_from = done
+        self.scanned_from, self.search_total = done, total
         if self.wanted_step:
             step, self.wanted_step = self.wanted_step, 0
             self.action_find(step)
@@ -528,6 +536,13 @@ class TranscriptScreen(DaemonScreen):
             step, self.wanted_step = self.wanted_step, 0
             self.action_find(step)
         self._update_head()
+
+    def search_progress(self) -> float:
+        """How much of the run the search has read (it reads from the end back)."""
+        total = self.search_total
+        if self.search_done or total <= 0:
+            return 1.0
+        return max(0.0, min(1.0, (total - min(self.scanned_from, total)) / total))
 
     def _cursor_key(self) -> tuple[int, int]:
         v, s = self.view, self.slice

@@ -96,14 +96,14 @@ async def test_go_to_a_seq_or_a_time_lands_on_its_message_with_one_page(daemon: 
         )
 
 
-def test_a_seq_before_a_compaction_is_refused_with_the_rebase_seq(daemon: Daemon) -> None:
+def test_a_seq_whose_messages_a_compaction_replaced_is_refused(daemon: Daemon) -> None:
     with jc.connect(str(daemon.socket)) as jd:
         with jd.start("squashed", FP, "compact me") as run:
             run.append_many(turns(6))
         assert jd.compact("squashed", "SUMMARY: six steps ran", keep_last=2).compacted
         last = jd.history("squashed", 0, 0, stored=True).last_seq
-        # the compaction's rebase is the last record: seq 3 (step 0's result) is before it
-        with pytest.raises(jc.InvalidRequest, match=f"before the rebase at seq {last}"):
+        # the compaction's rebase is the last record: seq 3 (step 0's result) was folded away
+        with pytest.raises(jc.InvalidRequest, match="seq 3 of run squashed is no longer in"):
             jd.history("squashed", limit=10, at_seq=3)
         after = jd.history("squashed", limit=10, at_seq=last)
         assert after.at_seq == last
