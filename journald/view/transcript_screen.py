@@ -21,8 +21,6 @@ text anywhere in the run and counts the matches ("3 of 17").
 from __future__ import annotations
 
 import contextlib
-import threading
-from bisect import bisect_left
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -35,17 +33,18 @@ from textual.widgets import Footer, Input, Static
 
 from journald.cli.replay import one_line
 from journald.view import goto
-from journald.view.base import Box, DaemonScreen, describe_error
+from journald.view.base import Box, describe_error
 from journald.view.data import OPEN_STATUSES, Opening, Slice
 from journald.view.markers import fork_from, restore_to
 from journald.view.model import Entry, build_entries, merge_notes, plural, unknown_record_entry
 from journald.view.transcript import TranscriptView
+from journald.view.transcript_search import SearchingScreen
 
 LOADED_PAGES = 4  # the window holds about this many pages of messages
 WATCH_RETRY_S = 0.5  # a Watch ended while the run is still listed: read it again after this
 
 
-class TranscriptScreen(DaemonScreen):
+class TranscriptScreen(SearchingScreen):
     DEFAULT_CSS = """
     TranscriptScreen #head { dock: top; height: 1; padding: 0 1; background: $panel; }
     TranscriptScreen Box { dock: bottom; height: 3; display: none; }
@@ -66,9 +65,7 @@ class TranscriptScreen(DaemonScreen):
     ]
 
     def __init__(self, run_id: str) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.slice: Slice | None = None
+        super().__init__(run_id)
         self.bounds: list[int] = []  # the page starts inside the window (clean boundaries)
         self.ended = ""
         self.marker = ""  # the rebase or fork the conversation starts from
@@ -85,15 +82,7 @@ class TranscriptScreen(DaemonScreen):
         self.watching_from = 0
         self.closing = False
         self.failed = ""
-        self.search_text = ""
         self.copied = ""  # what y copied last (tests read it)
-        self.matches: list[tuple[int, int]] = []  # keys of the entries holding search_text
-        self.search_done = False
-        self.search_stop = threading.Event()
-        self.match_at = -1  # index in matches of the entry the cursor went to
-        self.scanned_from = 1 << 62  # the search has read the messages from this one on
-        self.search_total = 0  # of the run's messages when the search began
-        self.wanted_step = 0  # a find waiting for the search to reach further
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"run {self.run_id} · loading…"), id="head")
@@ -104,10 +93,6 @@ class TranscriptScreen(DaemonScreen):
         )
         yield Box(placeholder=f"go to: {goto.HELP}", id="goto")
         yield Footer()
-
-    @property
-    def view(self) -> TranscriptView:
-        return self.query_one(TranscriptView)
 
     def on_mount(self) -> None:
         self.view.focus()
@@ -492,98 +477,6 @@ class TranscriptScreen(DaemonScreen):
             group="jump",
             exclusive=True,
         )
-
-    def _start_search(self, text: str) -> None:
-        self.search_stop.set()
-        stop = self.search_stop = threading.Event()
-        self.search_text, self.matches, self.search_done, self.match_at = text, [], False, -1
-        self.scanned_from, self.search_total = 1 << 62, 0
-        self.view.search_query = text
-        if not text:  # an empty search stops the one running and clears its marks
-            self._update_head()
-            return
-
-        def found(hits: list[Entry], done: int, total: int) -> bool:
-            if not stop.is_set():
-                self._back(self._found, stop, [h.key for h in hits], done, total)
-            return not stop.is_set()
-
-        def scan() -> None:
-            try:
-                self.source.search(self.run_id, text, found)
-            finally:
-                self._back(self._scan_done, stop)
-
-        self.run_worker(scan, thread=True, group="search", exit_on_error=False)
-
-    def _found(
-        self, stop: threading.Event, keys: list[tuple[int, int]], done: int, total: int
-    ) -> None:
-        if stop is not self.search_stop:
-            return
-        self.matches = sorted({*self.matches, *keys})
-        self.scanned_from, self.search_total = done, total
-        if self.wanted_step:
-            step, self.wanted_step = self.wanted_step, 0
-            self.action_find(step)
-        self._update_head()
-
-    def _scan_done(self, stop: threading.Event) -> None:
-        if stop is not self.search_stop:
-            return
-        self.search_done = True
-        if self.wanted_step:
-            step, self.wanted_step = self.wanted_step, 0
-            self.action_find(step)
-        self._update_head()
-
-    def search_progress(self) -> float:
-        """How much of the run the search has read (it reads from the end back)."""
-        total = self.search_total
-        if self.search_done or total <= 0:
-            return 1.0
-        return max(0.0, min(1.0, (total - min(self.scanned_from, total)) / total))
-
-    def _cursor_key(self) -> tuple[int, int]:
-        v, s = self.view, self.slice
-        if not v.entries or s is None:
-            return (0, 0)
-        e = v.entries[min(v.cursor, len(v.entries) - 1)]
-        if e.kind == "gap":
-            return (s.start, -1) if e.key[0] < 0 else (s.stop, 0)
-        if e.key[0] < 0:  # the open turn: after every committed message
-            return (s.total, 0)
-        return e.key
-
-    def action_find(self, step: int) -> None:
-        if not self.search_text:
-            self.action_search()
-            return
-        here = self._cursor_key()
-        i = bisect_left(self.matches, here)
-        if step < 0:
-            at = i - 1
-        else:
-            at = i + 1 if i < len(self.matches) and self.matches[i] == here else i
-        # the search reads from the end back: every match after what it has read is known,
-        # so an older match found is the nearest one, and a newer one is once the search has
-        # read back past the cursor
-        sure = self.search_done or step < 0 or self.scanned_from <= here[0]
-        if not sure or not 0 <= at < len(self.matches):
-            if self.search_done:
-                way = "older" if step < 0 else "newer"
-                self.notify(f"no {way} match for {self.search_text!r}", markup=False)
-            else:
-                self.wanted_step = step  # retried as the search finds more
-            return
-        self.match_at = at
-        key = self.matches[at]
-        s = self.slice
-        if s is not None and s.start <= key[0] < s.stop:
-            self.view.reveal(key)
-        else:
-            self.jump(key[0], key)
-        self._update_head()
 
     # --- navigation ------------------------------------------------------------------------
 
