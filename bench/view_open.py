@@ -17,10 +17,13 @@
    * ``jump_to_first_message_s``: ``home`` until the run's first message is shown;
    * ``go_to_middle_s`` and ``page_back_in_middle_s``: ``:`` N/2, then a page back there
      (a page should cost the same wherever it is);
+   * ``go_to_seq_three_quarters_s`` and ``page_back_at_three_quarters_s``: ``:`` ``s`` 3N/4
+     (History ``at_seq``), then a page back there;
    * History calls and messages fetched (the viewer's own counters), the messages and
      lines the window holds, the viewer process's RSS;
    * idle CPU of the viewer process over ``--idle-s`` on the transcript, then on the runs
-     table (process CPU time / wall time);
+     table with ``--runs`` small runs beside the long one (process CPU time / wall time),
+     and the daemon's CPU over the same windows;
 4. for scale, times ``Fold`` without messages (what the details screen asks) on the same
    run.
 
@@ -163,6 +166,7 @@ async def measure(socket: str, run_id: str, last_text: str, idle_s: float) -> di
             "seq 3/4 through",
         )
         to_seq = time.perf_counter() - t3
+        back_at_three_quarters = await page_back()  # History's own page there (fold marks)
         rss_mb = _rss_mb()
         loaded = len(s.slice.messages)
         lines = len(s.view.line_texts())
@@ -191,6 +195,7 @@ async def measure(socket: str, run_id: str, last_text: str, idle_s: float) -> di
             "go_to_middle_s": round(to_middle, 3),
             "page_back_in_middle_s": round(back_in_middle, 3),
             "go_to_seq_three_quarters_s": round(to_seq, 3),
+            "page_back_at_three_quarters_s": round(back_at_three_quarters, 3),
             "messages_held_in_window": loaded,
             "lines_laid_out": lines,
             "viewer_rss_mb": rss_mb,

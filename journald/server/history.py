@@ -31,6 +31,7 @@ from journald.server.runs import RunCache, Runs, stored_bytes
 Ctx = grpc.aio.ServicerContext[Any, Any]
 VIEW_CACHE_RUNS = 8  # (run, view) pairs whose derived message list is kept between pages
 TAIL_MARKS_TRIED = 4  # the newest usable marks a tail page tries before folding in full
+SEEK_TAIL_RECORDS = 5000  # a page by seq this near the end is folded from a mark
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,14 @@ class HistoryRpcs:
             last = (await self.runs.store.info(run_id)).last_seq
             seq = await seq_at_time(self.runs, run_id, when, last)
         found = await seek(self.runs, run_id, seq, held=held)
-        tail = None if held else await self._tail_page(run_id, found.index, request.limit)
+        # a page folded from a mark reads every record from it to the end: near the end that
+        # beats the run's whole state, far from it the state (from its snapshot, kept while
+        # the run is idle) is the cheaper read
+        last = (await self.runs.store.info(run_id)).last_seq
+        near_end = last - found.record.seq <= SEEK_TAIL_RECORDS
+        tail = None
+        if near_end and not held:
+            tail = await self._tail_page(run_id, found.index, request.limit)
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
