@@ -1,7 +1,8 @@
 # journald: two commands for a newcomer.
 #   make run    set up the runtime and start the daemon on its embedded default (file backend)
 #   make test   set up everything and run every check and test (what CI runs)
-# For contributors: make test-fast  unit + storage tests, dev Hypothesis profile, no slow ones
+# For contributors: make test-fast  unit + storage tests, dev Hypothesis profile, no slow ones,
+#                                    no nats-server (JetStream cases are left to make test)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -55,7 +56,7 @@ clients: setup
 	@if [ -x scripts/setup_clients.sh ]; then PATH=$(abspath $(BIN)):$$PATH scripts/setup_clients.sh && PATH=$(abspath $(BIN)):$$PATH scripts/test_clients.sh; fi
 
 # The third-language check: a C++ writer built from the proto alone (conformance/cpp); its
-# test against a real daemon is tests/integration/test_conformance_cpp.py, run by pytest.
+# test against a real daemon is tests/integration/client/test_conformance_cpp.py, run by pytest.
 conformance: setup
 	scripts/setup_conformance.sh
 
@@ -69,9 +70,12 @@ pytest: setup
 
 test: lint clients conformance tools pytest
 
-# the edit loop: unit + storage tests with the small dev profile, slow tests left to make test
+# the edit loop: unit + storage tests with the small dev profile; slow tests and the ones that
+# need a nats-server (the `jetstream` mark) are left to make test. JOURNALD_TEST_NO_NATS makes
+# a test that starts a nats-server anyway fail, naming the mark it lacks (tests/nats_server.py).
 test-fast: setup
-	HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q $(PYTEST_ARGS) -m "not slow" tests/unit tests/storage
+	JOURNALD_TEST_NO_NATS=1 HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q $(PYTEST_ARGS) \
+		-m "not slow and not jetstream" tests/unit tests/storage
 
 bench: setup
 	$(PIP) -r bench/requirements.txt

@@ -199,10 +199,10 @@ def open_breakdown(data_dir: Path, run_id: str) -> dict[str, float]:
     folding the records after it; the daemon saves one when a lease ends), the store's open
     for append, the first response's encoding."""
     from journald.server.convert import state_to_pb
-    from journald.server.marks import FoldMarks, snapshot_in
-    from journald.server.runs import fold_stored
     from journald.storage.file.checkpoint_store import FileCheckpointStore
     from journald.storage.file.store import FileStore
+    from journald.writer.folding import fold_stored
+    from journald.writer.marks import FoldMarks, snapshot_in
 
     async def go() -> dict[str, float]:
         store = FileStore(data_dir)

@@ -7,7 +7,7 @@ One timestamp form for the daemon and the Python client: both stamp records with
 Tests step the clock with ``JOURNALD_TEST_CLOCK_OFFSET_S`` (seconds, may be negative), read
 once at start: every timestamp and id of the process is that far off the real clock, as if
 the host's clock had been set so. It exists for tests of clock steps
-(``tests/integration/test_clock_steps.py``); a deployed daemon never sets it.
+(``tests/integration/checkpoints/test_clock_steps.py``); a deployed daemon never sets it.
 """
 
 from __future__ import annotations

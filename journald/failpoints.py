@@ -38,7 +38,7 @@ recorded in the manifest, staged volume not yet renamed in), ``after_prune_renam
 a run's create (``before_run_create``: the run directory not made yet), of a listing
 (``before_run_list``) and of a delete (``before_run_delete``: the run not renamed away yet),
 where ``raise:ERR`` stands for any errno the disk can answer
-(``tests/storage/test_file_disk_errors.py``).
+(``tests/storage/file/test_file_disk_errors.py``).
 
 Points used by the JetStream backend (``journald.storage.jetstream.store``): ``before_write``
 (nothing of the append published yet) and ``after_fsync_before_advance`` (the server

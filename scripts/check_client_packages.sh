@@ -45,6 +45,9 @@ npm_package() {
 JSON
   "$ROOT/clients/ts/node_modules/.bin/tsc" -p tsconfig.json
   node out/consumer.js "$VECTORS"
+  # the LangGraph.js entry point is in the tarball and its exports map (loading it needs the
+  # peer dependencies @langchain/langgraph-checkpoint and @langchain/core, not installed here)
+  node -e 'console.log("npm package entry point: " + require.resolve("@journald/client/langgraph").split("node_modules/")[1])'
 }
 
 (go_module)

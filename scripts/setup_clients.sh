@@ -2,7 +2,8 @@
 # Install what the Go and TypeScript clients need, from the repo's own lock files only:
 #   - Go modules of clients/go (go.mod + go.sum):            go mod download
 #   - protoc-gen-go / protoc-gen-go-grpc, pinned, in .tools/bin (for scripts/gen_clients.sh)
-#   - npm packages of clients/ts (package-lock.json):        npm ci
+#   - npm packages of clients/ts (package-lock.json):        npm ci (better-sqlite3, for the
+#     LangGraph.js tests' SqliteSaver, compiles from source: a few minutes on 2 cores)
 # Needs Go >= 1.24 and Node >= 20 with npm. Idempotent: skips what is already in place.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"

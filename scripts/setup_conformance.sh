@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the third-language conformance writer (conformance/cpp), a C++ program generated from
 # proto/journald/v1/journal.proto with no journald client library. It is run against a real
-# daemon by tests/integration/test_conformance_cpp.py (pytest, part of `make test`).
+# daemon by tests/integration/client/test_conformance_cpp.py (pytest, part of `make test`).
 #
 # Needs Debian's gRPC C++ packages; installs them with apt-get when missing and running as
 # root (CI), otherwise prints the command. Rebuilds only when the proto or the source changed.

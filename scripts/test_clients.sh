@@ -2,10 +2,13 @@
 # Check and test the Go and TypeScript clients; exits non-zero if any step fails.
 #   1. generated stubs are current (scripts/gen_clients.sh --check; needs buf from make setup)
 #   2. clients/go: gofmt, go vet ./..., go test ./...   (shared vectors, errors, socket rules)
-#   3. clients/ts: npm test                              (tsc, then node --test)
+#   3. clients/ts: npm test                              (tsc, node --test, then vitest: the
+#      LangGraph.js saver's tests and LangGraph's checkpoint validation suite, each against a
+#      real `journald serve` they start on a temp socket and stop by its pid: the checkout's
+#      .venv/bin/journald from `make setup`, or $JOURNALD_BIN)
 #   4. both packages used outside the checkout            (scripts/check_client_packages.sh)
 # Run scripts/setup_clients.sh first. The cross-language test against a real daemon is
-# tests/integration/test_polyglot.py (pytest).
+# tests/integration/client/test_polyglot.py (pytest).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"

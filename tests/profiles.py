@@ -50,12 +50,18 @@ MACHINE_RUNS: dict[str, dict[str, MachineRun]] = {
         "file": MachineRun(40, 40),
         "jetstream": MachineRun(15, 30),
         "daemon": MachineRun(5, 15),
+        # the machine on the deliberately wrong file journal (tests/storage/contract/
+        # test_store_machine.py): how long it may search for, and shrink, the lost record
+        "ack_before_fsync": MachineRun(200, 30),
     },
     "dev": {
         "memory": MachineRun(15, 25),
         "file": MachineRun(10, 25),
         "jetstream": MachineRun(4, 20),
         "daemon": MachineRun(3, 10),
+        # short sequences: the loss needs one failed write, and shrinking 30-step sequences of
+        # a real file store took 10-160 s (seed-dependent); 5 steps found it in 3-16 s
+        "ack_before_fsync": MachineRun(200, 5),
     },
 }
 

@@ -17,7 +17,7 @@ import (
 const ErrorTrailer = "journald-error-bin"
 
 // The machine codes: the words of the proto's ErrorCode enum (docs/protocol.md#error-codes);
-// tests/unit/test_contract_enums.py keeps this table equal to it.
+// tests/unit/docs/test_contract_enums.py keeps this table equal to it.
 const (
 	CodeSessionNotFound         = "session_not_found"
 	CodeSessionExists           = "session_exists"

@@ -16,7 +16,7 @@ import (
 )
 
 // The pipelined writer's tests need a live daemon: JOURNALD_TEST_SOCKET names its socket
-// (tests/integration/test_polyglot.py sets it and runs them).
+// (tests/integration/client/test_polyglot.py sets it and runs them).
 
 func liveSocket(t *testing.T) string {
 	t.Helper()

@@ -9,7 +9,7 @@ import (
 )
 
 // TestClosingARunLetsItBeReopenedAtOnceTenTimesWithoutLocked needs a live daemon:
-// JOURNALD_TEST_SOCKET names its socket (tests/integration/test_polyglot.py sets it).
+// JOURNALD_TEST_SOCKET names its socket (tests/integration/client/test_polyglot.py sets it).
 // Run.Close calls Release before cancelling the stream, so a re-open right after never
 // sees `locked`; the self-locked retry is off against a daemon that has Release.
 func TestClosingARunLetsItBeReopenedAtOnceTenTimesWithoutLocked(t *testing.T) {

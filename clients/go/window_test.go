@@ -41,7 +41,7 @@ func sameMessages(t *testing.T, what string, got, want []*pb.Message) {
 
 // TestFoldAndResumeOfARunLongerThanTheWindowHoldEveryMessage needs a live daemon and a run
 // longer than the window whose state is over the daemon's max message size:
-// JOURNALD_TEST_SOCKET and JOURNALD_TEST_LONG_RUN (tests/integration/test_polyglot.py).
+// JOURNALD_TEST_SOCKET and JOURNALD_TEST_LONG_RUN (tests/integration/client/test_polyglot.py).
 func TestFoldAndResumeOfARunLongerThanTheWindowHoldEveryMessage(t *testing.T) {
 	sock, runID := os.Getenv("JOURNALD_TEST_SOCKET"), os.Getenv("JOURNALD_TEST_LONG_RUN")
 	if sock == "" || runID == "" {

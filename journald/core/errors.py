@@ -43,7 +43,7 @@ maps it back to its own typed error from the code.
 
 The base class's own code, ``internal``, is a daemon bug. The codes are the words of the
 proto's ``ErrorCode`` enum, whose comments name each code's status;
-``tests/unit/test_contract_enums.py`` keeps this tree, the clients and the enum equal.
+``tests/unit/docs/test_contract_enums.py`` keeps this tree, the clients and the enum equal.
 
 This module is part of the pure core: no I/O imports.
 """

@@ -19,9 +19,10 @@ Pure core: no I/O imports (a test enforces it).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -445,3 +446,48 @@ def check_append(
         f"seq {last_seq + 1}",
         metadata={"run_id": run_id, "seq": seq, "last_seq": last_seq},
     )
+
+
+def check_batch(run_id: str, seqs: Sequence[int]) -> None:
+    """A batch's seqs follow one another (docs/protocol.md#batches-and-the-gap-wait)."""
+    for a, b in itertools.pairwise(seqs):
+        if b != a + 1:
+            raise InvalidRecord(
+                f"run {run_id}: a batch needs consecutive seqs; seq {b} follows "
+                f"{a} (send seq {a + 1} next, or split the batch)",
+                metadata={"seq": b, "run_id": run_id, "field": "records"},
+            )
+
+
+Build = Callable[[int, str, "Record | None"], "Record"]
+"""Builds the ``i``-th record of a batch linked onto ``prev``; the stored record at its seq
+when it is a retry (whose trace a record without one takes), else None."""
+
+
+def plan_batch(
+    run_id: str,
+    at: int,
+    prev: str,
+    seqs: Sequence[int],
+    stored: Mapping[int, Record],
+    build: Build,
+) -> tuple[list[Record], list[Record]]:
+    """The one seq and new-vs-retry decision of a batch (docs/protocol.md#seq-rules), after
+    the last queued record (``at``, hash ``prev``): (the stored records its retries match,
+    its new records linked in order). A seq at or below ``at`` is built onto the stored
+    record's ``prev`` and must have its hash (else ``SeqConflict``); the next is appended;
+    one further on is ``SeqGap``. Builds nothing it does not need."""
+    dups: list[Record] = []
+    new: list[Record] = []
+    for i, seq in enumerate(seqs):
+        if seq <= at:
+            have = stored[seq]
+            again = build(i, have.prev, have)
+            check_append(at, seq, have.hash, again.hash, run_id)
+            dups.append(have)
+            continue
+        if check_append(at + len(new), seq, None, "", run_id) == APPEND:
+            rec = build(i, prev, None)
+            new.append(rec)
+            prev = rec.hash
+    return dups, new

@@ -1,7 +1,8 @@
 """Checkpoint, compaction, restore, fork and export/import RPCs (docs/design.md#checkpoints).
 
 Every one reads the head of a run through ``Runs.head`` (serialized with the holder's appends,
-see ``journald.server.runs``) and writes rebases through ``Runs.commit``.
+see ``journald.server.runs``) and writes rebases through the held run's writer
+(``RunWriter.commit``).
 
 Idle only: Checkpoint, Compact, Restore and Fork of the head are refused with
 ``turn_running`` while the run has a pending turn with unanswered tool calls (Compact
@@ -180,11 +181,10 @@ class CheckpointRpcs:
             payload["checkpoint_hash"] = cp.meta.hash
         if covered is not None:
             payload["covered"] = {"from_seq": covered[0], "to_seq": covered[1]}
-        rec = make_record(
+        # gated with the rest of the commit (journald.writer.gate)
+        return make_record(
             lease.journal.last_seq + 1, "rebase", payload, lease.journal.last_hash, utc_ts()
         )
-        self.runs.check(rec)
-        return rec
 
     @unary
     async def Checkpoint(
@@ -252,7 +252,7 @@ class CheckpointRpcs:
                     failpoints.hit("op_after_checkpoint")
             msgs = governed(cp.messages)
             rec = self._rebase(held.lease, "restore", msgs, cp, (1, st.last_seq))
-            results = await self.runs.commit(held.lease, [rec])
+            results = await held.lease.writer.commit([rec])
             if failpoints.ARMED:
                 failpoints.hit("op_after_rebase")
             after = len(held.lease.state.messages)
@@ -291,7 +291,7 @@ class CheckpointRpcs:
             covered = (1, st.last_seq)
             try:
                 rec = self._rebase(held.lease, "compaction", new, None, covered)
-                results = await self.runs.commit(held.lease, [rec])
+                results = await held.lease.writer.commit([rec])
             except JournaldError as err:
                 return pb.CompactResponse(
                     status=pb.COMPACT_STATUS_FAILED,
@@ -344,8 +344,7 @@ class CheckpointRpcs:
         if labels:
             payload["labels"] = labels
         payload["lineage"] = lineage
-        meta = make_record(1, "meta", payload, GENESIS, now)
-        self.runs.check(meta)
+        meta = make_record(1, "meta", payload, GENESIS, now)  # gated by the acquire
         # Framework state travels with a fork of the head (a checkpoint holds only the
         # conversation, so a fork from one starts without state).
         carried = src.state_entries() if cp is None else []
@@ -354,7 +353,7 @@ class CheckpointRpcs:
             digests = {v.sha256 for _, _, v in carried if v.sha256}
             await copy_attachments(self.runs.attachments, source, new_run, digests)
             rec = self._rebase(lease, "fork", governed(msgs), cp, None)
-            await self.runs.commit(lease, [rec, *self._state_copies(rec, carried)])
+            await lease.writer.commit([rec, *self._state_copies(rec, carried)])
             state = lease.state
         return pb.ForkResponse(run_id=new_run, state=state_to_pb(state))
 
@@ -371,7 +370,6 @@ class CheckpointRpcs:
             else:
                 payload["data"] = v.data
             prev = make_record(prev.seq + 1, "state", payload, prev.hash, after.ts)
-            self.runs.check(prev)
             out.append(prev)
         return out
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from journald_proto import journal_pb2 as pb
 
-from journald.core.errors import InvalidRecord
+from journald.core.errors import InvalidRecord, VersionUnsupported
 from journald.core.fingerprint import Fingerprint
 from journald.core.fold import Message, Pending, RunState
 from journald.core.governance import GovernanceReport
@@ -31,10 +31,10 @@ from journald.core.records import (
     TYPE_OF,
     Record,
     canonical_json,
-    make_record,
     parse_json,
     utc_ts_of,
 )
+from journald.writer.gate import Incoming
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
 
@@ -270,11 +270,11 @@ def record_to_pb(r: Record, *, payload: bool = True) -> pb.Record:
     return out
 
 
-def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = None) -> Record:
-    """Build a record from its proto; ``prev``/``ts`` override (the daemon fills them)."""
+def incoming_from_pb(rec: pb.Record, *, index: int = -1, ts: str | None = None) -> Incoming:
+    """A received record decoded once into its normal form, not yet linked or encoded (the
+    run writer links it onto the chain and encodes it once); ``ts`` overrides (the daemon's
+    clock for a record sent without one)."""
     if rec.format_version not in (0, 1):
-        from journald.core.errors import VersionUnsupported
-
         raise VersionUnsupported(
             f"record format version {rec.format_version} is not supported (this daemon speaks "
             "version 1); upgrade the daemon or the client",
@@ -286,14 +286,14 @@ def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = 
         if rec.HasField("trace") and rec.trace.trace_id
         else None
     )
-    return make_record(
-        rec.seq,
-        kind,
-        payload,
-        prev if prev is not None else rec.prev,
-        utc_ts_of(ts if ts is not None else rec.ts, "ts"),
-        trace,
+    return Incoming(
+        rec.seq, kind, payload, utc_ts_of(ts if ts is not None else rec.ts, "ts"), trace, index
     )
+
+
+def record_from_pb(rec: pb.Record, *, prev: str | None = None, ts: str | None = None) -> Record:
+    """Build a record from its proto; ``prev``/``ts`` override (the daemon fills them)."""
+    return incoming_from_pb(rec, ts=ts).link(prev if prev is not None else rec.prev, None)
 
 
 def state_to_pb(st: RunState, *, messages: bool = True) -> pb.RunState:

@@ -24,6 +24,7 @@ from journald.core.records import Record
 from journald.server.convert import record_to_pb
 from journald.storage.base import Journal
 from journald.storage.io_pool import background_context
+from journald.writer.run_writer import RunWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +52,29 @@ class Holder:
 
 @dataclass(eq=False)
 class Lease:
+    """Who holds a run and for how long; its ``writer`` owns the journal, the folded state
+    and the append path (``journald.writer``)."""
+
     lease_id: str
     run_id: str
     holder: Holder
-    journal: Journal
-    state: RunState
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    writer: RunWriter
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     end_reason: str = ""
     released: bool = False
-    state_voids: int = field(init=False)
-    """The journal's ``pipeline.voids`` that ``state`` was folded under: when a failed write
-    voids queued records the count moves and the state is refolded from the store."""
 
-    def __post_init__(self) -> None:
-        self.state_voids = self.journal.pipeline.voids
+    @property
+    def journal(self) -> Journal:
+        return self.writer.journal
+
+    @property
+    def state(self) -> RunState:
+        """The writer's state (queued appends included; ``writer.settled`` for the stored)."""
+        return self.writer.state
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        return self.writer.lock
 
     def end(self, reason: str) -> None:
         if not self.ended.is_set():
@@ -78,8 +87,6 @@ class LeaseTable:
         self._by_run: dict[str, Lease] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._closing: dict[str, asyncio.Task[None]] = {}
-        self.on_close: Callable[[Lease], Awaitable[None]] | None = None
-        """Runs under the lease lock when a lease ends, before its journal closes."""
         self.on_closed: Callable[[str], Awaitable[None]] | None = None
         """Runs once the journal is closed (the run's cross-host lease is released)."""
 
@@ -122,9 +129,9 @@ class LeaseTable:
                 },
             )
 
-    def grant(self, run_id: str, holder: Holder, journal: Journal, state: RunState) -> Lease:
+    def grant(self, run_id: str, holder: Holder, writer: RunWriter) -> Lease:
         self.refuse_if_held(run_id)
-        lease = Lease(secrets.token_hex(16), run_id, holder, journal, state)
+        lease = Lease(secrets.token_hex(16), run_id, holder, writer)
         self._by_run[run_id] = lease
         return lease
 
@@ -140,13 +147,8 @@ class LeaseTable:
 
         async def close() -> None:
             async with lease.lock:
-                if self.on_close is not None:
-                    try:
-                        await self.on_close(lease)
-                    except Exception:  # a hook never keeps a journal open
-                        log.exception("lease close hook failed for run %s", lease.run_id)
                 try:
-                    await lease.journal.close()
+                    await lease.writer.close()  # marks, snapshot, then the journal
                 finally:
                     if self.on_closed is not None:
                         await self.on_closed(lease.run_id)

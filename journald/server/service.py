@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -19,22 +18,16 @@ from journald import telemetry
 from journald.clock import utc_ts
 from journald.core import governance
 from journald.core.checkpoints import CheckpointMeta
-from journald.core.errors import (
-    InvalidArgumentError,
-    InvalidRecord,
-    SessionExists,
-    SessionNotFound,
-    clip,
-    limit_reached,
-)
+from journald.core.errors import InvalidArgumentError, InvalidRecord, clip, limit_reached
 from journald.core.fingerprint import check_gates, diff
-from journald.core.fold import Message, RunState, fold_into, resume_warnings
+from journald.core.fold import Message, RunState
 from journald.core.records import GENESIS, Record, validate_id
 from journald.server.attachments import AttachmentRpcs
 from journald.server.checkpoint_service import CheckpointRpcs, meta_to_pb
 from journald.server.convert import (
     fingerprint_from_pb,
     governance_to_pb,
+    incoming_from_pb,
     record_from_pb,
     record_to_pb,
     state_to_pb,
@@ -42,53 +35,20 @@ from journald.server.convert import (
 from journald.server.edge import streaming, unary
 from journald.server.fairness import FLAGS, FairShares, PeerBudget, peer_key
 from journald.server.history import HistoryRpcs
-from journald.server.leases import END, Holder, Lease, Subscription, WatchHub, new_holder
+from journald.server.leases import END, Subscription, WatchHub, new_holder
 from journald.server.message_window import ask_for_state, check_fits, fill_window, room_left
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore
-from journald.storage.pipeline import Ticket
+from journald.writer.gate import Incoming, at_index, locate
+from journald.writer.run_writer import Acquire, Ticket
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
 
 STREAM_IN_FLIGHT = 64
 """Messages of one AppendStream queued ahead of the acks sent (read-ahead bound)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PbDraft:
-    """A record as received: built (and checked against the limits) once the pipeline knows
-    its ``prev`` and whether it is new or a retry."""
-
-    msg: pb.Record
-    index: int
-    check: Callable[[Record], None]
-
-    @property
-    def seq(self) -> int:
-        return self.msg.seq
-
-    @property
-    def traced(self) -> bool:
-        return bool(self.msg.trace.trace_id)
-
-    def build(self, prev: str, trace: Mapping[str, str] | None) -> Record:
-        r = self.msg
-        if trace is not None and not r.trace.trace_id:
-            r.trace.trace_id = trace.get("trace_id", "")
-            r.trace.span_id = trace.get("span_id", "")
-        try:
-            rec = record_from_pb(r, prev=prev, ts=r.ts or utc_ts())
-            self.check(rec)
-        except InvalidArgumentError as err:
-            err.message = f"records[{self.index}] (seq {r.seq}): {err.message}"
-            if isinstance(err, InvalidRecord):
-                err.metadata.setdefault("seq", str(r.seq))
-                err.metadata.setdefault("field", f"records[{self.index}]")
-            raise
-        return rec
 
 
 async def follow_other_hosts(
@@ -117,14 +77,6 @@ async def follow_other_hosts(
                 await sub.unsubscribe()
 
     return stop
-
-
-def locate(err: InvalidRecord, run_id: str, seq: int, field: str) -> InvalidRecord:
-    """Give a refusal the ``run_id``, ``seq`` and ``field`` every ``invalid_record`` carries
-    (docs/protocol.md#error-codes), keeping what the check that raised it already named."""
-    for key, value in (("run_id", run_id), ("seq", str(seq)), ("field", field)):
-        err.metadata.setdefault(key, value)
-    return err
 
 
 class JournalService:
@@ -174,24 +126,53 @@ class JournalService:
         run_id = validate_id(request.run_id)
         c = request.client
         holder = new_holder(c.name, c.pid, c.host, c.cwd)
-        async with self.leases.opening_lock(run_id):
-            # under the opening lock (no run appears meanwhile), before `locked` names a holder
-            await self.runs.owners.check(run_id)
-            self.leases.refuse_if_held(run_id)
-            await self.leases.wait_closed(run_id)
-            # before any state is read: a run held through another daemon is refused here
-            await self.runs.take_host(run_id, holder)
-            try:
-                lease, exists, state, warnings = await self._grant(run_id, request, holder, context)
-            except BaseException:
-                await self.runs.free_host(run_id)
-                raise
+        mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
+
+        def create() -> Record:
+            telemetry.stamp_open(request, context)
+            return self._meta_record(run_id, request)
+
+        def gates(state: RunState) -> list[tuple[str, str]]:
+            assert state.fingerprint is not None
+            current = fingerprint_from_pb(request.fingerprint)
+            check_gates(
+                run_id=run_id,
+                stored=state.fingerprint,
+                stored_interactive=state.interactive,
+                completed=state.completed,
+                current=current,
+                current_interactive=request.interactive,
+                force=request.force,
+            )
+            drift = diff(state.fingerprint, current)
+            if not drift:
+                return []
+            return [
+                (
+                    "fingerprint_drift_forced",
+                    "resumed with force despite drift: " + "; ".join(drift),
+                )
+            ]
+
+        lease, created, warnings = await self.runs.acquire(
+            Acquire(
+                run_id,
+                holder.as_doc(),
+                create=None if mode == pb.OPEN_MODE_RESUME else create,
+                may_resume=mode != pb.OPEN_MODE_CREATE,
+                gates=gates,
+                check_owner=True,
+                missing_hint="start it instead of resuming (list runs with `journald ls`)",
+            ),
+            holder,
+        )
+        state = lease.state
         try:
             first = pb.OpenResponse(
                 lease=pb.Lease(
                     lease_id=lease.lease_id,
                     run_id=run_id,
-                    created=not exists,
+                    created=created,
                     last_seq=state.last_seq,
                     last_hash=state.last_hash,
                     state=state_to_pb(state, messages=False),
@@ -217,66 +198,6 @@ class JournalService:
         finally:
             self.leases.release(lease)
 
-    async def _grant(
-        self, run_id: str, request: pb.OpenRequest, holder: Holder, context: Ctx
-    ) -> tuple[Lease, bool, RunState, list[tuple[str, str]]]:
-        """Create or resume the run for an Open (caller holds its opening lock and its
-        cross-host lease) and grant the lease."""
-        exists = await self.store.exists(run_id)
-        mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
-        if exists and mode == pb.OPEN_MODE_CREATE:
-            raise SessionExists(
-                f"run {run_id} already exists; resume it or pick another id",
-                metadata={"run_id": run_id},
-            )
-        if not exists and mode == pb.OPEN_MODE_RESUME:
-            raise SessionNotFound(
-                f"run {run_id} does not exist; start it instead of "
-                "resuming (list runs with `journald ls`)",
-                metadata={"run_id": run_id},
-            )
-        warnings: list[tuple[str, str]] = []
-        if exists:
-            # the writer indexes the run (fold marks for History, a snapshot for the
-            # next Open) and folds it from its last snapshot when that still matches
-            state = await self.runs.fold_for_writer(run_id)
-            assert state.fingerprint is not None
-            current = fingerprint_from_pb(request.fingerprint)
-            check_gates(
-                run_id=run_id,
-                stored=state.fingerprint,
-                stored_interactive=state.interactive,
-                completed=state.completed,
-                current=current,
-                current_interactive=request.interactive,
-                force=request.force,
-            )
-            drift = diff(state.fingerprint, current)
-            if drift:
-                warnings.append(
-                    (
-                        "fingerprint_drift_forced",
-                        "resumed with force despite drift: " + "; ".join(drift),
-                    )
-                )
-            # right after the fold: the file store's open takes the active segment from
-            # that read instead of decoding it again, if the files did not change between
-            journal = await self.store.open(run_id)
-            if journal.repair is not None:
-                warnings.append(("torn_tail_repaired", journal.repair.sentence()))
-            if journal.last_seq != state.last_seq:
-                state = await self.runs.fold_for_writer(run_id)
-            warnings.extend(resume_warnings(state))
-        else:
-            telemetry.stamp_open(request, context)
-            meta = self._meta_record(run_id, request)
-            journal = await self.store.create(meta)
-            state = fold_into(RunState(), (meta,))
-            self.runs.marks.created(run_id)
-            await self.runs.owners.claim(run_id, journal)
-        lease = self.leases.grant(run_id, holder, journal, state)
-        return lease, exists, state, warnings
-
     def _meta_record(self, run_id: str, request: pb.OpenRequest) -> Record:
         if not request.HasField("fingerprint") or not request.fingerprint.provider:
             raise InvalidRecord(
@@ -298,11 +219,9 @@ class JournalService:
         if request.HasField("trace"):
             meta.trace.CopyFrom(request.trace)
         try:
-            rec = record_from_pb(meta, prev=GENESIS, ts=request.created or utc_ts())
-            self.runs.check(rec)
-        except InvalidRecord as err:
+            return record_from_pb(meta, prev=GENESIS, ts=request.created or utc_ts())
+        except InvalidRecord as err:  # the writer's gate checks what this built
             raise locate(err, run_id, 1, "meta") from None
-        return rec
 
     # --- appends ------------------------------------------------------------------------
 
@@ -347,14 +266,22 @@ class JournalService:
         first_seq = request.records[0].seq
         try:
             await lease.journal.pipeline.wait_turn(first_seq)
+            items = [self._incoming(r, i) for i, r in enumerate(request.records)]
             async with lease.lock:
                 self.leases.check(run_id, request.lease_id)
                 parent = telemetry.unstamped_parent(request.records, context)
                 trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
-                drafts = [PbDraft(r, i, self.runs.check) for i, r in enumerate(request.records)]
-                return await self.runs.queue(lease, drafts, trace, rpc)
+                return await lease.writer.queue(items, trace, rpc)
         except InvalidRecord as err:
             raise locate(err, run_id, first_seq, "records") from None
+
+    @staticmethod
+    def _incoming(msg: pb.Record, index: int) -> Incoming:
+        """A received record decoded once (the writer links, encodes and gates it)."""
+        try:
+            return incoming_from_pb(msg, index=index, ts=msg.ts or utc_ts())
+        except InvalidArgumentError as err:
+            raise at_index(err, index, msg.seq) from None
 
     @unary
     async def Release(self, request: pb.ReleaseRequest, context: Ctx) -> pb.ReleaseResponse:
@@ -514,7 +441,8 @@ class JournalService:
         """Hold the run as the daemon (no writer may hold it), quarantine its damage."""
         run_id = validate_id(request.run_id)
         async with self.runs.unheld(run_id):
-            rep = await self.store.recover(run_id)
+            # the rebase recording the hole passes the one gate, like every record written
+            rep = await self.store.recover(run_id, check=self.runs.gate.record)
             await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded

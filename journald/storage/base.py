@@ -6,7 +6,7 @@ Reads (``load``, ``iter_records``, ``info``, ``list``, ``verify``) never take th
 inspection never blocks a writer.
 
 Append contract (docs/protocol.md#seq-rules), identical in every backend and proved by the
-shared contract suite in ``tests/storage/test_contract.py``:
+shared contract suite in ``tests/storage/contract/test_contract.py``:
 
 * ``Journal.append(records)`` takes records with consecutive seqs. The ``prev`` of each
   record is advisory: the journal links every new record onto its own last hash.
@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from journald.core.records import Record
+
+RecordCheck = Callable[[Record], None]
+"""A check a record the store builds itself must pass (the daemon's gate)."""
 
 if TYPE_CHECKING:
     from journald.storage.pipeline import AppendPipeline
@@ -168,10 +171,12 @@ class Store(Protocol):
         """Walk the whole hash chain and every record's schema."""
         ...
 
-    async def recover(self, run_id: str) -> QuarantineReport:
+    async def recover(self, run_id: str, *, check: RecordCheck | None = None) -> QuarantineReport:
         """Move damaged records out of the run into the store's quarantine directory and
-        record the hole in it (a rebase with reason ``quarantine``); ``Locked`` while a
-        writer holds the run, ``Unsupported`` on a backend without recovery."""
+        record the hole in it (a rebase with reason ``quarantine``, which ``check`` refuses
+        before anything moves: the daemon passes its gate; without one, the schema alone);
+        ``Locked`` while a writer holds the run, ``Unsupported`` on a backend without
+        recovery."""
         ...
 
     async def close(self) -> None: ...

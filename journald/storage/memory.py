@@ -24,6 +24,7 @@ from journald.storage.base import (
     MEMORY,
     AppendResult,
     QuarantineReport,
+    RecordCheck,
     RepairReport,
     RunInfo,
     VerifyReport,
@@ -168,7 +169,7 @@ class MemoryStore:
         del self._runs[run_id]
         return True
 
-    async def recover(self, run_id: str) -> QuarantineReport:
+    async def recover(self, run_id: str, *, check: RecordCheck | None = None) -> QuarantineReport:
         raise Unsupported(
             f"run {run_id}: the memory backend keeps no files, so it has nothing to recover; "
             "recovery works on the file backend",

@@ -1,13 +1,17 @@
 """The one append pipeline every backend's journal runs (docs/design.md#the-append-pipeline).
 
-Everything a journal decides about an append lives here, once: the seq turnstile (an append
-ahead of the queue waits ``gap_wait_s`` for the seqs before it), the new-vs-retry plan (a seq
-already stored is compared with the stored record re-linked onto its ``prev``; a retry that
-carries no trace takes the stored one's), the admission hook (the daemon admits and folds the
-new records while they are queued), group commit (every batch queued while a write is in flight
-goes out in the next single write) and in-order acknowledgement: a batch is acknowledged only
-after the write that covers it, and a failed write voids it and everything queued behind it
-(the journal stays at its last durable record, appendable at the same seq).
+What a journal itself must do about an append lives here, once: the seq turnstile (an append
+ahead of the queue waits ``gap_wait_s`` for the seqs before it), the slot a batch is planned in
+(the last queued record, where new records link, and the stored records at the seqs a retry
+names, read back for the comparison), group commit (every batch queued while a write is in
+flight goes out in the next single write) and in-order acknowledgement: a queued batch's future
+completes only after the write that covers it, and a failed write voids it and everything
+queued behind it (the journal stays at its last durable record, appendable at the same seq).
+
+The pipeline decides nothing about a record and calls nothing of its caller: it answers with
+what happened (a ``Slot``, a future per queued batch) and the caller acts on it. The seq and
+new-vs-retry decisions are ``journald.core.records.plan_batch``, which the daemon's run writer
+(``journald.writer``) calls inside its gate and ``append`` (the store-level API) calls too.
 
 A backend supplies two things: ``write(records)``, which makes new records durable (one call
 per group, in seq order), and ``read_stored(seqs)``, which returns the stored records at those
@@ -19,87 +23,45 @@ backend's own limits on new records (refused before anything is queued), and
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from journald.core.errors import BackendUnavailable, InvalidRecord, JournaldError, Locked, SeqGap
-from journald.core.records import APPEND, Record, check_append, make_record
+from journald.core.records import Record, check_batch, make_record, plan_batch
 from journald.storage.base import AppendResult
 
-Trace = Mapping[str, str]
 WriteGroup = Callable[[list[Record]], Awaitable[None]]
 ReadStored = Callable[[list[int]], Awaitable[Mapping[int, Record]]]
 AfterWrite = Callable[[list[Record]], Awaitable[None]]
-OnDurable = Callable[[], None]
-OnQueued = Callable[[list[Record]], OnDurable | None]
-"""Called with a batch's new records (linked, in order) just before they are queued; raising
-refuses the batch (nothing is queued). What it returns runs once they are durable, in seq
-order, before their acknowledgement."""
-
-
-class Draft(Protocol):
-    """A record to append, built once its ``prev`` (and a trace it lacks) is known."""
-
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def traced(self) -> bool: ...
-
-    def build(self, prev: str, trace: Trace | None) -> Record:
-        """The record linked onto ``prev``, stamped with ``trace`` if it has none."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class RecordDraft:
-    """A record already built (its ``prev`` advisory: the pipeline links it)."""
-
-    rec: Record
-
-    @property
-    def seq(self) -> int:
-        return self.rec.seq
-
-    @property
-    def traced(self) -> bool:
-        return self.rec.trace is not None
-
-    def build(self, prev: str, trace: Trace | None) -> Record:
-        r = self.rec
-        stamped = r.trace if r.trace is not None else trace
-        if r.prev == prev and stamped == r.trace:
-            return r
-        return make_record(r.seq, r.kind, r.payload, prev, r.ts, stamped)
 
 
 @dataclass(slots=True)
-class Ticket:
-    """A planned batch: its retried records (already stored) and its queued new ones."""
+class Slot:
+    """Where a batch is planned (the pipeline's plan lock is held while it is open): the last
+    record queued (durable or not), onto which new records link, and the stored records at
+    the batch's seqs that are already queued (a retry compares itself with them)."""
 
-    run_id: str
-    durability: str
-    dups: list[Record]
-    new: list[Record]
-    _done: asyncio.Future[None] | None
-
-    async def durable(self) -> list[AppendResult]:
-        """The acknowledgements, once the write covering the new records is durable; the
-        write's typed error if it (or one queued before it) failed."""
-        if self._done is not None:
-            await self._done
-        return [AppendResult(r.seq, r.hash, self.durability, True) for r in self.dups] + [
-            AppendResult(r.seq, r.hash, self.durability) for r in self.new
-        ]
+    at: int
+    prev: str
+    stored: Mapping[int, Record]
+    queued: Queued | None = None
+    """The queued batch, once ``AppendPipeline.queue`` took it."""
 
 
 @dataclass(slots=True)
-class _Queued:
+class Queued:
+    """A queued batch's two futures, completed in that order once the write covering it is
+    durable (or failed with its typed error): ``durable``, the pipeline's own, which no task
+    awaits (a caller that gives up cannot cancel it: react to it with a done callback), then
+    ``acked``, for the caller to await."""
+
     records: list[Record]
-    done: asyncio.Future[None]
-    on_durable: OnDurable | None
+    durable: asyncio.Future[None]
+    acked: asyncio.Future[None]
+
+    def settle(self, exc: BaseException | None = None) -> None:
+        _settle(self.durable, exc)
+        _settle(self.acked, exc)
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None = None) -> None:
@@ -118,6 +80,34 @@ async def _closed_write(records: list[Record]) -> None:
 
 async def _closed_read(seqs: list[int]) -> dict[int, Record]:
     raise AssertionError("a closed pipeline read")
+
+
+def _relinked(rec: Record, prev: str, trace: Mapping[str, str] | None) -> Record:
+    """``rec`` linked onto ``prev`` (its own ``prev`` is advisory), re-encoded only if that
+    or the trace changes it."""
+    stamped = rec.trace if rec.trace is not None else trace
+    if rec.prev == prev and stamped == rec.trace:
+        return rec
+    return make_record(rec.seq, rec.kind, rec.payload, prev, rec.ts, stamped)
+
+
+class _SlotOpening:
+    """The ``async with`` of ``AppendPipeline.slot`` (a plain class: an async generator's
+    context manager costs a good part of an append's own bookkeeping)."""
+
+    __slots__ = ("_first", "_last", "_pipeline", "_slot")
+
+    def __init__(self, pipeline: AppendPipeline, first: int, last: int) -> None:
+        self._pipeline, self._first, self._last = pipeline, first, last
+        self._slot: Slot | None = None
+
+    async def __aenter__(self) -> Slot:
+        self._slot = await self._pipeline._enter_slot(self._first, self._last)
+        return self._slot
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._slot is not None
+        await self._pipeline._leave_slot(self._slot)
 
 
 class AppendPipeline:
@@ -152,10 +142,11 @@ class AppendPipeline:
         self._check = check
         self._turn = asyncio.Condition()
         self._plan = asyncio.Lock()
-        self._queue: list[_Queued] = []
+        self._queue: list[Queued] = []
         self._tail: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._refusal: JournaldError | None = None
+        self._open: Slot | None = None
 
     def refuse(self, err: JournaldError) -> None:
         """Refuse every later append with ``err`` (closed, or broken half way)."""
@@ -191,45 +182,34 @@ class AppendPipeline:
         async with self._turn:
             self._turn.notify_all()
 
-    async def append(self, records: Sequence[Record]) -> list[AppendResult]:
-        ticket = await self.submit([RecordDraft(r) for r in records])
-        return await ticket.durable()
+    def slot(self, first: int, last: int) -> _SlotOpening:
+        """``async with pipeline.slot(first, last) as slot``: where a batch of seqs
+        ``first``..``last`` is planned, entered once every seq before ``first`` is queued
+        (``SeqGap`` after ``gap_wait_s``) and no write in flight still holds seqs the batch
+        retries (a retry of records queued but not yet durable cannot be compared with stored
+        bytes: it waits for that write). Batches are planned one at a time; ``queue`` queues
+        the slot's new records."""
+        return _SlotOpening(self, first, last)
 
-    async def submit(
-        self,
-        drafts: Sequence[Draft],
-        *,
-        trace: Trace | None = None,
-        on_queued: OnQueued | None = None,
-    ) -> Ticket:
-        """Plan a batch and queue its new records; returns once they are queued (await
-        ``Ticket.durable`` for the acknowledgement). ``trace``: stamped into new records
-        without one; a retried record without one takes the stored record's. Nothing is
-        queued when this raises."""
+    async def _enter_slot(self, first: int, last: int) -> Slot:
         self._check_refused()
-        if not drafts:
-            raise InvalidRecord(
-                f"run {self.run_id}: an append needs at least one record",
-                metadata={"run_id": self.run_id, "seq": 0, "field": "records"},
-            )
-        for a, b in itertools.pairwise(drafts):
-            if b.seq != a.seq + 1:
-                raise InvalidRecord(
-                    f"run {self.run_id}: a batch needs consecutive seqs; seq {b.seq} follows "
-                    f"{a.seq} (send seq {a.seq + 1} next, or split the batch)",
-                    metadata={"seq": b.seq, "run_id": self.run_id, "field": "records"},
-                )
-        first, last = drafts[0].seq, drafts[-1].seq
         await self.wait_turn(first)
-        # A retry of records queued but not yet durable cannot be compared with stored bytes:
-        # it waits for the write in flight (bounded: each pass outlasts one queued write).
-        for _ in range(len(drafts) + 64):
-            async with self._plan:
+        for _ in range(last - first + 65):  # bounded: each pass outlasts one queued write
+            await self._plan.acquire()
+            try:
                 self._check_refused()
                 in_flight = self.queued_seq > self.last_seq
                 if not (in_flight and first <= self.queued_seq and last > self.last_seq):
-                    return await self._plan_and_queue(drafts, trace, on_queued)
+                    at = self.queued_seq
+                    retried = list(range(first, min(last, at) + 1))
+                    stored = await self._read_stored(retried) if retried else {}
+                    self._open = Slot(at, self.queued_hash, stored)
+                    return self._open  # the plan lock stays held until the slot is left
                 tail = self._tail
+            except BaseException:
+                self._plan.release()
+                raise
+            self._plan.release()
             if tail is not None:
                 await asyncio.wait([tail])
         raise BackendUnavailable(  # pragma: no cover - every queued write settles
@@ -237,39 +217,63 @@ class AppendPipeline:
             metadata={"run_id": self.run_id},
         )
 
-    async def _plan_and_queue(
-        self, drafts: Sequence[Draft], trace: Trace | None, on_queued: OnQueued | None
-    ) -> Ticket:
-        at, prev = self.queued_seq, self.queued_hash
-        retried = [d.seq for d in drafts if d.seq <= at]
-        stored = await self._read_stored(retried) if retried else {}
-        dups: list[Record] = []
-        new: list[Record] = []
-        for d in drafts:
-            if d.seq <= at:
-                have = stored[d.seq]
-                inherit = have.trace if trace is not None and not d.traced else None
-                again = d.build(have.prev, inherit)
-                check_append(at, d.seq, have.hash, again.hash, self.run_id)
-                dups.append(have)
-                continue
-            if check_append(at + len(new), d.seq, None, "", self.run_id) == APPEND:
-                rec = d.build(prev, None if d.traced else trace)
-                new.append(rec)
-                prev = rec.hash
-        if not new:
-            return Ticket(self.run_id, self.durability, dups, [], None)
+    async def _leave_slot(self, slot: Slot) -> None:
+        self._open = None
+        try:
+            if slot.queued is not None:
+                await self._moved()
+        finally:
+            self._plan.release()
+
+    def check(self, records: list[Record]) -> None:
+        """The backend's own limits on new records (before anything about them is done)."""
         if self._check is not None:
-            self._check(new)
-        on_durable = on_queued(new) if on_queued is not None else None
-        done = asyncio.get_running_loop().create_future()
-        self._queue.append(_Queued(new, done, on_durable))
-        self._tail = done
-        self.queued_seq, self.queued_hash = new[-1].seq, new[-1].hash
+            self._check(records)
+
+    def queue(self, slot: Slot, records: list[Record]) -> Queued:
+        """Queue the new records planned in ``slot`` (linked after ``slot.prev``, in seq
+        order, passed ``check``): its futures complete once the write covering them is
+        durable, or fail with that write's typed error (or one queued before it)."""
+        assert self._open is slot, "queue() belongs inside its slot"
+        assert slot.queued is None, "one batch per slot"
+        self._check_refused()
+        loop = asyncio.get_running_loop()
+        q = Queued(records, loop.create_future(), loop.create_future())
+        self._queue.append(q)
+        slot.queued = q
+        self._tail = q.durable
+        self.queued_seq, self.queued_hash = records[-1].seq, records[-1].hash
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
-        await self._moved()
-        return Ticket(self.run_id, self.durability, dups, new, done)
+        return q
+
+    async def append(self, records: Sequence[Record]) -> list[AppendResult]:
+        """The store-level append (migrations, tests): records the caller built, linked onto
+        the journal's last hash; the seq rules of ``plan_batch``. Returns once durable."""
+        if not records:
+            raise InvalidRecord(
+                f"run {self.run_id}: an append needs at least one record",
+                metadata={"run_id": self.run_id, "seq": 0, "field": "records"},
+            )
+        check_batch(self.run_id, [r.seq for r in records])
+        done = None
+        async with self.slot(records[0].seq, records[-1].seq) as slot:
+            dups, new = plan_batch(
+                self.run_id,
+                slot.at,
+                slot.prev,
+                [r.seq for r in records],
+                slot.stored,
+                lambda i, prev, _stored: _relinked(records[i], prev, None),
+            )
+            if new:
+                self.check(new)
+                done = self.queue(slot, new).acked
+        if done is not None:
+            await done
+        return [AppendResult(r.seq, r.hash, self.durability, True) for r in dups] + [
+            AppendResult(r.seq, r.hash, self.durability) for r in new
+        ]
 
     def _check_refused(self) -> None:
         if self._refusal is not None:
@@ -278,7 +282,7 @@ class AppendPipeline:
     # -- group commit ----------------------------------------------------------------------
 
     async def _flush(self) -> None:
-        group: list[_Queued] = []
+        group: list[Queued] = []
         try:
             while self._queue:
                 group, self._queue = self._queue, []
@@ -292,20 +296,18 @@ class AppendPipeline:
                 if self._after_write is not None:
                     await self._after_write(new)
                 for q in group:
-                    if q.on_durable is not None:
-                        q.on_durable()
-                    _settle(q.done)
+                    q.settle()
                 group = []
         except BaseException as exc:
             # The flusher itself is dying (cancelled, or a simulated crash): no append may
             # wait forever for a write whose outcome it will never learn.
             for q in group + self._queue:
-                _settle(q.done, exc)
+                q.settle(exc)
             raise
         finally:
             self._flusher = None
 
-    async def _void(self, group: list[_Queued], exc: Exception) -> None:
+    async def _void(self, group: list[Queued], exc: Exception) -> None:
         """A failed write fails its group and everything queued behind it; the journal
         stays at its last durable record."""
         err = (
@@ -317,7 +319,7 @@ class AppendPipeline:
             )
         )
         for q in group + self._queue:
-            _settle(q.done, err)
+            q.settle(err)
         self._queue = []
         self.queued_seq, self.queued_hash = self.last_seq, self.last_hash
         self.voids += 1

@@ -152,7 +152,7 @@ class AckBeforeFsync(Disk):
     success whatever happened to it. A write or fdatasync that fails leaves the file as a
     crash before the data reached the disk would (cut back to ``offset``), yet the journal is
     told the group is durable and acknowledges it: acknowledged records are lost, which the
-    store state machine (tests/storage/test_store_machine.py) must catch."""
+    store state machine (tests/storage/contract/test_store_machine.py) must catch."""
 
     def append_durably(self, fd: int, data: bytes, offset: int) -> tuple[int, float]:
         try:

@@ -5,9 +5,9 @@ out of order, a follow-up typed after tool results (merged into their user messa
 follow-ups in a row (one message), an error result, tool output full of terminal escape
 sequences, a tool argument far wider than any terminal, a thinking block, and a pending turn
 with one of its two calls still unanswered. ``cli_replay.expected.json`` is its fold (the
-same shape as every golden, checked by ``tests/unit/test_golden.py``); the CLI's renderings of
+same shape as every golden, checked by ``tests/unit/core/test_golden.py``); the CLI's renderings of
 it are checked against ``tests/integration/expected/cli_*.txt`` by
-``tests/integration/test_cli.py``. Like ``make_golden``, this refuses to overwrite.
+``tests/integration/cli/test_cli.py``. Like ``make_golden``, this refuses to overwrite.
 """
 
 from __future__ import annotations

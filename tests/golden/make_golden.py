@@ -3,7 +3,7 @@
 Each case is ``<name>.jsonl`` (canonical record lines, built with ``tests/builders.py``) and
 ``<name>.expected.json`` (the folded state, the governed view and the resume notices, or the
 typed error the journal must raise). The expectations are written from the fold of the day
-and then reviewed by hand; ``tests/unit/test_golden.py`` re-folds every journal on every run
+and then reviewed by hand; ``tests/unit/core/test_golden.py`` re-folds every journal on every run
 and compares, and never rewrites anything. This script refuses to overwrite an existing file
 unless given ``--force`` (use it only when a change of behaviour is intended and reviewed).
 """

@@ -12,7 +12,7 @@ from journald_client.pb import journal_pb2_grpc as pbg
 
 from journald.core.fingerprint import Fingerprint
 from journald.server.convert import fingerprint_to_pb
-from tests.builders import FP, TS
+from tests.builders import FP, TS, text, tool_use
 from tests.waiting import eventually
 
 T = TypeVar("T")
@@ -40,14 +40,6 @@ def error_of(exc: grpc.RpcError) -> pb.ErrorDetail:
 
 def blocks(*items: dict[str, Any]) -> bytes:
     return json.dumps(list(items)).encode()
-
-
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
-def tool_use(tid: str) -> dict[str, Any]:
-    return {"type": "tool_use", "id": tid, "name": "read", "input": '{"path":"a"}'}
 
 
 class Lease:
@@ -197,10 +189,10 @@ def write_long_run(s: pbg.JournalServiceStub, run_id: str, rounds: int, pad: int
 
     for i in range(rounds):
         if i % 7 == 3:  # a plain answer and a follow-up: boundaries without tool results
-            add(assistant=assistant_payload([text(f"answer {i} {filler}")], "end_turn"))
+            add(assistant=assistant_pb([text(f"answer {i} {filler}")], "end_turn"))
             add(user=pb.UserPayload(content_json=blocks(text(f"and then {i}?"))))
         else:
-            add(assistant=assistant_payload([text(f"step {i}"), tool_use(f"t{i}")], "tool_use"))
+            add(assistant=assistant_pb([text(f"step {i}"), tool_use(f"t{i}")], "tool_use"))
             add(
                 tool_result=pb.ToolResultPayload(
                     tool_use_id=f"t{i}", content_json=blocks(text(f"out {i} {filler}"))
@@ -209,13 +201,15 @@ def write_long_run(s: pbg.JournalServiceStub, run_id: str, rounds: int, pad: int
         if len(records) >= batch:
             lease.append(*records)
             records.clear()
-    add(assistant=assistant_payload([text("one more"), tool_use("open")], "tool_use"))
+    add(assistant=assistant_pb([text("one more"), tool_use("open")], "tool_use"))
     lease.append(*records)
     lease.close()
     return lease.seq
 
 
-def assistant_payload(content: list[dict[str, Any]], stop: str) -> pb.AssistantPayload:
+def assistant_pb(content: list[dict[str, Any]], stop: str) -> pb.AssistantPayload:
+    """An assistant payload as the proto message a raw stub sends (the dict form is
+    ``tests.builders.assistant_payload``)."""
     return pb.AssistantPayload(
         message=pb.Message(role="assistant", content_json=blocks(*content)),
         iteration=1,

@@ -4,7 +4,6 @@ wait on the app."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,7 +13,8 @@ from journald_client.pb import journal_pb2 as pb
 from textual.pilot import Pilot
 from textual.screen import Screen
 
-from tests.integration.rpc import Lease, stub
+from tests.builders import text, tool_use
+from tests.integration.rpc import Lease, blocks, stub
 
 WAIT_S = 20.0
 FP = jc.compute(
@@ -58,18 +58,6 @@ async def until_async(pilot: Pilot[Any], step: Callable[[], Awaitable[bool]], wh
 
 def ts(second: int) -> str:
     return f"2026-11-30T12:{second // 60:02d}:{second % 60:02d}.000000Z"
-
-
-def blocks(*items: dict[str, Any]) -> bytes:
-    return json.dumps(list(items)).encode()
-
-
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
-def call(tid: str, name: str, args: str) -> dict[str, Any]:
-    return {"type": "tool_use", "id": tid, "name": name, "input": args}
 
 
 class Writer:
@@ -127,8 +115,8 @@ def research_run(target: str) -> None:
     w.assistant(
         2,
         text("I'll look at the build log and the failing test."),
-        call("toolu_01", "read_file", '{"path":"logs/nightly.txt"}'),
-        call("toolu_02", "run_tests", '{"filter":"test_parser"}'),
+        tool_use("toolu_01", "read_file", '{"path":"logs/nightly.txt"}'),
+        tool_use("toolu_02", "run_tests", '{"filter":"test_parser"}'),
         tokens=1200,
     )
     w.result(3, "toolu_01", LOG)
@@ -144,9 +132,9 @@ def pending_run(target: str) -> Writer:
     w.assistant(
         10,
         text("Three files to read first."),
-        call("toolu_11", "read_file", '{"path":"storage/file.py"}'),
-        call("toolu_12", "read_file", '{"path":"storage/base.py"}'),
-        call("toolu_13", "grep", '{"pattern":"fsync"}'),
+        tool_use("toolu_11", "read_file", '{"path":"storage/file.py"}'),
+        tool_use("toolu_12", "read_file", '{"path":"storage/base.py"}'),
+        tool_use("toolu_13", "grep", '{"pattern":"fsync"}'),
         tokens=2000,
     )
     w.result(11, "toolu_12", "class Store(Protocol): ...")

@@ -3,7 +3,7 @@
 Each backend ``NAME`` of ``journald.storage.registry`` has a factory module
 ``tests/storage/backend_NAME.py`` with ``async def options(tmp_path: Path) -> BackendOptions``:
 the test settings the registry opens it with (the same store for the same ``tmp_path``). A
-registered backend without one fails the collection (tests/unit/test_backend_registry.py
+registered backend without one fails the collection (tests/unit/storage/test_backend_registry.py
 names it). ``factory(name)`` opens through the registry: ``make_store``, ``reopen_store`` (a
 fresh store over the same data, as after a daemon restart) and ``open`` (records,
 checkpoints and attachments, for the checkpoint and attachment stores' own suites).
@@ -12,7 +12,7 @@ checkpoints and attachments, for the checkpoint and attachment stores' own suite
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,17 @@ from journald.storage.base import Store
 from journald.storage.registry import OpenedBackend, open_backend
 
 BACKENDS = registry.names()
+
+
+def backend_params(names: Iterable[str] = BACKENDS) -> list[object]:
+    """``names`` as pytest params; a backend that needs a nats-server carries the ``jetstream``
+    mark, so ``make test-fast`` (``-m "not jetstream"``) runs the others without one."""
+    return [
+        pytest.param(n, marks=pytest.mark.jetstream)
+        if registry.backend(n).nats
+        else pytest.param(n)
+        for n in names
+    ]
 
 
 class Factory:
@@ -46,7 +57,7 @@ def factory(name: str) -> Factory:
     return Factory(name)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=backend_params())
 def backend_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -409,7 +409,7 @@ class StoreMachine(RuleBasedStateMachine):
         """The daemon dies while writing a record, as a crash really leaves it: a kill leaves
         the first ``cut`` bytes of the line (never its newline); a power cut can leave the
         line's sectors zero-filled. Then it starts again. (A complete line with changed bytes
-        is damage, not a tear: tests/faults/test_file_tail_flips.py.)"""
+        is damage, not a tear: tests/faults/file/test_file_tail_flips.py.)"""
         run_id = chosen([r for r in self.existing() if not self.model[r].torn], i)
         m = self.model[run_id]
         self.store = self.run(self.be.crash(self.store))

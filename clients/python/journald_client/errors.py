@@ -27,7 +27,7 @@ or ``UNKNOWN`` (the transport's, never the daemon's: see ``TRANSPORT_FAILURES``)
     └── ConversationChanged (raised by the client itself, never by the daemon)
 
 The base class itself stands for ``internal`` (a daemon bug). The codes are the words of the
-proto's ``ErrorCode`` enum; ``tests/unit/test_contract_enums.py`` keeps them equal.
+proto's ``ErrorCode`` enum; ``tests/unit/docs/test_contract_enums.py`` keeps them equal.
 """
 
 from __future__ import annotations

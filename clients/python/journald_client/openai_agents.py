@@ -41,13 +41,14 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from journald_client import errors
+from journald_client._closed import Closed as _Closed
 from journald_client.client import Client, Run, connect
 from journald_client.codec import Entry, prefixed_run_id, run_id_for
 from journald_client.fingerprint import Fingerprint, compute
@@ -504,22 +505,3 @@ class JournaldSession:
             self._release()
             if self._owns_client:
                 self.client.close()
-
-
-class _Closed(Coroutine[Any, Any, None]):
-    """An already finished coroutine: what ``close()`` returns, so that ``await
-    session.close()`` and ``asyncio.run(session.close())`` work and a plain call leaves
-    nothing un-awaited behind."""
-
-    def send(self, value: Any) -> Any:
-        raise StopIteration(None)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        raise typ if val is None else val
-
-    def close(self) -> None:
-        return None
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return
-        yield

@@ -1,6 +1,6 @@
 /**
  * The TypeScript side of the cross-language end-to-end test
- * (tests/integration/test_polyglot.py), and a small demo of the client.
+ * (tests/integration/client/test_polyglot.py), and a small demo of the client.
  *
  *   node dist/examples/agent.js --socket S --run R resume
  *       resume R (written by the Go agent, which was killed with SIGKILL), print the

@@ -22,15 +22,20 @@ import { fromServiceError, InvalidRequestError, JournaldError, LockedError, retr
 import {
   Ack,
   AppendResponse,
+  DeleteResponse,
   Fingerprint,
   FoldResponse,
+  GetAttachmentResponse,
   JournalServiceClient,
   Lease,
   LeaseEnded,
+  ListResponse,
   OpenMode,
   OpenRequest,
   OpenResponse,
+  PutAttachmentResponse,
   Record as JournalRecord,
+  RunInfo,
   RunState,
   ToolCall,
   TraceContext,
@@ -270,6 +275,52 @@ export class Client {
       },
       o,
     );
+  }
+
+  /**
+   * Resume the run if it exists, else create it (OPEN_MODE_CREATE_OR_RESUME), and take its
+   * writer lease: what a framework adapter does when it reaches a thread it may not have.
+   */
+  startOrResume(o: StartOptions): Promise<Run> {
+    return this.open(
+      {
+        runId: o.runId,
+        mode: OpenMode.OPEN_MODE_CREATE_OR_RESUME,
+        fingerprint: o.fingerprint,
+        interactive: o.interactive ?? false,
+        force: false,
+        promptJson: canonical(o.prompt ?? []),
+        labels: o.labels ?? {},
+        client: undefined,
+        created: this.now(),
+        trace: recordTrace(o),
+        messageWindow: this.messageWindow,
+      },
+      o,
+    );
+  }
+
+  /** The runs the daemon stores (newest first, at most `limit`; 0 = all). */
+  async list(limit = 0, opts?: CallOpts): Promise<RunInfo[]> {
+    const resp: ListResponse = await this.unary(this.rpc.list, { limit }, opts);
+    return resp.runs;
+  }
+
+  /** Delete a run and everything it keeps; false when there was none. */
+  async delete(runId: string, opts?: CallOpts): Promise<boolean> {
+    const resp: DeleteResponse = await this.unary(this.rpc.delete, { runId }, opts);
+    return resp.deleted;
+  }
+
+  /** Store bytes as an attachment of a run (content-addressed: equal bytes are held once). */
+  putAttachment(runId: string, data: Uint8Array, mediaType: string, name = "", opts?: CallOpts): Promise<PutAttachmentResponse> {
+    return this.unary(this.rpc.putAttachment, { runId, data: Buffer.from(data), mediaType, name }, opts);
+  }
+
+  /** The bytes of a run's attachment by SHA-256 (AttachmentNotFoundError if absent). */
+  async getAttachment(runId: string, sha256: string, opts?: CallOpts): Promise<Uint8Array> {
+    const resp: GetAttachmentResponse = await this.unary(this.rpc.getAttachment, { runId, sha256 }, opts);
+    return resp.data;
   }
 
   /** Resume an existing run and take its writer lease; the resume gates apply. */
@@ -540,6 +591,28 @@ export class Run {
   }
 
   /**
+   * Journal several entries as one append (one durable write, seqs lastSeq+1 on), all or
+   * none: a refusal stores none of them. Resolves with one ack per entry.
+   */
+  appendMany(entries: Entry[], opts?: CallOpts): Promise<Ack[]> {
+    return this.serial(async () => {
+      if (this.writer) throw writerOpen(this.id);
+      if (entries.length === 0) return [];
+      const built: Built[] = [];
+      let iteration = this._nextIteration;
+      for (const e of entries) {
+        const b = buildEntry(e, iteration);
+        if (b.assistant) iteration = b.assistant.iteration + 1;
+        built.push(b);
+      }
+      const records = built.map((b, i) => this._record(b, this._lastSeq + 1 + i, opts));
+      const acks = await this.appendRecords(records, opts);
+      built.forEach((b, i) => this._acked(b, acks[i]));
+      return acks;
+    });
+  }
+
+  /**
    * A writer that keeps up to `window` appends (default 16) in flight on one AppendStream
    * and hands each its acks (see PipelinedWriter). The Run's own append methods refuse
    * until it is closed; run.close() closes it first.
@@ -611,14 +684,21 @@ export class Run {
   /** Send one record, retried byte-identical while the daemon is unreachable (the daemon
    * answers a stored retry as a duplicate: the ts is the client's, set once). */
   private async appendNow(rec: JournalRecord, opts?: CallOpts): Promise<Ack> {
-    const req = { runId: this.id, leaseId: this.lease.leaseId, records: [rec] };
+    return (await this.appendRecords([rec], opts))[0];
+  }
+
+  private async appendRecords(records: JournalRecord[], opts?: CallOpts): Promise<Ack[]> {
+    const req = { runId: this.id, leaseId: this.lease.leaseId, records };
     for (let attempt = 0; ; attempt++) {
       try {
         const res: AppendResponse = await this.client.unary(this.client.rpc.append, req, opts);
-        if (res.acks.length !== 1) {
-          throw new JournaldError("internal", `append of seq ${rec.seq} answered with ${res.acks.length} acks`);
+        if (res.acks.length !== records.length) {
+          throw new JournaldError(
+            "internal",
+            `append of seq ${records[0].seq} (${records.length} records) answered with ${res.acks.length} acks`,
+          );
         }
-        return res.acks[0];
+        return res.acks;
       } catch (err) {
         if (!retryInPlace(err, attempt)) throw err;
         await sleep(100 * (attempt + 1));

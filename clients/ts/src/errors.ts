@@ -97,7 +97,7 @@ type ErrorClass = new (
 
 /**
  * Every typed error class by machine code: the words of the proto's ErrorCode enum
- * (tests/unit/test_contract_enums.py keeps this table equal to it).
+ * (tests/unit/docs/test_contract_enums.py keeps this table equal to it).
  */
 export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   session_not_found: SessionNotFoundError,

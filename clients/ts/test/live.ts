@@ -1,6 +1,6 @@
 /**
  * What the tests against a live daemon share: JOURNALD_TEST_SOCKET names its socket
- * (tests/integration/test_polyglot.py sets it and runs them); without it they skip.
+ * (tests/integration/client/test_polyglot.py sets it and runs them); without it they skip.
  */
 import { Client, computeFingerprint, Run, text } from "../src";
 

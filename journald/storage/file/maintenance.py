@@ -18,7 +18,7 @@ from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
 from journald.core.schema import validate_record
-from journald.storage.base import QuarantineReport, RepairReport
+from journald.storage.base import QuarantineReport, RecordCheck, RepairReport
 from journald.storage.file.journal import unique_path
 from journald.storage.file.reads import listed_last_seq
 from journald.storage.file.segments import (
@@ -146,19 +146,29 @@ class FileMaintenance:
             self.store.disk.unlink(os.path.join(run_dir, META_CACHE))
 
     async def recover(
-        self, run_id: str, quarantine_dir: str | os.PathLike[str] | None = None
+        self,
+        run_id: str,
+        quarantine_dir: str | os.PathLike[str] | None = None,
+        *,
+        check: RecordCheck | None = None,
     ) -> QuarantineReport:
-        """Recovery mode: move damaged interior records out of the run (see module doc)."""
+        """Recovery mode: move damaged interior records out of the run (see module doc).
+        ``check``: what the rebase recording the hole must pass before anything moves (the
+        daemon's gate: schema and ``--max-record-bytes``); without one, the schema alone."""
         qdir = str(quarantine_dir if quarantine_dir is not None else self.store.quarantine_dir)
         run_dir = self.store.run_dir(run_id)
         how = {"run_id": run_id, "action": "recovering the run"}
         lock = await self.store.checked(self.store.lock_existing, run_id, run_dir, qdir, **how)
         try:
-            return await self.store.checked(self._recover, run_id, run_dir, qdir, **how)
+            return await self.store.checked(
+                self._recover, run_id, run_dir, qdir, check or validate_record, **how
+            )
         finally:
             self.store.disk.close(lock)
 
-    def _recover(self, run_id: str, run_dir: str, qdir: str) -> QuarantineReport:
+    def _recover(
+        self, run_id: str, run_dir: str, qdir: str, check: RecordCheck
+    ) -> QuarantineReport:
         floor = listed_last_seq(run_dir)
         m = self.store.settle(run_id, run_dir)
         path = os.path.join(run_dir, JOURNAL)
@@ -208,7 +218,7 @@ class FileMaintenance:
             last.hash,
             utc_ts(),
         )
-        validate_record(rebase)
+        check(rebase)
         if rebase.seq != last.seq + 1:  # the run ended in the hole: jump it to the rebase
             anchors[last.seq] = Anchor(
                 last.seq, last.hash, rebase.seq, last.hash, QUARANTINE, last.seq + 1, rebase.seq - 1

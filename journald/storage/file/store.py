@@ -33,6 +33,7 @@ from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
     QuarantineReport,
+    RecordCheck,
     RepairReport,
     RunInfo,
     VerifyReport,
@@ -206,10 +207,14 @@ class FileStore:
         return await self.maintenance.prune(run_id, before=before)
 
     async def recover(
-        self, run_id: str, quarantine_dir: str | os.PathLike[str] | None = None
+        self,
+        run_id: str,
+        quarantine_dir: str | os.PathLike[str] | None = None,
+        *,
+        check: RecordCheck | None = None,
     ) -> QuarantineReport:
         """See ``FileMaintenance.recover``."""
-        return await self.maintenance.recover(run_id, quarantine_dir)
+        return await self.maintenance.recover(run_id, quarantine_dir, check=check)
 
     def forget(self, run_id: str, journal: FileJournal) -> None:
         if self._open.get(run_id) is journal:

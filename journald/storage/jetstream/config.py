@@ -6,7 +6,7 @@ Pure: no NATS connection. ``check_stream_config`` refuses an unsafe stream with 
 so a script can run it) and, for a stream whose retention cannot be edited, the
 ``journald migrate`` commands that move its runs to a correctly configured stream of the same
 name. The fixes are tested by running them with the real ``nats`` CLI
-(tests/storage/test_jetstream_fixes.py).
+(tests/storage/jetstream/test_jetstream_fixes.py).
 
 The stream journald needs (deploy/nats/stream.json): exactly one ``<prefix>.>`` subject; one
 message per subject, refused rather than replaced (``max_msgs_per_subject: 1``,

@@ -75,6 +75,7 @@ from journald.storage.base import (
     JETSTREAM_ACK,
     AppendResult,
     QuarantineReport,
+    RecordCheck,
     RepairReport,
     RunInfo,
     VerifyReport,
@@ -848,7 +849,7 @@ class JetStreamStore:
         )
         return True
 
-    async def recover(self, run_id: str) -> QuarantineReport:
+    async def recover(self, run_id: str, *, check: RecordCheck | None = None) -> QuarantineReport:
         raise Unsupported(
             f"run {run_id}: the JetStream backend has no recovery (quarantine); the stream "
             "keeps its own checksums and replicas: restore the stream from a backup "

@@ -147,3 +147,46 @@ def test_finds_each_path_module_and_name_that_does_not_exist(tmp_path: Path) -> 
         "docs/design.md:3: journald_client.state.PendingTurn names no module or name of one",
         "journald/server/edge.py:1: journald.server.errors_edge names no module or name of one",
     ]
+
+
+TEST_PATH = re.compile(r"(?<![\w./<>$-])(tests/[\w/]+\.py)")
+# a pattern spelled with a placeholder, not a file (``tests/storage/backend_NAME.py``)
+PLACEHOLDER = re.compile(r"[A-Z]{3,}")
+SOURCE_SUFFIXES = (".py", ".go", ".ts", ".md", ".sh", ".toml")
+
+
+def named_test_file_problems(root: Path) -> list[str]:
+    """Every ``tests/….py`` named outside tests/ (code comments, docs, scripts) exists: the
+    tests move with the packages they mirror, and a comment pointing at a moved test sends
+    the reader nowhere."""
+    out: list[str] = []
+    skip = {"tests", ".venv", "node_modules", ".git", ".tools"}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in skip or "node_modules" in rel.parts or not path.is_file():
+            continue
+        if path.suffix not in SOURCE_SUFFIXES:
+            continue
+        for no, line in enumerate(path.read_text("utf-8", errors="replace").splitlines(), 1):
+            for m in TEST_PATH.finditer(line):
+                named = m.group(1)
+                if not PLACEHOLDER.search(named) and not (root / named).is_file():
+                    out.append(f"{rel}:{no}: {named} does not exist")
+    return out
+
+
+def test_every_test_file_named_outside_the_tests_exists() -> None:
+    assert named_test_file_problems(ROOT) == []
+
+
+def test_a_comment_naming_a_moved_test_is_found(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "unit" / "core").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "core" / "test_fold.py").write_text("")
+    (tmp_path / "journald").mkdir()
+    (tmp_path / "journald" / "fold.py").write_text(
+        "# see tests/unit/core/test_fold.py and tests/unit/test_fold.py\n"
+        "# one per backend: tests/storage/backend_NAME.py\n"
+    )
+    assert named_test_file_problems(tmp_path) == [
+        "journald/fold.py:1: tests/unit/test_fold.py does not exist"
+    ]

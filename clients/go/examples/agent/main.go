@@ -1,5 +1,5 @@
 // Command agent is the Go side of the cross-language end-to-end test
-// (tests/integration/test_polyglot.py) and a small demo of the client.
+// (tests/integration/client/test_polyglot.py) and a small demo of the client.
 //
 //	agent -socket S -run R start    start R, journal an assistant turn with two tool calls
 //	                                and the first call's result, print READY, then block

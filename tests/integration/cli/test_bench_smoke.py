@@ -1,0 +1,85 @@
+"""CI smoke for the benchmark harness: ``bench/run_all.py --quick`` runs end to end and writes
+its report. No timing is asserted (CI machines are shared and noisy); a workload whose optional
+package is missing is skipped and named in the report, never a failure here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # ~45 s: every benchmark workload once, at its quick size
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run_all.py"),
+            "--quick",
+            "--out",
+            str(out),
+            "--dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = (out / "benchmarks.md").read_text()
+    assert "# journald benchmarks" in report
+    assert "## Goals" in report
+    assert "raw write+fdatasync" in report  # the limits ran
+    assert "journald daemon, unary Append" in report  # the daemon ran
+
+
+def test_bench_adapters_runs_both_frameworks_against_their_sqlite_savers(tmp_path: Path) -> None:
+    out = tmp_path / "adapters.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_adapters.py"),
+            "--steps",
+            "5",
+            "--graph-runs",
+            "2",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    results = json.loads(out.read_text())
+    assert set(results["langgraph"]) == {"JournaldSaver", "SqliteSaver"}
+    assert set(results["agents"]) == {
+        "JournaldSession",
+        "JournaldSession hold_lease",
+        "SQLiteSession",
+    }
+    assert set(results["graph"]) == {"JournaldSaver", "SqliteSaver"}
+    assert set(results["ratio_p50"]) == {"graph step", "add_items", "add_items (hold_lease)"}
+    assert "| JournaldSaver | put |" in proc.stdout
+    assert "| JournaldSaver | graph step |" in proc.stdout
+
+
+def test_a_full_report_keeps_the_adapters_section_measured_on_its_own(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from report import ADAPTERS_SECTION, kept_section
+
+    doc = f"# old\n\n## A\nx\n\n{ADAPTERS_SECTION}\n\n| row |\n\n## B\ny\n"
+    assert kept_section(doc, ADAPTERS_SECTION) == f"{ADAPTERS_SECTION}\n\n| row |\n"
+    assert kept_section("# nothing\n", ADAPTERS_SECTION) == ""
