@@ -13,10 +13,11 @@ from journald_client.pb import journal_pb2 as pb
 from journald.view import goto
 from journald.view.app import ViewerApp
 from journald.view.data import Source
+from tests.builders import text, tool_use
 from tests.daemon import Daemon
-from tests.integration.rpc import Lease, stub
-from tests.integration.test_view_app import shows, transcript, turns
-from tests.integration.view_runs import FP, blocks, call, text, ts, until
+from tests.integration.rpc import Lease, blocks, stub
+from tests.integration.view.test_view_app import shows, transcript, turns
+from tests.integration.view_runs import FP, ts, until
 
 TURNS = 1500  # 3,001 records: fold marks at about 1,000 and 2,000 (saved when the lease ends)
 
@@ -35,7 +36,7 @@ def write_timed_run(target: str, run_id: str) -> None:
                     ts=ts(i),
                     assistant=pb.AssistantPayload(
                         message=pb.Message(
-                            role="assistant", content_json=blocks(call(f"c{i}", "step", "{}"))
+                            role="assistant", content_json=blocks(tool_use(f"c{i}", "step", "{}"))
                         ),
                         iteration=i + 1,
                         stop_reason="tool_use",

@@ -14,7 +14,7 @@ from journald.view.app import ViewerApp
 from journald.view.data import Source
 from journald.view.details import Confirm
 from tests.daemon import Daemon
-from tests.integration.test_view_app import runs_screen, shows, transcript, turns
+from tests.integration.view.test_view_app import runs_screen, shows, transcript, turns
 from tests.integration.view_runs import FP, ready, until
 from tests.storage.backend_jetstream import fresh_stream
 

@@ -10,7 +10,7 @@ from journald.view.data import Source
 from journald.view.records import RecordsScreen
 from journald.view.runs import zone_name
 from tests.daemon import Daemon
-from tests.integration.test_view_app import loaded
+from tests.integration.view.test_view_app import loaded
 from tests.integration.view_runs import research_run, until
 
 

@@ -13,8 +13,8 @@ import pytest
 from journald.view import runs
 from journald.view.app import ViewerApp
 from tests.daemon import Daemon
-from tests.integration.test_view_app import runs_screen, turns
-from tests.integration.test_view_daily_use import CountingSource
+from tests.integration.view.test_view_app import runs_screen, turns
+from tests.integration.view.test_view_daily_use import CountingSource
 from tests.integration.view_runs import FP, until
 
 RUNS = 40

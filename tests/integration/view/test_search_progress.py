@@ -15,7 +15,7 @@ from journald.view.app import ViewerApp
 from journald.view.data import Source
 from journald.view.model import Entry
 from tests.daemon import Daemon
-from tests.integration.test_view_app import shows, transcript, turns
+from tests.integration.view.test_view_app import shows, transcript, turns
 from tests.integration.view_runs import FP, until
 
 PAGE = 100  # messages per search page here; the run has 4 of them
