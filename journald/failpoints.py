@@ -50,8 +50,10 @@ Points of checkpoints (``journald.storage.file.checkpoint_store`` and ``journald
 ``journald.server.checkpoint_service``): ``cp_before_write`` (nothing of it written yet),
 ``cp_after_temp_write`` (temp file written and synced, not renamed), ``cp_after_rename``
 (renamed in, directory not yet synced), ``op_after_checkpoint`` (compaction/restore: the
-pre-operation checkpoint is durable, no rebase yet), ``op_after_rebase`` (the rebase is
-durable, the response not yet sent).
+pre-operation checkpoint is durable, no rebase yet), ``op_after_pages`` (restore, fork,
+compaction: the rebase's message pages are stored, the rebase record not yet written),
+``op_after_rebase`` (compaction, restore, fork: the rebase is durable, the response not yet
+sent).
 
 Point of the daemon's threads (``journald.storage.io_pool``): ``background_call`` (a
 blocking call of the background class, a read or a lease close, is about to run on a read
@@ -95,6 +97,7 @@ POINTS = (
     "cp_after_temp_write",
     "cp_after_rename",
     "op_after_checkpoint",
+    "op_after_pages",
     "op_after_rebase",
     "bug_ack_before_fsync",
     "background_call",

@@ -43,3 +43,43 @@ func TestARefusedRecordCarriesItsFieldSeqAndRunIDAndTheRunWritesOn(t *testing.T)
 		t.Fatalf("append after the refusals: %v, %v", ack, err)
 	}
 }
+
+// A tool result over --max-record-bytes is refused with advice that names AsAttachment; the
+// same result with AsAttachment is stored as an attachment and journaled as its block
+// (docs/protocol.md#large-tool-results).
+func TestAToolResultOverTheRecordLimitIsRefusedAndGoesInAsAnAttachment(t *testing.T) {
+	sock := liveSocket(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, run := startRun(ctx, t, sock, uniqueID("go-big-result"))
+	call := ToolUse("read_1", "read_file", `{"path":"big.log"}`)
+	if _, err := run.AppendAssistant(ctx, Assistant{Content: []Block{call}, StopReason: "tool_use"}); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("log line\n", 5*1024*1024/9)
+	_, err := run.AppendToolResult(ctx, ToolResult{ToolUseID: "read_1", Content: []Block{Text(big)}})
+	var jerr *Error
+	if !errors.As(err, &jerr) || !errors.Is(err, ErrInvalidRecord) || !strings.Contains(jerr.Message, "as_attachment") {
+		t.Fatalf("an oversized result: got %v, want invalid_record advising as_attachment", err)
+	}
+	ack, err := run.AppendToolResult(ctx, ToolResult{ToolUseID: "read_1", Content: []Block{Text(big)}, AsAttachment: true})
+	if err != nil || ack.GetSeq() != 3 {
+		t.Fatalf("as an attachment: %v, %v", ack, err)
+	}
+	recs, err := c.Load(ctx, run.ID(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := ParseJSON(recs[0].GetToolResult().GetContentJson())
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := parsed.([]any)[0].(map[string]any)
+	if block["type"] != "attachment" || block["media_type"] != ResultTextType {
+		t.Fatalf("the journaled result is %v, want one attachment block", block)
+	}
+	data, err := c.GetAttachment(ctx, run.ID(), block["sha256"].(string))
+	if err != nil || string(data) != big {
+		t.Fatalf("the attachment holds %d bytes (%v), want the %d of the result", len(data), err, len(big))
+	}
+}

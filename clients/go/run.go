@@ -49,6 +49,11 @@ type ToolResult struct {
 	Content   []Block
 	IsError   bool
 	Remote    bool
+	// AsAttachment stores Content as an attachment of the run first (one text block as its
+	// UTF-8 text, anything else as the canonical JSON of the blocks) and journals the result
+	// as that attachment's block, so output larger than --max-record-bytes (up to the 8 MiB
+	// attachment limit) stays out of the record. Honoured by Run.AppendToolResult.
+	AsAttachment bool
 }
 
 // ToolFunc runs one tool call. A non-nil error is journaled as an is_error result with
@@ -186,8 +191,16 @@ func (r *Run) AppendAssistant(ctx context.Context, a Assistant) (*pb.Ack, error)
 	return r.appendEntry(ctx, a)
 }
 
-// AppendToolResult journals one tool's result.
+// AppendToolResult journals one tool's result (with AsAttachment, its content uploaded as
+// an attachment first: docs/protocol.md#large-tool-results).
 func (r *Run) AppendToolResult(ctx context.Context, t ToolResult) (*pb.Ack, error) {
+	if t.AsAttachment {
+		block, err := r.c.resultAttachment(ctx, r.ID(), t.ToolUseID, t.Content)
+		if err != nil {
+			return nil, err
+		}
+		t.Content, t.AsAttachment = []Block{block}, false
+	}
 	return r.appendEntry(ctx, t)
 }
 

@@ -7,9 +7,13 @@ trigger, label, seq, message count, created, model, the writer's working directo
 record carrying a checkpoint's conversation carries a hash anyone can recompute from the
 record alone, and an imported checkpoint keeps the hash of the conversation it holds.
 
-Stored form (``journald-checkpoint-file/1``): canonical JSON ``{"format", "meta", "messages"
-[, "provenance"]}``, what every checkpoint store keeps per checkpoint (``encode_file`` /
-``decode_file``).
+Stored form: canonical JSON ``{"format", "meta", "messages" [, "pages"] [, "provenance"]}``,
+what every checkpoint store keeps per checkpoint (``encode_file`` / ``decode_file``).
+``journald-checkpoint-file/1`` holds every message inline; ``journald-checkpoint-file/2``
+holds page references (``journald.core.pages``) and the inline tail after them, and its
+messages are read from the run's page store (``journald.storage.pages``) before the hash is
+checked. A ``Checkpoint`` whose ``pages`` is not empty is in that stored form: ``messages``
+is only its tail.
 
 Export (``journald-checkpoint/1``): canonical JSON bytes ``{"body":…,"format":…,"sha256":…}``
 where ``sha256`` hashes the canonical body and the body hashes each part (meta, messages,
@@ -42,6 +46,7 @@ from journald.core.errors import (
     StoreCorrupted,
 )
 from journald.core.governance import sanitize
+from journald.core.pages import PageRef, ref_from_json
 from journald.core.records import (
     MAX_DOCUMENT_DEPTH,
     MAX_JSON_DEPTH,
@@ -54,6 +59,7 @@ from journald.core.records import (
 
 TRIGGERS = ("manual", "pre_compaction", "pre_restore", "pre_prune", "import")
 FILE_FORMAT = "journald-checkpoint-file/1"
+PAGED_FILE_FORMAT = "journald-checkpoint-file/2"
 EXPORT_FORMAT = "journald-checkpoint/1"
 MAX_EXPORT_BYTES = 256 * 1024 * 1024
 MAX_ATTACHMENT_BYTES = 8 * 1024 * 1024
@@ -142,6 +148,8 @@ class Checkpoint:
     meta: CheckpointMeta
     messages: list[Message]
     provenance: dict[str, Any] = field(default_factory=dict)
+    pages: tuple[PageRef, ...] = ()
+    """Stored form only: the pages before ``messages`` (then only the tail)."""
 
     @property
     def checkpoint_id(self) -> str:
@@ -155,35 +163,62 @@ def governed(messages: Sequence[Message]) -> list[Message]:
 
 def encode_file(cp: Checkpoint) -> bytes:
     obj: dict[str, Any] = {
-        "format": FILE_FORMAT,
+        "format": PAGED_FILE_FORMAT if cp.pages else FILE_FORMAT,
         "meta": cp.meta.as_json(),
         "messages": cp.messages,
     }
+    if cp.pages:
+        obj["pages"] = [r.as_json() for r in cp.pages]
     if cp.provenance:
         obj["provenance"] = cp.provenance
     return canonical_json(obj)
 
 
 def decode_file(data: bytes, where: str) -> Checkpoint:
-    """Read a stored checkpoint file; any damage is ``store_corrupted`` naming the file."""
+    """Read a stored checkpoint file; any damage is ``store_corrupted`` naming the file. A
+    paged one (``journald-checkpoint-file/2``) comes back in stored form: its hash is checked
+    once its pages are read (``resolved``)."""
     try:
         obj = json.loads(data)
-        if not isinstance(obj, dict) or obj.get("format") != FILE_FORMAT:
-            raise ValueError(f"not a {FILE_FORMAT} document")
+        fmt = obj.get("format") if isinstance(obj, dict) else None
+        if fmt not in (FILE_FORMAT, PAGED_FILE_FORMAT):
+            raise ValueError(f"not a {FILE_FORMAT} or {PAGED_FILE_FORMAT} document")
         meta = CheckpointMeta.from_json(obj.get("meta"))
         msgs = obj.get("messages")
         if not isinstance(msgs, list):
             raise ValueError("messages is not a list")
-        if content_hash(msgs) != meta.hash or len(msgs) != meta.message_count:
+        pages: tuple[PageRef, ...] = ()
+        if fmt == PAGED_FILE_FORMAT:
+            raw = obj.get("pages")
+            if not isinstance(raw, list) or not raw:
+                raise ValueError("its pages are not a list of page references")
+            try:
+                pages = tuple(ref_from_json(r) for r in raw)
+            except StoreCorrupted as exc:
+                raise ValueError(exc.message) from None
+        elif content_hash(msgs) != meta.hash or len(msgs) != meta.message_count:
             raise ValueError("its messages do not match its hash or count")
         prov = obj.get("provenance", {})
-        return Checkpoint(meta, msgs, prov if isinstance(prov, dict) else {})
+        return Checkpoint(meta, msgs, prov if isinstance(prov, dict) else {}, pages)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise StoreCorrupted(
             f"checkpoint file {where} is damaged ({exc}); delete it with "
             "`journald checkpoint <run> --delete <id>` or restore it from a backup",
             metadata={"file": where},
         ) from exc
+
+
+def resolved(cp: Checkpoint, messages: list[Message], where: str) -> Checkpoint:
+    """A stored-form checkpoint with its whole conversation (its pages' messages, then its
+    tail), checked against its hash and count."""
+    if content_hash(messages) != cp.meta.hash or len(messages) != cp.meta.message_count:
+        raise StoreCorrupted(
+            f"checkpoint {where}: its pages and tail do not match its hash or count (a page "
+            "was replaced); delete it with `journald checkpoint <run> --delete <id>` or "
+            "restore the run's attachments from a backup",
+            metadata={"file": where},
+        )
+    return Checkpoint(cp.meta, messages, cp.provenance)
 
 
 def checkpoint_missing(run_id: str, checkpoint_id: str) -> CheckpointNotFound:

@@ -11,7 +11,8 @@ Invariants of the result:
   user message (tool results, or earlier follow-ups) the fold merges the new blocks into it,
   exactly as a live agent builds its next request; otherwise it starts a user message.
   Consecutive assistant messages (a ``pause_turn`` continuation) merge the same way.
-* A rebase replaces the messages with its own; counters stay cumulative. A rebase with
+* A rebase replaces the messages with its own (its pages' messages, then its inline ones,
+  read through the resolver the fold is given); counters stay cumulative. A rebase with
   reason ``quarantine`` (written by recovery after moving damaged records out) is also kept
   as an anomaly, and every Open of the run warns about it.
 * A state record (framework state: LangGraph checkpoints, agent session items) never touches
@@ -38,6 +39,7 @@ from typing import Any
 
 from journald.core.errors import InvalidRecord, StoreCorrupted
 from journald.core.fingerprint import Fingerprint
+from journald.core.pages import PageResolver, conversation
 from journald.core.records import GENESIS, Record
 
 Message = dict[str, Any]
@@ -227,18 +229,25 @@ def pending_blocks(pending: Pending) -> list[Block]:
     return out
 
 
-def fold(records: Iterable[Record], start: RunState | None = None) -> RunState:
-    """Fold records into a run state, continuing from ``start`` (left untouched) if given."""
+def fold(
+    records: Iterable[Record],
+    start: RunState | None = None,
+    pages: PageResolver | None = None,
+) -> RunState:
+    """Fold records into a run state, continuing from ``start`` (left untouched) if given.
+    ``pages`` reads the message pages a paged rebase references (``journald.core.pages``)."""
     st = start.copy() if start is not None else RunState()
     for rec in records:
-        _apply(st, rec)
+        _apply(st, rec, pages)
     return st
 
 
-def fold_into(state: RunState, records: Iterable[Record]) -> RunState:
+def fold_into(
+    state: RunState, records: Iterable[Record], pages: PageResolver | None = None
+) -> RunState:
     """Fold records into ``state`` in place (the daemon's cached state, after a durable append)."""
     for rec in records:
-        _apply(state, rec)
+        _apply(state, rec, pages)
     return state
 
 
@@ -299,7 +308,7 @@ def _close_abandoned(st: RunState, rec: Record) -> None:
     st.pending = None
 
 
-def _apply(st: RunState, rec: Record) -> None:
+def _apply(st: RunState, rec: Record, pages: PageResolver | None = None) -> None:
     p = rec.payload
     if st.last_seq == 0:
         _need(rec.kind == "meta", rec, "is the first record but not meta")
@@ -393,7 +402,11 @@ def _apply(st: RunState, rec: Record) -> None:
         _close_abandoned(st, rec)
         append_message(st.messages, "user", content)
     elif rec.kind == "rebase":
-        msgs = p.get("messages")
+        try:
+            msgs = conversation(p, pages)  # a missing page is store_corrupted naming it
+        except StoreCorrupted as exc:
+            exc.metadata.setdefault("seq", str(rec.seq))
+            raise
         _need(isinstance(msgs, list), rec, "lacks messages")
         assert isinstance(msgs, list)
         for m in msgs:
@@ -470,7 +483,9 @@ def quarantine_note(seq: int, payload: Mapping[str, Any]) -> str:
     )
 
 
-def rebuilt_after_quarantine(survivors: Iterable[Record]) -> list[Message]:
+def rebuilt_after_quarantine(
+    survivors: Iterable[Record], pages: PageResolver | None = None
+) -> list[Message]:
     """The conversation a recovery records after moving damaged records out: the fold of the
     records that survived, with a turn left open closed by synthetic error results (its
     results may be among the damaged records, so their outcome is unknown)."""
@@ -478,7 +493,7 @@ def rebuilt_after_quarantine(survivors: Iterable[Record]) -> list[Message]:
     for rec in survivors:
         if rec.kind == "tool_result" and not st.counters.llm_calls:
             continue  # the assistant turn it answered is among the damaged records
-        fold_into(st, (rec,))
+        fold_into(st, (rec,), pages)
     msgs = list(st.messages)
     if st.pending is not None:
         append_message(msgs, "assistant", st.pending.message["content"])

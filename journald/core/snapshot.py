@@ -9,6 +9,12 @@ trusts it only while the stored record at ``last_seq`` still has ``last_hash`` (
 then vouches for every record before it). ``decode_state`` refuses anything that is not a
 document of this version with ``SnapshotUnreadable``; the caller then folds the run in full.
 
+A **paged** snapshot (version 2, ``paged_snapshot``) holds its committed messages as message
+pages plus a tail (``journald.core.pages``), like a paged rebase: ``message_pages`` then
+``messages``. Writing one costs the pages the run's store does not hold yet, not the whole
+conversation; ``decode_state`` reads it through the resolver it is given. A release that
+knows only version 1 ignores a version 2 document (and folds the run in full).
+
 Pure core: no I/O imports.
 """
 
@@ -18,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from journald.core.errors import InvalidRecord
+from journald.core.errors import InvalidRecord, StoreCorrupted
 from journald.core.fingerprint import Fingerprint
 from journald.core.fold import (
     Anomaly,
@@ -30,8 +36,10 @@ from journald.core.fold import (
     StateValue,
     ToolCall,
 )
+from journald.core.pages import Paged, PageRef, PageResolver, conversation, page_refs
 
 SNAPSHOT_VERSION = 1
+PAGED_SNAPSHOT_VERSION = 2
 _COUNTERS = tuple(f.name for f in fields(Counters))
 
 
@@ -81,12 +89,52 @@ def encode_state(st: RunState) -> dict[str, Any]:
     }
 
 
-def decode_state(doc: object) -> RunState:
-    """The state ``encode_state`` wrote; ``SnapshotUnreadable`` for anything else. Every list
+def paged_snapshot(doc: Mapping[str, Any], paged: Paged) -> dict[str, Any]:
+    """``doc`` (``encode_state``) with its messages as ``paged`` (cut from them): version 2
+    (version 1, unchanged, when the messages are shorter than one page)."""
+    if not paged.refs:
+        return dict(doc)
+    out = {**doc, "v": PAGED_SNAPSHOT_VERSION, "messages": paged.tail}
+    out["message_pages"] = paged.refs_json
+    return out
+
+
+def snapshot_pages(doc: object) -> list[PageRef]:
+    """The pages a snapshot document references (none for version 1 or damage)."""
+    if not isinstance(doc, Mapping) or doc.get("v") != PAGED_SNAPSHOT_VERSION:
+        return []
+    try:
+        return page_refs({"pages": doc.get("message_pages")})
+    except StoreCorrupted:
+        return []
+
+
+def decode_state(doc: object, pages: PageResolver | None = None) -> RunState:
+    """The state ``encode_state`` (or ``paged_snapshot``, read through ``pages``) wrote;
+    ``SnapshotUnreadable`` for anything else, a page that cannot be read included. Every list
     and dict of the result is new (the caller folds into it)."""
     try:
+        if isinstance(doc, Mapping) and doc.get("v") == PAGED_SNAPSHOT_VERSION:
+            refs = doc.get("message_pages")
+            _need(isinstance(refs, list) and bool(refs), "a paged snapshot without pages")
+            msgs = conversation(
+                {"messages": doc.get("messages"), "pages": doc.get("message_pages")}, pages
+            )
+            _need(msgs is not None, "messages is not a list")
+            doc = {k: v for k, v in doc.items() if k != "message_pages"} | {
+                "v": SNAPSHOT_VERSION,
+                "messages": msgs,
+            }
         return _decode(doc)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, InvalidRecord) as exc:
+    except (
+        KeyError,
+        IndexError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        InvalidRecord,
+        StoreCorrupted,
+    ) as exc:
         if isinstance(exc, SnapshotUnreadable):
             raise
         raise SnapshotUnreadable(f"malformed snapshot: {type(exc).__name__}: {exc}") from None

@@ -14,6 +14,7 @@ the governed, paired view (``journald.core.governance.sanitize``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,13 +41,13 @@ from journald.core.errors import (
     TurnRunning,
 )
 from journald.core.fold import Message, RunState, StateValue
+from journald.core.pages import Paged, cut, paged_payload
 from journald.core.paging import tail_start
 from journald.core.records import GENESIS, Record, make_record, validate_id
 from journald.core.schema import validate_payload
 from journald.server.attachments import copy_attachments, copy_referenced
 from journald.server.convert import message_from_pb, state_to_pb
 from journald.server.edge import unary
-from journald.server.leases import Lease
 from journald.server.runs import Held, Runs, ack_pb
 from journald.storage.checkpoint_base import imported, make_checkpoint, new_id
 
@@ -169,22 +170,39 @@ class CheckpointRpcs:
 
     def _rebase(
         self,
-        lease: Lease,
+        after: tuple[int, str],
         reason: str,
         messages: Sequence[Message],
         cp: Checkpoint | None,
         covered: tuple[int, int] | None,
-    ) -> Record:
-        payload: dict[str, Any] = {"reason": reason, "messages": list(messages)}
+    ) -> tuple[Record, Paged]:
+        """The rebase after record ``after`` (seq, hash) holding ``messages`` as page
+        references and a short tail, checked against the limits; nothing is written yet
+        (the pages are stored by ``_write_pages``, before the record)."""
+        paged = cut(messages)
+        base: dict[str, Any] = {"reason": reason}
         if cp is not None:
-            payload["checkpoint_id"] = cp.checkpoint_id
-            payload["checkpoint_hash"] = cp.meta.hash
+            base["checkpoint_id"] = cp.checkpoint_id
+            base["checkpoint_hash"] = cp.meta.hash
         if covered is not None:
-            payload["covered"] = {"from_seq": covered[0], "to_seq": covered[1]}
-        # gated with the rest of the commit (journald.writer.gate)
-        return make_record(
-            lease.journal.last_seq + 1, "rebase", payload, lease.journal.last_hash, utc_ts()
-        )
+            base["covered"] = {"from_seq": covered[0], "to_seq": covered[1]}
+        rec = make_record(after[0] + 1, "rebase", paged_payload(base, paged), after[1], utc_ts())
+        self.runs.gate.record(rec)  # refused here, before anything is written
+        return rec, paged
+
+    async def _write_pages(self, run_id: str, paged: Paged) -> None:
+        """The pages before the record that references them: a crash in between leaves
+        pages nothing references, never a reference to a page that is not there."""
+        await self.runs.pages.put(run_id, paged)
+        if failpoints.ARMED:
+            failpoints.hit("op_after_pages")
+
+    async def _undo_checkpoint(self, cp: Checkpoint | None) -> None:
+        """A refused or failed operation leaves no checkpoint of its own behind."""
+        if cp is not None:
+            with contextlib.suppress(JournaldError):
+                if await self.runs.checkpoints.delete(cp.meta.run_id, cp.checkpoint_id):
+                    self._event("deleted", cp.meta)
 
     @unary
     async def Checkpoint(
@@ -245,14 +263,24 @@ class CheckpointRpcs:
                     )
                 )
             before = len(st.messages)
-            pre = None
-            if not request.skip_checkpoint:
-                pre = await self._take(held, "pre_restore", f"before restoring {cp.checkpoint_id}")
-                if failpoints.ARMED:
-                    failpoints.hit("op_after_checkpoint")
+            journal = held.lease.journal
             msgs = governed(cp.messages)
-            rec = self._rebase(held.lease, "restore", msgs, cp, (1, st.last_seq))
-            results = await held.lease.writer.commit([rec])
+            # built and checked first: a refused rebase writes nothing, no checkpoint either
+            rec, paged = self._rebase(
+                (journal.last_seq, journal.last_hash), "restore", msgs, cp, (1, st.last_seq)
+            )
+            pre = None
+            try:
+                if not request.skip_checkpoint:
+                    label = f"before restoring {cp.checkpoint_id}"
+                    pre = await self._take(held, "pre_restore", label)
+                    if failpoints.ARMED:
+                        failpoints.hit("op_after_checkpoint")
+                await self._write_pages(run_id, paged)
+                results = await held.lease.writer.commit([rec], paged.resolver())
+            except JournaldError:
+                await self._undo_checkpoint(pre)
+                raise
             if failpoints.ARMED:
                 failpoints.hit("op_after_rebase")
             after = len(held.lease.state.messages)
@@ -282,22 +310,23 @@ class CheckpointRpcs:
             new = governed([*summary, *msgs[start:]])
             if start == 0 or len(new) >= len(msgs):  # it would not shrink the history
                 return pb.CompactResponse(status=rejected, reason="nothing_to_compact")
-            pre = None
-            if not request.skip_checkpoint:
-                label = request.checkpoint_label or "before compaction"
-                pre = await self._take(held, "pre_compaction", label)
-                if failpoints.ARMED:
-                    failpoints.hit("op_after_checkpoint")
             covered = (1, st.last_seq)
+            journal = held.lease.journal
+            after = (journal.last_seq, journal.last_hash)
+            pre = None
             try:
-                rec = self._rebase(held.lease, "compaction", new, None, covered)
-                results = await held.lease.writer.commit([rec])
+                # built and checked before the checkpoint: a refused rebase writes nothing
+                rec, paged = self._rebase(after, "compaction", new, None, covered)
+                if not request.skip_checkpoint:
+                    label = request.checkpoint_label or "before compaction"
+                    pre = await self._take(held, "pre_compaction", label)
+                    if failpoints.ARMED:
+                        failpoints.hit("op_after_checkpoint")
+                await self._write_pages(run_id, paged)
+                results = await held.lease.writer.commit([rec], paged.resolver())
             except JournaldError as err:
-                return pb.CompactResponse(
-                    status=pb.COMPACT_STATUS_FAILED,
-                    reason=err.code,
-                    checkpoint_id=pre.checkpoint_id if pre else "",
-                )
+                await self._undo_checkpoint(pre)
+                return pb.CompactResponse(status=pb.COMPACT_STATUS_FAILED, reason=err.code)
             if failpoints.ARMED:
                 failpoints.hit("op_after_rebase")
         return pb.CompactResponse(
@@ -348,14 +377,38 @@ class CheckpointRpcs:
         # Framework state travels with a fork of the head (a checkpoint holds only the
         # conversation, so a fork from one starts without state).
         carried = src.state_entries() if cp is None else []
-        async with self.runs.daemon_lease(new_run, create=meta) as lease:
-            await copy_referenced(self.runs.attachments, source, new_run, msgs)
-            digests = {v.sha256 for _, _, v in carried if v.sha256}
-            await copy_attachments(self.runs.attachments, source, new_run, digests)
-            rec = self._rebase(lease, "fork", governed(msgs), cp, None)
-            await lease.writer.commit([rec, *self._state_copies(rec, carried)])
-            state = lease.state
+        # every record is built and checked before the run is created: a refused fork
+        # leaves no run behind
+        rec, paged = self._rebase((meta.seq, meta.hash), "fork", governed(msgs), cp, None)
+        records = [rec, *self._state_copies(rec, carried)]
+        for copy in records[1:]:
+            self.runs.gate.record(copy)
+        created = False
+        try:
+            async with self.runs.daemon_lease(new_run, create=meta) as lease:
+                created = True
+                await copy_referenced(self.runs.attachments, source, new_run, msgs)
+                digests = {v.sha256 for _, _, v in carried if v.sha256}
+                await copy_attachments(self.runs.attachments, source, new_run, digests)
+                await self._write_pages(new_run, paged)
+                await lease.writer.commit(records, paged.resolver())
+                if failpoints.ARMED:
+                    failpoints.hit("op_after_rebase")
+                state = lease.state
+        except JournaldError:
+            if created:
+                await self._discard_run(new_run)
+            raise
         return pb.ForkResponse(run_id=new_run, state=state_to_pb(state))
+
+    async def _discard_run(self, run_id: str) -> None:
+        """Remove a run a failed fork created (its records, pages and attachments)."""
+        with contextlib.suppress(JournaldError):
+            async with self.runs.unheld(run_id):
+                await self.runs.store.delete(run_id)
+                await self.runs.checkpoints.drop_run(run_id)
+                await self.runs.attachments.drop_run(run_id)
+            self.runs.owners.forget(run_id)
 
     def _state_copies(
         self, after: Record, entries: Sequence[tuple[str, str, StateValue]]

@@ -45,6 +45,7 @@ from journald.server.owners import Owners
 from journald.server.scrub import ScrubRecords
 from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
+from journald.storage.pages import PageStore, paged_checkpoints
 from journald.writer.folding import fold_stored
 from journald.writer.gate import Gate
 from journald.writer.marks import FoldMarks
@@ -145,10 +146,12 @@ class Runs:
         self.limits = limits
         self.gate = Gate(limits.max_record_bytes)
         """The one gate every record the daemon writes passes (``journald.writer.gate``)."""
-        self.checkpoints = checkpoints
+        self.checkpoints = paged_checkpoints(checkpoints, attachments)
         self.checkpoint_max = checkpoint_max
         self.attachments = attachments
-        self.marks = FoldMarks(checkpoints)
+        self.pages = PageStore(attachments)
+        """Message pages of rebases, checkpoints and snapshots (docs/design.md#message-pages)."""
+        self.marks = FoldMarks(checkpoints, self.pages)
         self.owners = Owners(checkpoints, store.exists)
         self.leases = LeaseTable()
         """The registry of writers: one lease, and its ``RunWriter``, per held run."""
@@ -158,7 +161,15 @@ class Runs:
         self.hub = WatchHub()
         self.scrubs = ScrubRecords(store, checkpoints)
         self.parts = Parts(
-            store, self.gate, self.marks, self.hub, self.leases, self.owners, self.scrubs, host
+            store,
+            self.gate,
+            self.marks,
+            self.hub,
+            self.leases,
+            self.owners,
+            self.scrubs,
+            host,
+            self.pages,
         )
         self._dormant = RunCache(DORMANT_CACHE_RUNS)
 
@@ -232,7 +243,7 @@ class Runs:
         # a read writes nothing: the run's index (fold marks, snapshot) is taken when a
         # writer (a lease, the daemon's own) folds it and saved when it ends
         snapshot = await self.marks.load_snapshot(run_id)
-        st = await fold_stored(self.store, run_id, None, snapshot)
+        st = await fold_stored(self.store, run_id, None, snapshot, self.pages)
         if key is not None:
             self._dormant.put(run_id, key, st, stored_bytes(key))
         return key, st

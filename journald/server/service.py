@@ -37,6 +37,7 @@ from journald.server.fairness import FLAGS, FairShares, PeerBudget, peer_key
 from journald.server.history import HistoryRpcs
 from journald.server.leases import END, Subscription, WatchHub, new_holder
 from journald.server.message_window import ask_for_state, check_fits, fill_window, room_left
+from journald.server.paged_edits import page_rebases
 from journald.server.runs import Limits, Runs, ack_pb
 from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
@@ -267,11 +268,13 @@ class JournalService:
         try:
             await lease.journal.pipeline.wait_turn(first_seq)
             items = [self._incoming(r, i) for i, r in enumerate(request.records)]
+            # a writer's rebase is stored paged: its pages first (docs/design.md#message-pages)
+            items, pages = await page_rebases(self.runs.pages, run_id, items)
             async with lease.lock:
                 self.leases.check(run_id, request.lease_id)
                 parent = telemetry.unstamped_parent(request.records, context)
                 trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
-                return await lease.writer.queue(items, trace, rpc)
+                return await lease.writer.queue(items, trace, rpc, pages)
         except InvalidRecord as err:
             raise locate(err, run_id, first_seq, "records") from None
 
@@ -429,6 +432,7 @@ class JournalService:
     @unary
     async def Verify(self, request: pb.VerifyRequest, context: Ctx) -> pb.VerifyResponse:
         rep = await self.store.verify(validate_id(request.run_id))
+        await self.runs.pages.check_run(self.store, request.run_id)  # every page it references
         return pb.VerifyResponse(
             records=rep.records,
             last_seq=rep.last_seq,

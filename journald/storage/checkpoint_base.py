@@ -166,7 +166,10 @@ def pre_prune_hook(
 
     async def before(run_id: str, records: Sequence[Any]) -> None:
         cut = max(i for i, r in enumerate(records) if r.kind == "rebase")
-        st = fold(records[:cut])
+        # a paged store reads the pages the kept history references (docs/design.md#prune)
+        reader = getattr(store, "pages", None)
+        resolve = await reader.for_records(run_id, records[:cut]) if reader else None
+        st = fold(records[:cut], pages=resolve)
         cp = make_checkpoint(
             run_id=run_id,
             trigger="pre_prune",

@@ -32,6 +32,7 @@ the half copy has been deleted (which the failure does itself).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
@@ -39,10 +40,12 @@ from typing import Any, Protocol
 
 from journald.core.checkpoints import content_hash, encode_file
 from journald.core.errors import AttachmentNotFound, SessionExists, StoreCorrupted
+from journald.core.pages import referenced_pages
 from journald.core.records import GENESIS, Record, sha256_hex, validate_id
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import OWNER, AttachmentStore, CheckpointStore
 from journald.storage.jetstream.options import NatsOptions
+from journald.storage.pages import PageStore
 from journald.storage.registry import OpenedBackend, open_backend, parse_location
 
 BATCH = 64
@@ -104,6 +107,14 @@ async def _copy_side(
     digests: set[str] = set()
     for rec in records:
         digests |= referenced_digests(rec.payload)
+    if src.attachments is not None:
+        # message pages go with the records that reference them, as do the attachments
+        # their messages name (docs/design.md#message-pages)
+        rebases = [r.payload for r in records if r.kind == "rebase"]
+        pages = await PageStore(src.attachments).read(run_id, referenced_pages(rebases))
+        for digest, raw in pages.items():
+            digests.add(digest)
+            digests |= referenced_digests(json.loads(raw))
     copied_cps = 0
     if src.checkpoints is not None and dst.checkpoints is not None:
         for meta in await src.checkpoints.list(run_id):

@@ -29,6 +29,7 @@ from journald.storage.file.checkpoint_store import FileAttachmentStore, FileChec
 from journald.storage.io_pool import DEFAULT_IO_THREADS
 from journald.storage.jetstream.options import NatsOptions
 from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore
+from journald.storage.pages import paged_checkpoints
 
 log = logging.getLogger("journald.storage")
 
@@ -306,6 +307,8 @@ async def open_backend(name: str, opts: BackendOptions) -> OpenedBackend:
     opened = await entry.open(opts)
     if opts.checkpoint_dir is not None:
         opened.checkpoints = FileCheckpointStore.separate(str(opts.checkpoint_dir))
+    # checkpoints hold page references; the pages live with the run's attachments
+    opened.checkpoints = paged_checkpoints(opened.checkpoints, opened.attachments)
     return opened
 
 

@@ -12,8 +12,10 @@ from typing import Any
 from journald import telemetry
 from journald.core.errors import SessionNotFound, StoreCorrupted
 from journald.core.fold import QUARANTINE, RunState, fold_into
+from journald.core.pages import is_paged
 from journald.core.records import Record
 from journald.storage.base import Store
+from journald.storage.pages import PageStore
 from journald.writer.marks import mark_due, mark_of
 
 _FOLD_REFUSALS: OrderedDict[tuple[str, str], None] = OrderedDict()  # logged at ERROR once
@@ -42,9 +44,14 @@ def naming_run(exc: StoreCorrupted, run_id: str) -> StoreCorrupted:
     return exc
 
 
-def _fold(state: RunState, rec: Record, run_id: str) -> None:
+async def _fold(state: RunState, rec: Record, run_id: str, pages: PageStore | None) -> None:
+    """One record folded, the message pages of a paged rebase read first
+    (docs/design.md#message-pages)."""
     try:
-        fold_into(state, (rec,))
+        resolve = None
+        if pages is not None and rec.kind == "rebase" and is_paged(rec.payload):
+            resolve = await pages.for_records(run_id, [rec])
+        fold_into(state, (rec,), resolve)
     except StoreCorrupted as exc:
         raise naming_run(exc, run_id) from None
 
@@ -61,7 +68,11 @@ def _hides_earlier_records(rec: Record, seq: int) -> bool:
 
 
 async def _fold_after(
-    store: Store, run_id: str, start: RunState, marks: list[dict[str, Any]] | None
+    store: Store,
+    run_id: str,
+    start: RunState,
+    marks: list[dict[str, Any]] | None,
+    pages: PageStore | None,
 ) -> RunState | None:
     """``start`` (folded in place) continued with the records after its seq; None when the
     stored run no longer holds the record ``start`` ends on (pruned, recovered, restored
@@ -77,7 +88,7 @@ async def _fold_after(
                 continue
             if _hides_earlier_records(rec, seq):
                 return None
-            _fold(start, rec, run_id)
+            await _fold(start, rec, run_id, pages)
             if marks is not None and mark_due(marks, start, seq):
                 marks.append(mark_of(start))
     except SessionNotFound:
@@ -90,6 +101,7 @@ async def fold_stored(
     run_id: str,
     marks: list[dict[str, Any]] | None = None,
     snapshot: RunState | None = None,
+    pages: PageStore | None = None,
 ) -> RunState:
     """The one fold of a run's stored records: from ``snapshot`` on (consumed) when the run
     still holds the record it ends on (docs/design.md#fold-snapshots), else from seq 1. With
@@ -97,7 +109,7 @@ async def fold_stored(
     with telemetry.fold_span(run_id) as span:
         state = None
         if snapshot is not None and snapshot.last_seq > 0:
-            state = await _fold_after(store, run_id, snapshot, marks)
+            state = await _fold_after(store, run_id, snapshot, marks, pages)
             if state is None:
                 log.debug(
                     "run %s: the fold snapshot at seq %d no longer matches the stored run; "
@@ -110,7 +122,7 @@ async def fold_stored(
         if state is None:
             state = RunState()
             async for rec in store.iter_records(run_id):
-                _fold(state, rec, run_id)
+                await _fold(state, rec, run_id, pages)
                 if marks is not None and mark_due(marks, state):
                     marks.append(mark_of(state))
         span.set("journald.seq.last", state.last_seq)

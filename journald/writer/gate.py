@@ -76,10 +76,18 @@ class Gate:
     def record(self, rec: Record) -> None:
         """The daemon's size limit and the record schema, before anything is written."""
         if len(rec.raw) > self.max_record_bytes:
+            advice = (
+                "journal the output as an attachment: tool_result(..., as_attachment=True) "
+                "in the Python, Go and TS clients (PutAttachment, then a result holding its "
+                "attachment block; up to 8 MiB), or keep larger output outside the journal "
+                "and journal a reference to it"
+                if rec.kind == "tool_result"
+                else "store large content as an attachment (PutAttachment) and journal its "
+                "attachment block instead"
+            )
             raise InvalidRecord(
-                f"record seq {rec.seq} is {len(rec.raw)} bytes; the daemon's limit is "
-                f"{self.max_record_bytes} bytes (--max-record-bytes): store large tool "
-                "output elsewhere and journal a reference",
+                f"record seq {rec.seq} ({rec.kind}) is {len(rec.raw)} bytes; the daemon's "
+                f"limit is {self.max_record_bytes} bytes (--max-record-bytes): {advice}",
                 metadata={"seq": rec.seq, "field": "record"},
             )
         validate_record(rec)

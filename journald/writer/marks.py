@@ -26,9 +26,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from journald.core.errors import StoreCorrupted
 from journald.core.fold import RunState
-from journald.core.snapshot import SnapshotUnreadable, decode_state, encode_state
+from journald.core.pages import PageResolver, bytes_resolver, cut
+from journald.core.snapshot import (
+    SnapshotUnreadable,
+    decode_state,
+    encode_state,
+    paged_snapshot,
+    snapshot_pages,
+)
 from journald.storage.checkpoint_base import SNAPSHOT, CheckpointStore
+from journald.storage.pages import PageStore
 
 log = logging.getLogger(__name__)
 MARK_EVERY = 1000  # records between the fold marks History pages from
@@ -72,12 +81,15 @@ def valid_marks(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return sorted(ok, key=lambda m: m["seq"])
 
 
-def snapshot_in(doc: Mapping[str, Any] | None, run_id: str) -> RunState | None:
-    """The snapshot of an index document, None when there is none or it is unreadable."""
+def snapshot_in(
+    doc: Mapping[str, Any] | None, run_id: str, pages: PageResolver | None = None
+) -> RunState | None:
+    """The snapshot of an index document, None when there is none or it is unreadable
+    (a paged one whose pages ``pages`` cannot read included)."""
     if not doc or doc.get("snapshot") is None:
         return None
     try:
-        return decode_state(doc["snapshot"])
+        return decode_state(doc["snapshot"], pages)
     except SnapshotUnreadable as exc:
         log.debug("run %s: ignoring its fold snapshot (%s); folding it in full", run_id, exc)
         return None
@@ -96,8 +108,10 @@ class FoldMarks:
     """The index of the runs held now (in memory) and the saved ones (in the checkpoint
     store)."""
 
-    def __init__(self, checkpoints: CheckpointStore) -> None:
+    def __init__(self, checkpoints: CheckpointStore, pages: PageStore | None = None) -> None:
         self.checkpoints = checkpoints
+        self.pages = pages
+        """Where a snapshot's message pages go (docs/design.md#message-pages); None: inline."""
         self._writing: dict[str, _Writing] = {}
         # Only this daemon's lease ends write a run's marks (a prune keeps them), and each is
         # checked against the stored record at its seq when used: a copy in memory spares
@@ -106,7 +120,16 @@ class FoldMarks:
 
     async def load_snapshot(self, run_id: str) -> RunState | None:
         """The run's saved fold snapshot (None: none, or unreadable)."""
-        return snapshot_in(await self.checkpoints.load_mark(run_id, SNAPSHOT), run_id)
+        doc = await self.checkpoints.load_mark(run_id, SNAPSHOT)
+        refs = snapshot_pages(doc.get("snapshot") if doc else None)
+        resolve = None
+        if refs and self.pages is not None:
+            try:
+                resolve = bytes_resolver(await self.pages.read(run_id, refs))
+            except StoreCorrupted as exc:  # a cache: fold the run in full instead
+                log.debug("run %s: its fold snapshot's pages (%s); folding it in full", run_id, exc)
+                return None
+        return snapshot_in(doc, run_id, resolve)
 
     async def load_index(self, run_id: str) -> dict[str, Any] | None:
         """The run's saved fold marks document (None: none)."""
@@ -161,6 +184,11 @@ class FoldMarks:
         saved = ([m for m in w.stored_marks if m["seq"] < first_new] + new)[-MARKS_KEPT:]
         self._saved.pop(run_id, None)  # a failed save leaves the stored ones to be read again
         # the snapshot first: marks naming a seq past an older snapshot are harmless
-        await self.checkpoints.save_mark(run_id, {"snapshot": encode_state(state)}, SNAPSHOT)
+        doc = encode_state(state)
+        if self.pages is not None:  # the pages first, new ones only (prefix-stable cut)
+            paged = cut(state.messages)
+            await self.pages.put(run_id, paged)
+            doc = paged_snapshot(doc, paged)
+        await self.checkpoints.save_mark(run_id, {"snapshot": doc}, SNAPSHOT)
         await self.checkpoints.save_mark(run_id, {"marks": saved})
         self._remember(run_id, saved)

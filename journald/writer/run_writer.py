@@ -36,8 +36,10 @@ from journald import telemetry
 from journald.core.admission import admit
 from journald.core.errors import InvalidRecord, SessionExists, SessionNotFound
 from journald.core.fold import RunState, fold_into, resume_warnings
+from journald.core.pages import PageResolver
 from journald.core.records import Record
 from journald.storage.base import AppendResult, HostLeases, Journal, Store
+from journald.storage.pages import PageStore
 from journald.writer.folding import fold_stored
 from journald.writer.gate import Gate, Incoming, Trace, locate
 from journald.writer.marks import FoldMarks, mark_of
@@ -85,6 +87,8 @@ class Parts:
     owners: Owners
     scrubs: Damage
     host: HostLeases | None = None
+    pages: PageStore | None = None
+    """Where paged rebases' messages are read from (docs/design.md#message-pages)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,16 +149,21 @@ class RunWriter:
         if self._voids != pipeline.voids:
             await pipeline.settled()  # nothing else is queued: the caller holds the lock
             voids = pipeline.voids
-            self.state = await fold_stored(self.parts.store, self.run_id)
+            self.state = await fold_stored(self.parts.store, self.run_id, pages=self.parts.pages)
             self._voids = voids
         return self.state
 
     async def queue(
-        self, items: Sequence[Incoming], trace: Trace | None, rpc: contextvars.Context
+        self,
+        items: Sequence[Incoming],
+        trace: Trace | None,
+        rpc: contextvars.Context,
+        pages: PageResolver | None = None,
     ) -> Ticket:
         """Every append goes through here (caller holds ``lock``): gated, admitted against
         the state that includes everything queued before, folded into it and queued; tails
-        and fold marks get the records once they are durable."""
+        and fold marks get the records once they are durable. ``pages`` reads the message
+        pages the batch's rebases reference (stored before the batch)."""
         await self.settled(wait=False)
         gate, pipeline = self.parts.gate, self.journal.pipeline
         gate.batch(self.run_id, items)
@@ -165,7 +174,7 @@ class RunWriter:
             pipeline.check(new)
             admit(self.state, new)
             try:
-                rpc.run(self._fold, new)  # the fold's span belongs to the RPC, not the write
+                rpc.run(self._fold, new, pages)  # the fold's span belongs to the RPC
             except BaseException:
                 self._voids = -1  # half folded: refold before the next use
                 raise
@@ -176,9 +185,9 @@ class RunWriter:
         queued.durable.add_done_callback(functools.partial(self._durable, new, mark))
         return Ticket(pipeline.durability, dups, new, queued.acked)
 
-    def _fold(self, new: list[Record]) -> None:
+    def _fold(self, new: list[Record], pages: PageResolver | None) -> None:
         with telemetry.fold_span(self.run_id, len(new)):
-            fold_into(self.state, new)
+            fold_into(self.state, new, pages)
 
     def _durable(
         self, new: list[Record], mark: dict[str, object] | None, done: asyncio.Future[None]
@@ -188,12 +197,15 @@ class RunWriter:
         self.parts.marks.note(self.run_id, mark)
         self.parts.tails.publish(self.run_id, new)
 
-    async def commit(self, records: list[Record]) -> list[AppendResult]:
+    async def commit(
+        self, records: list[Record], pages: PageResolver | None = None
+    ) -> list[AppendResult]:
         """Append records the daemon built (rebases, forks) through the same gate and wait
-        until they are durable (caller holds ``lock``)."""
+        until they are durable (caller holds ``lock``); ``pages`` reads the pages their
+        rebases reference."""
         rpc = contextvars.copy_context()
         with telemetry.store_append(self.run_id) as span:
-            ticket = await self.queue([Incoming.of(r) for r in records], None, rpc)
+            ticket = await self.queue([Incoming.of(r) for r in records], None, rpc, pages)
             span.records(ticket.new)
             return await ticket.durable()
 
@@ -287,7 +299,7 @@ async def _fold_for_writer(parts: Parts, run_id: str) -> RunState:
     snapshot = await parts.marks.load_snapshot(run_id)
     at = snapshot.last_seq if snapshot is not None else 0
     new: list[dict[str, object]] = []
-    state = await fold_stored(parts.store, run_id, new, snapshot)
+    state = await fold_stored(parts.store, run_id, new, snapshot, parts.pages)
     # a snapshot that did not match is replaced by the next save
     parts.marks.opened(run_id, doc, at if state is snapshot else 0, new)
     return state

@@ -292,7 +292,8 @@ const (
 	CompactStatus_COMPACT_STATUS_COMPACTED CompactStatus = 1
 	// Refused before any side effect; see reason.
 	CompactStatus_COMPACT_STATUS_REJECTED CompactStatus = 2
-	// Failed after the checkpoint; the checkpoint is kept.
+	// Failed: the rebase was refused (e.g. over --max-record-bytes) or its write failed;
+	// nothing is kept (a pre_compaction checkpoint taken for it is deleted).
 	CompactStatus_COMPACT_STATUS_FAILED CompactStatus = 3
 )
 

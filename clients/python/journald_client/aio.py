@@ -541,7 +541,14 @@ class AsyncRun(codec.RunView):
         *,
         is_error: bool = False,
         remote: bool = False,
+        as_attachment: bool = False,
     ) -> Ack:
+        """``Run.tool_result``; ``as_attachment`` stores the content as an attachment first
+        and journals the result as its attachment block."""
+        if as_attachment:
+            data, media_type = codec.result_attachment(content)
+            ref = await self._client.put_attachment(self.run_id, data, media_type, tool_use_id)
+            content = [ref.block]
         entry = Entry.tool_result(tool_use_id, content, is_error=is_error, remote=remote)
         return (await self.append_many([entry]))[0]
 

@@ -606,8 +606,16 @@ class Run(codec.RunView):
         *,
         is_error: bool = False,
         remote: bool = False,
+        as_attachment: bool = False,
     ) -> Ack:
-        """Journal one tool's result as it completes."""
+        """Journal one tool's result as it completes. ``as_attachment``: store the content
+        as an attachment of the run first (text as UTF-8, blocks as JSON) and journal the
+        result as that attachment's block, so output of any size up to the attachment limit
+        (8 MiB) stays out of the record (docs/protocol.md#large-tool-results)."""
+        if as_attachment:
+            data, media_type = codec.result_attachment(content)
+            ref = self._client.put_attachment(self.run_id, data, media_type, tool_use_id)
+            content = [ref.block]
         entry = Entry.tool_result(tool_use_id, content, is_error=is_error, remote=remote)
         return self.append_many([entry])[0]
 

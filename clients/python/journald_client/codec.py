@@ -104,6 +104,20 @@ def blocks_json(content: str | Sequence[Mapping[str, Any]]) -> bytes:
     return canonical_json(blocks(content))
 
 
+RESULT_TEXT_TYPE = "text/plain; charset=utf-8"
+RESULT_BLOCKS_TYPE = "application/json"
+
+
+def result_attachment(content: str | Sequence[Mapping[str, Any]]) -> tuple[bytes, str]:
+    """A tool result's content as attachment bytes (``tool_result(..., as_attachment=True)``,
+    docs/protocol.md#large-tool-results): text (a string, or one text block) as UTF-8, any
+    other content as the canonical JSON of its blocks."""
+    items = blocks(content)
+    if len(items) == 1 and set(items[0]) == {"type", "text"} and items[0]["type"] == "text":
+        return str(items[0]["text"]).encode("utf-8"), RESULT_TEXT_TYPE
+    return canonical_json(items), RESULT_BLOCKS_TYPE
+
+
 def _json_list(data: bytes) -> list[Any]:
     if not data:
         return []

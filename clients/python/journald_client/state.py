@@ -293,8 +293,9 @@ class RestoreResult:
 @dataclass(frozen=True, slots=True)
 class CompactResult:
     """What a compaction did. ``status``: compacted, rejected (nothing written; ``reason``
-    says why, e.g. turn_running, nothing_to_compact) or failed (after the pre_compaction
-    checkpoint, which is kept). ``removed_range`` and ``ack`` are set when compacted."""
+    says why, e.g. turn_running, nothing_to_compact) or failed (``reason`` says why; nothing
+    is kept, the pre_compaction checkpoint included). ``removed_range`` and ``ack`` are set
+    when compacted."""
 
     status: str
     reason: str

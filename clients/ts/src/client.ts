@@ -16,8 +16,17 @@ import {
   ServiceError,
   status as Status,
 } from "@grpc/grpc-js";
-import { canonical } from "./canonical";
-import { AssistantTurn, Block, buildEntry, Built, Entry, text, ToolResultInput } from "./entry";
+import { canonical, parseJson } from "./canonical";
+import {
+  AssistantTurn,
+  Block,
+  buildEntry,
+  Built,
+  Entry,
+  resultAttachmentBytes,
+  text,
+  ToolResultInput,
+} from "./entry";
 import { fromServiceError, InvalidRequestError, JournaldError, LockedError, retryInPlace } from "./errors";
 import {
   Ack,
@@ -535,8 +544,14 @@ export class Run {
     return this.appendEntry({ assistant: turn }, opts);
   }
 
-  /** Journal one tool's result. */
-  appendToolResult(r: ToolResultInput, opts?: CallOpts): Promise<Ack> {
+  /** Journal one tool's result (with `asAttachment`, its content uploaded first). */
+  async appendToolResult(r: ToolResultInput, opts?: CallOpts): Promise<Ack> {
+    if (r.asAttachment) {
+      const { data, mediaType } = resultAttachmentBytes(r.content);
+      const put = await this.client.putAttachment(this.id, data, mediaType, r.toolUseId, opts);
+      const block = parseJson(Buffer.from(put.blockJson).toString("utf8")) as Block;
+      r = { ...r, content: [block], asAttachment: false };
+    }
     return this.appendEntry({ toolResult: r }, opts);
   }
 

@@ -40,6 +40,27 @@ export interface ToolResultInput {
   content: Block[];
   isError?: boolean;
   remote?: boolean;
+  /**
+   * Store `content` as an attachment of the run first (one text block as its UTF-8 text,
+   * anything else as the canonical JSON of the blocks) and journal the result as that
+   * attachment's block, so output larger than --max-record-bytes (up to the 8 MiB
+   * attachment limit) stays out of the record. Honoured by `Run.appendToolResult`
+   * (docs/protocol.md#large-tool-results).
+   */
+  asAttachment?: boolean;
+}
+
+/** Media types of a tool result stored as an attachment. */
+export const RESULT_TEXT_TYPE = "text/plain; charset=utf-8";
+export const RESULT_BLOCKS_TYPE = "application/json";
+
+/** A tool result's content as attachment bytes and their media type. */
+export function resultAttachmentBytes(content: Block[]): { data: Buffer; mediaType: string } {
+  const only = content.length === 1 ? content[0] : undefined;
+  if (only && Object.keys(only).length === 2 && only.type === "text" && typeof only.text === "string") {
+    return { data: Buffer.from(only.text, "utf8"), mediaType: RESULT_TEXT_TYPE };
+  }
+  return { data: canonical(content), mediaType: RESULT_BLOCKS_TYPE };
 }
 
 /**

@@ -11,11 +11,21 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from journald.clock import utc_ts
 from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
+from journald.core.pages import (
+    Paged,
+    PageRef,
+    PageResolver,
+    cut,
+    decode_page,
+    page_missing,
+    paged_payload,
+    referenced_pages,
+)
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
 from journald.core.schema import validate_record
 from journald.storage.base import QuarantineReport, RecordCheck, RepairReport
@@ -45,8 +55,10 @@ from journald.storage.file.segments import (
 
 if TYPE_CHECKING:
     from journald.storage.file.store import FileStore
+    from journald.storage.seam import Disk
 
 T = TypeVar("T")
+ATTACHMENTS = "attachments"  # the run's attachment directory (checkpoint_store.FileAttachmentStore)
 log = logging.getLogger("journald.storage.file")
 Damaged = list[tuple[Line, int, str]]  # a damaged line, the seq expected there, the reason
 Lines = list[Line]
@@ -64,10 +76,38 @@ class PruneReport:
     kept_records: int = 0
 
 
+def run_pages(disk: Disk, run_dir: str) -> PageResolver:
+    """Pages read from the run's attachment directory (docs/design.md#message-pages)."""
+
+    def resolve(ref: PageRef) -> list[dict[str, Any]]:
+        try:
+            raw = disk.read(os.path.join(run_dir, ATTACHMENTS, ref.sha256))
+        except FileNotFoundError:
+            raise page_missing(ref) from None
+        return decode_page(ref, raw)
+
+    return resolve
+
+
+def store_pages(disk: Disk, run_dir: str, paged: Paged) -> None:
+    """Write ``paged``'s pages into the run's attachment directory (the ones it lacks)."""
+    if not paged.refs:
+        return
+    d = os.path.join(run_dir, ATTACHMENTS)
+    if not os.path.isdir(d):
+        disk.mkdir(d, DIR_MODE)
+    for ref in paged.refs:
+        path = os.path.join(d, ref.sha256)
+        if not os.path.exists(path):
+            disk.atomic_write(path, paged.data[ref.sha256])
+
+
 def holds_live_state(records: Sequence[Record], cut_seq: int) -> bool:
     """Whether a state record before ``cut_seq`` is still the latest value of its key: a
     rebase replaces the conversation, never framework state, so such a prune would lose it."""
-    return any(v.seq < cut_seq for _, _, v in fold(records).state_entries())
+    # state only: the conversation (and the pages a rebase references) plays no part
+    only = [r for r in records if r.kind in ("meta", "state")]
+    return any(v.seq < cut_seq for _, _, v in fold(only).state_entries())
 
 
 class FileMaintenance:
@@ -195,6 +235,15 @@ class FileMaintenance:
         gone = [seq for _, seq, _ in bad] + ([end_seq + 1, floor] if floor > end_seq else [])
         if lost_active:  # it held fewer records than a seal takes: keep all those seqs
             gone += [end_seq + 1, end_seq + self.store.segment_max_records]
+        # every page a surviving rebase references must be there and whole (a missing one
+        # is store_corrupted naming it: recovery cannot rebuild what it does not have)
+        resolve = run_pages(self.store.disk, run_dir)
+        for ref in referenced_pages([r.payload for r in survivors if r.kind == "rebase"]):
+            try:
+                resolve(ref)
+            except StoreCorrupted as exc:
+                exc.metadata["run_id"] = run_id
+                raise
         if not gone:
             report.last_seq = end_seq
             return report
@@ -207,18 +256,17 @@ class FileMaintenance:
                 "the run; restore the run directory from a backup",
             )
         report.hole_from, report.hole_to = min(gone), max(gone + taken)
+        rebuilt = cut(rebuilt_after_quarantine(survivors, resolve))
+        covered = {"from_seq": report.hole_from, "to_seq": report.hole_to}
         rebase = make_record(
             max(last.seq, report.hole_to) + 1,
             "rebase",
-            {
-                "reason": QUARANTINE,
-                "messages": rebuilt_after_quarantine(survivors),
-                "covered": {"from_seq": report.hole_from, "to_seq": report.hole_to},
-            },
+            paged_payload({"reason": QUARANTINE, "covered": covered}, rebuilt),
             last.hash,
             utc_ts(),
         )
         check(rebase)
+        store_pages(self.store.disk, run_dir, rebuilt)  # before the rebase that references them
         if rebase.seq != last.seq + 1:  # the run ended in the hole: jump it to the rebase
             anchors[last.seq] = Anchor(
                 last.seq, last.hash, rebase.seq, last.hash, QUARANTINE, last.seq + 1, rebase.seq - 1

@@ -192,7 +192,9 @@ class _CompactStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Compact
     COMPACT_STATUS_REJECTED: _CompactStatus.ValueType  # 2
     """Refused before any side effect; see reason."""
     COMPACT_STATUS_FAILED: _CompactStatus.ValueType  # 3
-    """Failed after the checkpoint; the checkpoint is kept."""
+    """Failed: the rebase was refused (e.g. over --max-record-bytes) or its write failed;
+    nothing is kept (a pre_compaction checkpoint taken for it is deleted).
+    """
 
 class CompactStatus(_CompactStatus, metaclass=_CompactStatusEnumTypeWrapper):
     """CompactStatus is the outcome of a compaction."""
@@ -204,7 +206,9 @@ COMPACT_STATUS_COMPACTED: CompactStatus.ValueType  # 1
 COMPACT_STATUS_REJECTED: CompactStatus.ValueType  # 2
 """Refused before any side effect; see reason."""
 COMPACT_STATUS_FAILED: CompactStatus.ValueType  # 3
-"""Failed after the checkpoint; the checkpoint is kept."""
+"""Failed: the rebase was refused (e.g. over --max-record-bytes) or its write failed;
+nothing is kept (a pre_compaction checkpoint taken for it is deleted).
+"""
 Global___CompactStatus: _TypeAlias = CompactStatus  # noqa: Y015
 
 class _ErrorCode:

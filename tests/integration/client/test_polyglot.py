@@ -425,6 +425,22 @@ def test_go_and_typescript_surface_the_field_seq_and_run_of_a_refused_record(
 
 
 @pytest.mark.parametrize("language", ["go", "ts"])
+def test_go_and_typescript_journal_a_tool_result_over_the_record_limit_as_an_attachment(
+    agents: dict[str, list[str]], daemon: Daemon, language: str
+) -> None:
+    # refused with advice naming as_attachment, then stored as an attachment and journaled
+    # as its block (clients/go/refusals_test.go, clients/ts/test/large_results.test.ts)
+    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    _client_test(
+        agents,
+        language,
+        "TestAToolResultOverTheRecordLimitIsRefusedAndGoesInAsAnAttachment",
+        "large_results.test.js",
+        env,
+    )
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
 def test_go_and_typescript_fold_and_resume_page_every_message_of_a_run_past_the_window(
     agents: dict[str, list[str]], language: str, tmp_path: Path
 ) -> None:

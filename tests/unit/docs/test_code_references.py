@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -155,17 +156,25 @@ PLACEHOLDER = re.compile(r"[A-Z]{3,}")
 SOURCE_SUFFIXES = (".py", ".go", ".ts", ".md", ".sh", ".toml")
 
 
+def tracked_files(root: Path) -> list[Path]:
+    """The files git tracks under ``root`` (build outputs such as clients/ts/dist are not
+    sources), or every file when ``root`` is not a checkout (the checker's own test)."""
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=False
+    )
+    if listed.returncode != 0 or not (root / ".git").exists():
+        return sorted(p for p in root.rglob("*") if p.is_file())
+    return sorted(root / name for name in listed.stdout.decode().split("\0") if name)
+
+
 def named_test_file_problems(root: Path) -> list[str]:
     """Every ``tests/….py`` named outside tests/ (code comments, docs, scripts) exists: the
     tests move with the packages they mirror, and a comment pointing at a moved test sends
     the reader nowhere."""
     out: list[str] = []
-    skip = {"tests", ".venv", "node_modules", ".git", ".tools"}
-    for path in sorted(root.rglob("*")):
+    for path in tracked_files(root):
         rel = path.relative_to(root)
-        if rel.parts[0] in skip or "node_modules" in rel.parts or not path.is_file():
-            continue
-        if path.suffix not in SOURCE_SUFFIXES:
+        if rel.parts[0] == "tests" or path.suffix not in SOURCE_SUFFIXES:
             continue
         for no, line in enumerate(path.read_text("utf-8", errors="replace").splitlines(), 1):
             for m in TEST_PATH.finditer(line):

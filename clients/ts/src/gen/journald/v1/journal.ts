@@ -279,7 +279,10 @@ export enum CompactStatus {
   COMPACT_STATUS_COMPACTED = 1,
   /** COMPACT_STATUS_REJECTED - Refused before any side effect; see reason. */
   COMPACT_STATUS_REJECTED = 2,
-  /** COMPACT_STATUS_FAILED - Failed after the checkpoint; the checkpoint is kept. */
+  /**
+   * COMPACT_STATUS_FAILED - Failed: the rebase was refused (e.g. over --max-record-bytes) or its write failed;
+   * nothing is kept (a pre_compaction checkpoint taken for it is deleted).
+   */
   COMPACT_STATUS_FAILED = 3,
   UNRECOGNIZED = -1,
 }

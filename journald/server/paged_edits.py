@@ -1,0 +1,39 @@
+"""A writer's own rebase (reason ``edit``) stored with message pages, like the daemon's
+(docs/design.md#message-pages).
+
+A writer sends an ``edit`` rebase with its whole conversation inline (a framework session
+rewriting its items); the daemon cuts it into pages, stores them before the record, and
+appends the rebase holding page references and a short tail. The cut is deterministic, so a
+retry of the same rebase builds the same record and is answered as a duplicate, and a
+conversation of any size fits the record limit (the request itself is bounded by
+``--max-message-bytes``). The acknowledged hash is that of the stored (paged) record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from journald.core.pages import PageResolver, bytes_resolver, cut, paged_payload
+from journald.storage.pages import PageStore
+from journald.writer.gate import Incoming
+
+
+async def page_rebases(
+    pages: PageStore, run_id: str, items: Sequence[Incoming]
+) -> tuple[list[Incoming], PageResolver | None]:
+    """``items`` with every rebase longer than one page in paged form, its pages stored, and
+    a resolver for them (None when no rebase was paged)."""
+    out: list[Incoming] = []
+    data: dict[str, bytes] = {}
+    for item in items:
+        msgs = item.payload.get("messages") if item.kind == "rebase" else None
+        paged = cut(msgs) if isinstance(msgs, list) else None
+        if paged is None or not paged.refs:
+            out.append(item)  # short enough to stay inline as the tail alone
+            continue
+        await pages.put(run_id, paged)
+        data.update(paged.data)
+        base = {k: v for k, v in item.payload.items() if k != "messages"}
+        out.append(replace(item, payload=paged_payload(base, paged)))
+    return out, (bytes_resolver(data) if data else None)
