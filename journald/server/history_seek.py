@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from journald.core.errors import InvalidRequest
+from journald.core.pages import page_refs
 from journald.core.paging import MessageCounter
 from journald.core.records import Record
 from journald.server.runs import Runs
@@ -122,6 +123,8 @@ async def seek(runs: Runs, run_id: str, seq: int, *, held: bool) -> Seek:
                         return Seek(0 if rec.kind == "rebase" else _index_of(counter), rec)
                     continue
                 counter.add(rec.kind, rec.seq, rec.payload)
+                if rec.kind == "rebase":  # a paged rebase: its pages' messages come first
+                    counter.count += sum(r.count for r in page_refs(rec.payload))
                 if rec.seq >= seq:  # a rebase starts a new conversation: its first message
                     return Seek(0 if rec.kind == "rebase" else _index_of(counter), rec)
         finally:
