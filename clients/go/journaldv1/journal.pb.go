@@ -4317,7 +4317,13 @@ type HistoryRequest struct {
 	// over the daemon's max message size fails with `response_too_large`: ask for fewer.
 	Limit uint64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Which message list to page (default: the governed conversation).
-	View          HistoryView `protobuf:"varint,4,opt,name=view,proto3,enum=journald.v1.HistoryView" json:"view,omitempty"`
+	View HistoryView `protobuf:"varint,4,opt,name=view,proto3,enum=journald.v1.HistoryView" json:"view,omitempty"`
+	// When set (HISTORY_VIEW_STATE only), `offset` is ignored: the page starts at the message
+	// the record at this seq folded into (aligned back), and `at_index` says which it is.
+	AtSeq uint64 `protobuf:"varint,5,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
+	// When set (RFC 3339, HISTORY_VIEW_STATE only), as `at_seq` for the first record whose
+	// `ts` is at or after this time (the last record when none is).
+	AtTime        string `protobuf:"bytes,6,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4380,6 +4386,20 @@ func (x *HistoryRequest) GetView() HistoryView {
 	return HistoryView_HISTORY_VIEW_UNSPECIFIED
 }
 
+func (x *HistoryRequest) GetAtSeq() uint64 {
+	if x != nil {
+		return x.AtSeq
+	}
+	return 0
+}
+
+func (x *HistoryRequest) GetAtTime() string {
+	if x != nil {
+		return x.AtTime
+	}
+	return ""
+}
+
 // HistoryResponse is one self-paired page.
 type HistoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4395,7 +4415,12 @@ type HistoryResponse struct {
 	LastSeq uint64 `protobuf:"varint,5,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
 	// The trailing turn whose tool calls are not all answered (it is never part of
 	// `messages`); unset when there is none.
-	Pending       *PendingTurn `protobuf:"bytes,6,opt,name=pending,proto3" json:"pending,omitempty"`
+	Pending *PendingTurn `protobuf:"bytes,6,opt,name=pending,proto3" json:"pending,omitempty"`
+	// For `at_seq` or `at_time`: the index of the message the record folded into (`total`
+	// when it is in the pending turn).
+	AtIndex uint64 `protobuf:"varint,7,opt,name=at_index,json=atIndex,proto3" json:"at_index,omitempty"`
+	// For `at_seq` or `at_time`: the seq of that record.
+	AtSeq         uint64 `protobuf:"varint,8,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4470,6 +4495,20 @@ func (x *HistoryResponse) GetPending() *PendingTurn {
 		return x.Pending
 	}
 	return nil
+}
+
+func (x *HistoryResponse) GetAtIndex() uint64 {
+	if x != nil {
+		return x.AtIndex
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetAtSeq() uint64 {
+	if x != nil {
+		return x.AtSeq
+	}
+	return 0
 }
 
 // VerifyRequest checks a run.
@@ -6550,12 +6589,14 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x02 \x01(\v2\x1c.journald.v1.CheckpointEventH\x00R\n" +
 	"checkpointB\a\n" +
-	"\x05event\"\x83\x01\n" +
+	"\x05event\"\xb3\x01\n" +
 	"\x0eHistoryRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x04R\x05limit\x12,\n" +
-	"\x04view\x18\x04 \x01(\x0e2\x18.journald.v1.HistoryViewR\x04view\"\xe1\x01\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x18.journald.v1.HistoryViewR\x04view\x12\x15\n" +
+	"\x06at_seq\x18\x05 \x01(\x04R\x05atSeq\x12\x17\n" +
+	"\aat_time\x18\x06 \x01(\tR\x06atTime\"\x93\x02\n" +
 	"\x0fHistoryResponse\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.journald.v1.MessageR\bmessages\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x16\n" +
@@ -6563,7 +6604,9 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\vnext_offset\x18\x04 \x01(\x04R\n" +
 	"nextOffset\x12\x19\n" +
 	"\blast_seq\x18\x05 \x01(\x04R\alastSeq\x122\n" +
-	"\apending\x18\x06 \x01(\v2\x18.journald.v1.PendingTurnR\apending\"&\n" +
+	"\apending\x18\x06 \x01(\v2\x18.journald.v1.PendingTurnR\apending\x12\x19\n" +
+	"\bat_index\x18\a \x01(\x04R\aatIndex\x12\x15\n" +
+	"\x06at_seq\x18\b \x01(\x04R\x05atSeq\"&\n" +
 	"\rVerifyRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"~\n" +
 	"\x0eVerifyResponse\x12\x18\n" +

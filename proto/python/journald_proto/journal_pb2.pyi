@@ -2351,6 +2351,8 @@ class HistoryRequest(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     VIEW_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    AT_TIME_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     offset: _builtins.int
@@ -2361,6 +2363,14 @@ class HistoryRequest(_message.Message):
     """
     view: Global___HistoryView.ValueType
     """Which message list to page (default: the governed conversation)."""
+    at_seq: _builtins.int
+    """When set (HISTORY_VIEW_STATE only), `offset` is ignored: the page starts at the message
+    the record at this seq folded into (aligned back), and `at_index` says which it is.
+    """
+    at_time: _builtins.str
+    """When set (RFC 3339, HISTORY_VIEW_STATE only), as `at_seq` for the first record whose
+    `ts` is at or after this time (the last record when none is).
+    """
     def __init__(
         self,
         *,
@@ -2368,10 +2378,12 @@ class HistoryRequest(_message.Message):
         offset: _builtins.int = ...,
         limit: _builtins.int = ...,
         view: Global___HistoryView.ValueType = ...,
+        at_seq: _builtins.int = ...,
+        at_time: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "run_id", b"run_id", "view", b"view"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "at_time", b"at_time", "limit", b"limit", "offset", b"offset", "run_id", b"run_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2389,6 +2401,8 @@ class HistoryResponse(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
     LAST_SEQ_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
+    AT_INDEX_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """Total messages in the conversation."""
     offset: _builtins.int
@@ -2397,6 +2411,12 @@ class HistoryResponse(_message.Message):
     """Where the next page starts; equals total at the end."""
     last_seq: _builtins.int
     """The seq of the last record the page reflects: a Watch from last_seq + 1 follows on."""
+    at_index: _builtins.int
+    """For `at_seq` or `at_time`: the index of the message the record folded into (`total`
+    when it is in the pending turn).
+    """
+    at_seq: _builtins.int
+    """For `at_seq` or `at_time`: the seq of that record."""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
         """The messages."""
@@ -2416,10 +2436,12 @@ class HistoryResponse(_message.Message):
         next_offset: _builtins.int = ...,
         last_seq: _builtins.int = ...,
         pending: Global___PendingTurn | None = ...,
+        at_index: _builtins.int = ...,
+        at_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_seq", b"last_seq", "messages", b"messages", "next_offset", b"next_offset", "offset", b"offset", "pending", b"pending", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_index", b"at_index", "at_seq", b"at_seq", "last_seq", b"last_seq", "messages", b"messages", "next_offset", b"next_offset", "offset", b"offset", "pending", b"pending", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

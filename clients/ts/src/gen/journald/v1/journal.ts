@@ -1425,6 +1425,16 @@ export interface HistoryRequest {
   limit: number;
   /** Which message list to page (default: the governed conversation). */
   view: HistoryView;
+  /**
+   * When set (HISTORY_VIEW_STATE only), `offset` is ignored: the page starts at the message
+   * the record at this seq folded into (aligned back), and `at_index` says which it is.
+   */
+  atSeq: number;
+  /**
+   * When set (RFC 3339, HISTORY_VIEW_STATE only), as `at_seq` for the first record whose
+   * `ts` is at or after this time (the last record when none is).
+   */
+  atTime: string;
 }
 
 /** HistoryResponse is one self-paired page. */
@@ -1443,7 +1453,16 @@ export interface HistoryResponse {
    * The trailing turn whose tool calls are not all answered (it is never part of
    * `messages`); unset when there is none.
    */
-  pending: PendingTurn | undefined;
+  pending:
+    | PendingTurn
+    | undefined;
+  /**
+   * For `at_seq` or `at_time`: the index of the message the record folded into (`total`
+   * when it is in the pending turn).
+   */
+  atIndex: number;
+  /** For `at_seq` or `at_time`: the seq of that record. */
+  atSeq: number;
 }
 
 /** VerifyRequest checks a run. */
@@ -8398,7 +8417,7 @@ export const WatchResponse: MessageFns<WatchResponse> = {
 };
 
 function createBaseHistoryRequest(): HistoryRequest {
-  return { runId: "", offset: 0, limit: 0, view: 0 };
+  return { runId: "", offset: 0, limit: 0, view: 0, atSeq: 0, atTime: "" };
 }
 
 export const HistoryRequest: MessageFns<HistoryRequest> = {
@@ -8414,6 +8433,12 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     }
     if (message.view !== 0) {
       writer.uint32(32).int32(message.view);
+    }
+    if (message.atSeq !== 0) {
+      writer.uint32(40).uint64(message.atSeq);
+    }
+    if (message.atTime !== "") {
+      writer.uint32(50).string(message.atTime);
     }
     return writer;
   },
@@ -8463,6 +8488,22 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
             message.view = reader.int32() as any;
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.atSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.atTime = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8485,6 +8526,16 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
       offset: isSet(object.offset) ? globalThis.Number(object.offset) : 0,
       limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
       view: isSet(object.view) ? historyViewFromJSON(object.view) : 0,
+      atSeq: isSet(object.atSeq)
+        ? globalThis.Number(object.atSeq)
+        : isSet(object.at_seq)
+        ? globalThis.Number(object.at_seq)
+        : 0,
+      atTime: isSet(object.atTime)
+        ? globalThis.String(object.atTime)
+        : isSet(object.at_time)
+        ? globalThis.String(object.at_time)
+        : "",
     };
   },
 
@@ -8502,6 +8553,12 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     if (message.view !== 0) {
       obj.view = historyViewToJSON(message.view);
     }
+    if (message.atSeq !== 0) {
+      obj.atSeq = Math.round(message.atSeq);
+    }
+    if (message.atTime !== "") {
+      obj.atTime = message.atTime;
+    }
     return obj;
   },
 
@@ -8514,12 +8571,14 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     message.offset = object.offset ?? 0;
     message.limit = object.limit ?? 0;
     message.view = object.view ?? 0;
+    message.atSeq = object.atSeq ?? 0;
+    message.atTime = object.atTime ?? "";
     return message;
   },
 };
 
 function createBaseHistoryResponse(): HistoryResponse {
-  return { messages: [], total: 0, offset: 0, nextOffset: 0, lastSeq: 0, pending: undefined };
+  return { messages: [], total: 0, offset: 0, nextOffset: 0, lastSeq: 0, pending: undefined, atIndex: 0, atSeq: 0 };
 }
 
 export const HistoryResponse: MessageFns<HistoryResponse> = {
@@ -8541,6 +8600,12 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     }
     if (message.pending !== undefined) {
       PendingTurn.encode(message.pending, writer.uint32(50).fork()).join();
+    }
+    if (message.atIndex !== 0) {
+      writer.uint32(56).uint64(message.atIndex);
+    }
+    if (message.atSeq !== 0) {
+      writer.uint32(64).uint64(message.atSeq);
     }
     return writer;
   },
@@ -8606,6 +8671,22 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
             message.pending = PendingTurn.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.atIndex = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.atSeq = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8634,6 +8715,16 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
         ? globalThis.Number(object.last_seq)
         : 0,
       pending: isSet(object.pending) ? PendingTurn.fromJSON(object.pending) : undefined,
+      atIndex: isSet(object.atIndex)
+        ? globalThis.Number(object.atIndex)
+        : isSet(object.at_index)
+        ? globalThis.Number(object.at_index)
+        : 0,
+      atSeq: isSet(object.atSeq)
+        ? globalThis.Number(object.atSeq)
+        : isSet(object.at_seq)
+        ? globalThis.Number(object.at_seq)
+        : 0,
     };
   },
 
@@ -8657,6 +8748,12 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     if (message.pending !== undefined) {
       obj.pending = PendingTurn.toJSON(message.pending);
     }
+    if (message.atIndex !== 0) {
+      obj.atIndex = Math.round(message.atIndex);
+    }
+    if (message.atSeq !== 0) {
+      obj.atSeq = Math.round(message.atSeq);
+    }
     return obj;
   },
 
@@ -8673,6 +8770,8 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     message.pending = (object.pending !== undefined && object.pending !== null)
       ? PendingTurn.fromPartial(object.pending)
       : undefined;
+    message.atIndex = object.atIndex ?? 0;
+    message.atSeq = object.atSeq ?? 0;
     return message;
   },
 };
