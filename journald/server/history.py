@@ -87,7 +87,9 @@ class HistoryRpcs:
             records = [r async for r in self.runs.store.iter_records(run_id, mark.seq)]
             if not records or records[0].seq != mark.seq or records[0].hash != m["hash"]:
                 continue  # the run changed under the mark (pruned, re-created)
-            w = fold_window(mark, records[1:])
+            # a rebase after the mark may reference pages: the window folds through them
+            resolve = await self.runs.pages.for_records(run_id, records[1:])
+            w = fold_window(mark, records[1:], resolve)
             p = page_window(w, offset, limit)
             if p is None and limit <= 0:
                 at = min(offset, w.total)

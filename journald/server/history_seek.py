@@ -124,7 +124,13 @@ async def seek(runs: Runs, run_id: str, seq: int, *, held: bool) -> Seek:
                     continue
                 counter.add(rec.kind, rec.seq, rec.payload)
                 if rec.kind == "rebase":  # a paged rebase: its pages' messages come first
-                    counter.count += sum(r.count for r in page_refs(rec.payload))
+                    refs = page_refs(rec.payload)
+                    counter.count += sum(r.count for r in refs)
+                    if refs and not rec.payload.get("messages"):
+                        # no inline tail: the last message (whose role decides whether the
+                        # next one merges into it) is the last page's
+                        last = await runs.pages.messages(run_id, refs[-1:])
+                        counter.last_role = str(last[-1]["role"]) if last else ""
                 if rec.seq >= seq:  # a rebase starts a new conversation: its first message
                     return Seek(0 if rec.kind == "rebase" else _index_of(counter), rec)
         finally:
