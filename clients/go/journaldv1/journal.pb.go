@@ -2803,8 +2803,12 @@ type Lease struct {
 	Warnings []*Warning `protobuf:"bytes,7,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	// Copied from state for convenience.
 	ResumeAtInputBoundary bool `protobuf:"varint,8,opt,name=resume_at_input_boundary,json=resumeAtInputBoundary,proto3" json:"resume_at_input_boundary,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The daemon takes several appends in one AppendStream message (AppendStreamRequest.appends);
+	// false from a daemon that predates them: send one append per message
+	// (docs/protocol.md#coalesced-stream-messages).
+	AppendStreamBatches bool `protobuf:"varint,9,opt,name=append_stream_batches,json=appendStreamBatches,proto3" json:"append_stream_batches,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -2889,6 +2893,13 @@ func (x *Lease) GetWarnings() []*Warning {
 func (x *Lease) GetResumeAtInputBoundary() bool {
 	if x != nil {
 		return x.ResumeAtInputBoundary
+	}
+	return false
+}
+
+func (x *Lease) GetAppendStreamBatches() bool {
+	if x != nil {
+		return x.AppendStreamBatches
 	}
 	return false
 }
@@ -3375,11 +3386,15 @@ func (x *AppendResponse) GetAcks() []*Ack {
 	return nil
 }
 
-// AppendStreamRequest is one append on an AppendStream.
+// AppendStreamRequest is one append on an AppendStream, or several (set one field, not both).
 type AppendStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The append.
-	Append        *AppendRequest `protobuf:"bytes,1,opt,name=append,proto3" json:"append,omitempty"`
+	Append *AppendRequest `protobuf:"bytes,1,opt,name=append,proto3" json:"append,omitempty"`
+	// Several appends in one message, handled as if each were a message of its own, in order;
+	// only to a daemon whose Lease says append_stream_batches
+	// (docs/protocol.md#coalesced-stream-messages).
+	Appends       []*AppendRequest `protobuf:"bytes,2,rep,name=appends,proto3" json:"appends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3421,11 +3436,20 @@ func (x *AppendStreamRequest) GetAppend() *AppendRequest {
 	return nil
 }
 
+func (x *AppendStreamRequest) GetAppends() []*AppendRequest {
+	if x != nil {
+		return x.Appends
+	}
+	return nil
+}
+
 // AppendStreamResponse answers one AppendStreamRequest.
 type AppendStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The acks.
-	Response      *AppendResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	// The acks of `append`.
+	Response *AppendResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	// The acks of `appends`, one AppendResponse per append, in order.
+	Responses     []*AppendResponse `protobuf:"bytes,2,rep,name=responses,proto3" json:"responses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3463,6 +3487,13 @@ func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
 func (x *AppendStreamResponse) GetResponse() *AppendResponse {
 	if x != nil {
 		return x.Response
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetResponses() []*AppendResponse {
+	if x != nil {
+		return x.Responses
 	}
 	return nil
 }
@@ -6452,7 +6483,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x0emessage_window\x18\v \x01(\rR\rmessageWindow\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x02\n" +
 	"\x05Lease\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x18\n" +
@@ -6461,7 +6492,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\tlast_hash\x18\x05 \x01(\tR\blastHash\x12+\n" +
 	"\x05state\x18\x06 \x01(\v2\x15.journald.v1.RunStateR\x05state\x120\n" +
 	"\bwarnings\x18\a \x03(\v2\x14.journald.v1.WarningR\bwarnings\x127\n" +
-	"\x18resume_at_input_boundary\x18\b \x01(\bR\x15resumeAtInputBoundary\"7\n" +
+	"\x18resume_at_input_boundary\x18\b \x01(\bR\x15resumeAtInputBoundary\x122\n" +
+	"\x15append_stream_batches\x18\t \x01(\bR\x13appendStreamBatches\"7\n" +
 	"\aWarning\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"B\n" +
@@ -6490,11 +6522,13 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12-\n" +
 	"\arecords\x18\x03 \x03(\v2\x13.journald.v1.RecordR\arecords\"6\n" +
 	"\x0eAppendResponse\x12$\n" +
-	"\x04acks\x18\x01 \x03(\v2\x10.journald.v1.AckR\x04acks\"I\n" +
+	"\x04acks\x18\x01 \x03(\v2\x10.journald.v1.AckR\x04acks\"\x7f\n" +
 	"\x13AppendStreamRequest\x122\n" +
-	"\x06append\x18\x01 \x01(\v2\x1a.journald.v1.AppendRequestR\x06append\"O\n" +
+	"\x06append\x18\x01 \x01(\v2\x1a.journald.v1.AppendRequestR\x06append\x124\n" +
+	"\aappends\x18\x02 \x03(\v2\x1a.journald.v1.AppendRequestR\aappends\"\x8a\x01\n" +
 	"\x14AppendStreamResponse\x127\n" +
-	"\bresponse\x18\x01 \x01(\v2\x1b.journald.v1.AppendResponseR\bresponse\"?\n" +
+	"\bresponse\x18\x01 \x01(\v2\x1b.journald.v1.AppendResponseR\bresponse\x129\n" +
+	"\tresponses\x18\x02 \x03(\v2\x1b.journald.v1.AppendResponseR\tresponses\"?\n" +
 	"\vLoadRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\";\n" +
@@ -6943,84 +6977,86 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	20, // 37: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
 	37, // 38: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
 	38, // 39: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	39, // 40: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	20, // 41: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	27, // 42: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	7,  // 43: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	28, // 44: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	29, // 45: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	86, // 46: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
-	46, // 47: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	61, // 48: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	20, // 49: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	52, // 50: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	2,  // 51: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
-	7,  // 52: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	23, // 53: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	59, // 54: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
-	16, // 55: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
-	3,  // 56: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	61, // 57: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	61, // 58: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	37, // 59: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	32, // 60: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	7,  // 61: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	4,  // 62: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	16, // 63: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	37, // 64: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	87, // 65: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	27, // 66: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	61, // 67: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	88, // 68: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	30, // 69: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	33, // 70: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	38, // 71: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	40, // 72: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	42, // 73: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	44, // 74: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	47, // 75: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	49, // 76: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	51, // 77: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	54, // 78: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	62, // 79: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	64, // 80: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	66, // 81: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	68, // 82: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	70, // 83: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	72, // 84: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	74, // 85: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	76, // 86: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	56, // 87: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	78, // 88: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	80, // 89: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	58, // 90: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
-	36, // 91: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	34, // 92: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	39, // 93: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	41, // 94: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	43, // 95: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	45, // 96: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	48, // 97: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	50, // 98: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	53, // 99: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	55, // 100: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	63, // 101: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	65, // 102: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	67, // 103: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	69, // 104: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	71, // 105: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	73, // 106: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	75, // 107: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	77, // 108: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	57, // 109: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	79, // 110: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	81, // 111: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	60, // 112: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
-	91, // [91:113] is the sub-list for method output_type
-	69, // [69:91] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	38, // 40: journald.v1.AppendStreamRequest.appends:type_name -> journald.v1.AppendRequest
+	39, // 41: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	39, // 42: journald.v1.AppendStreamResponse.responses:type_name -> journald.v1.AppendResponse
+	20, // 43: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	27, // 44: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	7,  // 45: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	28, // 46: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	29, // 47: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
+	86, // 48: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	46, // 49: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	61, // 50: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	20, // 51: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	52, // 52: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	2,  // 53: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
+	7,  // 54: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	23, // 55: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
+	59, // 56: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
+	16, // 57: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
+	3,  // 58: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	61, // 59: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	61, // 60: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	37, // 61: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	32, // 62: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	7,  // 63: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	4,  // 64: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	16, // 65: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	37, // 66: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	87, // 67: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	27, // 68: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	61, // 69: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	88, // 70: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	30, // 71: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	33, // 72: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	38, // 73: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	40, // 74: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	42, // 75: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	44, // 76: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	47, // 77: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	49, // 78: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	51, // 79: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	54, // 80: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	62, // 81: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	64, // 82: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	66, // 83: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	68, // 84: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	70, // 85: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	72, // 86: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	74, // 87: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	76, // 88: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	56, // 89: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	78, // 90: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	80, // 91: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	58, // 92: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	36, // 93: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	34, // 94: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	39, // 95: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	41, // 96: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	43, // 97: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	45, // 98: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	48, // 99: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	50, // 100: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	53, // 101: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	55, // 102: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	63, // 103: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	65, // 104: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	67, // 105: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	69, // 106: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	71, // 107: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	73, // 108: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	75, // 109: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	77, // 110: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	57, // 111: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	79, // 112: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	81, // 113: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	60, // 114: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	93, // [93:115] is the sub-list for method output_type
+	71, // [71:93] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }

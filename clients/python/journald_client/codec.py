@@ -407,6 +407,11 @@ class RunView:
         return self._lease.lease.lease_id
 
     @property
+    def append_stream_batches(self) -> bool:
+        """The daemon takes several appends in one AppendStream message (its lease says)."""
+        return self._lease.lease.append_stream_batches
+
+    @property
     def warnings(self) -> list[LeaseWarning]:
         """Notices that came with the lease (``open_tool_calls``, ``paused_turn``, ...)."""
         return list(self.state.warnings)

@@ -1585,6 +1585,7 @@ class Lease(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
     RESUME_AT_INPUT_BOUNDARY_FIELD_NUMBER: _builtins.int
+    APPEND_STREAM_BATCHES_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     """Opaque lease id; pass it on every Append."""
     run_id: _builtins.str
@@ -1597,6 +1598,11 @@ class Lease(_message.Message):
     """Hash of the last record."""
     resume_at_input_boundary: _builtins.bool
     """Copied from state for convenience."""
+    append_stream_batches: _builtins.bool
+    """The daemon takes several appends in one AppendStream message (AppendStreamRequest.appends);
+    false from a daemon that predates them: send one append per message
+    (docs/protocol.md#coalesced-stream-messages).
+    """
     @_builtins.property
     def state(self) -> Global___RunState:
         """The folded state."""
@@ -1616,10 +1622,11 @@ class Lease(_message.Message):
         state: Global___RunState | None = ...,
         warnings: _abc.Iterable[Global___Warning] | None = ...,
         resume_at_input_boundary: _builtins.bool = ...,
+        append_stream_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "last_hash", b"last_hash", "last_seq", b"last_seq", "lease_id", b"lease_id", "resume_at_input_boundary", b"resume_at_input_boundary", "run_id", b"run_id", "state", b"state", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_stream_batches", b"append_stream_batches", "created", b"created", "last_hash", b"last_hash", "last_seq", b"last_seq", "lease_id", b"lease_id", "resume_at_input_boundary", b"resume_at_input_boundary", "run_id", b"run_id", "state", b"state", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1851,23 +1858,32 @@ Global___AppendResponse: _TypeAlias = AppendResponse  # noqa: Y015
 
 @_typing.final
 class AppendStreamRequest(_message.Message):
-    """AppendStreamRequest is one append on an AppendStream."""
+    """AppendStreamRequest is one append on an AppendStream, or several (set one field, not both)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     APPEND_FIELD_NUMBER: _builtins.int
+    APPENDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def append(self) -> Global___AppendRequest:
         """The append."""
+
+    @_builtins.property
+    def appends(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendRequest]:
+        """Several appends in one message, handled as if each were a message of its own, in order;
+        only to a daemon whose Lease says append_stream_batches
+        (docs/protocol.md#coalesced-stream-messages).
+        """
 
     def __init__(
         self,
         *,
         append: Global___AppendRequest | None = ...,
+        appends: _abc.Iterable[Global___AppendRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "appends", b"appends"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1880,18 +1896,24 @@ class AppendStreamResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESPONSE_FIELD_NUMBER: _builtins.int
+    RESPONSES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def response(self) -> Global___AppendResponse:
-        """The acks."""
+        """The acks of `append`."""
+
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendResponse]:
+        """The acks of `appends`, one AppendResponse per append, in order."""
 
     def __init__(
         self,
         *,
         response: Global___AppendResponse | None = ...,
+        responses: _abc.Iterable[Global___AppendResponse] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["response", b"response", "responses", b"responses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

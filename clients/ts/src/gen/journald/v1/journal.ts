@@ -1156,6 +1156,12 @@ export interface Lease {
   warnings: Warning[];
   /** Copied from state for convenience. */
   resumeAtInputBoundary: boolean;
+  /**
+   * The daemon takes several appends in one AppendStream message (AppendStreamRequest.appends);
+   * false from a daemon that predates them: send one append per message
+   * (docs/protocol.md#coalesced-stream-messages).
+   */
+  appendStreamBatches: boolean;
 }
 
 /** Warning is a notice that travels with an Open. */
@@ -1229,16 +1235,28 @@ export interface AppendResponse {
   acks: Ack[];
 }
 
-/** AppendStreamRequest is one append on an AppendStream. */
+/** AppendStreamRequest is one append on an AppendStream, or several (set one field, not both). */
 export interface AppendStreamRequest {
   /** The append. */
-  append: AppendRequest | undefined;
+  append:
+    | AppendRequest
+    | undefined;
+  /**
+   * Several appends in one message, handled as if each were a message of its own, in order;
+   * only to a daemon whose Lease says append_stream_batches
+   * (docs/protocol.md#coalesced-stream-messages).
+   */
+  appends: AppendRequest[];
 }
 
 /** AppendStreamResponse answers one AppendStreamRequest. */
 export interface AppendStreamResponse {
-  /** The acks. */
-  response: AppendResponse | undefined;
+  /** The acks of `append`. */
+  response:
+    | AppendResponse
+    | undefined;
+  /** The acks of `appends`, one AppendResponse per append, in order. */
+  responses: AppendResponse[];
 }
 
 /** LoadRequest reads a run's records. */
@@ -5869,6 +5887,7 @@ function createBaseLease(): Lease {
     state: undefined,
     warnings: [],
     resumeAtInputBoundary: false,
+    appendStreamBatches: false,
   };
 }
 
@@ -5897,6 +5916,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.resumeAtInputBoundary !== false) {
       writer.uint32(64).bool(message.resumeAtInputBoundary);
+    }
+    if (message.appendStreamBatches !== false) {
+      writer.uint32(72).bool(message.appendStreamBatches);
     }
     return writer;
   },
@@ -5978,6 +6000,14 @@ export const Lease: MessageFns<Lease> = {
             message.resumeAtInputBoundary = reader.bool();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.appendStreamBatches = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6022,6 +6052,11 @@ export const Lease: MessageFns<Lease> = {
         : isSet(object.resume_at_input_boundary)
         ? globalThis.Boolean(object.resume_at_input_boundary)
         : false,
+      appendStreamBatches: isSet(object.appendStreamBatches)
+        ? globalThis.Boolean(object.appendStreamBatches)
+        : isSet(object.append_stream_batches)
+        ? globalThis.Boolean(object.append_stream_batches)
+        : false,
     };
   },
 
@@ -6051,6 +6086,9 @@ export const Lease: MessageFns<Lease> = {
     if (message.resumeAtInputBoundary !== false) {
       obj.resumeAtInputBoundary = message.resumeAtInputBoundary;
     }
+    if (message.appendStreamBatches !== false) {
+      obj.appendStreamBatches = message.appendStreamBatches;
+    }
     return obj;
   },
 
@@ -6069,6 +6107,7 @@ export const Lease: MessageFns<Lease> = {
       : undefined;
     message.warnings = object.warnings?.map((e) => Warning.fromPartial(e)) || [];
     message.resumeAtInputBoundary = object.resumeAtInputBoundary ?? false;
+    message.appendStreamBatches = object.appendStreamBatches ?? false;
     return message;
   },
 };
@@ -6784,13 +6823,16 @@ export const AppendResponse: MessageFns<AppendResponse> = {
 };
 
 function createBaseAppendStreamRequest(): AppendStreamRequest {
-  return { append: undefined };
+  return { append: undefined, appends: [] };
 }
 
 export const AppendStreamRequest: MessageFns<AppendStreamRequest> = {
   encode(message: AppendStreamRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.append !== undefined) {
       AppendRequest.encode(message.append, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.appends) {
+      AppendRequest.encode(v!, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -6816,6 +6858,14 @@ export const AppendStreamRequest: MessageFns<AppendStreamRequest> = {
             message.append = AppendRequest.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.appends.push(AppendRequest.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6829,13 +6879,21 @@ export const AppendStreamRequest: MessageFns<AppendStreamRequest> = {
   },
 
   fromJSON(object: any): AppendStreamRequest {
-    return { append: isSet(object.append) ? AppendRequest.fromJSON(object.append) : undefined };
+    return {
+      append: isSet(object.append) ? AppendRequest.fromJSON(object.append) : undefined,
+      appends: globalThis.Array.isArray(object?.appends)
+        ? object.appends.map((e: any) => AppendRequest.fromJSON(e))
+        : [],
+    };
   },
 
   toJSON(message: AppendStreamRequest): unknown {
     const obj: any = {};
     if (message.append !== undefined) {
       obj.append = AppendRequest.toJSON(message.append);
+    }
+    if (message.appends?.length) {
+      obj.appends = message.appends.map((e) => AppendRequest.toJSON(e));
     }
     return obj;
   },
@@ -6848,18 +6906,22 @@ export const AppendStreamRequest: MessageFns<AppendStreamRequest> = {
     message.append = (object.append !== undefined && object.append !== null)
       ? AppendRequest.fromPartial(object.append)
       : undefined;
+    message.appends = object.appends?.map((e) => AppendRequest.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseAppendStreamResponse(): AppendStreamResponse {
-  return { response: undefined };
+  return { response: undefined, responses: [] };
 }
 
 export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
   encode(message: AppendStreamResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.response !== undefined) {
       AppendResponse.encode(message.response, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.responses) {
+      AppendResponse.encode(v!, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -6885,6 +6947,14 @@ export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
             message.response = AppendResponse.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.responses.push(AppendResponse.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6898,13 +6968,21 @@ export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
   },
 
   fromJSON(object: any): AppendStreamResponse {
-    return { response: isSet(object.response) ? AppendResponse.fromJSON(object.response) : undefined };
+    return {
+      response: isSet(object.response) ? AppendResponse.fromJSON(object.response) : undefined,
+      responses: globalThis.Array.isArray(object?.responses)
+        ? object.responses.map((e: any) => AppendResponse.fromJSON(e))
+        : [],
+    };
   },
 
   toJSON(message: AppendStreamResponse): unknown {
     const obj: any = {};
     if (message.response !== undefined) {
       obj.response = AppendResponse.toJSON(message.response);
+    }
+    if (message.responses?.length) {
+      obj.responses = message.responses.map((e) => AppendResponse.toJSON(e));
     }
     return obj;
   },
@@ -6917,6 +6995,7 @@ export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
     message.response = (object.response !== undefined && object.response !== null)
       ? AppendResponse.fromPartial(object.response)
       : undefined;
+    message.responses = object.responses?.map((e) => AppendResponse.fromPartial(e)) || [];
     return message;
   },
 };
