@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BATCH, RECORD_BYTES, TS, record_payload
+from common import BATCH, RECORD_BYTES, TS, record_payload, record_pb
 
 SQLITE_FAMILY = {"sqlite", "sqlitesaver", "sqlitesession"}
 ASYNC_SYSTEMS = {"echo", "unary", "batch", "stream", "nats", "sqlitesession"}
@@ -207,29 +207,7 @@ class Journald(Agent):
         self.seq = 0
 
     def record(self, seq: int) -> Any:
-        pb = self.pb
-        kind, p = record_payload(seq)
-        if kind == "assistant":
-            m = p["message"]
-            return pb.Record(
-                seq=seq,
-                ts=TS,
-                assistant=pb.AssistantPayload(
-                    message=pb.Message(
-                        role=m["role"], content_json=json.dumps(m["content"]).encode()
-                    ),
-                    iteration=p["iteration"],
-                    stop_reason=p["stop_reason"],
-                    usage=pb.Usage(**p["usage"]),
-                ),
-            )
-        return pb.Record(
-            seq=seq,
-            ts=TS,
-            tool_result=pb.ToolResultPayload(
-                tool_use_id=p["tool_use_id"], content_json=json.dumps(p["content"]).encode()
-            ),
-        )
+        return record_pb(self.pb, seq)
 
     async def setup(self) -> None:
         from journald.server.convert import fingerprint_to_pb

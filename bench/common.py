@@ -99,6 +99,31 @@ def record_payload(seq: int, size: int = RECORD_BYTES) -> tuple[str, dict[str, A
     }
 
 
+def record_pb(pb: Any, seq: int) -> Any:
+    """Record ``seq`` of a bench run as the ``journal_pb2.Record`` a client sends (``pb``: the
+    generated module, imported by the caller so this module needs no gRPC)."""
+    kind, p = record_payload(seq)
+    if kind == "assistant":
+        m = p["message"]
+        return pb.Record(
+            seq=seq,
+            ts=TS,
+            assistant=pb.AssistantPayload(
+                message=pb.Message(role=m["role"], content_json=json.dumps(m["content"]).encode()),
+                iteration=p["iteration"],
+                stop_reason=p["stop_reason"],
+                usage=pb.Usage(**p["usage"]),
+            ),
+        )
+    return pb.Record(
+        seq=seq,
+        ts=TS,
+        tool_result=pb.ToolResultPayload(
+            tool_use_id=p["tool_use_id"], content_json=json.dumps(p["content"]).encode()
+        ),
+    )
+
+
 class RunWriter:
     """Writes a whole run through the file backend's own writer (``FileJournal.append`` in
     batches: one write + fdatasync per batch), building canonical bytes from a template so a

@@ -668,7 +668,8 @@ def write(res: dict[str, Any], out: Path) -> Path:
 
 ADAPTERS_SECTION = "## Framework adapters (bench/bench_adapters.py)"
 SCRUB_SECTION = "## Background scrubber"  # bench/scrub.py
-KEPT_SECTIONS = (ADAPTERS_SECTION, SCRUB_SECTION)
+CPU_SECTION = "## Daemon CPU per record"  # bench/cpu_per_record.py
+KEPT_SECTIONS = (ADAPTERS_SECTION, SCRUB_SECTION, CPU_SECTION)
 
 
 def kept_section(text: str, heading: str) -> str:

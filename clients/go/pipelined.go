@@ -10,6 +10,7 @@ import (
 	pb "github.com/journald/journald/clients/go/journaldv1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 // A PipelinedWriter sends appends on one AppendStream without waiting for each answer, so
@@ -49,7 +50,7 @@ func errInvalidRequest(format string, args ...any) error {
 type Pending struct {
 	seq     uint64
 	entries []built
-	req     *pb.AppendStreamRequest
+	req     *pb.AppendRequest
 	done    chan struct{}
 	acks    []*pb.Ack
 	err     error
@@ -94,13 +95,19 @@ type PipelinedWriter struct {
 	cancel context.CancelFunc
 	slots  chan struct{} // one token per append in flight
 
-	// sendMu orders the sends: it is held from the seq assignment to the Send, and while
-	// a broken stream's appends are re-sent or voided.
+	// sendMu orders the appends: it is held from the seq assignment to the queueing on the
+	// outbox, and while a broken stream's appends are re-queued or voided.
 	sendMu sync.Mutex
+	// wireMu is held while a message is put on the stream (gRPC sends one at a time); an
+	// Append that finds it held leaves its append in the outbox for the holder to send.
+	wireMu sync.Mutex
 	mu     sync.Mutex // guards the fields below; taken before run.mu, never after
 	stream *pipe      // nil until the next Append opens one
-	// inflight holds the appends sent and not yet answered, in seq order.
-	inflight      []*Pending
+	// inflight holds the appends submitted and not yet answered, in seq order.
+	inflight []*Pending
+	// outbox holds the appends of inflight not yet put on the stream, in seq order: what
+	// is there when a message goes out is coalesced into it.
+	outbox        []*Pending
 	nextSeq       uint64
 	nextIteration uint64
 	failed        error // returned (once) by the next Append or Flush
@@ -155,15 +162,76 @@ func (w *PipelinedWriter) Append(ctx context.Context, entries ...Entry) (*Pendin
 		return nil, w.ctx.Err()
 	}
 	w.sendMu.Lock()
-	defer w.sendMu.Unlock()
 	p, err := w.enqueue(ctx, entries)
+	w.sendMu.Unlock()
 	if err != nil {
 		<-w.slots
 		return nil, err
 	}
-	// A failed Send means the stream has ended: its receiver sees why and settles p.
-	_ = w.stream.stream.Send(p.req)
+	w.sendQueued()
 	return p, nil
+}
+
+// coalescedMessageBytes bounds the appends put into one stream message (a quarter of the
+// daemon's default 16 MiB message limit); an append above it still goes alone.
+const coalescedMessageBytes = 4 << 20
+
+// sendQueued puts the outbox on the stream: every append queued when a message goes out
+// goes into it (docs/protocol.md#coalesced-stream-messages), so nothing waits for company:
+// an append that finds the wire free is sent at once, alone if nothing is queued. If
+// another goroutine holds the wire, it sends this one's append after its own message.
+func (w *PipelinedWriter) sendQueued() {
+	for {
+		if !w.wireMu.TryLock() {
+			return // the holder looks at the outbox again after its message
+		}
+		w.mu.Lock()
+		batch, p := w.outbox, w.stream
+		batches := w.run.lease.GetAppendStreamBatches()
+		w.outbox = nil
+		w.mu.Unlock()
+		if p != nil { // nil: the stream ended; its receiver re-queues or voids what is in flight
+			for _, msg := range streamMessages(batch, batches) {
+				// A failed Send means the stream has ended: its receiver sees why and settles.
+				_ = p.stream.Send(msg)
+			}
+		}
+		w.wireMu.Unlock()
+		w.mu.Lock()
+		more := len(w.outbox) > 0
+		w.mu.Unlock()
+		if !more {
+			return
+		}
+	}
+}
+
+// streamMessages groups queued appends into stream messages: one append each for a daemon
+// that does not take batches, else as many as fit coalescedMessageBytes.
+func streamMessages(batch []*Pending, batches bool) []*pb.AppendStreamRequest {
+	var out []*pb.AppendStreamRequest
+	var group []*pb.AppendRequest
+	size := 0
+	flush := func() {
+		switch len(group) {
+		case 0:
+		case 1:
+			out = append(out, &pb.AppendStreamRequest{Append: group[0]})
+		default:
+			out = append(out, &pb.AppendStreamRequest{Appends: group})
+		}
+		group, size = nil, 0
+	}
+	for _, q := range batch {
+		n := proto.Size(q.req)
+		if !batches || (len(group) > 0 && size+n > coalescedMessageBytes) {
+			flush()
+		}
+		group = append(group, q.req)
+		size += n
+	}
+	flush()
+	return out
 }
 
 // enqueue builds and stamps the records at the next seqs and queues them on the stream
@@ -203,11 +271,10 @@ func (w *PipelinedWriter) enqueue(ctx context.Context, entries []Entry) (*Pendin
 		}
 	}
 	p.seq = records[0].Seq
-	p.req = &pb.AppendStreamRequest{Append: &pb.AppendRequest{
-		RunId: w.run.ID(), LeaseId: w.run.lease.GetLeaseId(), Records: records,
-	}}
+	p.req = &pb.AppendRequest{RunId: w.run.ID(), LeaseId: w.run.lease.GetLeaseId(), Records: records}
 	w.nextSeq, w.nextIteration = seq, iteration
 	w.inflight = append(w.inflight, p)
+	w.outbox = append(w.outbox, p)
 	return p, nil
 }
 
@@ -250,7 +317,9 @@ func (w *PipelinedWriter) Close() error {
 	w.mu.Unlock()
 	w.sendMu.Unlock()
 	if p != nil {
+		w.wireMu.Lock() // gRPC forbids CloseSend during a Send
 		_ = p.stream.CloseSend()
+		w.wireMu.Unlock()
 		p.cancel()
 		<-p.done
 	}
@@ -293,9 +362,15 @@ func (w *PipelinedWriter) receive(p *pipe) {
 			w.ended(p, fromGRPC(err, p.stream.Trailer()))
 			return
 		}
-		if err := w.acked(p, resp.GetResponse().GetAcks()); err != nil {
-			w.ended(p, err)
-			return
+		answers := resp.GetResponses()
+		if len(answers) == 0 {
+			answers = []*pb.AppendResponse{resp.GetResponse()}
+		}
+		for _, answer := range answers {
+			if err := w.acked(p, answer.GetAcks()); err != nil {
+				w.ended(p, err)
+				return
+			}
 		}
 	}
 }
@@ -332,6 +407,12 @@ func (w *PipelinedWriter) ended(p *pipe, err error) {
 	if w.beforeEnd != nil {
 		w.beforeEnd()
 	}
+	resend := false
+	defer func() { // last, once both locks are given back
+		if resend {
+			w.sendQueued()
+		}
+	}()
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
 	w.mu.Lock()
@@ -352,9 +433,8 @@ func (w *PipelinedWriter) ended(p *pipe, err error) {
 		w.mu.Lock()
 		if perr == nil && !w.closed {
 			if err = w.openLocked(p.attempt + 1); err == nil {
-				for _, q := range w.inflight {
-					_ = w.stream.stream.Send(q.req)
-				}
+				// every append in flight goes again, in order, on the new stream
+				w.outbox, resend = append([]*Pending(nil), w.inflight...), true
 				return
 			}
 		} else if perr != nil {
@@ -376,7 +456,7 @@ func (w *PipelinedWriter) failLocked(err error) {
 	for range w.inflight {
 		<-w.slots
 	}
-	w.inflight = nil
+	w.inflight, w.outbox = nil, nil
 	if w.failed == nil {
 		w.failed = err
 	}

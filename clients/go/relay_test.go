@@ -21,8 +21,8 @@ import (
 )
 
 // relay passes a writer's calls through to the real daemon on its own unix socket, and cuts
-// the first AppendStream once the daemon has sent cutAt answers on it, without passing the
-// last of them on: an ack lost after the daemon stored the records, which the client sees as
+// the first AppendStream once the daemon has answered cutAt appends on it (in however many
+// messages), without passing the last answer message on: an ack lost after the daemon stored the records, which the client sees as
 // a bare cutCode without journald's trailer (UNAVAILABLE: a broken connection; INTERNAL: a
 // stream reset, "Internal error from Core").
 type relay struct {
@@ -45,23 +45,30 @@ func startRelay(t *testing.T, daemonSocket string, cutAt int32, cutCode codes.Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	dir, err := os.MkdirTemp("", "jd-relay") // a unix socket path must stay short
+	r := &relay{up: pb.NewJournalServiceClient(conn), cutAt: cutAt, cutCode: cutCode}
+	return r, serveOnUnixSocket(t, "jd-relay", r)
+}
+
+// serveOnUnixSocket serves impl as the JournalService (and a SERVING health service) on a
+// fresh unix socket, stopped when the test ends, and returns the socket's path.
+func serveOnUnixSocket(t *testing.T, prefix string, impl pb.JournalServiceServer) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix) // a unix socket path must stay short
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "relay.sock")
+	path := filepath.Join(dir, "journald.sock")
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{up: pb.NewJournalServiceClient(conn), cutAt: cutAt, cutCode: cutCode}
 	srv := grpc.NewServer()
-	pb.RegisterJournalServiceServer(srv, r)
+	pb.RegisterJournalServiceServer(srv, impl)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return r, path
+	return path
 }
 
 func (r *relay) Open(req *pb.OpenRequest, down grpc.ServerStreamingServer[pb.OpenResponse]) error {
@@ -105,7 +112,7 @@ func (r *relay) AppendStream(down grpc.BidiStreamingServer[pb.AppendStreamReques
 			}
 		}
 	}()
-	for answered := int32(1); ; answered++ {
+	for answered := int32(0); ; {
 		m, err := up.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -113,7 +120,9 @@ func (r *relay) AppendStream(down grpc.BidiStreamingServer[pb.AppendStreamReques
 		if err != nil {
 			return err
 		}
-		if answered == r.cutAt && r.cut.CompareAndSwap(false, true) {
+		// appends answered: a coalesced message answers several
+		answered += int32(max(1, len(m.GetResponses())))
+		if answered >= r.cutAt && r.cut.CompareAndSwap(false, true) {
 			return status.Error(r.cutCode, "relay: connection cut")
 		}
 		if err := down.Send(m); err != nil {

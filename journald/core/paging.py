@@ -25,7 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pages builds on this module (``is_clean``): only its type is needed here
+    from journald.core.pages import PageResolver
 
 Message = Mapping[str, Any]
 
@@ -171,9 +174,12 @@ class Window:
     pending: Any = None  # the fold's open turn after that record (``journald.core.fold.Pending``)
 
 
-def fold_window(mark: FoldMark, records: Sequence[Any]) -> Window:
+def fold_window(
+    mark: FoldMark, records: Sequence[Any], pages: PageResolver | None = None
+) -> Window:
     """Fold ``records`` (every record after ``mark.seq``, in order; ``mark.pending_seq`` must
-    be 0: start at an earlier mark otherwise) continuing the message list of the mark."""
+    be 0: start at an earlier mark otherwise) continuing the message list of the mark.
+    ``pages`` reads the pages of a paged rebase among them (``journald.core.pages``)."""
     from journald.core.fold import RunState, fold_into
 
     if mark.pending_seq:
@@ -182,7 +188,7 @@ def fold_window(mark: FoldMark, records: Sequence[Any]) -> Window:
     seed.counters.llm_calls = 1
     if mark.messages:
         seed.messages = [{"role": mark.last_role, "content": []}]
-    st = fold_into(seed, records)
+    st = fold_into(seed, records, pages)
     if any(r.kind == "rebase" for r in records):  # the window replaced everything before
         return Window(0, list(st.messages), len(st.messages), False, st.last_seq, st.pending)
     base = max(0, mark.messages - 1)

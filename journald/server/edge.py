@@ -390,7 +390,8 @@ class Edge:
                     self.undecodable.note(context.peer(), name, request)
                     raise undecodable_error(request, name)
                 if self.owners is not None and name not in _CHECKED_INSIDE:
-                    await self.owners.check(request.append.run_id)
+                    for append in request.appends or (request.append,):
+                        await self.owners.check(append.run_id)
                 yield request
 
         async def stream_stream(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:

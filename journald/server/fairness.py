@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import resource
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -193,21 +193,40 @@ class PeerBudget:
     def used(self, peer: str, limit: str) -> int:
         return self._used.get((peer, limit), 0)
 
-    @contextlib.contextmanager
-    def take(self, peer: str, limit: str, amount: int, what: str, advice: str) -> Iterator[None]:
-        """Hold ``amount`` of ``limit`` (a ``FairShares`` field) for ``peer`` while the body
-        runs; ``resource_exhausted`` when it would go past the limit (nothing held then)."""
+    def take(
+        self, peer: str, limit: str, amount: int, what: str | Callable[[], str], advice: str
+    ) -> Held:
+        """Hold ``amount`` of ``limit`` (a ``FairShares`` field) for ``peer`` until the
+        returned hold is exited (``with``); ``resource_exhausted`` when it would go past the
+        limit (nothing held then). ``what`` names the request in that refusal (a callable:
+        built only then, not on every call of the hot path)."""
         key = (peer, limit)
         cap = getattr(self.shares, limit)
         now = self._used.get(key, 0)
         if now + amount > cap and now > 0:  # one item over the cap alone still passes
-            raise limit_reached(what, limit, cap, FLAGS[limit], advice, peer=peer, used=now)
+            named = what() if callable(what) else what
+            raise limit_reached(named, limit, cap, FLAGS[limit], advice, peer=peer, used=now)
         self._used[key] = now + amount
-        try:
-            yield
-        finally:
-            left = self._used[key] - amount
+        return Held(self._used, key, amount)
+
+
+class Held:
+    """What one ``PeerBudget.take`` holds, given back once on exit (a plain class rather than
+    a generator context manager: two of these are taken on every append)."""
+
+    __slots__ = ("_amount", "_key", "_used")
+
+    def __init__(self, used: dict[tuple[str, str], int], key: tuple[str, str], amount: int):
+        self._used, self._key, self._amount = used, key, amount
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._amount:
+            left = self._used[self._key] - self._amount
+            self._amount = 0  # given back once, however often exited
             if left:
-                self._used[key] = left
+                self._used[self._key] = left
             else:
-                del self._used[key]
+                del self._used[self._key]

@@ -18,17 +18,20 @@ from journald_proto import journal_pb2 as pb
 
 from journald.core import governance
 from journald.core.checkpoints import governed
+from journald.core.errors import InvalidRequest
 from journald.core.fold import Message, Pending, RunState
 from journald.core.paging import FoldMark, Page, Window, fold_window, page, page_window
 from journald.core.records import validate_id
 from journald.server.convert import messages_to_pb, pending_to_pb
 from journald.server.edge import unary
+from journald.server.history_seek import parse_time, seek, seq_at_time, still_there
 from journald.server.message_window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.server.runs import RunCache, Runs, stored_bytes
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 VIEW_CACHE_RUNS = 8  # (run, view) pairs whose derived message list is kept between pages
 TAIL_MARKS_TRIED = 4  # the newest usable marks a tail page tries before folding in full
+SEEK_TAIL_RECORDS = 5000  # a page by seq this near the end is folded from a mark
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +87,9 @@ class HistoryRpcs:
             records = [r async for r in self.runs.store.iter_records(run_id, mark.seq)]
             if not records or records[0].seq != mark.seq or records[0].hash != m["hash"]:
                 continue  # the run changed under the mark (pruned, re-created)
-            w = fold_window(mark, records[1:])
+            # a rebase after the mark may reference pages: the window folds through them
+            resolve = await self.runs.pages.for_records(run_id, records[1:])
+            w = fold_window(mark, records[1:], resolve)
             p = page_window(w, offset, limit)
             if p is None and limit <= 0:
                 at = min(offset, w.total)
@@ -97,6 +102,8 @@ class HistoryRpcs:
     async def History(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
         run_id = validate_id(request.run_id)
         view = request.view
+        if request.at_seq or request.at_time:
+            return await self._at(request, context)
         tail = None
         # fold marks count the fold's own messages: they serve the stored view alone (the
         # cleaned-up and governed views can drop and merge messages, so their indexes differ)
@@ -108,6 +115,53 @@ class HistoryRpcs:
             conv = await self.conversation(run_id, view)
             p = page(conv.messages, request.offset, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
+        return self._answer(run_id, p, last_seq, pending)
+
+    async def _at(self, request: pb.HistoryRequest, context: Ctx) -> pb.HistoryResponse:
+        """The page holding the record at ``at_seq`` or ``at_time`` (``history_seek``)."""
+        run_id = validate_id(request.run_id)
+        if request.view != pb.HISTORY_VIEW_STATE:
+            raise InvalidRequest(
+                "at_seq and at_time page the stored view: send view = HISTORY_VIEW_STATE",
+                metadata={"field": "view"},
+            )
+        held = self.runs.leases.held(run_id) is not None
+        await self.runs.require_run(run_id)
+        seq = request.at_seq
+        if request.at_time:
+            when = parse_time(request.at_time)
+            last = (await self.runs.store.info(run_id)).last_seq
+            seq = await seq_at_time(self.runs, run_id, when, last)
+        found = await seek(self.runs, run_id, seq, held=held)
+        # a page folded from a mark reads every record from it to the end: near the end that
+        # beats the run's whole state, far from it the state (from its snapshot, kept while
+        # the run is idle) is the cheaper read
+        last = (await self.runs.store.info(run_id)).last_seq
+        near_end = last - found.record.seq <= SEEK_TAIL_RECORDS
+        tail = None
+        if near_end and not held:
+            tail = await self._tail_page(run_id, found.index, request.limit)
+        if tail is not None:
+            p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
+        else:
+            conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE)
+            p = page(conv.messages, found.index, request.limit)
+            last_seq, pending = conv.last_seq, conv.pending
+        in_page = p.messages if p.offset <= found.index < p.next_offset else []
+        if found.index < p.total and not still_there(found.record, in_page, found.index - p.offset):
+            raise InvalidRequest(
+                f"seq {found.record.seq} of run {run_id} is no longer in its conversation (a "
+                "compaction or restore after it replaced those messages); read that record "
+                "with Load (the viewer's records screen) instead",
+                metadata={"run_id": run_id, "at_seq": found.record.seq},
+            )
+        out = self._answer(run_id, p, last_seq, pending)
+        out.at_index, out.at_seq = min(found.index, p.total), found.record.seq
+        return out
+
+    def _answer(
+        self, run_id: str, p: Page, last_seq: int, pending: Pending | None
+    ) -> pb.HistoryResponse:
         out = pb.HistoryResponse(
             messages=messages_to_pb(p.messages),
             total=p.total,

@@ -40,6 +40,7 @@ from journald.server.leases import END, Lease, Subscription, WatchHub, new_holde
 from journald.server.message_window import ask_for_state, check_fits, fill_window, room_left
 from journald.server.paged_edits import page_rebases
 from journald.server.runs import Limits, Runs, ack_pb
+from journald.server.stream_appends import CallerTrace, StreamMessage, rpc_context, stream_appends
 from journald.storage.base import HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore
@@ -182,6 +183,7 @@ class JournalService:
                     state=state_to_pb(state, messages=False),
                     warnings=[pb.Warning(code=k, message=m) for k, m in warnings],
                     resume_at_input_boundary=state.resume_at_input_boundary,
+                    append_stream_batches=True,
                 )
             )
             limit, window = self.limits.max_message_bytes, request.message_window
@@ -270,9 +272,9 @@ class JournalService:
     async def _append(
         self, request: pb.AppendRequest, context: Ctx | None = None
     ) -> pb.AppendResponse:
-        rpc = contextvars.copy_context()
+        rpc = rpc_context()
         with self._in_flight(request, context), telemetry.store_append(request.run_id) as span:
-            ticket = await self._enqueue(request, context, rpc)
+            ticket = await self._enqueue(request, CallerTrace(context), rpc)
             span.records(ticket.new)
             results = await ticket.durable()
         return pb.AppendResponse(acks=[ack_pb(r) for r in results])
@@ -283,17 +285,17 @@ class JournalService:
         """The bytes of an append held against its peer's budget until it is answered."""
         if context is None:
             return contextlib.nullcontext()
+        size = request.ByteSize()
         return self.budget.take(
             peer_key(context),
             "max_inflight_bytes_per_peer",
-            request.ByteSize(),
-            f"an append of {request.ByteSize()} bytes to run "
-            f"{clip(request.run_id, 128, keep_tail=False)}",
+            size,
+            lambda: f"an append of {size} bytes to run {clip(request.run_id, 128, False)}",
             "wait for the acks of the appends already sent before sending more",
         )
 
     async def _enqueue(
-        self, request: pb.AppendRequest, context: Ctx | None, rpc: contextvars.Context
+        self, request: pb.AppendRequest, caller: CallerTrace, rpc: contextvars.Context | None
     ) -> Ticket:
         """Check the lease, build, admit and queue an append (the lease lock is held only
         until it is queued); ``Ticket.durable`` gives the acks once it is durable."""
@@ -313,8 +315,7 @@ class JournalService:
             items, pages = await page_rebases(self.runs.pages, run_id, items)
             async with lease.lock:
                 self.leases.check(run_id, request.lease_id)
-                parent = telemetry.unstamped_parent(request.records, context)
-                trace = {"trace_id": parent[0], "span_id": parent[1]} if parent else None
+                trace = caller.for_records(request.records)
                 return await lease.writer.queue(items, trace, rpc, pages)
         except InvalidRecord as err:
             raise locate(err, run_id, first_seq, "records") from None
@@ -347,24 +348,37 @@ class JournalService:
         self, request_iterator: AsyncIterator[pb.AppendStreamRequest], context: Ctx
     ) -> AsyncIterator[pb.AppendStreamResponse]:
         """Pipelined: every message already received is queued (up to ``STREAM_IN_FLIGHT``
-        ahead of the acks sent) so they share group commits; responses go out in order. The
-        first message that fails ends the stream with its error after the acks before it;
-        nothing after it is queued (a failed write voids what was queued behind it)."""
-        window: asyncio.Queue[tuple[Ticket, contextlib.ExitStack] | Exception | None]
+        ahead of the acks sent) so they share group commits; responses go out in order. A
+        message of several appends (``appends``) is queued whole before the next write, so
+        it is one group commit, and answered by one message. The first append that fails
+        ends the stream with its error after the acks before it; nothing after it is queued
+        (a failed write voids what was queued behind it)."""
+        window: asyncio.Queue[StreamMessage | Exception | None]
         window = asyncio.Queue(STREAM_IN_FLIGHT)
-        held: set[contextlib.ExitStack] = set()  # bytes of the queued messages not yet acked
+        held: set[contextlib.ExitStack] = set()  # bytes of the queued appends not yet acked
+        caller = CallerTrace(context)  # one stream, one caller: its metadata is read once
 
         async def read_ahead() -> None:
             try:
                 async for req in request_iterator:
-                    rpc = contextvars.copy_context()
-                    bytes_held = contextlib.ExitStack()
-                    held.add(bytes_held)
-                    bytes_held.enter_context(self._in_flight(req.append, context))
-                    with telemetry.store_append(req.append.run_id) as span:
-                        ticket = await self._enqueue(req.append, context, rpc)
-                        span.records(ticket.new)
-                    await window.put((ticket, bytes_held))
+                    msg = StreamMessage(batched=len(req.appends) > 0)
+                    try:
+                        for append in stream_appends(req):
+                            bytes_held = contextlib.ExitStack()
+                            held.add(bytes_held)
+                            bytes_held.enter_context(self._in_flight(append, context))
+                            rpc = rpc_context()
+                            with telemetry.store_append(append.run_id) as span:
+                                ticket = await self._enqueue(append, caller, rpc)
+                                span.records(ticket.new)
+                            msg.queued.append((ticket, bytes_held))
+                    except Exception as exc:  # the appends before it in the message stand
+                        if not msg.queued:
+                            raise
+                        msg.refusal = exc
+                        await window.put(msg)
+                        return
+                    await window.put(msg)
             except Exception as exc:  # the message's own refusal, sent after the acks before
                 await window.put(exc)
                 return
@@ -375,11 +389,11 @@ class JournalService:
             while (item := await window.get()) is not None:
                 if isinstance(item, Exception):
                     raise item
-                ticket, bytes_held = item
-                acks = [ack_pb(r) for r in await ticket.durable()]
-                bytes_held.close()
-                held.discard(bytes_held)
-                yield pb.AppendStreamResponse(response=pb.AppendResponse(acks=acks))
+                response, failure = await item.answer(held)
+                if response is not None:
+                    yield response
+                if failure is not None:
+                    raise failure
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):

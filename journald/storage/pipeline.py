@@ -141,6 +141,7 @@ class AppendPipeline:
         self._after_write = after_write
         self._check = check
         self._turn = asyncio.Condition()
+        self._turn_waiters = 0  # appends in ``wait_turn``'s slow path: only they need a notify
         self._plan = asyncio.Lock()
         self._queue: list[Queued] = []
         self._tail: asyncio.Future[None] | None = None
@@ -164,21 +165,26 @@ class AppendPipeline:
         ``gap_wait_s`` (parallel tools finishing together append without a client queue)."""
         if seq <= self.queued_seq + 1:
             return
-        async with self._turn:
-            try:
+        self._turn_waiters += 1
+        try:
+            async with self._turn:
                 await asyncio.wait_for(
                     self._turn.wait_for(lambda: seq <= self.queued_seq + 1), self._gap_wait_s
                 )
-            except TimeoutError:
-                nxt = self.queued_seq + 1
-                raise SeqGap(
-                    f"run {self.run_id}: append at seq {seq} but the next seq is {nxt} and it "
-                    f"did not arrive within {self._gap_wait_s}s; append seq {nxt} first "
-                    "(reload the run to resync)",
-                    metadata={"run_id": self.run_id, "seq": seq, "next_seq": nxt},
-                ) from None
+        except TimeoutError:
+            nxt = self.queued_seq + 1
+            raise SeqGap(
+                f"run {self.run_id}: append at seq {seq} but the next seq is {nxt} and it "
+                f"did not arrive within {self._gap_wait_s}s; append seq {nxt} first "
+                "(reload the run to resync)",
+                metadata={"run_id": self.run_id, "seq": seq, "next_seq": nxt},
+            ) from None
+        finally:
+            self._turn_waiters -= 1
 
     async def _moved(self) -> None:
+        if not self._turn_waiters:  # the usual case: no append ahead of the queue waits
+            return
         async with self._turn:
             self._turn.notify_all()
 

@@ -307,6 +307,18 @@ class Source:
             got.pending = None
         return got
 
+    def seek(self, run_id: str, *, seq: int = 0, when: str = "") -> tuple[Slice, int, int]:
+        """One page holding the message the record at ``seq`` (or the first record at or
+        after time ``when``) folded into, that message's index and the record's seq; the
+        daemon finds them (History ``at_seq``/``at_time``)."""
+        page = self.client.history(run_id, 0, self.page, at_seq=seq, at_time=when)
+        self.stats.history_calls += 1
+        self.stats.messages_fetched += len(page.messages)
+        got = Slice(page.messages, page.offset, page.total, page.last_seq, page.pending)
+        if not got.at_end:
+            got.pending = None
+        return got, page.at_index, page.at_seq
+
     def head(self, run_id: str) -> Slice:
         """No messages: the run's total, last seq and open turn (one cheap History)."""
         page = self.client.history(run_id, 0, 0, stored=True)

@@ -28,7 +28,7 @@ KEY_NAMES = {
 EXTRA_WORDS = {  # what a binding's short description leaves out
     "Filter": "filter: status:held label:team=blue text (esc clears)",
     "Search": "search the whole run (enter: the nearest older match)",
-    "Go to": "go to message N",
+    "Go to": "go to message N, s N (seq), t 14:03 (time)",
     "Top": "the first message of the run",
     "Follow": "the end of the run, following it live",
     "Fold": "fold or expand the entry under the cursor",

@@ -26,6 +26,7 @@ from journald.cli.commands import record_summary
 from journald.cli.replay import elide_end, one_line
 from journald.view.base import Box, DaemonScreen
 from journald.view.data import RecordPage
+from journald.view.runs import ago, zone_name
 
 MARKED_KINDS = {  # what rewrote or framed the conversation, and how it shows
     "meta": "bold cyan",
@@ -89,11 +90,17 @@ def timeline(
     return out[len(before) :]
 
 
-def raw_text(rec: JournalRecord) -> Text:
-    """The record as stored, with the facts a reader checks first."""
+def raw_text(rec: JournalRecord, now_s: float | None = None) -> Text:
+    """The record as stored, with the facts a reader checks first (its time also local, with
+    the zone, and how long ago when ``now_s`` is given)."""
     trace = ", ".join(f"{k}={v}" for k, v in (rec.trace or {}).items()) or "none"
+    when = _when(rec.ts)
+    local = ""
+    if when is not None:
+        local = f" ({when.astimezone().strftime('%Y-%m-%d %H:%M:%S')} {zone_name()}"
+        local += f", {ago(rec.ts, now_s)})" if now_s is not None else ")"
     out = Text()
-    out.append(f"seq {rec.seq} · {rec.kind or 'unknown kind'} · {rec.ts}\n", style="bold")
+    out.append(f"seq {rec.seq} · {rec.kind or 'unknown kind'} · {rec.ts}{local}\n", style="bold")
     out.append(f"hash {rec.hash}\nprev {rec.prev}\ntrace {trace}\n", style="dim")
     try:
         pretty = json.dumps(json.loads(rec.canonical), indent=2, ensure_ascii=False)
@@ -189,14 +196,18 @@ class RecordsScreen(DaemonScreen):
             where = f"seq {first:,}-{last:,} of {self.last_seq:,}"
         else:
             where = "no records"
+        newest = ""
+        if self.records:
+            newest = f" · last record {ago(self.records[-1].ts, self.viewer.clock())}"
         self.query_one("#head", Static).update(
-            Text(f"records of run {one_line(self.run_id)} · {where} · times local")
+            Text(f"records of run {one_line(self.run_id)} · {where}{newest} · times {zone_name()}")
         )
         self._show_raw()
 
     def _show_raw(self) -> None:
         rec = self.selected()
-        self.query_one("#raw", Static).update(raw_text(rec) if rec is not None else "")
+        now = self.viewer.clock()
+        self.query_one("#raw", Static).update(raw_text(rec, now) if rec is not None else "")
 
     def selected(self) -> JournalRecord | None:
         row = self.table.cursor_row

@@ -13,16 +13,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from journald_client import JournaldError
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
 from journald.cli.replay import cell_width, elide_end, one_line
 from journald.view.base import DaemonScreen
 from journald.view.data import RunRow
 
-REFRESH_S = 1.0
+REFRESH_S = 1.0  # List again this soon after a listing that changed something
+REFRESH_IDLE_MAX_S = 5.0  # the wait doubles while nothing changes, up to this
+TICK_S = 1.0  # the relative times ("12s ago") of the rows on screen are redrawn this often
 STATUS_STYLES = {
     "held": "bold green",
     "open": "yellow",
@@ -198,6 +202,17 @@ class RunsTable(DataTable[Text]):
         Binding("enter", "select_cursor", "Transcript"),
     ]
 
+    def visible_rows(self) -> range:
+        """The row indexes on screen (the header row takes one line)."""
+        top = int(self.scroll_y)
+        return range(top, min(self.row_count, top + max(1, self.size.height - 1)))
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        screen = self.screen
+        if isinstance(screen, RunsScreen) and int(old) != int(new):
+            screen.tick()  # rows scrolled into view may show stale relative times
+
 
 class RunsScreen(DaemonScreen):
     """Every run the daemon holds; enter opens its transcript, d its details."""
@@ -229,6 +244,9 @@ class RunsScreen(DaemonScreen):
         self.loaded = False
         self.copied = ""  # what y copied last (tests read it)
         self.rebuilds = 0  # how often the table was filled (tests: not when nothing moved)
+        self.cells_updated = 0  # cells redrawn in place (tests: only what is on screen)
+        self.poll_delay_s = REFRESH_S  # until the next List
+        self._poll: Timer | None = None
         self._cols: dict[str, int] = {}
 
     def compose(self) -> ComposeResult:
@@ -244,18 +262,36 @@ class RunsScreen(DaemonScreen):
     def on_mount(self) -> None:
         self.table.focus()
         self.reload()
-        self.set_interval(REFRESH_S, self.reload)
+        self.set_interval(TICK_S, self.tick)
 
     def on_screen_resume(self) -> None:
+        self.poll_delay_s = REFRESH_S
         self.reload()
 
     def reload(self) -> None:
+        """List now, then again after ``poll_delay_s`` (which doubles while nothing changes:
+        the daemon has no stream of listing changes, so an idle table asks ever less often)."""
+        if self._poll is not None:
+            self._poll.stop()
+            self._poll = None
         # under another screen nothing of this one shows: List only when it is on top
         if self.viewer.offline or self.app.screen is not self:
             return
-        self.fetch(self.source.runs, self._got, group="runs", exclusive=True)
+        self.fetch(self.source.runs, self._got, group="runs", exclusive=True, failed=self._failed)
+
+    def _failed(self, err: JournaldError) -> None:
+        self.show_error(err)
+        self._next_poll(moved=False)
+
+    def _next_poll(self, moved: bool) -> None:
+        if self._poll is not None:
+            self._poll.stop()
+        grown = min(REFRESH_IDLE_MAX_S, self.poll_delay_s * 2)
+        self.poll_delay_s = REFRESH_S if moved else grown
+        self._poll = self.set_timer(self.poll_delay_s, self.reload)
 
     def reconnected(self) -> None:
+        self.poll_delay_s = REFRESH_S
         self.reload()
 
     def on_resize(self) -> None:
@@ -269,29 +305,49 @@ class RunsScreen(DaemonScreen):
         if moved:
             self._show()
         else:
-            self._tick()
+            self.tick()
+        self._next_poll(moved)
 
     def _now(self) -> float:
         return self.viewer.clock()
 
-    def _tick(self) -> None:
-        """Nothing moved: only the relative times that changed are redrawn."""
+    def tick(self) -> None:
+        """The relative times of the rows on screen that changed are redrawn (nothing else:
+        a table of hundreds of runs costs what its visible rows cost)."""
+        if not self.loaded or self.app.screen is not self:
+            return
         now = self._now()
         col = self._cols.get("updated", 11)
-        for row in self.shown:
-            text = elide_end(ago(row.info.updated, now), col)
-            key = row.info.run_id
-            with contextlib.suppress(Exception):  # a row removed meanwhile
-                cell = Text(text)
-                if str(self.table.get_cell(key, "updated")) != str(cell):
-                    self.table.update_cell(key, "updated", cell)
+        for i in self.table.visible_rows():
+            if i >= len(self.shown):
+                break
+            info = self.shown[i].info
+            self._set_cell(info.run_id, "updated", Text(elide_end(ago(info.updated, now), col)))
+
+    def _set_cell(self, key: str, column: str, cell: Text) -> None:
+        with contextlib.suppress(Exception):  # a row removed meanwhile
+            old = self.table.get_cell(key, column)
+            if str(old) != str(cell) or old.style != cell.style:
+                self.table.update_cell(key, column, cell)
+                self.cells_updated += 1
 
     def _show(self) -> None:
         table = self.table
         selected = self.selected_run()
-        self.shown = arrange(self.rows, self.filter, self.sort, self.reverse)
+        shown = arrange(self.rows, self.filter, self.sort, self.reverse)
         now = self._now()
         cols = widths(self.rows, table.size.width or self.size.width or 80, now)
+        same_rows = [r.info.run_id for r in shown] == [r.info.run_id for r in self.shown]
+        if cols == self._cols and same_rows and table.row_count == len(shown):
+            # the same runs in the same order: redraw only the cells that changed
+            for old, new in zip(self.shown, shown, strict=True):
+                if old != new:
+                    for (key, _), cell in zip(COLUMNS, cells(new, cols, now), strict=True):
+                        self._set_cell(new.info.run_id, key, cell)
+            self.shown = shown
+            self._summary()
+            return
+        self.shown = shown
         self.rebuilds += 1
         if cols != self._cols:
             table.clear(columns=True)
@@ -305,6 +361,9 @@ class RunsScreen(DaemonScreen):
         index = next((n for n, r in enumerate(self.shown) if r.info.run_id == selected), 0)
         if self.shown:
             table.move_cursor(row=index, animate=False)
+        self._summary()
+
+    def _summary(self) -> None:
         held = sum(1 for r in self.rows if r.info.holder is not None)
         order = f"sorted by {self.sort}{' (reversed)' if self.reverse else ''}"
         text = self.query_one("#filter", Input).value.strip()

@@ -21,8 +21,6 @@ text anywhere in the run and counts the matches ("3 of 17").
 from __future__ import annotations
 
 import contextlib
-import threading
-from bisect import bisect_left
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -34,17 +32,19 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
 from journald.cli.replay import one_line
-from journald.view.base import Box, DaemonScreen, describe_error
+from journald.view import goto
+from journald.view.base import Box, describe_error
 from journald.view.data import OPEN_STATUSES, Opening, Slice
 from journald.view.markers import fork_from, restore_to
 from journald.view.model import Entry, build_entries, merge_notes, plural, unknown_record_entry
 from journald.view.transcript import TranscriptView
+from journald.view.transcript_search import SearchingScreen
 
 LOADED_PAGES = 4  # the window holds about this many pages of messages
 WATCH_RETRY_S = 0.5  # a Watch ended while the run is still listed: read it again after this
 
 
-class TranscriptScreen(DaemonScreen):
+class TranscriptScreen(SearchingScreen):
     DEFAULT_CSS = """
     TranscriptScreen #head { dock: top; height: 1; padding: 0 1; background: $panel; }
     TranscriptScreen Box { dock: bottom; height: 3; display: none; }
@@ -65,9 +65,7 @@ class TranscriptScreen(DaemonScreen):
     ]
 
     def __init__(self, run_id: str) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.slice: Slice | None = None
+        super().__init__(run_id)
         self.bounds: list[int] = []  # the page starts inside the window (clean boundaries)
         self.ended = ""
         self.marker = ""  # the rebase or fork the conversation starts from
@@ -84,25 +82,17 @@ class TranscriptScreen(DaemonScreen):
         self.watching_from = 0
         self.closing = False
         self.failed = ""
-        self.search_text = ""
         self.copied = ""  # what y copied last (tests read it)
-        self.matches: list[tuple[int, int]] = []  # keys of the entries holding search_text
-        self.search_done = False
-        self.search_stop = threading.Event()
-        self.match_at = -1  # index in matches of the entry the cursor went to
-        self.scanned_from = 1 << 62  # the search has read the messages from this one on
-        self.wanted_step = 0  # a find waiting for the search to reach further
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"run {self.run_id} · loading…"), id="head")
         yield TranscriptView(id="transcript")
-        yield Box(placeholder="search this run (enter: find older, escape: close)", id="search")
-        yield Box(placeholder="go to message N (1 is the first; escape: close)", id="goto")
+        yield Box(
+            placeholder="search this run (enter: find older; empty: stop; escape: close)",
+            id="search",
+        )
+        yield Box(placeholder=f"go to: {goto.HELP}", id="goto")
         yield Footer()
-
-    @property
-    def view(self) -> TranscriptView:
-        return self.query_one(TranscriptView)
 
     def on_mount(self) -> None:
         self.view.focus()
@@ -190,7 +180,7 @@ class TranscriptScreen(DaemonScreen):
             pending = f" · {plural(len(s.pending.unanswered), 'call')} waiting"
         found = ""
         if self.search_text:
-            more = "" if self.search_done else "+"
+            more = "" if self.search_done else f"+ (searched {self.search_progress():.0%})"
             at = f"{self.match_at + 1} of " if self.match_at >= 0 else ""
             found = f" · {self.search_text!r}: {at}{len(self.matches)}{more}"
         self.query_one("#head", Static).update(
@@ -445,15 +435,20 @@ class TranscriptScreen(DaemonScreen):
             text = event.value.strip()
             if text != self.search_text or not self.search_done:
                 self._start_search(text)
-            self.action_find(-1)
+            if text:
+                self.action_find(-1)
 
     def _go_to(self, text: str) -> None:
         s = self.slice
         try:
-            n = int(text.replace(",", "").replace("_", ""))
-        except ValueError:
-            self.notify(f"not a message number: {text!r} (e.g. 1 or 1200)", markup=False)
+            target = goto.parse(text)
+        except goto.NotATarget as err:
+            self.notify(str(err), markup=False)
             return
+        if target.kind != "message":
+            self._seek(target)
+            return
+        n = target.number
         if s is None or not 1 <= n <= max(1, s.total):
             total = s.total if s is not None else 0
             self.notify(f"there is no message {n}: the run has {plural(total, 'message')}")
@@ -463,87 +458,25 @@ class TranscriptScreen(DaemonScreen):
         else:
             self.jump(n - 1)
 
-    def _start_search(self, text: str) -> None:
-        self.search_stop.set()
-        stop = self.search_stop = threading.Event()
-        self.search_text, self.matches, self.search_done, self.match_at = text, [], False, -1
-        self.scanned_from = 1 << 62
-        self.view.search_query = text
-        if not text:
-            return
+    def _seek(self, target: goto.Target) -> None:
+        """Seq N or time T: the daemon finds the message, one page read (not the pages
+        before it)."""
+        seq, when = (target.number, "") if target.kind == "seq" else (0, target.when)
 
-        def found(hits: list[Entry], done: int, total: int) -> bool:
-            if not stop.is_set():
-                self._back(self._found, stop, [h.key for h in hits], done)
-            return not stop.is_set()
+        def done(got: tuple[Slice, int, int]) -> None:
+            window, index, at_seq = got
+            self._show_window(window)
+            self.view.go_to_message(min(index, max(0, window.stop - 1)))
+            self._update_head()
+            said = f"the first record at or after {target.said} is seq {at_seq:,}; " if when else ""
+            self.notify(f"{said}seq {at_seq:,} is in message {index + 1:,}", markup=False)
 
-        def scan() -> None:
-            try:
-                self.source.search(self.run_id, text, found)
-            finally:
-                self._back(self._scan_done, stop)
-
-        self.run_worker(scan, thread=True, group="search", exit_on_error=False)
-
-    def _found(self, stop: threading.Event, keys: list[tuple[int, int]], done: int) -> None:
-        if stop is not self.search_stop:
-            return
-        self.matches = sorted({*self.matches, *keys})
-        self.scanned_from = done
-        if self.wanted_step:
-            step, self.wanted_step = self.wanted_step, 0
-            self.action_find(step)
-        self._update_head()
-
-    def _scan_done(self, stop: threading.Event) -> None:
-        if stop is not self.search_stop:
-            return
-        self.search_done = True
-        if self.wanted_step:
-            step, self.wanted_step = self.wanted_step, 0
-            self.action_find(step)
-        self._update_head()
-
-    def _cursor_key(self) -> tuple[int, int]:
-        v, s = self.view, self.slice
-        if not v.entries or s is None:
-            return (0, 0)
-        e = v.entries[min(v.cursor, len(v.entries) - 1)]
-        if e.kind == "gap":
-            return (s.start, -1) if e.key[0] < 0 else (s.stop, 0)
-        if e.key[0] < 0:  # the open turn: after every committed message
-            return (s.total, 0)
-        return e.key
-
-    def action_find(self, step: int) -> None:
-        if not self.search_text:
-            self.action_search()
-            return
-        here = self._cursor_key()
-        i = bisect_left(self.matches, here)
-        if step < 0:
-            at = i - 1
-        else:
-            at = i + 1 if i < len(self.matches) and self.matches[i] == here else i
-        # the search reads from the end back: every match after what it has read is known,
-        # so an older match found is the nearest one, and a newer one is once the search has
-        # read back past the cursor
-        sure = self.search_done or step < 0 or self.scanned_from <= here[0]
-        if not sure or not 0 <= at < len(self.matches):
-            if self.search_done:
-                way = "older" if step < 0 else "newer"
-                self.notify(f"no {way} match for {self.search_text!r}", markup=False)
-            else:
-                self.wanted_step = step  # retried as the search finds more
-            return
-        self.match_at = at
-        key = self.matches[at]
-        s = self.slice
-        if s is not None and s.start <= key[0] < s.stop:
-            self.view.reveal(key)
-        else:
-            self.jump(key[0], key)
-        self._update_head()
+        self.fetch(
+            lambda: self.source.seek(self.run_id, seq=seq, when=when),
+            done,
+            group="jump",
+            exclusive=True,
+        )
 
     # --- navigation ------------------------------------------------------------------------
 

@@ -157,7 +157,7 @@ class RunWriter:
         self,
         items: Sequence[Incoming],
         trace: Trace | None,
-        rpc: contextvars.Context,
+        rpc: contextvars.Context | None,
         pages: PageResolver | None = None,
     ) -> Ticket:
         """Every append goes through here (caller holds ``lock``): gated, admitted against
@@ -174,7 +174,10 @@ class RunWriter:
             pipeline.check(new)
             admit(self.state, new)
             try:
-                rpc.run(self._fold, new, pages)  # the fold's span belongs to the RPC
+                if rpc is None:  # tracing off: no span to parent, no context to copy
+                    self._fold(new, pages)
+                else:
+                    rpc.run(self._fold, new, pages)  # the fold's span belongs to the RPC
             except BaseException:
                 self._voids = -1  # half folded: refold before the next use
                 raise

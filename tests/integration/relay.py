@@ -49,8 +49,9 @@ class Relay:
 
     def cut(self, code: grpc.StatusCode, *, after_answers: int = 1) -> None:
         """End the next append (unary ``Append``, or the next ``AppendStream`` once the
-        daemon sent ``after_answers`` answers on it) with a bare ``code``, dropping the
-        daemon's last answer: the records are stored, the client never hears so."""
+        daemon answered ``after_answers`` appends on it, in however many messages) with a
+        bare ``code``, dropping the daemon's last answer message: its records are stored,
+        the client never hears so."""
         with self._lock:
             self._armed = (code, after_answers)
 
@@ -129,10 +130,11 @@ class Relay:
             requests, metadata=_forwarded(context)
         )
         context.add_callback(call.cancel)
-        answered = 0
+        answered = 0  # appends answered: a coalesced message answers several
         try:
             for answer in call:
-                answered += 1
+                msg = pb.AppendStreamResponse.FromString(answer)
+                answered += len(msg.responses) or 1
                 code = self._take(answered)
                 if code is not None:
                     call.cancel()

@@ -2803,8 +2803,12 @@ type Lease struct {
 	Warnings []*Warning `protobuf:"bytes,7,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	// Copied from state for convenience.
 	ResumeAtInputBoundary bool `protobuf:"varint,8,opt,name=resume_at_input_boundary,json=resumeAtInputBoundary,proto3" json:"resume_at_input_boundary,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The daemon takes several appends in one AppendStream message (AppendStreamRequest.appends);
+	// false from a daemon that predates them: send one append per message
+	// (docs/protocol.md#coalesced-stream-messages).
+	AppendStreamBatches bool `protobuf:"varint,9,opt,name=append_stream_batches,json=appendStreamBatches,proto3" json:"append_stream_batches,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -2889,6 +2893,13 @@ func (x *Lease) GetWarnings() []*Warning {
 func (x *Lease) GetResumeAtInputBoundary() bool {
 	if x != nil {
 		return x.ResumeAtInputBoundary
+	}
+	return false
+}
+
+func (x *Lease) GetAppendStreamBatches() bool {
+	if x != nil {
+		return x.AppendStreamBatches
 	}
 	return false
 }
@@ -3614,11 +3625,15 @@ func (x *AppendResponse) GetAcks() []*Ack {
 	return nil
 }
 
-// AppendStreamRequest is one append on an AppendStream.
+// AppendStreamRequest is one append on an AppendStream, or several (set one field, not both).
 type AppendStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The append.
-	Append        *AppendRequest `protobuf:"bytes,1,opt,name=append,proto3" json:"append,omitempty"`
+	Append *AppendRequest `protobuf:"bytes,1,opt,name=append,proto3" json:"append,omitempty"`
+	// Several appends in one message, handled as if each were a message of its own, in order;
+	// only to a daemon whose Lease says append_stream_batches
+	// (docs/protocol.md#coalesced-stream-messages).
+	Appends       []*AppendRequest `protobuf:"bytes,2,rep,name=appends,proto3" json:"appends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3660,11 +3675,20 @@ func (x *AppendStreamRequest) GetAppend() *AppendRequest {
 	return nil
 }
 
+func (x *AppendStreamRequest) GetAppends() []*AppendRequest {
+	if x != nil {
+		return x.Appends
+	}
+	return nil
+}
+
 // AppendStreamResponse answers one AppendStreamRequest.
 type AppendStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The acks.
-	Response      *AppendResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	// The acks of `append`.
+	Response *AppendResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	// The acks of `appends`, one AppendResponse per append, in order.
+	Responses     []*AppendResponse `protobuf:"bytes,2,rep,name=responses,proto3" json:"responses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3702,6 +3726,13 @@ func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
 func (x *AppendStreamResponse) GetResponse() *AppendResponse {
 	if x != nil {
 		return x.Response
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetResponses() []*AppendResponse {
+	if x != nil {
+		return x.Responses
 	}
 	return nil
 }
@@ -4525,7 +4556,13 @@ type HistoryRequest struct {
 	// over the daemon's max message size fails with `response_too_large`: ask for fewer.
 	Limit uint64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Which message list to page (default: the governed conversation).
-	View          HistoryView `protobuf:"varint,4,opt,name=view,proto3,enum=journald.v1.HistoryView" json:"view,omitempty"`
+	View HistoryView `protobuf:"varint,4,opt,name=view,proto3,enum=journald.v1.HistoryView" json:"view,omitempty"`
+	// When set (HISTORY_VIEW_STATE only), `offset` is ignored: the page starts at the message
+	// the record at this seq folded into (aligned back), and `at_index` says which it is.
+	AtSeq uint64 `protobuf:"varint,5,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
+	// When set (RFC 3339, HISTORY_VIEW_STATE only), as `at_seq` for the first record whose
+	// `ts` is at or after this time (the last record when none is).
+	AtTime        string `protobuf:"bytes,6,opt,name=at_time,json=atTime,proto3" json:"at_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4588,6 +4625,20 @@ func (x *HistoryRequest) GetView() HistoryView {
 	return HistoryView_HISTORY_VIEW_UNSPECIFIED
 }
 
+func (x *HistoryRequest) GetAtSeq() uint64 {
+	if x != nil {
+		return x.AtSeq
+	}
+	return 0
+}
+
+func (x *HistoryRequest) GetAtTime() string {
+	if x != nil {
+		return x.AtTime
+	}
+	return ""
+}
+
 // HistoryResponse is one self-paired page.
 type HistoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4603,7 +4654,12 @@ type HistoryResponse struct {
 	LastSeq uint64 `protobuf:"varint,5,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
 	// The trailing turn whose tool calls are not all answered (it is never part of
 	// `messages`); unset when there is none.
-	Pending       *PendingTurn `protobuf:"bytes,6,opt,name=pending,proto3" json:"pending,omitempty"`
+	Pending *PendingTurn `protobuf:"bytes,6,opt,name=pending,proto3" json:"pending,omitempty"`
+	// For `at_seq` or `at_time`: the index of the message the record folded into (`total`
+	// when it is in the pending turn).
+	AtIndex uint64 `protobuf:"varint,7,opt,name=at_index,json=atIndex,proto3" json:"at_index,omitempty"`
+	// For `at_seq` or `at_time`: the seq of that record.
+	AtSeq         uint64 `protobuf:"varint,8,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4678,6 +4734,20 @@ func (x *HistoryResponse) GetPending() *PendingTurn {
 		return x.Pending
 	}
 	return nil
+}
+
+func (x *HistoryResponse) GetAtIndex() uint64 {
+	if x != nil {
+		return x.AtIndex
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetAtSeq() uint64 {
+	if x != nil {
+		return x.AtSeq
+	}
+	return 0
 }
 
 // VerifyRequest checks a run.
@@ -6652,7 +6722,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x0emessage_window\x18\v \x01(\rR\rmessageWindow\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x02\n" +
 	"\x05Lease\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x18\n" +
@@ -6661,7 +6731,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\tlast_hash\x18\x05 \x01(\tR\blastHash\x12+\n" +
 	"\x05state\x18\x06 \x01(\v2\x15.journald.v1.RunStateR\x05state\x120\n" +
 	"\bwarnings\x18\a \x03(\v2\x14.journald.v1.WarningR\bwarnings\x127\n" +
-	"\x18resume_at_input_boundary\x18\b \x01(\bR\x15resumeAtInputBoundary\"7\n" +
+	"\x18resume_at_input_boundary\x18\b \x01(\bR\x15resumeAtInputBoundary\x122\n" +
+	"\x15append_stream_batches\x18\t \x01(\bR\x13appendStreamBatches\"7\n" +
 	"\aWarning\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"B\n" +
@@ -6705,11 +6776,13 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12-\n" +
 	"\arecords\x18\x03 \x03(\v2\x13.journald.v1.RecordR\arecords\"6\n" +
 	"\x0eAppendResponse\x12$\n" +
-	"\x04acks\x18\x01 \x03(\v2\x10.journald.v1.AckR\x04acks\"I\n" +
+	"\x04acks\x18\x01 \x03(\v2\x10.journald.v1.AckR\x04acks\"\x7f\n" +
 	"\x13AppendStreamRequest\x122\n" +
-	"\x06append\x18\x01 \x01(\v2\x1a.journald.v1.AppendRequestR\x06append\"O\n" +
+	"\x06append\x18\x01 \x01(\v2\x1a.journald.v1.AppendRequestR\x06append\x124\n" +
+	"\aappends\x18\x02 \x03(\v2\x1a.journald.v1.AppendRequestR\aappends\"\x8a\x01\n" +
 	"\x14AppendStreamResponse\x127\n" +
-	"\bresponse\x18\x01 \x01(\v2\x1b.journald.v1.AppendResponseR\bresponse\"?\n" +
+	"\bresponse\x18\x01 \x01(\v2\x1b.journald.v1.AppendResponseR\bresponse\x129\n" +
+	"\tresponses\x18\x02 \x03(\v2\x1b.journald.v1.AppendResponseR\tresponses\"?\n" +
 	"\vLoadRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\";\n" +
@@ -6770,12 +6843,14 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x02 \x01(\v2\x1c.journald.v1.CheckpointEventH\x00R\n" +
 	"checkpointB\a\n" +
-	"\x05event\"\x83\x01\n" +
+	"\x05event\"\xb3\x01\n" +
 	"\x0eHistoryRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x04R\x05limit\x12,\n" +
-	"\x04view\x18\x04 \x01(\x0e2\x18.journald.v1.HistoryViewR\x04view\"\xe1\x01\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x18.journald.v1.HistoryViewR\x04view\x12\x15\n" +
+	"\x06at_seq\x18\x05 \x01(\x04R\x05atSeq\x12\x17\n" +
+	"\aat_time\x18\x06 \x01(\tR\x06atTime\"\x93\x02\n" +
 	"\x0fHistoryResponse\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.journald.v1.MessageR\bmessages\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x16\n" +
@@ -6783,7 +6858,9 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\vnext_offset\x18\x04 \x01(\x04R\n" +
 	"nextOffset\x12\x19\n" +
 	"\blast_seq\x18\x05 \x01(\x04R\alastSeq\x122\n" +
-	"\apending\x18\x06 \x01(\v2\x18.journald.v1.PendingTurnR\apending\"&\n" +
+	"\apending\x18\x06 \x01(\v2\x18.journald.v1.PendingTurnR\apending\x12\x19\n" +
+	"\bat_index\x18\a \x01(\x04R\aatIndex\x12\x15\n" +
+	"\x06at_seq\x18\b \x01(\x04R\x05atSeq\"&\n" +
 	"\rVerifyRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"~\n" +
 	"\x0eVerifyResponse\x12\x18\n" +
@@ -7117,132 +7194,134 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	nil,                              // 90: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
-	8,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	85, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
-	10, // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
-	7,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
-	12, // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
-	7,  // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
-	16, // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
-	9,  // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
-	11, // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
-	13, // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
-	14, // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
-	15, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
-	17, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
-	18, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	19, // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
-	7,  // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	22, // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	21, // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	8,  // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	7,  // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	23, // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	24, // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	18, // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	25, // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	10, // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	86, // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
-	26, // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
-	0,  // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	8,  // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	87, // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	29, // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	9,  // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	27, // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	32, // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	31, // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	35, // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
-	30, // 36: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
-	33, // 37: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
-	31, // 38: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
-	84, // 39: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
-	34, // 40: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
-	35, // 41: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
-	1,  // 42: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	20, // 43: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	39, // 44: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	40, // 45: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	41, // 46: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	20, // 47: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	27, // 48: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	7,  // 49: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	28, // 50: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	29, // 51: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	88, // 52: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
-	48, // 53: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	63, // 54: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	20, // 55: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	54, // 56: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	2,  // 57: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
-	7,  // 58: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	23, // 59: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	61, // 60: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
-	16, // 61: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
-	3,  // 62: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	63, // 63: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	63, // 64: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	39, // 65: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	32, // 66: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	7,  // 67: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	4,  // 68: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	16, // 69: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	39, // 70: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	89, // 71: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	27, // 72: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	63, // 73: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	90, // 74: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	30, // 75: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	33, // 76: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	37, // 77: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
-	40, // 78: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	42, // 79: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	44, // 80: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	46, // 81: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	49, // 82: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	51, // 83: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	53, // 84: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	56, // 85: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	64, // 86: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	66, // 87: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	68, // 88: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	70, // 89: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	72, // 90: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	74, // 91: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	76, // 92: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	78, // 93: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	58, // 94: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	80, // 95: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	82, // 96: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	60, // 97: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
-	36, // 98: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	34, // 99: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	38, // 100: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
-	41, // 101: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	43, // 102: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	45, // 103: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	47, // 104: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	50, // 105: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	52, // 106: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	55, // 107: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	57, // 108: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	65, // 109: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	67, // 110: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	69, // 111: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	71, // 112: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	73, // 113: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	75, // 114: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	77, // 115: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	79, // 116: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	59, // 117: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	81, // 118: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	83, // 119: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	62, // 120: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
-	98, // [98:121] is the sub-list for method output_type
-	75, // [75:98] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	8,   // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
+	85,  // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	10,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
+	7,   // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
+	12,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
+	7,   // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
+	16,  // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
+	9,   // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
+	11,  // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
+	13,  // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
+	14,  // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
+	15,  // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
+	17,  // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
+	18,  // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
+	19,  // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
+	7,   // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	22,  // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	21,  // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	8,   // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	7,   // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	23,  // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	24,  // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	18,  // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	25,  // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	10,  // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	86,  // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	26,  // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
+	0,   // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
+	8,   // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	87,  // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	29,  // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	9,   // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	27,  // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	32,  // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	31,  // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	35,  // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	30,  // 36: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
+	33,  // 37: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
+	31,  // 38: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
+	84,  // 39: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
+	34,  // 40: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
+	35,  // 41: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
+	1,   // 42: journald.v1.Ack.durability:type_name -> journald.v1.Durability
+	20,  // 43: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	39,  // 44: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	40,  // 45: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	40,  // 46: journald.v1.AppendStreamRequest.appends:type_name -> journald.v1.AppendRequest
+	41,  // 47: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	41,  // 48: journald.v1.AppendStreamResponse.responses:type_name -> journald.v1.AppendResponse
+	20,  // 49: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	27,  // 50: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	7,   // 51: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	28,  // 52: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	29,  // 53: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
+	88,  // 54: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	48,  // 55: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	63,  // 56: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	20,  // 57: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	54,  // 58: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	2,   // 59: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
+	7,   // 60: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	23,  // 61: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
+	61,  // 62: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
+	16,  // 63: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
+	3,   // 64: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	63,  // 65: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	63,  // 66: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	39,  // 67: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	32,  // 68: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	7,   // 69: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	4,   // 70: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	16,  // 71: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	39,  // 72: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	89,  // 73: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	27,  // 74: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	63,  // 75: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	90,  // 76: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	30,  // 77: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	33,  // 78: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	37,  // 79: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
+	40,  // 80: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	42,  // 81: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	44,  // 82: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	46,  // 83: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	49,  // 84: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	51,  // 85: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	53,  // 86: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	56,  // 87: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	64,  // 88: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	66,  // 89: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	68,  // 90: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	70,  // 91: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	72,  // 92: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	74,  // 93: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	76,  // 94: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	78,  // 95: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	58,  // 96: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	80,  // 97: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	82,  // 98: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	60,  // 99: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	36,  // 100: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	34,  // 101: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	38,  // 102: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
+	41,  // 103: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	43,  // 104: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	45,  // 105: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	47,  // 106: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	50,  // 107: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	52,  // 108: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	55,  // 109: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	57,  // 110: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	65,  // 111: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	67,  // 112: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	69,  // 113: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	71,  // 114: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	73,  // 115: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	75,  // 116: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	77,  // 117: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	79,  // 118: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	59,  // 119: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	81,  // 120: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	83,  // 121: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	62,  // 122: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	100, // [100:123] is the sub-list for method output_type
+	77,  // [77:100] is the sub-list for method input_type
+	77,  // [77:77] is the sub-list for extension type_name
+	77,  // [77:77] is the sub-list for extension extendee
+	0,   // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }

@@ -429,17 +429,26 @@ class AsyncClient:
         return codec.checkpoint_meta_from_pb(resp.checkpoint)
 
     async def history(
-        self, run_id: str, offset: int = 0, limit: int = 50, *, stored: bool = False
+        self,
+        run_id: str,
+        offset: int = 0,
+        limit: int = 50,
+        *,
+        stored: bool = False,
+        at_seq: int = 0,
+        at_time: str = "",
     ) -> HistoryPage:
         """One self-paired page of the folded conversation (``limit=0``: only the total).
 
         ``stored=False`` pages the sendable view (cleaned up; the daemon folds the run once and
         keeps it while the run is idle); ``stored=True`` pages the messages exactly as the fold
         holds them (what an Open's state holds), served from the run's last segments, so its
-        cost grows with the distance from the end, not with the run's length."""
-        req = pb.HistoryRequest(run_id=run_id, offset=max(0, offset), limit=max(0, limit))
-        if stored:
-            req.view = pb.HISTORY_VIEW_STATE
+        cost grows with the distance from the end, not with the run's length.
+
+        ``at_seq`` or ``at_time`` (RFC 3339 with a zone) page the stored view from the message
+        the record at that seq (or the first at or after that time) folded into, instead of
+        ``offset``; the page's ``at_index`` and ``at_seq`` say which message and record."""
+        req = codec.history_request(run_id, offset, limit, stored, at_seq, at_time)
         return codec.history_from_pb(await self._unary("History", req))
 
     async def iter_history(self, run_id: str, page: int = 50) -> AsyncIterator[Message]:

@@ -34,7 +34,7 @@ T = TypeVar("T", Ack, list[Ack])
 
 __all__ = ["DEFAULT_WINDOW", "AsyncPending", "AsyncPipelinedWriter"]
 
-Requests = asyncio.Queue[pb.AppendStreamRequest | None]
+Requests = asyncio.Queue[pb.AppendRequest | None]
 
 
 class AsyncPending(inflight.Handle, Generic[T]):
@@ -52,9 +52,22 @@ class AsyncPending(inflight.Handle, Generic[T]):
         return self.ack().__await__()
 
 
-async def _requests(q: Requests) -> AsyncIterator[pb.AppendStreamRequest]:
-    while (req := await q.get()) is not None:
-        yield req
+def _take(q: Requests) -> object:
+    try:
+        return q.get_nowait()
+    except asyncio.QueueEmpty:
+        return inflight.EMPTY
+
+
+async def _requests(q: Requests, batches: bool) -> AsyncIterator[pb.AppendStreamRequest]:
+    """The stream's messages: each append that is queued when gRPC asks for the next message
+    goes into that message (``inflight.coalesce``)."""
+    carry: pb.AppendRequest | None = None
+    while (first := carry if carry is not None else await q.get()) is not None:
+        msg, carry, ended = inflight.coalesce(first, lambda: _take(q), batches)
+        yield msg
+        if ended:
+            return
 
 
 class AsyncPipelinedWriter(inflight.WriterBase):
@@ -122,7 +135,8 @@ class AsyncPipelinedWriter(inflight.WriterBase):
         for req in self._book.requests(self._run.run_id, self._run.lease_id):
             q.put_nowait(req)
         stub = self._run._client._stub
-        call = stub.AppendStream(_requests(q), metadata=codec.metadata())
+        batches = self._run.append_stream_batches
+        call = stub.AppendStream(_requests(q, batches), metadata=codec.metadata())
         reader = asyncio.get_running_loop().create_task(self._read(call, q))
         self._readers = [r for r in self._readers if not r.done()] + [reader]
         self._queue = q
@@ -136,7 +150,7 @@ class AsyncPipelinedWriter(inflight.WriterBase):
         try:
             async for resp in call:
                 async with self._cond:
-                    self._follow(self._run, [self._book.acked(resp.response)])
+                    self._follow(self._run, self._book.answered(resp))
             return
         except grpc.RpcError as exc:
             failure = self._run._client._error(exc)

@@ -407,6 +407,11 @@ class RunView:
         return self._lease.lease.lease_id
 
     @property
+    def append_stream_batches(self) -> bool:
+        """The daemon takes several appends in one AppendStream message (its lease says)."""
+        return self._lease.lease.append_stream_batches
+
+    @property
     def warnings(self) -> list[LeaseWarning]:
         """Notices that came with the lease (``open_tool_calls``, ``paused_turn``, ...)."""
         return list(self.state.warnings)
@@ -743,6 +748,17 @@ def compact_from_pb(r: pb.CompactResponse) -> CompactResult:
     )
 
 
+def history_request(
+    run_id: str, offset: int, limit: int, stored: bool, at_seq: int = 0, at_time: str = ""
+) -> pb.HistoryRequest:
+    """A History request; a page by seq or time is of the stored view (the one they index)."""
+    req = pb.HistoryRequest(run_id=run_id, offset=max(0, offset), limit=max(0, limit))
+    if stored or at_seq or at_time:
+        req.view = pb.HISTORY_VIEW_STATE
+    req.at_seq, req.at_time = max(0, at_seq), at_time
+    return req
+
+
 def history_from_pb(r: pb.HistoryResponse) -> HistoryPage:
     return HistoryPage(
         messages=[message_from_pb(m) for m in r.messages],
@@ -751,6 +767,8 @@ def history_from_pb(r: pb.HistoryResponse) -> HistoryPage:
         next_offset=r.next_offset,
         last_seq=r.last_seq,
         pending=pending_from_pb(r.pending) if r.HasField("pending") else None,
+        at_index=r.at_index,
+        at_seq=r.at_seq,
     )
 
 

@@ -10,7 +10,7 @@ The transports (``pipelined.py``, ``aio_pipelined.py``) only send, wait and wake
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
@@ -95,7 +95,7 @@ class InFlight:
         self.items.append(item)
         return item
 
-    def requests(self, run_id: str, lease_id: str) -> list[pb.AppendStreamRequest]:
+    def requests(self, run_id: str, lease_id: str) -> list[pb.AppendRequest]:
         """Every append in flight, to send (again) on a new stream under ``lease_id``."""
         return [request(run_id, lease_id, item) for item in self.items]
 
@@ -103,6 +103,13 @@ class InFlight:
         return [rec for item in self.items for rec in item.records]
 
     # --- answers ----------------------------------------------------------------------------
+
+    def answered(self, resp: pb.AppendStreamResponse) -> list[Submitted]:
+        """The oldest appends in flight, acknowledged by one stream message: one append's
+        ``response``, or the ``responses`` of a coalesced message."""
+        if resp.responses:
+            return [self.acked(r) for r in resp.responses]
+        return [self.acked(resp.response)]
 
     def acked(self, resp: pb.AppendResponse) -> Submitted:
         """The oldest append in flight, acknowledged by ``resp``."""
@@ -224,10 +231,49 @@ class WriterBase:
         self._cond.notify_all()
 
 
-def request(run_id: str, lease_id: str, item: Submitted) -> pb.AppendStreamRequest:
-    return pb.AppendStreamRequest(
-        append=pb.AppendRequest(run_id=run_id, lease_id=lease_id, records=item.records)
-    )
+def request(run_id: str, lease_id: str, item: Submitted) -> pb.AppendRequest:
+    return pb.AppendRequest(run_id=run_id, lease_id=lease_id, records=item.records)
+
+
+COALESCED_MESSAGE_BYTES = 4 * 1024 * 1024
+"""Most bytes of appends a pipelined writer puts into one stream message (a quarter of the
+daemon's default 16 MiB message limit); an append above it alone still goes alone."""
+
+EMPTY = object()
+"""``take`` of ``coalesce``: nothing more is queued right now."""
+
+
+def coalesce(
+    first: pb.AppendRequest, take: Callable[[], object], batches: bool
+) -> tuple[pb.AppendStreamRequest, pb.AppendRequest | None, bool]:
+    """One stream message: ``first`` and whatever else is queued already (``take`` gives the
+    next queued append without waiting, ``None`` at the end of the stream, ``EMPTY`` when
+    nothing is queued), up to ``COALESCED_MESSAGE_BYTES``; only ``first`` when the daemon
+    does not take ``batches`` (docs/protocol.md#coalesced-stream-messages). Nothing waits:
+    an append that finds nothing queued behind it is sent alone at once. Returns the message,
+    the append taken that did not fit (the first of the next message), and whether the end
+    of the stream was taken."""
+    group, size = [first], first.ByteSize()
+    while batches:
+        nxt = take()
+        if nxt is EMPTY:
+            break
+        if nxt is None:
+            return stream_message(group), None, True
+        assert isinstance(nxt, pb.AppendRequest)
+        more = nxt.ByteSize()
+        if size + more > COALESCED_MESSAGE_BYTES:
+            return stream_message(group), nxt, False
+        group.append(nxt)
+        size += more
+    return stream_message(group), None, False
+
+
+def stream_message(appends: Sequence[pb.AppendRequest]) -> pb.AppendStreamRequest:
+    """One append as ``append`` (what every daemon takes), several as ``appends``."""
+    if len(appends) == 1:
+        return pb.AppendStreamRequest(append=appends[0])
+    return pb.AppendStreamRequest(appends=appends)
 
 
 def answer(item: Submitted) -> Ack | list[Ack]:

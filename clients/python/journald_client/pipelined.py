@@ -49,9 +49,25 @@ class Pending(inflight.Handle, Generic[T]):
         return cast(T, inflight.answer(self._item))
 
 
-def _requests(q: queue.SimpleQueue[pb.AppendStreamRequest | None]) -> Iterator[Any]:
-    while (req := q.get()) is not None:
-        yield req
+Outbox = queue.SimpleQueue[pb.AppendRequest | None]
+
+
+def _take(q: Outbox) -> object:
+    try:
+        return q.get_nowait()
+    except queue.Empty:
+        return inflight.EMPTY
+
+
+def _requests(q: Outbox, batches: bool) -> Iterator[pb.AppendStreamRequest]:
+    """The stream's messages: each append that is queued when gRPC asks for the next message
+    goes into that message (``inflight.coalesce``)."""
+    carry: pb.AppendRequest | None = None
+    while (first := carry if carry is not None else q.get()) is not None:
+        msg, carry, ended = inflight.coalesce(first, lambda: _take(q), batches)
+        yield msg
+        if ended:
+            return
 
 
 class PipelinedWriter(inflight.WriterBase):
@@ -63,7 +79,7 @@ class PipelinedWriter(inflight.WriterBase):
         super().__init__(run, window, run._client.reconnect_timeout)
         self._run = run
         self._cond = threading.Condition()
-        self._queue: queue.SimpleQueue[pb.AppendStreamRequest | None] | None = None
+        self._queue: Outbox | None = None
         self._readers: list[threading.Thread] = []
 
     def append(self, entry: Entry) -> Pending[Ack]:
@@ -116,11 +132,12 @@ class PipelinedWriter(inflight.WriterBase):
 
     def _start_stream(self) -> None:
         """A new stream carrying every append in flight (caller holds the condition)."""
-        q: queue.SimpleQueue[pb.AppendStreamRequest | None] = queue.SimpleQueue()
+        q: Outbox = queue.SimpleQueue()
         for req in self._book.requests(self._run.run_id, self._run.lease_id):
             q.put(req)
         stub = self._run._client._stub
-        responses = stub.AppendStream(_requests(q), metadata=codec.metadata())
+        batches = self._run.append_stream_batches
+        responses = stub.AppendStream(_requests(q, batches), metadata=codec.metadata())
         reader = threading.Thread(
             target=self._read, args=(responses, q), name="journald-pipelined", daemon=True
         )
@@ -133,11 +150,11 @@ class PipelinedWriter(inflight.WriterBase):
             self._queue.put(None)
             self._queue = None
 
-    def _read(self, responses: Any, q: queue.SimpleQueue[pb.AppendStreamRequest | None]) -> None:
+    def _read(self, responses: Any, q: Outbox) -> None:
         try:
             for resp in responses:
                 with self._cond:
-                    self._follow(self._run, [self._book.acked(resp.response)])
+                    self._follow(self._run, self._book.answered(resp))
             return
         except grpc.RpcError as exc:
             failure = self._run._client._error(exc)

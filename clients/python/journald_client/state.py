@@ -320,6 +320,8 @@ class HistoryPage:
     next_offset: int
     last_seq: int = 0  # the page reflects the records up to this seq
     pending: PendingTurn | None = None  # the open turn (never part of ``messages``)
+    at_index: int = 0  # a page by seq or time: the message the record folded into
+    at_seq: int = 0  # and that record's seq
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,14 @@ import {
   retryInPlace,
   TransportError,
 } from "./errors";
-import { Ack, AppendStreamRequest, AppendStreamResponse, Record as JournalRecord } from "./gen/journald/v1/journal";
+import {
+  Ack,
+  AppendRequest,
+  AppendStreamRequest,
+  AppendStreamResponse,
+  Record as JournalRecord,
+} from "./gen/journald/v1/journal";
+import { streamMessages } from "./coalesce";
 import { traceMetadata } from "./otel";
 
 /** How many appends a writer keeps in flight unless told otherwise. */
@@ -72,7 +79,7 @@ export interface Pending {
 interface InFlight {
   seq: number;
   built: Built[];
-  req: AppendStreamRequest;
+  req: AppendRequest;
   settled: Promise<unknown>;
   resolve: (acks: Ack[]) => void;
   reject: (err: unknown) => void;
@@ -84,6 +91,8 @@ interface Pipe {
   attempt: number;
   /** The stream's failure, acted on at its end (after every answer before it). */
   error?: unknown;
+  /** A message is being written: what is submitted meanwhile waits in the outbox. */
+  writing: boolean;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -100,6 +109,8 @@ export class PipelinedWriter {
   private pipe: Pipe | undefined;
   /** Appends sent and not yet answered, in seq order. */
   private inflight: InFlight[] = [];
+  /** The appends of `inflight` not yet written to the stream, in seq order. */
+  private outbox: AppendRequest[] = [];
   private nextSeq: number;
   private nextIteration: number;
   /** The failure the next append or flush throws (once). */
@@ -200,8 +211,8 @@ export class PipelinedWriter {
       built.push(b);
       records.push(rec);
     }
-    const pipe = this.pipe ?? this.open(0);
-    const req = { append: { runId: this.run.id, leaseId: this.run.lease.leaseId, records } };
+    if (!this.pipe) this.open(0);
+    const req = { runId: this.run.id, leaseId: this.run.lease.leaseId, records };
     let resolve!: (acks: Ack[]) => void;
     let reject!: (err: unknown) => void;
     const acks = new Promise<Ack[]>((res, rej) => {
@@ -215,15 +226,39 @@ export class PipelinedWriter {
     this.inflight.push({ seq: records[0].seq, built, req, settled, resolve, reject });
     this.nextSeq = seq;
     this.nextIteration = iteration;
-    pipe.call.write(req);
+    this.outbox.push(req);
+    this.sendQueued();
     return { seq: records[0].seq, acks, ack };
+  }
+
+  /**
+   * Write the outbox as one message (or, to a daemon without batches, one per append) unless
+   * a message is being written: then what is queued goes when its write completes. Nothing
+   * waits for company: an append that finds the stream idle is written at once.
+   */
+  private sendQueued(): void {
+    const pipe = this.pipe;
+    if (!pipe || pipe.writing || this.outbox.length === 0) return;
+    const messages = streamMessages(this.outbox, this.run.lease.appendStreamBatches);
+    this.outbox = [];
+    pipe.writing = true;
+    let left = messages.length;
+    const written = () => {
+      if (--left > 0) return;
+      pipe.writing = false;
+      this.sendQueued();
+    };
+    for (const m of messages) pipe.call.write(m, written);
   }
 
   private open(attempt: number): Pipe {
     const call = this.client.rpc.appendStream(traceMetadata(this.otelContext));
-    const pipe: Pipe = { call, attempt };
+    const pipe: Pipe = { call, attempt, writing: false };
     this.pipe = pipe;
-    call.on("data", (m: AppendStreamResponse) => this.acked(pipe, m.response?.acks ?? []));
+    call.on("data", (m: AppendStreamResponse) => {
+      const answers = m.responses.length > 0 ? m.responses : [m.response];
+      for (const a of answers) if (this.pipe === pipe) this.acked(pipe, a?.acks ?? []);
+    });
     call.on("error", (err: ServiceError) => {
       pipe.error ??= fromServiceError(err);
     });
@@ -275,8 +310,9 @@ export class PipelinedWriter {
         await sleep(100 * (pipe.attempt + 1));
         if (this.inflight.length === 0) return;
         if (this.isClosed) return this.fail(err);
-        const next = this.open(pipe.attempt + 1);
-        for (const f of this.inflight) next.call.write(f.req);
+        this.open(pipe.attempt + 1);
+        this.outbox = this.inflight.map((f) => f.req); // all again, in order, on the new stream
+        this.sendQueued();
       })();
       return;
     }
@@ -288,6 +324,7 @@ export class PipelinedWriter {
   private fail(err: unknown): void {
     const [head, ...rest] = this.inflight;
     this.inflight = [];
+    this.outbox = [];
     head.reject(err);
     for (const f of rest) f.reject(new NotWrittenError(f.seq, head.seq, err));
     this.failure ??= { err };

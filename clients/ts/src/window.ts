@@ -73,7 +73,7 @@ export async function earlier(
   let ceiling = Number.MAX_SAFE_INTEGER;
   let at = 0;
   while (at < end) {
-    const req = { runId, offset: at, limit: Math.min(page, end - at), view };
+    const req = { runId, offset: at, limit: Math.min(page, end - at), view, atSeq: 0, atTime: "" };
     let resp: HistoryResponse;
     try {
       resp = await client.unary(client.rpc.history, req, opts);

@@ -2,6 +2,7 @@
  * What the tests against a live daemon share: JOURNALD_TEST_SOCKET names its socket
  * (tests/integration/client/test_polyglot.py sets it and runs them); without it they skip.
  */
+import { sendUnaryData, Server, ServerCredentials } from "@grpc/grpc-js";
 import { Client, computeFingerprint, Run, text } from "../src";
 
 export const socket = process.env.JOURNALD_TEST_SOCKET;
@@ -48,4 +49,24 @@ export async function withRun(prefix: string, body: (c: Started) => Promise<void
   } finally {
     await finish(c);
   }
+}
+
+/** Serve grpc.health.v1 (always SERVING) beside `server`'s services and bind it to `sock`. */
+export async function serveWithHealth(server: Server, sock: string): Promise<void> {
+  const health = {
+    check: {
+      path: "/grpc.health.v1.Health/Check",
+      requestStream: false,
+      responseStream: false,
+      requestSerialize: (b: Buffer) => b,
+      requestDeserialize: (b: Buffer) => b,
+      responseSerialize: (b: Buffer) => b,
+      responseDeserialize: (b: Buffer) => b,
+    },
+  };
+  // HealthCheckResponse{status: SERVING}: field 1, varint 1
+  server.addService(health, { check: (_: unknown, done: sendUnaryData<Buffer>) => done(null, Buffer.from([8, 1])) });
+  await new Promise<void>((resolve, reject) =>
+    server.bindAsync(`unix:${sock}`, ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
+  );
 }

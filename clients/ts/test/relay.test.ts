@@ -7,7 +7,6 @@ import {
   credentials,
   sendUnaryData,
   Server,
-  ServerCredentials,
   ServerDuplexStream,
   ServerUnaryCall,
   ServerWritableStream,
@@ -26,7 +25,7 @@ import {
   ReleaseResponse,
 } from "../src/gen/journald/v1/journal";
 
-import { finish, live, socket, Started, startRun } from "./live";
+import { finish, live, serveWithHealth, socket, Started, startRun } from "./live";
 
 interface Relay {
   socket: string;
@@ -37,8 +36,8 @@ interface Relay {
 
 /**
  * Pass a writer's calls through to the real daemon on a unix socket of its own, and cut the
- * first AppendStream once the daemon has sent `cutAt` answers on it, without passing the last
- * of them on: an ack lost after the daemon stored the records, which the client sees as a
+ * first AppendStream once the daemon has answered `cutAt` appends on it (in however many
+ * messages), without passing the last answer message on: an ack lost after the daemon stored the records, which the client sees as a
  * bare `cutCode` without journald's trailer (UNAVAILABLE: a broken connection; INTERNAL: a
  * stream reset, "Internal error from Core").
  */
@@ -77,8 +76,8 @@ async function startRelay(daemonSocket: string, cutAt: number, cutCode: number =
       call.on("cancelled", () => u.cancel());
       u.on("data", (m: AppendStreamResponse) => {
         if (dead) return;
-        answered++;
-        if (answered === cutAt && !relay.cut) {
+        answered += Math.max(1, m.responses.length); // a coalesced message answers several
+        if (answered >= cutAt && !relay.cut) {
           relay.cut = dead = true;
           u.cancel();
           call.emit("error", { code: cutCode, details: "relay: connection cut" });
@@ -91,22 +90,7 @@ async function startRelay(daemonSocket: string, cutAt: number, cutCode: number =
     },
   };
   server.addService(JournalServiceService, impl as JournalServiceServer);
-  const health = {
-    check: {
-      path: "/grpc.health.v1.Health/Check",
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: (b: Buffer) => b,
-      requestDeserialize: (b: Buffer) => b,
-      responseSerialize: (b: Buffer) => b,
-      responseDeserialize: (b: Buffer) => b,
-    },
-  };
-  // HealthCheckResponse{status: SERVING}: field 1, varint 1
-  server.addService(health, { check: (_: unknown, done: sendUnaryData<Buffer>) => done(null, Buffer.from([8, 1])) });
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(`unix:${relay.socket}`, ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
-  );
+  await serveWithHealth(server, relay.socket);
   return relay;
 }
 

@@ -17,6 +17,8 @@ async function pagedRaw(client: Client, view: pb.HistoryView): Promise<pb.Messag
       offset,
       limit: 200,
       view,
+      atSeq: 0,
+      atTime: "",
     });
     out.push(...p.messages);
     if (p.nextOffset >= p.total) return out;

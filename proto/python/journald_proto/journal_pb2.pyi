@@ -1585,6 +1585,7 @@ class Lease(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
     RESUME_AT_INPUT_BOUNDARY_FIELD_NUMBER: _builtins.int
+    APPEND_STREAM_BATCHES_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     """Opaque lease id; pass it on every Append."""
     run_id: _builtins.str
@@ -1597,6 +1598,11 @@ class Lease(_message.Message):
     """Hash of the last record."""
     resume_at_input_boundary: _builtins.bool
     """Copied from state for convenience."""
+    append_stream_batches: _builtins.bool
+    """The daemon takes several appends in one AppendStream message (AppendStreamRequest.appends);
+    false from a daemon that predates them: send one append per message
+    (docs/protocol.md#coalesced-stream-messages).
+    """
     @_builtins.property
     def state(self) -> Global___RunState:
         """The folded state."""
@@ -1616,10 +1622,11 @@ class Lease(_message.Message):
         state: Global___RunState | None = ...,
         warnings: _abc.Iterable[Global___Warning] | None = ...,
         resume_at_input_boundary: _builtins.bool = ...,
+        append_stream_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "last_hash", b"last_hash", "last_seq", b"last_seq", "lease_id", b"lease_id", "resume_at_input_boundary", b"resume_at_input_boundary", "run_id", b"run_id", "state", b"state", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_stream_batches", b"append_stream_batches", "created", b"created", "last_hash", b"last_hash", "last_seq", b"last_seq", "lease_id", b"lease_id", "resume_at_input_boundary", b"resume_at_input_boundary", "run_id", b"run_id", "state", b"state", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1947,23 +1954,32 @@ Global___AppendResponse: _TypeAlias = AppendResponse  # noqa: Y015
 
 @_typing.final
 class AppendStreamRequest(_message.Message):
-    """AppendStreamRequest is one append on an AppendStream."""
+    """AppendStreamRequest is one append on an AppendStream, or several (set one field, not both)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     APPEND_FIELD_NUMBER: _builtins.int
+    APPENDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def append(self) -> Global___AppendRequest:
         """The append."""
+
+    @_builtins.property
+    def appends(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendRequest]:
+        """Several appends in one message, handled as if each were a message of its own, in order;
+        only to a daemon whose Lease says append_stream_batches
+        (docs/protocol.md#coalesced-stream-messages).
+        """
 
     def __init__(
         self,
         *,
         append: Global___AppendRequest | None = ...,
+        appends: _abc.Iterable[Global___AppendRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "appends", b"appends"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1976,18 +1992,24 @@ class AppendStreamResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESPONSE_FIELD_NUMBER: _builtins.int
+    RESPONSES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def response(self) -> Global___AppendResponse:
-        """The acks."""
+        """The acks of `append`."""
+
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendResponse]:
+        """The acks of `appends`, one AppendResponse per append, in order."""
 
     def __init__(
         self,
         *,
         response: Global___AppendResponse | None = ...,
+        responses: _abc.Iterable[Global___AppendResponse] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["response", b"response", "responses", b"responses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2425,6 +2447,8 @@ class HistoryRequest(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     VIEW_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    AT_TIME_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id."""
     offset: _builtins.int
@@ -2435,6 +2459,14 @@ class HistoryRequest(_message.Message):
     """
     view: Global___HistoryView.ValueType
     """Which message list to page (default: the governed conversation)."""
+    at_seq: _builtins.int
+    """When set (HISTORY_VIEW_STATE only), `offset` is ignored: the page starts at the message
+    the record at this seq folded into (aligned back), and `at_index` says which it is.
+    """
+    at_time: _builtins.str
+    """When set (RFC 3339, HISTORY_VIEW_STATE only), as `at_seq` for the first record whose
+    `ts` is at or after this time (the last record when none is).
+    """
     def __init__(
         self,
         *,
@@ -2442,10 +2474,12 @@ class HistoryRequest(_message.Message):
         offset: _builtins.int = ...,
         limit: _builtins.int = ...,
         view: Global___HistoryView.ValueType = ...,
+        at_seq: _builtins.int = ...,
+        at_time: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "run_id", b"run_id", "view", b"view"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "at_time", b"at_time", "limit", b"limit", "offset", b"offset", "run_id", b"run_id", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2463,6 +2497,8 @@ class HistoryResponse(_message.Message):
     NEXT_OFFSET_FIELD_NUMBER: _builtins.int
     LAST_SEQ_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
+    AT_INDEX_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """Total messages in the conversation."""
     offset: _builtins.int
@@ -2471,6 +2507,12 @@ class HistoryResponse(_message.Message):
     """Where the next page starts; equals total at the end."""
     last_seq: _builtins.int
     """The seq of the last record the page reflects: a Watch from last_seq + 1 follows on."""
+    at_index: _builtins.int
+    """For `at_seq` or `at_time`: the index of the message the record folded into (`total`
+    when it is in the pending turn).
+    """
+    at_seq: _builtins.int
+    """For `at_seq` or `at_time`: the seq of that record."""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
         """The messages."""
@@ -2490,10 +2532,12 @@ class HistoryResponse(_message.Message):
         next_offset: _builtins.int = ...,
         last_seq: _builtins.int = ...,
         pending: Global___PendingTurn | None = ...,
+        at_index: _builtins.int = ...,
+        at_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_seq", b"last_seq", "messages", b"messages", "next_offset", b"next_offset", "offset", b"offset", "pending", b"pending", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_index", b"at_index", "at_seq", b"at_seq", "last_seq", b"last_seq", "messages", b"messages", "next_offset", b"next_offset", "offset", b"offset", "pending", b"pending", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

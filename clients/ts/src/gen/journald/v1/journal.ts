@@ -1156,6 +1156,12 @@ export interface Lease {
   warnings: Warning[];
   /** Copied from state for convenience. */
   resumeAtInputBoundary: boolean;
+  /**
+   * The daemon takes several appends in one AppendStream message (AppendStreamRequest.appends);
+   * false from a daemon that predates them: send one append per message
+   * (docs/protocol.md#coalesced-stream-messages).
+   */
+  appendStreamBatches: boolean;
 }
 
 /** Warning is a notice that travels with an Open. */
@@ -1275,16 +1281,28 @@ export interface AppendResponse {
   acks: Ack[];
 }
 
-/** AppendStreamRequest is one append on an AppendStream. */
+/** AppendStreamRequest is one append on an AppendStream, or several (set one field, not both). */
 export interface AppendStreamRequest {
   /** The append. */
-  append: AppendRequest | undefined;
+  append:
+    | AppendRequest
+    | undefined;
+  /**
+   * Several appends in one message, handled as if each were a message of its own, in order;
+   * only to a daemon whose Lease says append_stream_batches
+   * (docs/protocol.md#coalesced-stream-messages).
+   */
+  appends: AppendRequest[];
 }
 
 /** AppendStreamResponse answers one AppendStreamRequest. */
 export interface AppendStreamResponse {
-  /** The acks. */
-  response: AppendResponse | undefined;
+  /** The acks of `append`. */
+  response:
+    | AppendResponse
+    | undefined;
+  /** The acks of `appends`, one AppendResponse per append, in order. */
+  responses: AppendResponse[];
 }
 
 /** LoadRequest reads a run's records. */
@@ -1453,6 +1471,16 @@ export interface HistoryRequest {
   limit: number;
   /** Which message list to page (default: the governed conversation). */
   view: HistoryView;
+  /**
+   * When set (HISTORY_VIEW_STATE only), `offset` is ignored: the page starts at the message
+   * the record at this seq folded into (aligned back), and `at_index` says which it is.
+   */
+  atSeq: number;
+  /**
+   * When set (RFC 3339, HISTORY_VIEW_STATE only), as `at_seq` for the first record whose
+   * `ts` is at or after this time (the last record when none is).
+   */
+  atTime: string;
 }
 
 /** HistoryResponse is one self-paired page. */
@@ -1471,7 +1499,16 @@ export interface HistoryResponse {
    * The trailing turn whose tool calls are not all answered (it is never part of
    * `messages`); unset when there is none.
    */
-  pending: PendingTurn | undefined;
+  pending:
+    | PendingTurn
+    | undefined;
+  /**
+   * For `at_seq` or `at_time`: the index of the message the record folded into (`total`
+   * when it is in the pending turn).
+   */
+  atIndex: number;
+  /** For `at_seq` or `at_time`: the seq of that record. */
+  atSeq: number;
 }
 
 /** VerifyRequest checks a run. */
@@ -5896,6 +5933,7 @@ function createBaseLease(): Lease {
     state: undefined,
     warnings: [],
     resumeAtInputBoundary: false,
+    appendStreamBatches: false,
   };
 }
 
@@ -5924,6 +5962,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.resumeAtInputBoundary !== false) {
       writer.uint32(64).bool(message.resumeAtInputBoundary);
+    }
+    if (message.appendStreamBatches !== false) {
+      writer.uint32(72).bool(message.appendStreamBatches);
     }
     return writer;
   },
@@ -6005,6 +6046,14 @@ export const Lease: MessageFns<Lease> = {
             message.resumeAtInputBoundary = reader.bool();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.appendStreamBatches = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6049,6 +6098,11 @@ export const Lease: MessageFns<Lease> = {
         : isSet(object.resume_at_input_boundary)
         ? globalThis.Boolean(object.resume_at_input_boundary)
         : false,
+      appendStreamBatches: isSet(object.appendStreamBatches)
+        ? globalThis.Boolean(object.appendStreamBatches)
+        : isSet(object.append_stream_batches)
+        ? globalThis.Boolean(object.append_stream_batches)
+        : false,
     };
   },
 
@@ -6078,6 +6132,9 @@ export const Lease: MessageFns<Lease> = {
     if (message.resumeAtInputBoundary !== false) {
       obj.resumeAtInputBoundary = message.resumeAtInputBoundary;
     }
+    if (message.appendStreamBatches !== false) {
+      obj.appendStreamBatches = message.appendStreamBatches;
+    }
     return obj;
   },
 
@@ -6096,6 +6153,7 @@ export const Lease: MessageFns<Lease> = {
       : undefined;
     message.warnings = object.warnings?.map((e) => Warning.fromPartial(e)) || [];
     message.resumeAtInputBoundary = object.resumeAtInputBoundary ?? false;
+    message.appendStreamBatches = object.appendStreamBatches ?? false;
     return message;
   },
 };
@@ -7083,13 +7141,16 @@ export const AppendResponse: MessageFns<AppendResponse> = {
 };
 
 function createBaseAppendStreamRequest(): AppendStreamRequest {
-  return { append: undefined };
+  return { append: undefined, appends: [] };
 }
 
 export const AppendStreamRequest: MessageFns<AppendStreamRequest> = {
   encode(message: AppendStreamRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.append !== undefined) {
       AppendRequest.encode(message.append, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.appends) {
+      AppendRequest.encode(v!, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -7115,6 +7176,14 @@ export const AppendStreamRequest: MessageFns<AppendStreamRequest> = {
             message.append = AppendRequest.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.appends.push(AppendRequest.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7128,13 +7197,21 @@ export const AppendStreamRequest: MessageFns<AppendStreamRequest> = {
   },
 
   fromJSON(object: any): AppendStreamRequest {
-    return { append: isSet(object.append) ? AppendRequest.fromJSON(object.append) : undefined };
+    return {
+      append: isSet(object.append) ? AppendRequest.fromJSON(object.append) : undefined,
+      appends: globalThis.Array.isArray(object?.appends)
+        ? object.appends.map((e: any) => AppendRequest.fromJSON(e))
+        : [],
+    };
   },
 
   toJSON(message: AppendStreamRequest): unknown {
     const obj: any = {};
     if (message.append !== undefined) {
       obj.append = AppendRequest.toJSON(message.append);
+    }
+    if (message.appends?.length) {
+      obj.appends = message.appends.map((e) => AppendRequest.toJSON(e));
     }
     return obj;
   },
@@ -7147,18 +7224,22 @@ export const AppendStreamRequest: MessageFns<AppendStreamRequest> = {
     message.append = (object.append !== undefined && object.append !== null)
       ? AppendRequest.fromPartial(object.append)
       : undefined;
+    message.appends = object.appends?.map((e) => AppendRequest.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseAppendStreamResponse(): AppendStreamResponse {
-  return { response: undefined };
+  return { response: undefined, responses: [] };
 }
 
 export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
   encode(message: AppendStreamResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.response !== undefined) {
       AppendResponse.encode(message.response, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.responses) {
+      AppendResponse.encode(v!, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -7184,6 +7265,14 @@ export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
             message.response = AppendResponse.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.responses.push(AppendResponse.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7197,13 +7286,21 @@ export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
   },
 
   fromJSON(object: any): AppendStreamResponse {
-    return { response: isSet(object.response) ? AppendResponse.fromJSON(object.response) : undefined };
+    return {
+      response: isSet(object.response) ? AppendResponse.fromJSON(object.response) : undefined,
+      responses: globalThis.Array.isArray(object?.responses)
+        ? object.responses.map((e: any) => AppendResponse.fromJSON(e))
+        : [],
+    };
   },
 
   toJSON(message: AppendStreamResponse): unknown {
     const obj: any = {};
     if (message.response !== undefined) {
       obj.response = AppendResponse.toJSON(message.response);
+    }
+    if (message.responses?.length) {
+      obj.responses = message.responses.map((e) => AppendResponse.toJSON(e));
     }
     return obj;
   },
@@ -7216,6 +7313,7 @@ export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
     message.response = (object.response !== undefined && object.response !== null)
       ? AppendResponse.fromPartial(object.response)
       : undefined;
+    message.responses = object.responses?.map((e) => AppendResponse.fromPartial(e)) || [];
     return message;
   },
 };
@@ -8637,7 +8735,7 @@ export const WatchResponse: MessageFns<WatchResponse> = {
 };
 
 function createBaseHistoryRequest(): HistoryRequest {
-  return { runId: "", offset: 0, limit: 0, view: 0 };
+  return { runId: "", offset: 0, limit: 0, view: 0, atSeq: 0, atTime: "" };
 }
 
 export const HistoryRequest: MessageFns<HistoryRequest> = {
@@ -8653,6 +8751,12 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     }
     if (message.view !== 0) {
       writer.uint32(32).int32(message.view);
+    }
+    if (message.atSeq !== 0) {
+      writer.uint32(40).uint64(message.atSeq);
+    }
+    if (message.atTime !== "") {
+      writer.uint32(50).string(message.atTime);
     }
     return writer;
   },
@@ -8702,6 +8806,22 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
             message.view = reader.int32() as any;
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.atSeq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.atTime = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8724,6 +8844,16 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
       offset: isSet(object.offset) ? globalThis.Number(object.offset) : 0,
       limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
       view: isSet(object.view) ? historyViewFromJSON(object.view) : 0,
+      atSeq: isSet(object.atSeq)
+        ? globalThis.Number(object.atSeq)
+        : isSet(object.at_seq)
+        ? globalThis.Number(object.at_seq)
+        : 0,
+      atTime: isSet(object.atTime)
+        ? globalThis.String(object.atTime)
+        : isSet(object.at_time)
+        ? globalThis.String(object.at_time)
+        : "",
     };
   },
 
@@ -8741,6 +8871,12 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     if (message.view !== 0) {
       obj.view = historyViewToJSON(message.view);
     }
+    if (message.atSeq !== 0) {
+      obj.atSeq = Math.round(message.atSeq);
+    }
+    if (message.atTime !== "") {
+      obj.atTime = message.atTime;
+    }
     return obj;
   },
 
@@ -8753,12 +8889,14 @@ export const HistoryRequest: MessageFns<HistoryRequest> = {
     message.offset = object.offset ?? 0;
     message.limit = object.limit ?? 0;
     message.view = object.view ?? 0;
+    message.atSeq = object.atSeq ?? 0;
+    message.atTime = object.atTime ?? "";
     return message;
   },
 };
 
 function createBaseHistoryResponse(): HistoryResponse {
-  return { messages: [], total: 0, offset: 0, nextOffset: 0, lastSeq: 0, pending: undefined };
+  return { messages: [], total: 0, offset: 0, nextOffset: 0, lastSeq: 0, pending: undefined, atIndex: 0, atSeq: 0 };
 }
 
 export const HistoryResponse: MessageFns<HistoryResponse> = {
@@ -8780,6 +8918,12 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     }
     if (message.pending !== undefined) {
       PendingTurn.encode(message.pending, writer.uint32(50).fork()).join();
+    }
+    if (message.atIndex !== 0) {
+      writer.uint32(56).uint64(message.atIndex);
+    }
+    if (message.atSeq !== 0) {
+      writer.uint32(64).uint64(message.atSeq);
     }
     return writer;
   },
@@ -8845,6 +8989,22 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
             message.pending = PendingTurn.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.atIndex = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.atSeq = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8873,6 +9033,16 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
         ? globalThis.Number(object.last_seq)
         : 0,
       pending: isSet(object.pending) ? PendingTurn.fromJSON(object.pending) : undefined,
+      atIndex: isSet(object.atIndex)
+        ? globalThis.Number(object.atIndex)
+        : isSet(object.at_index)
+        ? globalThis.Number(object.at_index)
+        : 0,
+      atSeq: isSet(object.atSeq)
+        ? globalThis.Number(object.atSeq)
+        : isSet(object.at_seq)
+        ? globalThis.Number(object.at_seq)
+        : 0,
     };
   },
 
@@ -8896,6 +9066,12 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     if (message.pending !== undefined) {
       obj.pending = PendingTurn.toJSON(message.pending);
     }
+    if (message.atIndex !== 0) {
+      obj.atIndex = Math.round(message.atIndex);
+    }
+    if (message.atSeq !== 0) {
+      obj.atSeq = Math.round(message.atSeq);
+    }
     return obj;
   },
 
@@ -8912,6 +9088,8 @@ export const HistoryResponse: MessageFns<HistoryResponse> = {
     message.pending = (object.pending !== undefined && object.pending !== null)
       ? PendingTurn.fromPartial(object.pending)
       : undefined;
+    message.atIndex = object.atIndex ?? 0;
+    message.atSeq = object.atSeq ?? 0;
     return message;
   },
 };

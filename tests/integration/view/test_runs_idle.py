@@ -1,0 +1,65 @@
+"""An idle runs table costs what its visible rows cost (issue 28 Build: "near-zero CPU when
+idle: refresh only what is visible, from List changes rather than a full rebuild"): relative
+times are redrawn for the rows on screen only, a run that changed in place redraws its cells
+without refilling the table, and the List wait grows while nothing changes."""
+
+from __future__ import annotations
+
+import time
+
+import journald_client as jc
+import pytest
+
+from journald.view import runs
+from journald.view.app import ViewerApp
+from tests.daemon import Daemon
+from tests.integration.view.test_view_app import runs_screen, turns
+from tests.integration.view.test_view_daily_use import CountingSource
+from tests.integration.view_runs import FP, until
+
+RUNS = 40
+
+
+async def test_an_idle_runs_table_redraws_only_visible_rows_and_lists_ever_less_often(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same doubling from a shorter first wait, so the test waits less for its cap
+    monkeypatch.setattr(runs, "REFRESH_S", 0.2)
+    monkeypatch.setattr(runs, "REFRESH_IDLE_MAX_S", 0.8)
+    with jc.connect(str(daemon.socket)) as jd:
+        for i in range(RUNS):
+            with jd.start(f"idle{i:02d}", FP, "x") as run:
+                run.append_many(turns(1))
+    shift = [0.0]  # the viewer's clock runs ahead by this much (no waiting on real time)
+    source = CountingSource(str(daemon.socket))
+    app = ViewerApp(source, clock=lambda: time.time() + shift[0])
+    async with app.run_test(size=(100, 20)) as pilot:
+        screen = runs_screen(app)
+        await until(pilot, lambda: screen.loaded and len(screen.rows) == RUNS, "the runs table")
+        table = screen.table
+        visible = len(table.visible_rows())
+        assert 0 < visible < RUNS
+
+        # every run's "Ns ago" becomes "2m ago": only the rows on screen are redrawn
+        before = screen.cells_updated
+        shift[0] = 150.0
+        screen.tick()
+        assert 0 < screen.cells_updated - before <= visible
+        assert "2m ago" in str(table.get_cell(screen.shown[0].info.run_id, "updated"))
+
+        # nothing changes: the wait before the next List doubles up to its cap
+        await until(
+            pilot, lambda: screen.poll_delay_s == runs.REFRESH_IDLE_MAX_S, "the longest wait"
+        )
+        assert screen.rebuilds == 1
+
+        # the newest run moves in place (same order): its cells change, the table is not refilled
+        newest = screen.shown[0].info.run_id
+        # (a holder named "t" fits the columns as they are, should a List see it held)
+        with jc.connect(str(daemon.socket), name="t") as jd, jd.resume(newest, FP) as run:
+            run.assistant("again", stop_reason="end_turn")
+        screen.reload()  # what the next poll does, now rather than after the wait
+        await until(pilot, lambda: screen.shown[0].info.record_count == 4, "the new count")
+        assert screen.rebuilds == 1
+        assert str(table.get_cell(newest, "records")).strip() == "4"
+        assert screen.poll_delay_s == runs.REFRESH_S  # something moved: List again soon
