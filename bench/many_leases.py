@@ -2,6 +2,7 @@
 benchmark beside them runs as fast as without them.
 
     .venv/bin/python bench/many_leases.py [--leases 10000] [--seconds 3] [--quick] [--json OUT]
+        [--mode per-run|multiplexed|both]
 
 One daemon (file backend, temp data dir; it raises its soft RLIMIT_NOFILE to the hard limit,
 and each lease holds two descriptors: where the hard limit is too low for ``--leases``, the
@@ -10,9 +11,14 @@ leases are capped to what fits and the output says so; the shipped systemd unit 
 1. idle: threads, RSS, fds;
 2. the 16-run append benchmark (bench/agent_procs.py, unary Append, 16 runs), alone;
 3. ``--leases`` new runs opened with a lease each, from ``--holders`` client processes (one
-   asyncio loop each, several channels); threads, RSS, fds with them all held;
+   asyncio loop each, several channels); threads, RSS, fds with them all held. ``--mode
+   per-run``: one ``Open`` stream per lease; ``multiplexed``: the same leases over one
+   ``Leases`` stream per holder connection (docs/protocol.md#many-leases-on-one-stream);
+   ``both`` (the default): the whole sequence once per mode, each on a new daemon, one after
+   the other in this one run;
 4. the same 16-run benchmark beside the held leases;
-5. the leases ended; the benchmark alone again; threads, RSS, fds.
+5. the leases ended (once the daemon has closed their journals); the benchmark alone again;
+   threads, RSS, fds.
 The ratio compares step 4 with the mean of steps 2 and 5 (the disk's weather drifts).
 Goals (issue 14): threads <= 64, RSS <= 300 MB, ratio within 1.2x. ``--quick``: 200 leases,
 short benchmarks (the bench smoke test). Every process is stopped by its own pid.
@@ -40,6 +46,7 @@ FDS_SPARE = 400  # the daemon's own, the benchmark's runs and connections
 CHANNELS = 16  # per holder process: streams spread over several connections
 OPENS_IN_FLIGHT = 64  # per holder process
 HOLD_TIMEOUT_S = 900.0
+CLOSE_TIMEOUT_S = 300.0
 
 
 def proc_figures(pid: int) -> dict[str, float]:
@@ -56,13 +63,58 @@ def proc_figures(pid: int) -> dict[str, float]:
 # --- a holder process: opens its share of the leases and keeps them until stdin closes ------
 
 
-async def hold(target: str, first: int, count: int) -> None:
+def open_request(pb: Any, i: int) -> Any:
+    from journald.server.convert import fingerprint_to_pb
+    from tests.builders import FP
+
+    return pb.OpenRequest(
+        run_id=f"lease-{i}",
+        mode=pb.OPEN_MODE_CREATE,
+        fingerprint=fingerprint_to_pb(FP),
+        prompt_json=b"[]",
+    )
+
+
+async def hold_multiplexed(target: str, first: int, count: int) -> None:
+    """The leases of ``hold``, over one ``Leases`` stream per channel (acquires pipelined)."""
     import grpc
     from journald_client.pb import journal_pb2 as pb
     from journald_client.pb import journal_pb2_grpc as pbg
 
-    from journald.server.convert import fingerprint_to_pb
-    from tests.builders import FP
+    channels = [grpc.aio.insecure_channel(target) for _ in range(CHANNELS)]
+    done = asyncio.Event()
+    calls: list[Any] = []
+
+    async def stream(channel: Any, ids: list[int]) -> None:
+        async def requests() -> Any:
+            for i in ids:
+                yield pb.LeasesRequest(request_id=i + 1, acquire=open_request(pb, i))
+            await done.wait()  # the request side stays open: the leases live with the stream
+
+        call = pbg.JournalServiceStub(channel).Leases(requests())
+        calls.append(call)
+        for _ in ids:
+            answer = await call.read()
+            if not answer.HasField("lease"):
+                raise RuntimeError(f"acquire refused: {answer}")
+
+    share = [list(range(first + k, first + count, CHANNELS)) for k in range(CHANNELS)]
+    try:
+        await asyncio.gather(*(stream(ch, ids) for ch, ids in zip(channels, share, strict=True)))
+        print(f"held {count}", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    finally:
+        done.set()
+        for c in calls:
+            c.cancel()
+        for ch in channels:
+            await ch.close(None)
+
+
+async def hold(target: str, first: int, count: int) -> None:
+    import grpc
+    from journald_client.pb import journal_pb2 as pb
+    from journald_client.pb import journal_pb2_grpc as pbg
 
     channels = [grpc.aio.insecure_channel(target) for _ in range(CHANNELS)]
     calls: list[Any] = []
@@ -70,12 +122,7 @@ async def hold(target: str, first: int, count: int) -> None:
 
     async def one(i: int) -> None:
         stub = pbg.JournalServiceStub(channels[i % CHANNELS])
-        req = pb.OpenRequest(
-            run_id=f"lease-{i}",
-            mode=pb.OPEN_MODE_CREATE,
-            fingerprint=fingerprint_to_pb(FP),
-            prompt_json=b"[]",
-        )
+        req = open_request(pb, i)
         async with gate:
             call = stub.Open(req)
             calls.append(call)
@@ -95,12 +142,12 @@ async def hold(target: str, first: int, count: int) -> None:
 class Holders:
     """``n`` holder processes sharing ``leases`` between them."""
 
-    def __init__(self, target: str, leases: int, n: int) -> None:
+    def __init__(self, target: str, leases: int, n: int, mode: str = "per-run") -> None:
         share = [leases // n + (1 if i < leases % n else 0) for i in range(n)]
         firsts = [sum(share[:i]) for i in range(n)]
         self.procs = [
             subprocess.Popen(
-                [PY, str(Path(__file__).resolve()), "--hold", target, str(f), str(c)],
+                [PY, str(Path(__file__).resolve()), "--hold", target, str(f), str(c), mode],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 cwd=ROOT,
@@ -130,12 +177,17 @@ class Holders:
 
 
 PY = sys.executable
+MODES = {"per-run": hold, "multiplexed": hold_multiplexed}
+"""How a holder process holds its leases: an Open stream each, or a Leases stream per
+connection."""
 
 
 def measure(
-    leases: int, seconds: float, holders: int, work: Path, procs: int = 4
+    leases: int, seconds: float, holders: int, work: Path, procs: int = 4, mode: str = "per-run"
 ) -> dict[str, Any]:
-    """The whole sequence of the module docstring, on a new daemon under ``work``."""
+    """The whole sequence of the module docstring, on a new daemon under ``work``; ``mode``:
+    ``per-run`` (an Open stream per lease) or ``multiplexed`` (a Leases stream per holder
+    connection)."""
     from run_all import Config, Ctx, run_agents
 
     from tests.daemon import Daemon
@@ -143,7 +195,7 @@ def measure(
     cfg = Config.make(quick=True, seconds=seconds, skip=set())
     cfg.procs = procs
     ctx = Ctx(cfg, work)
-    out: dict[str, Any] = {"leases": leases, "holders": holders, "seconds": seconds}
+    out: dict[str, Any] = {"leases": leases, "holders": holders, "seconds": seconds, "mode": mode}
     (work / "daemon").mkdir()
     with Daemon(work / "daemon", "file") as d:
         out["nofile_soft"] = _soft_nofile(d.pid)
@@ -153,7 +205,7 @@ def measure(
             out["leases"] = leases
         out["idle"] = proc_figures(d.pid)
         out["alone_before"] = run_agents(ctx, "unary", 16, d.target, tag="alone-before")
-        group = Holders(d.target, leases, holders)
+        group = Holders(d.target, leases, holders, mode)
         try:
             t0 = time.perf_counter()
             group.wait_held()
@@ -163,12 +215,28 @@ def measure(
             out["held_after_bench"] = proc_figures(d.pid)
         finally:
             group.release()
+        # the daemon closes ended leases in the background (marks, snapshot, journal): the
+        # benchmark "after" runs once they are closed, so it measures the daemon alone again
+        t0 = time.perf_counter()
+        out["closed"] = wait_closed(d.pid, CLOSE_TIMEOUT_S)
+        out["close_s"] = time.perf_counter() - t0
         out["alone_after"] = run_agents(ctx, "unary", 16, d.target, tag="alone-after")
         out["after"] = proc_figures(d.pid)
     alone = (out["alone_before"]["rate"] + out["alone_after"]["rate"]) / 2
     out["alone_rate"] = alone
     out["ratio"] = alone / out["beside"]["rate"] if out["beside"]["rate"] else float("nan")
     return out
+
+
+def wait_closed(pid: int, timeout_s: float) -> bool:
+    """Whether the daemon's descriptors fell back below ``FDS_SPARE`` (its leases' journals
+    closed) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while proc_figures(pid)["fds"] >= FDS_SPARE:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)  # poll interval of this bounded wait
+    return True
 
 
 def _soft_nofile(pid: int) -> int:
@@ -199,12 +267,13 @@ def show(m: dict[str, Any]) -> str:
         )
     return "\n".join(
         [
-            f"daemon with {m['leases']:,} open leases{capped} ({m['holders']} holder processes, "
+            f"daemon with {m['leases']:,} open leases{capped}, {m.get('mode', 'per-run')} "
+            f"({m['holders']} holder processes, "
             f"opened in {m['open_s']:.1f} s; RLIMIT_NOFILE soft {m['nofile_soft']})",
             fig("idle", m["idle"]),
             fig(f"{m['leases']:,} leases held", m["held"]),
             fig("leases held, after the benchmark", m["held_after_bench"]),
-            fig("leases ended", m["after"]),
+            fig(f"leases ended, closed in {m['close_s']:.1f} s", m["after"]),
             "16-run unary Append benchmark (bench/agent_procs.py):",
             bench("alone, before the leases", m["alone_before"]),
             bench(f"beside {m['leases']:,} leases", m["beside"]),
@@ -224,19 +293,43 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="200 leases, 0.5 s benchmarks")
     ap.add_argument("--dir", type=Path, default=None, help="parent of the work dir (the disk)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    ap.add_argument("--hold", nargs=3, metavar=("TARGET", "FIRST", "COUNT"), help=argparse.SUPPRESS)
+    ap.add_argument("--mode", choices=[*MODES, "both"], default="both", help="how leases are held")
+    ap.add_argument(
+        "--hold", nargs=4, metavar=("TARGET", "FIRST", "COUNT", "MODE"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     if args.hold:
-        target, first, count = args.hold
-        asyncio.run(asyncio.wait_for(hold(target, int(first), int(count)), HOLD_TIMEOUT_S))
+        target, first, count, mode = args.hold
+        holding = MODES[mode](target, int(first), int(count))
+        asyncio.run(asyncio.wait_for(holding, HOLD_TIMEOUT_S))
         return 0
     leases, seconds = (200, 0.5) if args.quick else (args.leases, args.seconds)
-    with tempfile.TemporaryDirectory(prefix="journald-leases-", dir=args.dir) as tmp:
-        m = measure(leases, seconds, args.holders, Path(tmp))
-    print(show(m))
+    modes = list(MODES) if args.mode == "both" else [args.mode]
+    figures = {}
+    for mode in modes:  # one after the other, each on a new daemon, in this one run
+        with tempfile.TemporaryDirectory(prefix="journald-leases-", dir=args.dir) as tmp:
+            figures[mode] = measure(leases, seconds, args.holders, Path(tmp), mode=mode)
+        print(show(figures[mode]), flush=True)
+    if len(figures) == 2:
+        print(compare(figures["per-run"], figures["multiplexed"]))
     if args.json is not None:
-        args.json.write_text(json.dumps(m, indent=2))
+        args.json.write_text(json.dumps(figures, indent=2))
     return 0
+
+
+def compare(per_run: dict[str, Any], mux: dict[str, Any]) -> str:
+    """The two modes side by side (held, after the benchmark beside them)."""
+    a, b = per_run["held_after_bench"], mux["held_after_bench"]
+    rows = [
+        "per-run Open streams vs one Leases stream per holder connection:",
+        f"  {'':<24} {'per-run':>10} {'multiplexed':>12}",
+        f"  {'RSS (MB)':<24} {a['rss_mb']:>10.1f} {b['rss_mb']:>12.1f}",
+        f"  {'threads':<24} {a['threads']:>10.0f} {b['threads']:>12.0f}",
+        f"  {'open fds':<24} {a['fds']:>10.0f} {b['fds']:>12.0f}",
+        f"  {'alone / beside':<24} {per_run['ratio']:>10.2f} {mux['ratio']:>12.2f}",
+        f"  {'opened in (s)':<24} {per_run['open_s']:>10.1f} {mux['open_s']:>12.1f}",
+    ]
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

@@ -180,14 +180,16 @@ def goals(res: dict[str, Any]) -> list[dict[str, Any]]:
             True,
             "" if big["messages"] >= 900_000 else "largest size measured (see History)",
         )
-    mem = res.get("memory")
-    if mem and "held" in mem:
+    for key, how in (("memory", ""), ("memory_multiplexed", " over Leases streams")):
+        mem = res.get(key)
+        if not mem or "held" not in mem:
+            continue
         held = mem["held_after_bench"]
-        n = f"{mem['leases']:,}"
-        add(f"daemon threads with {n} open leases <= 64", held["threads"], 64.0, True)
-        add(f"daemon RSS with {n} open leases <= 300 MB [MB]", held["rss_mb"], 300.0, True)
+        n = f"{mem['leases']:,} open leases{how}"
+        add(f"daemon threads with {n} <= 64", held["threads"], 64.0, True)
+        add(f"daemon RSS with {n} <= 300 MB [MB]", held["rss_mb"], 300.0, True)
         add(
-            f"16-run unary Append alone <= 1.2 x beside {n} open leases [rec/s ratio]",
+            f"16-run unary Append alone <= 1.2 x beside {n} [rec/s ratio]",
             mem["ratio"],
             1.2,
             True,
@@ -509,6 +511,7 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
         ):
             r = mem[key]
             L.append(f"| {label} | {r['rate']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+        L += memory_modes(mem, res.get("memory_multiplexed"))
     prof = res.get("profile")
     if prof and prof.get("categories"):
         L += ["", "## Profile of the append path", ""]
@@ -578,6 +581,27 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
         L += ["", f"(analysis failed: {type(exc).__name__}: {exc})"]
     L.append("")
     return "\n".join(L)
+
+
+def memory_modes(per_run: dict[str, Any], mux: dict[str, Any] | None) -> list[str]:
+    """The same leases as an Open stream each and over one Leases stream per connection."""
+    if not mux or "held" not in mux:
+        return []
+    a, b = per_run["held_after_bench"], mux["held_after_bench"]
+    n = f"{per_run['leases']:,}"
+    return [
+        "",
+        f"The same {n} leases held two ways, one after the other in this run (each on a new "
+        "daemon): an `Open` stream per lease, then one `Leases` stream per holder connection "
+        "(16 per holder process; docs/protocol.md#many-leases-on-one-stream).",
+        "",
+        f"| {n} leases held | RSS (MB) | threads | open fds | opened in (s) | alone / beside |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| an `Open` stream each | {a['rss_mb']:.1f} | {a['threads']:.0f} | {a['fds']:.0f} | "
+        f"{per_run['open_s']:.1f} | {per_run['ratio']:.2f} |",
+        f"| one `Leases` stream per connection | {b['rss_mb']:.1f} | {b['threads']:.0f} | "
+        f"{b['fds']:.0f} | {mux['open_s']:.1f} | {mux['ratio']:.2f} |",
+    ]
 
 
 def anatomy_table(an: dict[str, Any]) -> list[str]:
@@ -858,4 +882,12 @@ def analysis(res: dict[str, Any]) -> list[str]:
             "one fixed pool of threads however many journals are open, and two descriptors "
             f"each); 16 runs appended x{mem['ratio']:.2f} as fast alone as beside them."
         )
+        mux = res.get("memory_multiplexed") or {}
+        if "held" in mux:
+            per_mux = (mux["held"]["rss_mb"] - mux["idle"]["rss_mb"]) / max(1, mux["leases"])
+            out[-1] += (
+                f" Held over one `Leases` stream per client connection instead of an `Open` "
+                f"stream each, they cost ~{per_mux * 1024:,.0f} KiB each (the gRPC call, its "
+                f"handler task and wrappers are per stream, not per lease); x{mux['ratio']:.2f}."
+            )
     return ["\n\n".join(out)]

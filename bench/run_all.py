@@ -18,7 +18,8 @@ disk (a temp dir under --dir, default the system temp dir):
   SQLiteSession (skipped, and said so in the report, when their packages are missing:
   ``.venv/bin/pip install -r bench/requirements.txt``);
 * resume: Open of 1k / 10k / 100k-record runs; History tail page at 1k / 100k / 1M messages;
-  the daemon with 10,000 open leases (bench/many_leases.py: threads, RSS, fds, and a 16-run
+  the daemon with 10,000 open leases, an Open stream each and then over one Leases stream per
+  connection (bench/many_leases.py: threads, RSS, fds, and a 16-run
   append benchmark beside them; minutes on its own, outside the 10-minute bound of the rest);
 * a py-spy profile of the daemon under unary appends from 16 runs.
 
@@ -621,6 +622,16 @@ def step_memory(ctx: Ctx, progress: Callable[[str], None]) -> None:
     progress(f"memory: daemon with {ctx.cfg.leases:,} open leases, 16 runs appending beside")
     ctx.res["memory"] = many_leases.measure(
         ctx.cfg.leases, ctx.cfg.seconds, holders=4, work=base, procs=ctx.cfg.procs
+    )
+    progress(f"memory: the same {ctx.cfg.leases:,} leases over one Leases stream per connection")
+    (base / "multiplexed").mkdir()
+    ctx.res["memory_multiplexed"] = many_leases.measure(
+        ctx.cfg.leases,
+        ctx.cfg.seconds,
+        holders=4,
+        work=base / "multiplexed",
+        procs=ctx.cfg.procs,
+        mode="multiplexed",
     )
 
 

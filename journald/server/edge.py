@@ -55,7 +55,7 @@ from journald.server.owners import PEER_UID, Owners
 from journald.storage.io_pool import BACKGROUND
 
 log = logging.getLogger("journald.server")
-_CHECKED_INSIDE = frozenset({"Open", "List"})
+_CHECKED_INSIDE = frozenset({"Open", "Leases", "List"})
 """RPCs that check their runs' owners themselves (docs/design.md#who-may-talk-to-whom)."""
 DOMAIN = "journald"
 ERROR_TRAILER = "journald-error-bin"
@@ -97,14 +97,20 @@ class Refusal:
         return _header_bytes(self.details) + sum(len(k) + len(v) for k, v in self.trailers)
 
 
-def _refusal(err: JournaldError, message_bytes: int, value_bytes: int, lines: int) -> Refusal:
-    message = clip(err.message, message_bytes)
+def _detail(err: JournaldError, message_bytes: int, value_bytes: int, lines: int) -> pb.ErrorDetail:
     metadata = {
         clip(k, 64, keep_tail=False): clip(v, value_bytes, keep_tail=False)
         for k, v in list(err.metadata.items())[:_METADATA_KEYS]
     }
     diff = [clip(line, value_bytes, keep_tail=False) for line in err.diff[:lines]]
-    detail = pb.ErrorDetail(code=err.code, message=message, metadata=metadata, diff=diff)
+    return pb.ErrorDetail(
+        code=err.code, message=clip(err.message, message_bytes), metadata=metadata, diff=diff
+    )
+
+
+def _refusal(err: JournaldError, message_bytes: int, value_bytes: int, lines: int) -> Refusal:
+    detail = _detail(err, message_bytes, value_bytes, lines)
+    message, metadata = detail.message, dict(detail.metadata)
     info = error_details_pb2.ErrorInfo(reason=err.code, domain=DOMAIN, metadata=metadata)
     packed_info, packed_detail = any_pb2.Any(), any_pb2.Any()
     packed_info.Pack(info)
@@ -130,6 +136,12 @@ def refusal(err: JournaldError) -> Refusal:
         if out.size_bytes <= TRAILER_BUDGET_BYTES:
             break
     return out
+
+
+def error_detail(err: JournaldError) -> pb.ErrorDetail:
+    """``err`` as the ``ErrorDetail`` of a refusal sent inside a stream message (a ``Leases``
+    answer), cut as the trailers of a failed call are."""
+    return _detail(err, *_CUTS[0])
 
 
 def internal(exc: BaseException) -> JournaldError:
@@ -377,7 +389,7 @@ class Edge:
                 if isinstance(request, Undecodable):
                     self.undecodable.note(context.peer(), name, request)
                     raise undecodable_error(request, name)
-                if self.owners is not None:
+                if self.owners is not None and name not in _CHECKED_INSIDE:
                     for append in request.appends or (request.append,):
                         await self.owners.check(append.run_id)
                 yield request

@@ -1,7 +1,8 @@
 """Daemon-owned leases (docs/design.md#leases) and the live-tail hub.
 
-A lease lives exactly as long as its ``Open`` stream: when the client process dies the
-kernel closes its socket, gRPC cancels the stream, and the lease is released at once. The
+A lease lives exactly as long as its ``Open`` stream (or the ``Leases`` stream it was taken
+on): when the client process dies the kernel closes its socket, gRPC cancels the stream, and
+the lease is released at once. The
 table also remembers who holds a run, so a refused ``Open`` can name the holder (name, pid,
 host, since), which a bare flock cannot.
 """
@@ -62,6 +63,9 @@ class Lease:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     end_reason: str = ""
     released: bool = False
+    on_end: Callable[[Lease], None] | None = None
+    """Called once when the lease ends (a lease of a ``Leases`` stream: the stream's own
+    bookkeeping; an ``Open`` stream waits on ``ended`` instead)."""
 
     @property
     def journal(self) -> Journal:
@@ -80,6 +84,8 @@ class Lease:
         if not self.ended.is_set():
             self.end_reason = reason
             self.ended.set()
+            if self.on_end is not None:
+                self.on_end(self)
 
 
 class LeaseTable:

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from journald_proto import journal_pb2 as pb
@@ -35,7 +35,8 @@ from journald.server.convert import (
 from journald.server.edge import streaming, unary
 from journald.server.fairness import FLAGS, FairShares, PeerBudget, peer_key
 from journald.server.history import HistoryRpcs
-from journald.server.leases import END, Subscription, WatchHub, new_holder
+from journald.server.lease_stream import LeaseStream
+from journald.server.leases import END, Lease, Subscription, WatchHub, new_holder
 from journald.server.message_window import ask_for_state, check_fits, fill_window, room_left
 from journald.server.paged_edits import page_rebases
 from journald.server.runs import Limits, Runs, ack_pb
@@ -48,6 +49,9 @@ from journald.writer.run_writer import Acquire, Ticket
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
+
+Envelope = TypeVar("Envelope", pb.OpenResponse, pb.LeasesResponse)
+"""The message a granted lease goes out in: an Open's first message, a Leases answer."""
 
 STREAM_IN_FLIGHT = 64
 """Messages of one AppendStream queued ahead of the acks sent (read-ahead bound)."""
@@ -105,6 +109,7 @@ class JournalService:
         )
         self.store, self.limits = self.runs.store, self.runs.limits
         self.leases, self.hub = self.runs.leases, self.runs.hub
+        self.lease_streams: set[LeaseStream] = set()
 
     def parts(self) -> list[Any]:
         runs = self.runs
@@ -114,18 +119,86 @@ class JournalService:
 
     @streaming
     async def Open(self, request: pb.OpenRequest, context: Ctx) -> AsyncIterator[pb.OpenResponse]:
-        with self.budget.take(
+        with self.lease_budget(request, context):
+            async for item in self._open(request, context):
+                yield item
+
+    async def _open(self, request: pb.OpenRequest, context: Ctx) -> AsyncIterator[pb.OpenResponse]:
+        lease, first = await self.grant(request, context, pb.OpenResponse())
+        try:
+            yield first
+            await lease.ended.wait()
+            yield pb.OpenResponse(
+                ended=pb.LeaseEnded(
+                    reason=lease.end_reason,
+                    message=f"the daemon ended the lease on run {request.run_id} "
+                    f"({lease.end_reason}); Open the run again to continue",
+                )
+            )
+        finally:
+            self.leases.release(lease)
+
+    @streaming
+    async def Leases(
+        self, request_iterator: AsyncIterator[pb.LeasesRequest], context: Ctx
+    ) -> AsyncIterator[pb.LeasesResponse]:
+        """Many leases over one stream (``journald.server.lease_stream``)."""
+        stream = LeaseStream(self, context)
+        self.lease_streams.add(stream)
+        try:
+            async for item in stream.serve(request_iterator):
+                yield item
+        finally:
+            self.lease_streams.discard(stream)
+
+    def lease_budget(
+        self, request: pb.OpenRequest, context: Ctx
+    ) -> contextlib.AbstractContextManager[None]:
+        """The share of its peer's lease budget a lease holds while it lives."""
+        return self.budget.take(
             peer_key(context),
             "max_leases_per_peer",
             1,
             f"a lease on run {clip(request.run_id, 128, keep_tail=False)}",
             "end the leases you no longer write: Release them or close their Open streams",
-        ):
-            async for item in self._open(request, context):
-                yield item
+        )
 
-    async def _open(self, request: pb.OpenRequest, context: Ctx) -> AsyncIterator[pb.OpenResponse]:
+    async def grant(
+        self, request: pb.OpenRequest, context: Ctx, envelope: Envelope
+    ) -> tuple[Lease, Envelope]:
+        """The lease an ``OpenRequest`` asks for, through the one acquire, and ``envelope``
+        (the message it goes out in) holding it; a refusal after the acquire (an answer over
+        the max message size) releases it: nothing was granted to anyone."""
         run_id = validate_id(request.run_id)
+        lease, created, warnings = await self._acquire_open(run_id, request, context)
+        try:
+            state = lease.state
+            envelope.lease.CopyFrom(
+                pb.Lease(
+                    lease_id=lease.lease_id,
+                    run_id=run_id,
+                    created=created,
+                    last_seq=state.last_seq,
+                    last_hash=state.last_hash,
+                    state=state_to_pb(state, messages=False),
+                    warnings=[pb.Warning(code=k, message=m) for k, m in warnings],
+                    resume_at_input_boundary=state.resume_at_input_boundary,
+                    append_stream_batches=True,
+                )
+            )
+            limit, window = self.limits.max_message_bytes, request.message_window
+            envelope.lease.state.messages_offset = fill_window(
+                envelope.lease.state.messages, state.messages, window, room_left(envelope, limit)
+            )
+            check_fits(envelope, limit, "the folded state", ask_for_state(window), run_id)
+        except BaseException:
+            self.leases.release(lease)
+            raise
+        return lease, envelope
+
+    async def _acquire_open(
+        self, run_id: str, request: pb.OpenRequest, context: Ctx
+    ) -> tuple[Lease, bool, list[tuple[str, str]]]:
         c = request.client
         holder = new_holder(c.name, c.pid, c.host, c.cwd)
         mode = request.mode or pb.OPEN_MODE_CREATE_OR_RESUME
@@ -156,7 +229,7 @@ class JournalService:
                 )
             ]
 
-        lease, created, warnings = await self.runs.acquire(
+        return await self.runs.acquire(
             Acquire(
                 run_id,
                 holder.as_doc(),
@@ -168,38 +241,6 @@ class JournalService:
             ),
             holder,
         )
-        state = lease.state
-        try:
-            first = pb.OpenResponse(
-                lease=pb.Lease(
-                    lease_id=lease.lease_id,
-                    run_id=run_id,
-                    created=created,
-                    last_seq=state.last_seq,
-                    last_hash=state.last_hash,
-                    state=state_to_pb(state, messages=False),
-                    warnings=[pb.Warning(code=k, message=m) for k, m in warnings],
-                    resume_at_input_boundary=state.resume_at_input_boundary,
-                    append_stream_batches=True,
-                )
-            )
-            limit, window = self.limits.max_message_bytes, request.message_window
-            first.lease.state.messages_offset = fill_window(
-                first.lease.state.messages, state.messages, window, room_left(first, limit)
-            )
-            # refused here, the lease is released below: nothing was granted to anyone
-            check_fits(first, limit, "the folded state", ask_for_state(window), run_id)
-            yield first
-            await lease.ended.wait()
-            yield pb.OpenResponse(
-                ended=pb.LeaseEnded(
-                    reason=lease.end_reason,
-                    message=f"the daemon ended the lease on run {run_id} ({lease.end_reason}); "
-                    "Open the run again to continue",
-                )
-            )
-        finally:
-            self.leases.release(lease)
 
     def _meta_record(self, run_id: str, request: pb.OpenRequest) -> Record:
         if not request.HasField("fingerprint") or not request.fingerprint.provider:
@@ -533,4 +574,6 @@ class JournalService:
         """End every lease stream and tail; wait for in-flight appends to reach the disk."""
         self.hub.close_all()
         await self.leases.end_all("shutdown")
+        for stream in list(self.lease_streams):
+            stream.finish()  # after the `ended` of each of its leases
         await asyncio.sleep(0)

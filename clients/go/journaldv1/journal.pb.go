@@ -3203,6 +3203,245 @@ func (*OpenResponse_Lease) isOpenResponse_Event() {}
 
 func (*OpenResponse_Ended) isOpenResponse_Event() {}
 
+// LeasesRequest is one message of a Leases stream: acquire or release one run.
+type LeasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client and echoed by the answer to this request (answers about different
+	// runs may come in any order; requests naming one run are answered in the order sent).
+	RequestId uint64 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// What to do.
+	//
+	// Types that are valid to be assigned to Op:
+	//
+	//	*LeasesRequest_Acquire
+	//	*LeasesRequest_Release
+	Op            isLeasesRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesRequest) Reset() {
+	*x = LeasesRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesRequest) ProtoMessage() {}
+
+func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesRequest.ProtoReflect.Descriptor instead.
+func (*LeasesRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *LeasesRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *LeasesRequest) GetOp() isLeasesRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *LeasesRequest) GetAcquire() *OpenRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LeasesRequest_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *LeasesRequest) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LeasesRequest_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+type isLeasesRequest_Op interface {
+	isLeasesRequest_Op()
+}
+
+type LeasesRequest_Acquire struct {
+	// Take the run's lease: the fields, modes and resume gates of Open.
+	Acquire *OpenRequest `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type LeasesRequest_Release struct {
+	// End a lease taken on this stream (run_id and lease_id); answered once the run can be
+	// opened again.
+	Release *ReleaseRequest `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+func (*LeasesRequest_Acquire) isLeasesRequest_Op() {}
+
+func (*LeasesRequest_Release) isLeasesRequest_Op() {}
+
+// LeasesResponse answers one LeasesRequest, or says the daemon ended one run's lease.
+type LeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request answered (0 for `ended`, which answers no request).
+	RequestId uint64 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The run the message is about.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// One of the answers.
+	//
+	// Types that are valid to be assigned to Event:
+	//
+	//	*LeasesResponse_Lease
+	//	*LeasesResponse_Refused
+	//	*LeasesResponse_Released
+	//	*LeasesResponse_Ended
+	Event         isLeasesResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesResponse) Reset() {
+	*x = LeasesResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesResponse) ProtoMessage() {}
+
+func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesResponse.ProtoReflect.Descriptor instead.
+func (*LeasesResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *LeasesResponse) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *LeasesResponse) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *LeasesResponse) GetEvent() isLeasesResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *LeasesResponse) GetLease() *Lease {
+	if x != nil {
+		if x, ok := x.Event.(*LeasesResponse_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
+func (x *LeasesResponse) GetRefused() *ErrorDetail {
+	if x != nil {
+		if x, ok := x.Event.(*LeasesResponse_Refused); ok {
+			return x.Refused
+		}
+	}
+	return nil
+}
+
+func (x *LeasesResponse) GetReleased() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Event.(*LeasesResponse_Released); ok {
+			return x.Released
+		}
+	}
+	return nil
+}
+
+func (x *LeasesResponse) GetEnded() *LeaseEnded {
+	if x != nil {
+		if x, ok := x.Event.(*LeasesResponse_Ended); ok {
+			return x.Ended
+		}
+	}
+	return nil
+}
+
+type isLeasesResponse_Event interface {
+	isLeasesResponse_Event()
+}
+
+type LeasesResponse_Lease struct {
+	// The acquire was granted: what the first OpenResponse of an Open carries.
+	Lease *Lease `protobuf:"bytes,3,opt,name=lease,proto3,oneof"`
+}
+
+type LeasesResponse_Refused struct {
+	// The request was refused (the error an Open or a Release would have ended with); it
+	// holds nothing, and the other leases on the stream are untouched.
+	Refused *ErrorDetail `protobuf:"bytes,4,opt,name=refused,proto3,oneof"`
+}
+
+type LeasesResponse_Released struct {
+	// The answer to a release.
+	Released *ReleaseResponse `protobuf:"bytes,5,opt,name=released,proto3,oneof"`
+}
+
+type LeasesResponse_Ended struct {
+	// The daemon ended this run's lease (shutdown, a Release from elsewhere, lease_lost);
+	// the stream goes on with the others.
+	Ended *LeaseEnded `protobuf:"bytes,6,opt,name=ended,proto3,oneof"`
+}
+
+func (*LeasesResponse_Lease) isLeasesResponse_Event() {}
+
+func (*LeasesResponse_Refused) isLeasesResponse_Event() {}
+
+func (*LeasesResponse_Released) isLeasesResponse_Event() {}
+
+func (*LeasesResponse_Ended) isLeasesResponse_Event() {}
+
 // Ack acknowledges one durable record.
 type Ack struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3220,7 +3459,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3471,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3484,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3291,7 +3530,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3542,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3555,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AppendRequest) GetRunId() string {
@@ -3351,7 +3590,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3602,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3615,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AppendResponse) GetAcks() []*Ack {
@@ -3401,7 +3640,7 @@ type AppendStreamRequest struct {
 
 func (x *AppendStreamRequest) Reset() {
 	*x = AppendStreamRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3652,7 @@ func (x *AppendStreamRequest) String() string {
 func (*AppendStreamRequest) ProtoMessage() {}
 
 func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3665,7 @@ func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
 func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AppendStreamRequest) GetAppend() *AppendRequest {
@@ -3456,7 +3695,7 @@ type AppendStreamResponse struct {
 
 func (x *AppendStreamResponse) Reset() {
 	*x = AppendStreamResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3707,7 @@ func (x *AppendStreamResponse) String() string {
 func (*AppendStreamResponse) ProtoMessage() {}
 
 func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3720,7 @@ func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
 func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AppendStreamResponse) GetResponse() *AppendResponse {
@@ -3511,7 +3750,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3762,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3775,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *LoadRequest) GetRunId() string {
@@ -3564,7 +3803,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3815,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3828,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LoadResponse) GetRecord() *Record {
@@ -3619,7 +3858,7 @@ type FoldRequest struct {
 
 func (x *FoldRequest) Reset() {
 	*x = FoldRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +3870,7 @@ func (x *FoldRequest) String() string {
 func (*FoldRequest) ProtoMessage() {}
 
 func (x *FoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3883,7 @@ func (x *FoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldRequest.ProtoReflect.Descriptor instead.
 func (*FoldRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FoldRequest) GetRunId() string {
@@ -3694,7 +3933,7 @@ type FoldResponse struct {
 
 func (x *FoldResponse) Reset() {
 	*x = FoldResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +3945,7 @@ func (x *FoldResponse) String() string {
 func (*FoldResponse) ProtoMessage() {}
 
 func (x *FoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +3958,7 @@ func (x *FoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldResponse.ProtoReflect.Descriptor instead.
 func (*FoldResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FoldResponse) GetState() *RunState {
@@ -3799,7 +4038,7 @@ type RunInfo struct {
 
 func (x *RunInfo) Reset() {
 	*x = RunInfo{}
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +4050,7 @@ func (x *RunInfo) String() string {
 func (*RunInfo) ProtoMessage() {}
 
 func (x *RunInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +4063,7 @@ func (x *RunInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunInfo.ProtoReflect.Descriptor instead.
 func (*RunInfo) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RunInfo) GetRunId() string {
@@ -3936,7 +4175,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4187,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4200,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListRequest) GetLimit() uint32 {
@@ -3982,7 +4221,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4233,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4246,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListResponse) GetRuns() []*RunInfo {
@@ -4028,7 +4267,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4279,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4292,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteRequest) GetRunId() string {
@@ -4074,7 +4313,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4086,7 +4325,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4099,7 +4338,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -4122,7 +4361,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4373,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4386,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -4177,7 +4416,7 @@ type CheckpointEvent struct {
 
 func (x *CheckpointEvent) Reset() {
 	*x = CheckpointEvent{}
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4189,7 +4428,7 @@ func (x *CheckpointEvent) String() string {
 func (*CheckpointEvent) ProtoMessage() {}
 
 func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4202,7 +4441,7 @@ func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointEvent.ProtoReflect.Descriptor instead.
 func (*CheckpointEvent) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CheckpointEvent) GetKind() string {
@@ -4235,7 +4474,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4247,7 +4486,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4260,7 +4499,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -4330,7 +4569,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4342,7 +4581,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4355,7 +4594,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HistoryRequest) GetRunId() string {
@@ -4427,7 +4666,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4678,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4691,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HistoryResponse) GetMessages() []*Message {
@@ -4522,7 +4761,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4773,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4786,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VerifyRequest) GetRunId() string {
@@ -4574,7 +4813,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4586,7 +4825,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4599,7 +4838,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VerifyResponse) GetRecords() uint64 {
@@ -4641,7 +4880,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4653,7 +4892,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4666,7 +4905,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RecoverRequest) GetRunId() string {
@@ -4699,7 +4938,7 @@ type QuarantinedRecord struct {
 
 func (x *QuarantinedRecord) Reset() {
 	*x = QuarantinedRecord{}
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +4950,7 @@ func (x *QuarantinedRecord) String() string {
 func (*QuarantinedRecord) ProtoMessage() {}
 
 func (x *QuarantinedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +4963,7 @@ func (x *QuarantinedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantinedRecord.ProtoReflect.Descriptor instead.
 func (*QuarantinedRecord) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QuarantinedRecord) GetFile() string {
@@ -4799,7 +5038,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +5050,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +5063,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RecoverResponse) GetQuarantined() uint64 {
@@ -4905,7 +5144,7 @@ type CheckpointMeta struct {
 
 func (x *CheckpointMeta) Reset() {
 	*x = CheckpointMeta{}
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4917,7 +5156,7 @@ func (x *CheckpointMeta) String() string {
 func (*CheckpointMeta) ProtoMessage() {}
 
 func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4930,7 +5169,7 @@ func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointMeta.ProtoReflect.Descriptor instead.
 func (*CheckpointMeta) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CheckpointMeta) GetCheckpointId() string {
@@ -5016,7 +5255,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5028,7 +5267,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5041,7 +5280,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CheckpointRequest) GetRunId() string {
@@ -5069,7 +5308,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5081,7 +5320,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5094,7 +5333,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -5115,7 +5354,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5127,7 +5366,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5140,7 +5379,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListCheckpointsRequest) GetRunId() string {
@@ -5161,7 +5400,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5173,7 +5412,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5186,7 +5425,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointMeta {
@@ -5213,7 +5452,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5225,7 +5464,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5238,7 +5477,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RestoreRequest) GetRunId() string {
@@ -5288,7 +5527,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5300,7 +5539,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5313,7 +5552,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RestoreResponse) GetFromMessages() uint64 {
@@ -5364,7 +5603,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5376,7 +5615,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5389,7 +5628,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteCheckpointRequest) GetRunId() string {
@@ -5417,7 +5656,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5429,7 +5668,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5442,7 +5681,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteCheckpointResponse) GetDeleted() bool {
@@ -5473,7 +5712,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5485,7 +5724,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5498,7 +5737,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CompactRequest) GetRunId() string {
@@ -5562,7 +5801,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5574,7 +5813,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5587,7 +5826,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CompactResponse) GetStatus() CompactStatus {
@@ -5642,7 +5881,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5654,7 +5893,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5667,7 +5906,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ForkRequest) GetRunId() string {
@@ -5711,7 +5950,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5723,7 +5962,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5736,7 +5975,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ForkResponse) GetRunId() string {
@@ -5766,7 +6005,7 @@ type ExportCheckpointRequest struct {
 
 func (x *ExportCheckpointRequest) Reset() {
 	*x = ExportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5778,7 +6017,7 @@ func (x *ExportCheckpointRequest) String() string {
 func (*ExportCheckpointRequest) ProtoMessage() {}
 
 func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5791,7 +6030,7 @@ func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ExportCheckpointRequest) GetRunId() string {
@@ -5819,7 +6058,7 @@ type ExportCheckpointResponse struct {
 
 func (x *ExportCheckpointResponse) Reset() {
 	*x = ExportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5831,7 +6070,7 @@ func (x *ExportCheckpointResponse) String() string {
 func (*ExportCheckpointResponse) ProtoMessage() {}
 
 func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5844,7 +6083,7 @@ func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ExportCheckpointResponse) GetData() []byte {
@@ -5867,7 +6106,7 @@ type ImportCheckpointRequest struct {
 
 func (x *ImportCheckpointRequest) Reset() {
 	*x = ImportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5879,7 +6118,7 @@ func (x *ImportCheckpointRequest) String() string {
 func (*ImportCheckpointRequest) ProtoMessage() {}
 
 func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5892,7 +6131,7 @@ func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ImportCheckpointRequest) GetRunId() string {
@@ -5920,7 +6159,7 @@ type ImportCheckpointResponse struct {
 
 func (x *ImportCheckpointResponse) Reset() {
 	*x = ImportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5932,7 +6171,7 @@ func (x *ImportCheckpointResponse) String() string {
 func (*ImportCheckpointResponse) ProtoMessage() {}
 
 func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5945,7 +6184,7 @@ func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -5972,7 +6211,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[71]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5984,7 +6223,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[71]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5997,7 +6236,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -6046,7 +6285,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[72]
+	mi := &file_journald_v1_journal_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6058,7 +6297,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[72]
+	mi := &file_journald_v1_journal_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6071,7 +6310,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -6115,7 +6354,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[73]
+	mi := &file_journald_v1_journal_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6127,7 +6366,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[73]
+	mi := &file_journald_v1_journal_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6140,7 +6379,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{73}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -6172,7 +6411,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[74]
+	mi := &file_journald_v1_journal_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6184,7 +6423,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[74]
+	mi := &file_journald_v1_journal_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6197,7 +6436,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{74}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -6239,7 +6478,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[75]
+	mi := &file_journald_v1_journal_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6251,7 +6490,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[75]
+	mi := &file_journald_v1_journal_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6264,7 +6503,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{75}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -6509,6 +6748,21 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\fOpenResponse\x12*\n" +
 	"\x05lease\x18\x01 \x01(\v2\x12.journald.v1.LeaseH\x00R\x05lease\x12/\n" +
 	"\x05ended\x18\x02 \x01(\v2\x17.journald.v1.LeaseEndedH\x00R\x05endedB\a\n" +
+	"\x05event\"\xa3\x01\n" +
+	"\rLeasesRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x124\n" +
+	"\aacquire\x18\x02 \x01(\v2\x18.journald.v1.OpenRequestH\x00R\aacquire\x127\n" +
+	"\arelease\x18\x03 \x01(\v2\x1b.journald.v1.ReleaseRequestH\x00R\areleaseB\x04\n" +
+	"\x02op\"\x9e\x02\n" +
+	"\x0eLeasesResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12*\n" +
+	"\x05lease\x18\x03 \x01(\v2\x12.journald.v1.LeaseH\x00R\x05lease\x124\n" +
+	"\arefused\x18\x04 \x01(\v2\x18.journald.v1.ErrorDetailH\x00R\arefused\x12:\n" +
+	"\breleased\x18\x05 \x01(\v2\x1c.journald.v1.ReleaseResponseH\x00R\breleased\x12/\n" +
+	"\x05ended\x18\x06 \x01(\v2\x17.journald.v1.LeaseEndedH\x00R\x05endedB\a\n" +
 	"\x05event\"\x82\x01\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
@@ -6805,10 +7059,11 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x10RUN_STATUS_ERROR\x10\x05\x12\x15\n" +
 	"\x11RUN_STATUS_BUDGET\x10\x06\x12\x1d\n" +
 	"\x19RUN_STATUS_MAX_ITERATIONS\x10\a\x12\x18\n" +
-	"\x14RUN_STATUS_CORRUPTED\x10\b2\x87\r\n" +
+	"\x14RUN_STATUS_CORRUPTED\x10\b2\xce\r\n" +
 	"\x0eJournalService\x12=\n" +
 	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12D\n" +
-	"\aRelease\x12\x1b.journald.v1.ReleaseRequest\x1a\x1c.journald.v1.ReleaseResponse\x12A\n" +
+	"\aRelease\x12\x1b.journald.v1.ReleaseRequest\x1a\x1c.journald.v1.ReleaseResponse\x12E\n" +
+	"\x06Leases\x12\x1a.journald.v1.LeasesRequest\x1a\x1b.journald.v1.LeasesResponse(\x010\x01\x12A\n" +
 	"\x06Append\x12\x1a.journald.v1.AppendRequest\x1a\x1b.journald.v1.AppendResponse\x12W\n" +
 	"\fAppendStream\x12 .journald.v1.AppendStreamRequest\x1a!.journald.v1.AppendStreamResponse(\x010\x01\x12=\n" +
 	"\x04Load\x12\x18.journald.v1.LoadRequest\x1a\x19.journald.v1.LoadResponse0\x01\x12;\n" +
@@ -6844,7 +7099,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -6883,180 +7138,190 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*ReleaseResponse)(nil),          // 34: journald.v1.ReleaseResponse
 	(*LeaseEnded)(nil),               // 35: journald.v1.LeaseEnded
 	(*OpenResponse)(nil),             // 36: journald.v1.OpenResponse
-	(*Ack)(nil),                      // 37: journald.v1.Ack
-	(*AppendRequest)(nil),            // 38: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 39: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 40: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 41: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 42: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 43: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 44: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 45: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 46: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 47: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 48: journald.v1.ListResponse
-	(*DeleteRequest)(nil),            // 49: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 50: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 51: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 52: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 53: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 54: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 55: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 56: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 57: journald.v1.VerifyResponse
-	(*RecoverRequest)(nil),           // 58: journald.v1.RecoverRequest
-	(*QuarantinedRecord)(nil),        // 59: journald.v1.QuarantinedRecord
-	(*RecoverResponse)(nil),          // 60: journald.v1.RecoverResponse
-	(*CheckpointMeta)(nil),           // 61: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 62: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 63: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 64: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 65: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 66: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 67: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 68: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 69: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 70: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 71: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 72: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 73: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 74: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 75: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 76: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 77: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 78: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 79: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 80: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 81: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 82: journald.v1.ErrorDetail
-	nil,                              // 83: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 84: journald.v1.RunState.LabelsEntry
-	nil,                              // 85: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 86: journald.v1.RunInfo.LabelsEntry
-	nil,                              // 87: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 88: journald.v1.ErrorDetail.MetadataEntry
+	(*LeasesRequest)(nil),            // 37: journald.v1.LeasesRequest
+	(*LeasesResponse)(nil),           // 38: journald.v1.LeasesResponse
+	(*Ack)(nil),                      // 39: journald.v1.Ack
+	(*AppendRequest)(nil),            // 40: journald.v1.AppendRequest
+	(*AppendResponse)(nil),           // 41: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),      // 42: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),     // 43: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),              // 44: journald.v1.LoadRequest
+	(*LoadResponse)(nil),             // 45: journald.v1.LoadResponse
+	(*FoldRequest)(nil),              // 46: journald.v1.FoldRequest
+	(*FoldResponse)(nil),             // 47: journald.v1.FoldResponse
+	(*RunInfo)(nil),                  // 48: journald.v1.RunInfo
+	(*ListRequest)(nil),              // 49: journald.v1.ListRequest
+	(*ListResponse)(nil),             // 50: journald.v1.ListResponse
+	(*DeleteRequest)(nil),            // 51: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 52: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 53: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 54: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 55: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 56: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 57: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 58: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 59: journald.v1.VerifyResponse
+	(*RecoverRequest)(nil),           // 60: journald.v1.RecoverRequest
+	(*QuarantinedRecord)(nil),        // 61: journald.v1.QuarantinedRecord
+	(*RecoverResponse)(nil),          // 62: journald.v1.RecoverResponse
+	(*CheckpointMeta)(nil),           // 63: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 64: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 65: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 66: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 67: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 68: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 69: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 70: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 71: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 72: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 73: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 74: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 75: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 76: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 77: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 78: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 79: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 80: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 81: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 82: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 83: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 84: journald.v1.ErrorDetail
+	nil,                              // 85: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 86: journald.v1.RunState.LabelsEntry
+	nil,                              // 87: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 88: journald.v1.RunInfo.LabelsEntry
+	nil,                              // 89: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 90: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
-	8,  // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	83, // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
-	10, // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
-	7,  // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
-	12, // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
-	7,  // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
-	16, // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
-	9,  // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
-	11, // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
-	13, // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
-	14, // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
-	15, // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
-	17, // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
-	18, // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	19, // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
-	7,  // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	22, // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	21, // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	8,  // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	7,  // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	23, // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	24, // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	18, // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	25, // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	10, // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	84, // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
-	26, // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
-	0,  // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	8,  // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	85, // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	29, // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	9,  // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	27, // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	32, // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	31, // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	35, // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
-	1,  // 36: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	20, // 37: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	37, // 38: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	38, // 39: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	38, // 40: journald.v1.AppendStreamRequest.appends:type_name -> journald.v1.AppendRequest
-	39, // 41: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	39, // 42: journald.v1.AppendStreamResponse.responses:type_name -> journald.v1.AppendResponse
-	20, // 43: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	27, // 44: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	7,  // 45: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	28, // 46: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	29, // 47: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	86, // 48: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
-	46, // 49: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	61, // 50: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	20, // 51: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	52, // 52: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	2,  // 53: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
-	7,  // 54: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	23, // 55: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	59, // 56: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
-	16, // 57: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
-	3,  // 58: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	61, // 59: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	61, // 60: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	37, // 61: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	32, // 62: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	7,  // 63: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	4,  // 64: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	16, // 65: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	37, // 66: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	87, // 67: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	27, // 68: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	61, // 69: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	88, // 70: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	30, // 71: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	33, // 72: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	38, // 73: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	40, // 74: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	42, // 75: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	44, // 76: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	47, // 77: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	49, // 78: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	51, // 79: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	54, // 80: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	62, // 81: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	64, // 82: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	66, // 83: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	68, // 84: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	70, // 85: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	72, // 86: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	74, // 87: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	76, // 88: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	56, // 89: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	78, // 90: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	80, // 91: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	58, // 92: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
-	36, // 93: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	34, // 94: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	39, // 95: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	41, // 96: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	43, // 97: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	45, // 98: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	48, // 99: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	50, // 100: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	53, // 101: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	55, // 102: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	63, // 103: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	65, // 104: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	67, // 105: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	69, // 106: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	71, // 107: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	73, // 108: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	75, // 109: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	77, // 110: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	57, // 111: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	79, // 112: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	81, // 113: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	60, // 114: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
-	93, // [93:115] is the sub-list for method output_type
-	71, // [71:93] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	8,   // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
+	85,  // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	10,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
+	7,   // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
+	12,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
+	7,   // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
+	16,  // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
+	9,   // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
+	11,  // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
+	13,  // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
+	14,  // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
+	15,  // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
+	17,  // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
+	18,  // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
+	19,  // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
+	7,   // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	22,  // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	21,  // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	8,   // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	7,   // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	23,  // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	24,  // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	18,  // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	25,  // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	10,  // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	86,  // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	26,  // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
+	0,   // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
+	8,   // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	87,  // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	29,  // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	9,   // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	27,  // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	32,  // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	31,  // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	35,  // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	30,  // 36: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
+	33,  // 37: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
+	31,  // 38: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
+	84,  // 39: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
+	34,  // 40: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
+	35,  // 41: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
+	1,   // 42: journald.v1.Ack.durability:type_name -> journald.v1.Durability
+	20,  // 43: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	39,  // 44: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	40,  // 45: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	40,  // 46: journald.v1.AppendStreamRequest.appends:type_name -> journald.v1.AppendRequest
+	41,  // 47: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	41,  // 48: journald.v1.AppendStreamResponse.responses:type_name -> journald.v1.AppendResponse
+	20,  // 49: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	27,  // 50: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	7,   // 51: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	28,  // 52: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	29,  // 53: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
+	88,  // 54: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	48,  // 55: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	63,  // 56: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	20,  // 57: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	54,  // 58: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	2,   // 59: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
+	7,   // 60: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	23,  // 61: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
+	61,  // 62: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
+	16,  // 63: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
+	3,   // 64: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	63,  // 65: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	63,  // 66: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	39,  // 67: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	32,  // 68: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	7,   // 69: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	4,   // 70: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	16,  // 71: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	39,  // 72: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	89,  // 73: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	27,  // 74: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	63,  // 75: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	90,  // 76: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	30,  // 77: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	33,  // 78: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	37,  // 79: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
+	40,  // 80: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	42,  // 81: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	44,  // 82: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	46,  // 83: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	49,  // 84: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	51,  // 85: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	53,  // 86: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	56,  // 87: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	64,  // 88: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	66,  // 89: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	68,  // 90: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	70,  // 91: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	72,  // 92: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	74,  // 93: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	76,  // 94: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	78,  // 95: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	58,  // 96: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	80,  // 97: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	82,  // 98: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	60,  // 99: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	36,  // 100: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	34,  // 101: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	38,  // 102: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
+	41,  // 103: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	43,  // 104: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	45,  // 105: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	47,  // 106: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	50,  // 107: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	52,  // 108: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	55,  // 109: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	57,  // 110: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	65,  // 111: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	67,  // 112: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	69,  // 113: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	71,  // 114: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	73,  // 115: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	75,  // 116: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	77,  // 117: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	79,  // 118: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	59,  // 119: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	81,  // 120: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	83,  // 121: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	62,  // 122: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	100, // [100:123] is the sub-list for method output_type
+	77,  // [77:100] is the sub-list for method input_type
+	77,  // [77:77] is the sub-list for extension type_name
+	77,  // [77:77] is the sub-list for extension extendee
+	0,   // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -7077,8 +7342,18 @@ func file_journald_v1_journal_proto_init() {
 		(*OpenResponse_Lease)(nil),
 		(*OpenResponse_Ended)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[39].OneofWrappers = []any{}
-	file_journald_v1_journal_proto_msgTypes[46].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[30].OneofWrappers = []any{
+		(*LeasesRequest_Acquire)(nil),
+		(*LeasesRequest_Release)(nil),
+	}
+	file_journald_v1_journal_proto_msgTypes[31].OneofWrappers = []any{
+		(*LeasesResponse_Lease)(nil),
+		(*LeasesResponse_Refused)(nil),
+		(*LeasesResponse_Released)(nil),
+		(*LeasesResponse_Ended)(nil),
+	}
+	file_journald_v1_journal_proto_msgTypes[41].OneofWrappers = []any{}
+	file_journald_v1_journal_proto_msgTypes[48].OneofWrappers = []any{
 		(*WatchResponse_Record)(nil),
 		(*WatchResponse_Checkpoint)(nil),
 	}
@@ -7088,7 +7363,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   82,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	JournalService_Open_FullMethodName             = "/journald.v1.JournalService/Open"
 	JournalService_Release_FullMethodName          = "/journald.v1.JournalService/Release"
+	JournalService_Leases_FullMethodName           = "/journald.v1.JournalService/Leases"
 	JournalService_Append_FullMethodName           = "/journald.v1.JournalService/Append"
 	JournalService_AppendStream_FullMethodName     = "/journald.v1.JournalService/AppendStream"
 	JournalService_Load_FullMethodName             = "/journald.v1.JournalService/Load"
@@ -81,6 +82,12 @@ type JournalServiceClient interface {
 	// stream also releases the lease, but asynchronously; a client that re-opens at once (or
 	// hands the run to another process) calls Release first. Idempotent.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Leases holds the writer leases of many runs over one stream (a process holding many
+	// runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+	// OpenRequest: the same fields and gates as Open) or releases one; each response answers
+	// one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+	// one run's lease. Every lease taken on the stream ends when the stream ends.
+	Leases(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeasesRequest, LeasesResponse], error)
 	// Append writes one record or a batch (one durable write for the batch) under a lease.
 	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
 	// AppendStream is Append for high-rate writers: one response per request, in order.
@@ -168,6 +175,19 @@ func (c *journalServiceClient) Release(ctx context.Context, in *ReleaseRequest, 
 	return out, nil
 }
 
+func (c *journalServiceClient) Leases(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeasesRequest, LeasesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[1], JournalService_Leases_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LeasesRequest, LeasesResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JournalService_LeasesClient = grpc.BidiStreamingClient[LeasesRequest, LeasesResponse]
+
 func (c *journalServiceClient) Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AppendResponse)
@@ -180,7 +200,7 @@ func (c *journalServiceClient) Append(ctx context.Context, in *AppendRequest, op
 
 func (c *journalServiceClient) AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[1], JournalService_AppendStream_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[2], JournalService_AppendStream_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +213,7 @@ type JournalService_AppendStreamClient = grpc.BidiStreamingClient[AppendStreamRe
 
 func (c *journalServiceClient) Load(ctx context.Context, in *LoadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LoadResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[2], JournalService_Load_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[3], JournalService_Load_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +262,7 @@ func (c *journalServiceClient) Delete(ctx context.Context, in *DeleteRequest, op
 
 func (c *journalServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[3], JournalService_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[4], JournalService_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -403,6 +423,12 @@ type JournalServiceServer interface {
 	// stream also releases the lease, but asynchronously; a client that re-opens at once (or
 	// hands the run to another process) calls Release first. Idempotent.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Leases holds the writer leases of many runs over one stream (a process holding many
+	// runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+	// OpenRequest: the same fields and gates as Open) or releases one; each response answers
+	// one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+	// one run's lease. Every lease taken on the stream ends when the stream ends.
+	Leases(grpc.BidiStreamingServer[LeasesRequest, LeasesResponse]) error
 	// Append writes one record or a batch (one durable write for the batch) under a lease.
 	Append(context.Context, *AppendRequest) (*AppendResponse, error)
 	// AppendStream is Append for high-rate writers: one response per request, in order.
@@ -466,6 +492,9 @@ func (UnimplementedJournalServiceServer) Open(*OpenRequest, grpc.ServerStreaming
 }
 func (UnimplementedJournalServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedJournalServiceServer) Leases(grpc.BidiStreamingServer[LeasesRequest, LeasesResponse]) error {
+	return status.Error(codes.Unimplemented, "method Leases not implemented")
 }
 func (UnimplementedJournalServiceServer) Append(context.Context, *AppendRequest) (*AppendResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Append not implemented")
@@ -576,6 +605,13 @@ func _JournalService_Release_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _JournalService_Leases_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(JournalServiceServer).Leases(&grpc.GenericServerStream[LeasesRequest, LeasesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JournalService_LeasesServer = grpc.BidiStreamingServer[LeasesRequest, LeasesResponse]
 
 func _JournalService_Append_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AppendRequest)
@@ -997,6 +1033,12 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Open",
 			Handler:       _JournalService_Open_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Leases",
+			Handler:       _JournalService_Leases_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "AppendStream",

@@ -5,6 +5,7 @@ every file; this package never touches the disk.
 """
 
 from journald_client.aio import AsyncClient, AsyncRun, connect_async
+from journald_client.aio_lease_set import AsyncLeaseSet
 from journald_client.aio_pipelined import AsyncPending, AsyncPipelinedWriter
 from journald_client.client import Client, Run, Watch, connect
 from journald_client.codec import Entry
@@ -48,6 +49,7 @@ from journald_client.errors import (
     VersionUnsupported,
 )
 from journald_client.fingerprint import Fingerprint, compute
+from journald_client.lease_set import LeaseSet
 from journald_client.paths import default_socket_path
 from journald_client.pipelined import Pending, PipelinedWriter
 from journald_client.state import (
@@ -81,6 +83,7 @@ __all__ = [
     "MESSAGE_WINDOW",
     "Ack",
     "AsyncClient",
+    "AsyncLeaseSet",
     "AsyncPending",
     "AsyncPipelinedWriter",
     "AsyncRun",
@@ -114,6 +117,7 @@ __all__ = [
     "LeaseError",
     "LeaseHolder",
     "LeaseLost",
+    "LeaseSet",
     "LeaseWarning",
     "Locked",
     "NotFoundError",

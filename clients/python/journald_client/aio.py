@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import grpc
 import grpc.aio
@@ -48,7 +48,20 @@ from journald_client.state import (
     VerifyResult,
 )
 
+if TYPE_CHECKING:
+    from journald_client.aio_lease_set import AsyncLeaseSet
+
 EOF: Any = cast(Any, grpc.aio).EOF
+
+
+class AsyncHeld(Protocol):
+    """What an asyncio writer keeps of its lease (``client.Held`` for asyncio): an ``Open``
+    stream's ``_AsyncLease``, or one lease of an ``AsyncLeaseSet``'s stream."""
+
+    lease: pb.Lease
+    ended: str | None
+
+    async def cancel(self) -> None: ...
 
 
 class _AsyncLease:
@@ -105,6 +118,7 @@ class AsyncClient:
         )
         self._stub = pb_grpc.JournalServiceStub(self._channel)
         self._runs: list[AsyncRun] = []
+        self._lease_sets: list[AsyncLeaseSet] = []
         self._closed = False
 
     def _error(self, exc: grpc.RpcError) -> errors.JournaldError:
@@ -168,19 +182,23 @@ class AsyncClient:
         return _AsyncLease(call, first.lease)
 
     async def _open_retrying(
-        self, params: OpenParams, req: pb.OpenRequest
-    ) -> tuple[_AsyncLease, bool]:
+        self,
+        params: OpenParams,
+        req: pb.OpenRequest,
+        open_req: Callable[[OpenParams, pb.OpenRequest], Awaitable[AsyncHeld]] | None = None,
+    ) -> tuple[AsyncHeld, bool]:
         """``Client._open_retrying`` for asyncio (the same ``retry.open_run``)."""
+        opener = open_req or self._open_req
 
         async def do(step: retry.Step) -> Any:
             if isinstance(step, retry.OpenCall):
-                return await self._open_req(params, step.request)
+                return await opener(params, step.request)
             if isinstance(step, retry.CreatedBy):
                 return await self._created_by(step.request)
             return await self._wait_step(step)
 
         steps = retry.open_run(req, self.reconnect_timeout)
-        lease: tuple[_AsyncLease, bool] = await retry.drive_async(steps, do)
+        lease: tuple[AsyncHeld, bool] = await retry.drive_async(steps, do)
         return lease
 
     async def _wait_step(self, step: retry.Step) -> Any:
@@ -271,6 +289,15 @@ class AsyncClient:
     def _track(self, run: AsyncRun) -> AsyncRun:
         self._runs = [r for r in self._runs if not r.closed] + [run]
         return run
+
+    def lease_set(self) -> AsyncLeaseSet:
+        """``Client.lease_set`` for asyncio (``journald_client.aio_lease_set``); use it as an
+        ``async with`` block."""
+        from journald_client.aio_lease_set import AsyncLeaseSet
+
+        leases = AsyncLeaseSet(self)
+        self._lease_sets = [s for s in self._lease_sets if not s.closed] + [leases]
+        return leases
 
     async def fold(self, run_id: str, *, messages: bool = True) -> RunState:
         """The run's folded state, every message included (``messages=False``: without the
@@ -451,6 +478,8 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
+        for leases in self._lease_sets:
+            await leases.close()
         for run in self._runs:
             await run.close()
         await self._channel.close(None)
@@ -502,18 +531,21 @@ AsyncToolFn = Callable[[ToolCall], Awaitable[Any]]
 class AsyncRun(codec.RunView):
     """The asyncio writer of one run, holding its lease. Seq is handled for the caller."""
 
-    _lease: _AsyncLease
+    _lease: AsyncHeld
 
     def __init__(
         self,
         client: AsyncClient,
         params: OpenParams,
-        lease: _AsyncLease,
+        lease: AsyncHeld,
         *,
         created: bool | None = None,
+        reopen: Callable[[OpenParams], Awaitable[AsyncHeld]] | None = None,
     ) -> None:
         self._client = client
         self._params = params
+        self._reopen = reopen or (lambda p: client._open(p, create=False))
+        """How a lost lease is taken again (an ``Open``, or the ``AsyncLeaseSet``'s stream)."""
         self._lock = asyncio.Lock()
         self._init_view(params, lease)
         if created is not None:
@@ -593,7 +625,7 @@ class AsyncRun(codec.RunView):
             await self._lease.cancel()
             return None
         if isinstance(step, retry.Reopen):
-            lease = await self._client._open(self._params, create=False)
+            lease = await self._reopen(self._params)
             self._lease = lease
             self.reconnects += 1
             self._state_changed(codec.state_from_pb(lease.lease.state, lease.lease.warnings))
@@ -704,11 +736,12 @@ class AsyncRun(codec.RunView):
         if self.closed:
             return
         self.closed = True
-        await self._release()
+        if isinstance(self._lease, _AsyncLease):  # a set's lease is released on its stream
+            await self._release(self._lease)
         await self._lease.cancel()
 
-    async def _release(self) -> None:
-        if self._lease.task.done():
+    async def _release(self, lease: _AsyncLease) -> None:
+        if lease.task.done():
             return
         req = pb.ReleaseRequest(run_id=self.run_id, lease_id=self.lease_id)
         # the daemon may be gone or too old to know Release: cancelling the stream still

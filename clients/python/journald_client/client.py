@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from journald_proto import journal_pb2 as pb
@@ -51,6 +51,9 @@ from journald_client.state import (
     VerifyResult,
 )
 
+if TYPE_CHECKING:
+    from journald_client.lease_set import LeaseSet
+
 # Reconnect quickly after a daemon restart. grpc.min_reconnect_backoff_ms is deliberately
 # left alone: gRPC also uses it as the minimum connect timeout, and a tiny one fails
 # connection attempts on a loaded host.
@@ -76,6 +79,17 @@ CHANNEL_OPTIONS = channel_options()
 
 def default_name() -> str:
     return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+
+
+class Held(Protocol):
+    """What a writer keeps of its lease: the grant, why it ended, and how to end it (an
+    ``Open`` stream's ``_Lease``, or one lease of a ``LeaseSet``'s stream)."""
+
+    lease: pb.Lease
+    ended: str | None
+    done: threading.Event
+
+    def cancel(self) -> None: ...
 
 
 class _Lease:
@@ -134,6 +148,7 @@ class Client:
         )
         self._stub = pb_grpc.JournalServiceStub(self._channel)
         self._runs: list[Run] = []
+        self._lease_sets: list[LeaseSet] = []
         self._closed = False
 
     # --- plumbing ----------------------------------------------------------------------
@@ -193,18 +208,25 @@ class Client:
             )
         return _Lease(call, first.lease)
 
-    def _open_retrying(self, params: OpenParams, req: pb.OpenRequest) -> tuple[_Lease, bool]:
-        """Open, retrying while the daemon restarts (``retry.open_run``). Returns the lease
-        and whether this call created the run."""
+    def _open_retrying(
+        self,
+        params: OpenParams,
+        req: pb.OpenRequest,
+        open_req: Callable[[OpenParams, pb.OpenRequest], Held] | None = None,
+    ) -> tuple[Held, bool]:
+        """Open (through ``open_req``: an ``Open`` stream by default), retrying while the
+        daemon restarts (``retry.open_run``). Returns the lease and whether this call created
+        the run."""
+        opener = open_req or self._open_req
 
         def do(step: retry.Step) -> Any:
             if isinstance(step, retry.OpenCall):
-                return self._open_req(params, step.request)
+                return opener(params, step.request)
             if isinstance(step, retry.CreatedBy):
                 return self._created_by(step.request)
             return self._wait_step(step)
 
-        lease: tuple[_Lease, bool] = retry.drive(retry.open_run(req, self.reconnect_timeout), do)
+        lease: tuple[Held, bool] = retry.drive(retry.open_run(req, self.reconnect_timeout), do)
         return lease
 
     def _wait_step(self, step: retry.Step) -> Any:
@@ -280,6 +302,16 @@ class Client:
     def _track(self, run: Run) -> Run:
         self._runs = [r for r in self._runs if not r.closed] + [run]
         return run
+
+    def lease_set(self) -> LeaseSet:
+        """Many runs' leases over one ``Leases`` stream (``journald_client.lease_set``): for a
+        process that holds many runs at once; its ``start``/``open``/``resume`` are this
+        client's. Use it as a ``with`` block."""
+        from journald_client.lease_set import LeaseSet
+
+        leases = LeaseSet(self)
+        self._lease_sets = [s for s in self._lease_sets if not s.closed] + [leases]
+        return leases
 
     # --- reads -------------------------------------------------------------------------
 
@@ -490,6 +522,8 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        for leases in self._lease_sets:
+            leases.close()
         for run in self._runs:
             run.close()
         self._channel.close()
@@ -569,13 +603,21 @@ ToolFn = Callable[[ToolCall], Any]
 class Run(codec.RunView):
     """The writer of one run, holding its lease. Seq is handled for the caller."""
 
-    _lease: _Lease
+    _lease: Held
 
     def __init__(
-        self, client: Client, params: OpenParams, lease: _Lease, *, created: bool | None = None
+        self,
+        client: Client,
+        params: OpenParams,
+        lease: Held,
+        *,
+        created: bool | None = None,
+        reopen: Callable[[OpenParams], Held] | None = None,
     ) -> None:
         self._client = client
         self._params = params
+        self._reopen = reopen or (lambda p: client._open(p, create=False))
+        """How a lost lease is taken again (an ``Open``, or the ``LeaseSet``'s stream)."""
         self._lock = threading.RLock()
         self._init_view(params, lease)
         if created is not None:
@@ -664,7 +706,7 @@ class Run(codec.RunView):
             self._lease.cancel()
             return None
         if isinstance(step, retry.Reopen):
-            lease = self._client._open(self._params, create=False)
+            lease = self._reopen(self._params)
             self._lease = lease
             self.reconnects += 1
             self._state_changed(self._decode_state(lease.lease.state, lease.lease.warnings))
@@ -785,7 +827,8 @@ class Run(codec.RunView):
         if self.closed:
             return
         self.closed = True
-        self._release()
+        if isinstance(self._lease, _Lease):  # a LeaseSet's lease is released on its stream
+            self._release()
         self._lease.cancel()
 
     def _release(self) -> None:

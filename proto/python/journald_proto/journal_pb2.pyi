@@ -1767,6 +1767,102 @@ class OpenResponse(_message.Message):
 Global___OpenResponse: _TypeAlias = OpenResponse  # noqa: Y015
 
 @_typing.final
+class LeasesRequest(_message.Message):
+    """LeasesRequest is one message of a Leases stream: acquire or release one run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ACQUIRE_FIELD_NUMBER: _builtins.int
+    RELEASE_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """Chosen by the client and echoed by the answer to this request (answers about different
+    runs may come in any order; requests naming one run are answered in the order sent).
+    """
+    @_builtins.property
+    def acquire(self) -> Global___OpenRequest:
+        """Take the run's lease: the fields, modes and resume gates of Open."""
+
+    @_builtins.property
+    def release(self) -> Global___ReleaseRequest:
+        """End a lease taken on this stream (run_id and lease_id); answered once the run can be
+        opened again.
+        """
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        acquire: Global___OpenRequest | None = ...,
+        release: Global___ReleaseRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acquire", b"acquire", "op", b"op", "release", b"release"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acquire", b"acquire", "op", b"op", "release", b"release", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["acquire", "release"]  # noqa: Y015
+    _WhichOneofArgType_op: _TypeAlias = _typing.Literal["op", b"op"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_op) -> _WhichOneofReturnType_op | None: ...
+
+Global___LeasesRequest: _TypeAlias = LeasesRequest  # noqa: Y015
+
+@_typing.final
+class LeasesResponse(_message.Message):
+    """LeasesResponse answers one LeasesRequest, or says the daemon ended one run's lease."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    LEASE_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    RELEASED_FIELD_NUMBER: _builtins.int
+    ENDED_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """The request answered (0 for `ended`, which answers no request)."""
+    run_id: _builtins.str
+    """The run the message is about."""
+    @_builtins.property
+    def lease(self) -> Global___Lease:
+        """The acquire was granted: what the first OpenResponse of an Open carries."""
+
+    @_builtins.property
+    def refused(self) -> Global___ErrorDetail:
+        """The request was refused (the error an Open or a Release would have ended with); it
+        holds nothing, and the other leases on the stream are untouched.
+        """
+
+    @_builtins.property
+    def released(self) -> Global___ReleaseResponse:
+        """The answer to a release."""
+
+    @_builtins.property
+    def ended(self) -> Global___LeaseEnded:
+        """The daemon ended this run's lease (shutdown, a Release from elsewhere, lease_lost);
+        the stream goes on with the others.
+        """
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        run_id: _builtins.str = ...,
+        lease: Global___Lease | None = ...,
+        refused: Global___ErrorDetail | None = ...,
+        released: Global___ReleaseResponse | None = ...,
+        ended: Global___LeaseEnded | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ended", b"ended", "event", b"event", "lease", b"lease", "refused", b"refused", "released", b"released"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended", b"ended", "event", b"event", "lease", b"lease", "refused", b"refused", "released", b"released", "request_id", b"request_id", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["lease", "refused", "released", "ended"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___LeasesResponse: _TypeAlias = LeasesResponse  # noqa: Y015
+
+@_typing.final
 class Ack(_message.Message):
     """Ack acknowledges one durable record."""
 

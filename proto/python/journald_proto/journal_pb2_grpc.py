@@ -45,6 +45,11 @@ class JournalServiceStub:
                 request_serializer=journald_dot_v1_dot_journal__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=journald_dot_v1_dot_journal__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.Leases = channel.stream_stream(
+                '/journald.v1.JournalService/Leases',
+                request_serializer=journald_dot_v1_dot_journal__pb2.LeasesRequest.SerializeToString,
+                response_deserializer=journald_dot_v1_dot_journal__pb2.LeasesResponse.FromString,
+                _registered_method=True)
         self.Append = channel.unary_unary(
                 '/journald.v1.JournalService/Append',
                 request_serializer=journald_dot_v1_dot_journal__pb2.AppendRequest.SerializeToString,
@@ -164,6 +169,17 @@ class JournalServiceServicer:
         """Release ends a lease now and returns once the run can be opened again. Closing the Open
         stream also releases the lease, but asynchronously; a client that re-opens at once (or
         hands the run to another process) calls Release first. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Leases(self, request_iterator, context):
+        """Leases holds the writer leases of many runs over one stream (a process holding many
+        runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+        OpenRequest: the same fields and gates as Open) or releases one; each response answers
+        one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+        one run's lease. Every lease taken on the stream ends when the stream ends.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -330,6 +346,11 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     request_deserializer=journald_dot_v1_dot_journal__pb2.ReleaseRequest.FromString,
                     response_serializer=journald_dot_v1_dot_journal__pb2.ReleaseResponse.SerializeToString,
             ),
+            'Leases': grpc.stream_stream_rpc_method_handler(
+                    servicer.Leases,
+                    request_deserializer=journald_dot_v1_dot_journal__pb2.LeasesRequest.FromString,
+                    response_serializer=journald_dot_v1_dot_journal__pb2.LeasesResponse.SerializeToString,
+            ),
             'Append': grpc.unary_unary_rpc_method_handler(
                     servicer.Append,
                     request_deserializer=journald_dot_v1_dot_journal__pb2.AppendRequest.FromString,
@@ -486,6 +507,33 @@ class JournalService:
             '/journald.v1.JournalService/Release',
             journald_dot_v1_dot_journal__pb2.ReleaseRequest.SerializeToString,
             journald_dot_v1_dot_journal__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Leases(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/journald.v1.JournalService/Leases',
+            journald_dot_v1_dot_journal__pb2.LeasesRequest.SerializeToString,
+            journald_dot_v1_dot_journal__pb2.LeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,

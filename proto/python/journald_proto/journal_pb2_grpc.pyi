@@ -66,6 +66,13 @@ class JournalServiceStub:
     stream also releases the lease, but asynchronously; a client that re-opens at once (or
     hands the run to another process) calls Release first. Idempotent.
     """
+    Leases: _grpc.StreamStreamMultiCallable[_journal_pb2.LeasesRequest, _journal_pb2.LeasesResponse]
+    """Leases holds the writer leases of many runs over one stream (a process holding many
+    runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+    OpenRequest: the same fields and gates as Open) or releases one; each response answers
+    one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+    one run's lease. Every lease taken on the stream ends when the stream ends.
+    """
     Append: _grpc.UnaryUnaryMultiCallable[_journal_pb2.AppendRequest, _journal_pb2.AppendResponse]
     """Append writes one record or a batch (one durable write for the batch) under a lease."""
     AppendStream: _grpc.StreamStreamMultiCallable[_journal_pb2.AppendStreamRequest, _journal_pb2.AppendStreamResponse]
@@ -134,6 +141,13 @@ class JournalServiceAsyncStub(JournalServiceStub):
     """Release ends a lease now and returns once the run can be opened again. Closing the Open
     stream also releases the lease, but asynchronously; a client that re-opens at once (or
     hands the run to another process) calls Release first. Idempotent.
+    """
+    Leases: _aio.StreamStreamMultiCallable[_journal_pb2.LeasesRequest, _journal_pb2.LeasesResponse]  # type: ignore[assignment]
+    """Leases holds the writer leases of many runs over one stream (a process holding many
+    runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+    OpenRequest: the same fields and gates as Open) or releases one; each response answers
+    one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+    one run's lease. Every lease taken on the stream ends when the stream ends.
     """
     Append: _aio.UnaryUnaryMultiCallable[_journal_pb2.AppendRequest, _journal_pb2.AppendResponse]  # type: ignore[assignment]
     """Append writes one record or a batch (one durable write for the batch) under a lease."""
@@ -212,6 +226,19 @@ class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
         """Release ends a lease now and returns once the run can be opened again. Closing the Open
         stream also releases the lease, but asynchronously; a client that re-opens at once (or
         hands the run to another process) calls Release first. Idempotent.
+        """
+
+    @_abc_1.abstractmethod
+    def Leases(
+        self,
+        request_iterator: _MaybeAsyncIterator[_journal_pb2.LeasesRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_journal_pb2.LeasesResponse], _abc.AsyncIterator[_journal_pb2.LeasesResponse]]:
+        """Leases holds the writer leases of many runs over one stream (a process holding many
+        runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+        OpenRequest: the same fields and gates as Open) or releases one; each response answers
+        one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+        one run's lease. Every lease taken on the stream ends when the stream ends.
         """
 
     @_abc_1.abstractmethod

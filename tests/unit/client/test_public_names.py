@@ -11,6 +11,7 @@ PUBLIC = frozenset(
     {
         "Ack",
         "AsyncClient",
+        "AsyncLeaseSet",
         "AsyncPending",
         "AsyncPipelinedWriter",
         "AsyncRun",
@@ -44,6 +45,7 @@ PUBLIC = frozenset(
         "LeaseError",
         "LeaseHolder",
         "LeaseLost",
+        "LeaseSet",
         "LeaseWarning",
         "Locked",
         "MESSAGE_WINDOW",

@@ -154,6 +154,39 @@ async def test_a_client_open_and_the_daemon_lease_resume_a_run_in_the_same_steps
     assert created_by_daemon == created_by_client
 
 
+async def test_an_acquire_on_a_leases_stream_takes_a_run_in_the_steps_of_an_open(
+    daemon: InProcess,
+) -> None:
+    stream = await daemon.client_open(pb.OPEN_MODE_CREATE)
+    await daemon.client_release(stream)
+    daemon.taken()
+    stream = await daemon.client_open(pb.OPEN_MODE_RESUME)
+    resumed_by_open = daemon.taken()
+    await daemon.client_release(stream)
+    daemon.taken()
+
+    requests: asyncio.Queue[pb.LeasesRequest | None] = asyncio.Queue()
+
+    async def sent() -> AsyncIterator[pb.LeasesRequest]:
+        while (req := await requests.get()) is not None:
+            yield req
+
+    call = daemon.stub.Leases(sent())
+    acquire = pb.OpenRequest(
+        run_id=RUN, mode=pb.OPEN_MODE_RESUME, fingerprint=fingerprint_to_pb(FP)
+    )
+    requests.put_nowait(pb.LeasesRequest(request_id=1, acquire=acquire))
+    granted = await call.read()
+    assert granted.lease.run_id == RUN
+    assert daemon.taken() == resumed_by_open
+    held = daemon.service.runs.leases.held(RUN)
+    assert held is not None  # the one lease table holds it, with the id the stream answered
+    assert held.lease_id == granted.lease.lease_id
+    requests.put_nowait(None)  # half-closed: released before the stream finishes
+    assert await call.read() is grpc.aio.EOF  # type: ignore[attr-defined]
+    assert daemon.service.runs.leases.held(RUN) is None
+
+
 async def test_a_client_open_refused_by_a_resume_gate_never_opens_the_journal(
     daemon: InProcess,
 ) -> None:

@@ -1207,6 +1207,52 @@ export interface OpenResponse {
   ended?: LeaseEnded | undefined;
 }
 
+/** LeasesRequest is one message of a Leases stream: acquire or release one run. */
+export interface LeasesRequest {
+  /**
+   * Chosen by the client and echoed by the answer to this request (answers about different
+   * runs may come in any order; requests naming one run are answered in the order sent).
+   */
+  requestId: number;
+  /** Take the run's lease: the fields, modes and resume gates of Open. */
+  acquire?:
+    | OpenRequest
+    | undefined;
+  /**
+   * End a lease taken on this stream (run_id and lease_id); answered once the run can be
+   * opened again.
+   */
+  release?: ReleaseRequest | undefined;
+}
+
+/** LeasesResponse answers one LeasesRequest, or says the daemon ended one run's lease. */
+export interface LeasesResponse {
+  /** The request answered (0 for `ended`, which answers no request). */
+  requestId: number;
+  /** The run the message is about. */
+  runId: string;
+  /** The acquire was granted: what the first OpenResponse of an Open carries. */
+  lease?:
+    | Lease
+    | undefined;
+  /**
+   * The request was refused (the error an Open or a Release would have ended with); it
+   * holds nothing, and the other leases on the stream are untouched.
+   */
+  refused?:
+    | ErrorDetail
+    | undefined;
+  /** The answer to a release. */
+  released?:
+    | ReleaseResponse
+    | undefined;
+  /**
+   * The daemon ended this run's lease (shutdown, a Release from elsewhere, lease_lost);
+   * the stream goes on with the others.
+   */
+  ended?: LeaseEnded | undefined;
+}
+
 /** Ack acknowledges one durable record. */
 export interface Ack {
   /** The seq written. */
@@ -6522,6 +6568,278 @@ export const OpenResponse: MessageFns<OpenResponse> = {
   fromPartial<I extends Exact<DeepPartial<OpenResponse>, I>>(object: I): OpenResponse {
     const message = createBaseOpenResponse();
     message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
+    message.ended = (object.ended !== undefined && object.ended !== null)
+      ? LeaseEnded.fromPartial(object.ended)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseLeasesRequest(): LeasesRequest {
+  return { requestId: 0, acquire: undefined, release: undefined };
+}
+
+export const LeasesRequest: MessageFns<LeasesRequest> = {
+  encode(message: LeasesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requestId !== 0) {
+      writer.uint32(8).uint64(message.requestId);
+    }
+    if (message.acquire !== undefined) {
+      OpenRequest.encode(message.acquire, writer.uint32(18).fork()).join();
+    }
+    if (message.release !== undefined) {
+      ReleaseRequest.encode(message.release, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LeasesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLeasesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.requestId = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.acquire = OpenRequest.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.release = ReleaseRequest.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LeasesRequest {
+    return {
+      requestId: isSet(object.requestId)
+        ? globalThis.Number(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.Number(object.request_id)
+        : 0,
+      acquire: isSet(object.acquire) ? OpenRequest.fromJSON(object.acquire) : undefined,
+      release: isSet(object.release) ? ReleaseRequest.fromJSON(object.release) : undefined,
+    };
+  },
+
+  toJSON(message: LeasesRequest): unknown {
+    const obj: any = {};
+    if (message.requestId !== 0) {
+      obj.requestId = Math.round(message.requestId);
+    }
+    if (message.acquire !== undefined) {
+      obj.acquire = OpenRequest.toJSON(message.acquire);
+    }
+    if (message.release !== undefined) {
+      obj.release = ReleaseRequest.toJSON(message.release);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LeasesRequest>, I>>(base?: I): LeasesRequest {
+    return LeasesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LeasesRequest>, I>>(object: I): LeasesRequest {
+    const message = createBaseLeasesRequest();
+    message.requestId = object.requestId ?? 0;
+    message.acquire = (object.acquire !== undefined && object.acquire !== null)
+      ? OpenRequest.fromPartial(object.acquire)
+      : undefined;
+    message.release = (object.release !== undefined && object.release !== null)
+      ? ReleaseRequest.fromPartial(object.release)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseLeasesResponse(): LeasesResponse {
+  return { requestId: 0, runId: "", lease: undefined, refused: undefined, released: undefined, ended: undefined };
+}
+
+export const LeasesResponse: MessageFns<LeasesResponse> = {
+  encode(message: LeasesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requestId !== 0) {
+      writer.uint32(8).uint64(message.requestId);
+    }
+    if (message.runId !== "") {
+      writer.uint32(18).string(message.runId);
+    }
+    if (message.lease !== undefined) {
+      Lease.encode(message.lease, writer.uint32(26).fork()).join();
+    }
+    if (message.refused !== undefined) {
+      ErrorDetail.encode(message.refused, writer.uint32(34).fork()).join();
+    }
+    if (message.released !== undefined) {
+      ReleaseResponse.encode(message.released, writer.uint32(42).fork()).join();
+    }
+    if (message.ended !== undefined) {
+      LeaseEnded.encode(message.ended, writer.uint32(50).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LeasesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLeasesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.requestId = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.lease = Lease.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.refused = ErrorDetail.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.released = ReleaseResponse.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.ended = LeaseEnded.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LeasesResponse {
+    return {
+      requestId: isSet(object.requestId)
+        ? globalThis.Number(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.Number(object.request_id)
+        : 0,
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
+      refused: isSet(object.refused) ? ErrorDetail.fromJSON(object.refused) : undefined,
+      released: isSet(object.released) ? ReleaseResponse.fromJSON(object.released) : undefined,
+      ended: isSet(object.ended) ? LeaseEnded.fromJSON(object.ended) : undefined,
+    };
+  },
+
+  toJSON(message: LeasesResponse): unknown {
+    const obj: any = {};
+    if (message.requestId !== 0) {
+      obj.requestId = Math.round(message.requestId);
+    }
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.lease !== undefined) {
+      obj.lease = Lease.toJSON(message.lease);
+    }
+    if (message.refused !== undefined) {
+      obj.refused = ErrorDetail.toJSON(message.refused);
+    }
+    if (message.released !== undefined) {
+      obj.released = ReleaseResponse.toJSON(message.released);
+    }
+    if (message.ended !== undefined) {
+      obj.ended = LeaseEnded.toJSON(message.ended);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LeasesResponse>, I>>(base?: I): LeasesResponse {
+    return LeasesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LeasesResponse>, I>>(object: I): LeasesResponse {
+    const message = createBaseLeasesResponse();
+    message.requestId = object.requestId ?? 0;
+    message.runId = object.runId ?? "";
+    message.lease = (object.lease !== undefined && object.lease !== null) ? Lease.fromPartial(object.lease) : undefined;
+    message.refused = (object.refused !== undefined && object.refused !== null)
+      ? ErrorDetail.fromPartial(object.refused)
+      : undefined;
+    message.released = (object.released !== undefined && object.released !== null)
+      ? ReleaseResponse.fromPartial(object.released)
+      : undefined;
     message.ended = (object.ended !== undefined && object.ended !== null)
       ? LeaseEnded.fromPartial(object.ended)
       : undefined;
@@ -12027,6 +12345,22 @@ export const JournalServiceService = {
     responseSerialize: (value: ReleaseResponse): Buffer => Buffer.from(ReleaseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReleaseResponse => ReleaseResponse.decode(value),
   },
+  /**
+   * Leases holds the writer leases of many runs over one stream (a process holding many
+   * runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+   * OpenRequest: the same fields and gates as Open) or releases one; each response answers
+   * one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+   * one run's lease. Every lease taken on the stream ends when the stream ends.
+   */
+  leases: {
+    path: "/journald.v1.JournalService/Leases" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: LeasesRequest): Buffer => Buffer.from(LeasesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): LeasesRequest => LeasesRequest.decode(value),
+    responseSerialize: (value: LeasesResponse): Buffer => Buffer.from(LeasesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): LeasesResponse => LeasesResponse.decode(value),
+  },
   /** Append writes one record or a batch (one durable write for the batch) under a lease. */
   append: {
     path: "/journald.v1.JournalService/Append" as const,
@@ -12271,6 +12605,14 @@ export interface JournalServiceServer extends UntypedServiceImplementation {
    * hands the run to another process) calls Release first. Idempotent.
    */
   release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
+  /**
+   * Leases holds the writer leases of many runs over one stream (a process holding many
+   * runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+   * OpenRequest: the same fields and gates as Open) or releases one; each response answers
+   * one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+   * one run's lease. Every lease taken on the stream ends when the stream ends.
+   */
+  leases: handleBidiStreamingCall<LeasesRequest, LeasesResponse>;
   /** Append writes one record or a batch (one durable write for the batch) under a lease. */
   append: handleUnaryCall<AppendRequest, AppendResponse>;
   /** AppendStream is Append for high-rate writers: one response per request, in order. */
@@ -12359,6 +12701,16 @@ export interface JournalServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ReleaseResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Leases holds the writer leases of many runs over one stream (a process holding many
+   * runs: docs/protocol.md#many-leases-on-one-stream). Each request acquires one run (an
+   * OpenRequest: the same fields and gates as Open) or releases one; each response answers
+   * one request (the lease, or a typed refusal that holds nothing), or says the daemon ended
+   * one run's lease. Every lease taken on the stream ends when the stream ends.
+   */
+  leases(): ClientDuplexStream<LeasesRequest, LeasesResponse>;
+  leases(options: Partial<CallOptions>): ClientDuplexStream<LeasesRequest, LeasesResponse>;
+  leases(metadata: Metadata, options?: Partial<CallOptions>): ClientDuplexStream<LeasesRequest, LeasesResponse>;
   /** Append writes one record or a batch (one durable write for the batch) under a lease. */
   append(
     request: AppendRequest,
