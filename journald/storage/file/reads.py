@@ -62,6 +62,7 @@ from journald.storage.file.segments import (
 from journald.storage.file.stream import (
     MISSING,
     UNREAD,
+    RewrittenWhileRead,
     check_sealed,
     sealed_lines,
     sealed_whole,
@@ -77,6 +78,7 @@ Files = list[tuple[str, bytes, SegmentInfo | None]]
 Records = list[Record]
 Infos = list[RunInfo]
 TAILS_KEPT = 64  # runs whose last read's ActiveTail waits for an open (two records each)
+REREADS_AFTER_REWRITE = 3  # whole reads retried when a prune or recovery rewrote the run
 
 
 @dataclass(slots=True)
@@ -396,7 +398,17 @@ class FileReads:
             self.keep_tail(run_id, tail.done())
 
     def read_records(self, run_id: str, from_seq: int) -> Records:
-        _, _, out = self.iter_checked(run_id, from_seq)
+        # a whole read hands out nothing until it is done, so a prune or recovery that
+        # rewrote the run under it is read again (bounded: each retry sees a newer
+        # generation, and a run is rewritten far less often than it is read)
+        for _ in range(REREADS_AFTER_REWRITE):
+            try:
+                _, _, out = self.iter_checked(run_id, from_seq)
+                break
+            except RewrittenWhileRead:
+                continue
+        else:
+            _, _, out = self.iter_checked(run_id, from_seq)
         if not out and from_seq <= 1:
             raise self.not_found(run_id)
         return out

@@ -27,13 +27,19 @@ READ_CHUNK_BYTES = 1024 * 1024  # a streamed sealed segment is read in pieces of
 PARTIAL = "a sealed segment ends in a partial line"
 
 
+class RewrittenWhileRead(BackendUnavailable):
+    """A prune or recovery replaced the run's segments while a walk read them: a read that
+    has handed out nothing yet reads again (``FileReads.read_records``); a streamed one that
+    has is ``backend_unavailable`` to its caller."""
+
+
 def segment_gone(
     run_dir: str, run_id: str, m: Manifest, name: str, info: SegmentInfo
 ) -> JournaldError:
     """The error for a listed segment not found when the walk reached it."""
     again = read_manifest(run_dir, run_id) or Manifest()
     if again.generation != m.generation:  # a prune or recovery replaced it since
-        return BackendUnavailable(
+        return RewrittenWhileRead(
             f"run {run_id} was rewritten while it was read; read it again",
             metadata={"run_id": run_id},
         )
