@@ -29,7 +29,7 @@ from tests.integration.clientbin.common import FP
 from tests.integration.server.test_serve_refusals import serve
 from tests.nats_server import NatsCluster, create_stream
 from tests.natscli import printed_commands, run_all
-from tests.waiting import eventually_async, wait_until
+from tests.waiting import eventually, eventually_async, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -146,7 +146,15 @@ def test_a_checkpoint_written_while_its_bucket_leader_is_killed_is_whole_or_clea
         if isinstance(result, jc.JournaldError):  # cleanly refused: nothing half there
             assert isinstance(result, jc.BackendUnavailable), result
             assert client.checkpoints("held") == []
-            result = client.checkpoint("held", label="retried")
+            # the retry the refusal asks for: the killed node may also have led the leases
+            # bucket, whose election can outlast the checkpoint bucket's (backend_unavailable
+            # again until it ends; bounded)
+            result = eventually(
+                lambda: client.checkpoint("held", label="retried"),
+                what="a checkpoint once the cluster has elected its leaders",
+                timeout_s=60.0,
+                retry_on=(jc.BackendUnavailable,),
+            )
         assert isinstance(result, jc.CheckpointMeta)
         assert client.checkpoints("held") == [result]
     survivor_urls = [n.url for n in cluster.nodes if n is not victim]
