@@ -78,6 +78,13 @@ def check_version(binary: str) -> None:
         )
 
 
+BIND_ATTEMPTS = 4
+
+
+class PortTaken(RuntimeError):
+    """nats-server exited at start-up because a port it was given was taken meanwhile."""
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -104,6 +111,7 @@ class NatsServer:
     http_port: int | None = None
     extra_config: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    _started_once: bool = field(default=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -152,6 +160,31 @@ class NatsServer:
         self.config_path.write_text("\n".join(lines) + "\n")
 
     def start(self, wait: bool = True) -> None:
+        """Start the server; with ``wait``, until it listens.
+
+        A port picked by ``free_port`` is free when picked, not when nats-server binds it: on a
+        loaded machine another process (often another test's outgoing connection) can take it in
+        between. A first start that loses that race picks fresh ports and starts again, at most
+        ``BIND_ATTEMPTS`` times; a restart keeps its ports, since clients know them.
+        """
+        first_start = not self._started_once
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                self._start_once(wait)
+                return
+            except PortTaken:
+                if not first_start or attempt == BIND_ATTEMPTS:
+                    raise
+                self.repick_ports()
+
+    def repick_ports(self) -> None:
+        """Fresh client (and monitor) ports after a lost bind race, before any client saw them."""
+        self.stop()
+        self.port = free_port()
+        if self.http_port is not None:
+            self.http_port = free_port()
+
+    def _start_once(self, wait: bool) -> None:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"nats-server {self.name} is already running (pid {self.proc.pid})")
         binary = nats_server_binary()
@@ -171,10 +204,14 @@ class NatsServer:
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         def listening() -> bool:
             if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"nats-server {self.name} exited at start-up; log:\n{self._log_tail()}"
-                )
-            return _port_open(self.port)
+                log = self._log_tail()
+                if "address already in use" in log:
+                    raise PortTaken(f"nats-server {self.name} lost a port at start-up; log:\n{log}")
+                raise RuntimeError(f"nats-server {self.name} exited at start-up; log:\n{log}")
+            if _port_open(self.port):
+                self._started_once = True
+                return True
+            return False
 
         try:
             wait_until(listening, what=f"nats-server {self.name} to listen", timeout_s=timeout_s)
@@ -235,19 +272,39 @@ class NatsCluster:
                 )
             )
 
+    def _repick_ports(self) -> None:
+        """Every node's ports afresh (routes name each other's), store dirs emptied."""
+        self.stop()
+        cports = [free_port() for _ in self.nodes]
+        for i, n in enumerate(self.nodes):
+            n.repick_ports()
+            n.cluster_port = cports[i]
+            n.routes = [p for j, p in enumerate(cports) if j != i]
+            n._started_once = False
+            shutil.rmtree(n.store_dir, ignore_errors=True)
+
     @property
     def urls(self) -> list[str]:
         return [n.url for n in self.nodes]
 
     def start(self) -> None:
-        try:
-            for n in self.nodes:
-                n.start(wait=False)
-            for n in self.nodes:
-                n.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
+        """Start every node; a first start that loses a port race starts afresh (see
+        ``NatsServer.start``)."""
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                for n in self.nodes:
+                    n.start(wait=False)
+                for n in self.nodes:
+                    n.wait_ready()
+                return
+            except PortTaken:
+                if attempt == BIND_ATTEMPTS:
+                    self.stop()
+                    raise
+                self._repick_ports()
+            except BaseException:
+                self.stop()
+                raise
 
     def stop(self) -> None:
         for n in self.nodes:
