@@ -135,7 +135,18 @@ test("a graph run whose lease the daemon ended mid-run fails its next write when
     const running = graphA.invoke(question(), cfg);
     await lookupStarted.wait;
     const reader = buildGraph(a);
-    await eventually(async () => assert.ok((await reader.getState(cfg)).values.messages?.some((m: { id?: string }) => m.id === "ai-1-calls")));
+    // A's last write before the restart is the add task's result (LangGraph saves it while
+    // the lookup runs): wait until it is durable, so that no write of A is in flight across
+    // the restart (it would meet the new daemon with A's old lease: lease_lost, not B's
+    // progress). A loaded machine's CI restarted the daemon before that write got through.
+    await eventually(async () => {
+      const seen = await reader.getState(cfg);
+      assert.ok(seen.values.messages?.some((m: { id?: string }) => m.id === "ai-1-calls"), "the tool calls");
+      assert.ok(
+        seen.tasks.some((t) => t.name === "tool" && t.result !== undefined),
+        "the add task's result",
+      );
+    });
     await daemon.restart(); // A's lease ends with the daemon that granted it
     const b = await saver("restarted-b");
     try {
