@@ -282,7 +282,11 @@ def test_a_lease_goes_on_across_the_connection_age_bound(tmp_path: Path) -> None
 async def test_appends_past_the_in_flight_bytes_budget_are_refused_and_the_first_is_kept(
     tmp_path: Path,
 ) -> None:
-    env = {"JOURNALD_FAILPOINTS": "before_write=sleep:300"}  # the first write is still in flight
+    # every write stalls 3 s, so the first is still in flight when the second arrives: the
+    # window the second must land in (it cannot be a gate: the stream answers in order, so the
+    # refusal of the second is not seen before the first is acknowledged); 300 ms was a window
+    # a loaded machine can miss
+    env = {"JOURNALD_FAILPOINTS": "before_write=sleep:3000"}
     flags = ("--max-inflight-bytes-per-peer", "100000")
     with Daemon(tmp_path, "file", *flags, env=env) as daemon:
         client = await jc.connect_async(str(daemon.socket), name="greedy", reconnect_timeout=0)
