@@ -149,6 +149,12 @@ async def _watch_has_caught_up(leases: JetStreamLeases) -> None:
     await eventually_async(current, what="the lease watch to deliver the daemon's renewal")
 
 
+async def _taken_behind_its_back(a: JetStreamLeases, b: JetStreamLeases, run: str) -> None:
+    """An operator deletes a's entry of the run (`nats kv del`) and daemon b takes it."""
+    await a._js.publish(a._run_key(run), b"", stream=a.stream, headers={"KV-Operation": "DEL"})
+    await b.acquire(run, {"name": "agent-b"})
+
+
 async def test_writes_of_a_held_run_do_not_read_its_lease_entry_back_while_the_watch_is_current(
     daemons: tuple[JetStreamLeases, JetStreamLeases],
 ) -> None:
@@ -176,11 +182,7 @@ async def test_an_entry_changed_behind_the_daemon_refuses_its_next_write_once_wa
     await a.acquire("changed", {"name": "agent-a"})
     await _watch_has_caught_up(a)
     await a.confirm("changed", "a write")
-    # an operator deletes the entry (`nats kv del`) and another daemon takes the run
-    await a._js.publish(
-        a._run_key("changed"), b"", stream=a.stream, headers={"KV-Operation": "DEL"}
-    )
-    await b.acquire("changed", {"name": "agent-b"})
+    await _taken_behind_its_back(a, b, "changed")
 
     refusals: list[Locked] = []
 
@@ -204,10 +206,7 @@ async def test_a_daemon_whose_watch_stopped_reads_the_entry_back_from_its_next_r
     await _watch_has_caught_up(a)
     await a._watch.unsubscribe()  # the watch dies without the daemon noticing
     await a._beat()  # the next renewal: the watch never delivers it
-    await a._js.publish(
-        a._run_key("unwatched"), b"", stream=a.stream, headers={"KV-Operation": "DEL"}
-    )
-    await b.acquire("unwatched", {"name": "agent-b"})
+    await _taken_behind_its_back(a, b, "unwatched")
     with pytest.raises(Locked) as refused:  # at once: read back, not trusted to the watch
         await a.confirm("unwatched", "a write")
     assert refused.value.metadata["holder_writer"] == "host-b"
