@@ -211,7 +211,11 @@ class NatsServer:
                 if "address already in use" in log:
                     raise PortTaken(f"nats-server {self.name} lost a port at start-up; log:\n{log}")
                 raise RuntimeError(f"nats-server {self.name} exited at start-up; log:\n{log}")
-            if _port_open(self.port):
+            # nats-server listens for clients before it binds its route port, and exits if that
+            # bind fails: a node is up once both answer
+            if _port_open(self.port) and (
+                self.cluster_port is None or _port_open(self.cluster_port)
+            ):
                 self._started_once = True
                 return True
             return False
