@@ -24,6 +24,7 @@ from journald_client import (
     DaemonUnavailable,
     JournaldError,
     JournalRecord,
+    ListChanges,
     ResponseTooLarge,
     RestoreResult,
     RunInfo,
@@ -180,6 +181,10 @@ class Source:
                 calls = probe.calls
             rows.append(RunRow(info, calls))
         return rows
+
+    def list_changes(self) -> ListChanges:
+        """The daemon's notices of listing changes (the runs table Lists on each)."""
+        return self.client.list_changes()
 
     def run_gone(self, run_id: str) -> bool | None:
         """After a Watch ended: True when the daemon answers without the run, False when

@@ -1,7 +1,8 @@
 """An idle runs table costs what its visible rows cost (issue 28 Build: "near-zero CPU when
 idle: refresh only what is visible, from List changes rather than a full rebuild"): relative
 times are redrawn for the rows on screen only, a run that changed in place redraws its cells
-without refilling the table, and the List wait grows while nothing changes."""
+without refilling the table; the table Lists only when the daemon's ListChanges stream names a
+change, and against a daemon without that stream the List wait grows while nothing changes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from journald.view import runs
 from journald.view.app import ViewerApp
 from tests.daemon import Daemon
 from tests.integration.view.test_view_app import runs_screen, turns
-from tests.integration.view.test_view_daily_use import CountingSource
+from tests.integration.view.test_view_daily_use import CountingSource, PollingSource
 from tests.integration.view_runs import FP, until
 
 RUNS = 40
@@ -31,7 +32,7 @@ async def test_an_idle_runs_table_redraws_only_visible_rows_and_lists_ever_less_
             with jd.start(f"idle{i:02d}", FP, "x") as run:
                 run.append_many(turns(1))
     shift = [0.0]  # the viewer's clock runs ahead by this much (no waiting on real time)
-    source = CountingSource(str(daemon.socket))
+    source = PollingSource(str(daemon.socket))  # a daemon without ListChanges
     app = ViewerApp(source, clock=lambda: time.time() + shift[0])
     async with app.run_test(size=(100, 20)) as pilot:
         screen = runs_screen(app)
@@ -63,3 +64,34 @@ async def test_an_idle_runs_table_redraws_only_visible_rows_and_lists_ever_less_
         assert screen.rebuilds == 1
         assert str(table.get_cell(newest, "records")).strip() == "4"
         assert screen.poll_delay_s == runs.REFRESH_S  # something moved: List again soon
+
+
+async def test_a_live_runs_table_lists_nothing_while_idle_and_shows_a_change_at_once(
+    daemon: Daemon,
+) -> None:
+    with jc.connect(str(daemon.socket)) as jd:
+        for i in range(RUNS):
+            with jd.start(f"live{i:02d}", FP, "x") as run:
+                run.append_many(turns(1))
+    source = CountingSource(str(daemon.socket))
+    app = ViewerApp(source)
+    async with app.run_test(size=(100, 20)) as pilot:
+        screen = runs_screen(app)
+        await until(pilot, lambda: screen.live and len(screen.rows) == RUNS, "a live table")
+        await until(pilot, lambda: screen.lists == source.lists, "the first Lists answered")
+        lists = source.lists
+
+        # nothing changes for longer than the old poll's longest wait: not one List
+        t0 = time.monotonic()
+        await until(pilot, lambda: time.monotonic() > t0 + runs.REFRESH_IDLE_MAX_S + 1, "idle")
+        assert source.lists == lists
+        assert screen.rebuilds == 1
+
+        # a run changes: the daemon's notice brings one List (or two: hold, then release)
+        newest = screen.shown[0].info.run_id
+        with jc.connect(str(daemon.socket), name="t") as jd, jd.resume(newest, FP) as run:
+            run.assistant("again", stop_reason="end_turn")
+        await until(pilot, lambda: screen.shown[0].info.record_count == 4, "the new count")
+        await until(pilot, lambda: screen.shown[0].info.status == "open", "the release")
+        assert 1 <= source.lists - lists <= 3
+        assert screen.rebuilds == 1  # the run changed in place: its cells, not the table
