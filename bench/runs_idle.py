@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import journald_client as jc  # noqa: E402
+from view_open import _daemon_cpu_s, build_small_runs  # noqa: E402
 
-from bench.view_open import _daemon_cpu_s, build_small_runs  # noqa: E402
 from tests.daemon import Daemon  # noqa: E402
 
 
