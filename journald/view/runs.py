@@ -31,6 +31,7 @@ REFRESH_S = 1.0  # the soonest List after the one before (notices of a busy run 
 # polling, for a daemon without ListChanges: List again this soon after a listing that changed
 # something; the wait doubles while nothing changes, up to REFRESH_IDLE_MAX_S
 REFRESH_IDLE_MAX_S = 5.0
+REFOLLOW_S = 0.5  # a ListChanges stream that ended while the daemon answers: follow again
 TICK_S = 1.0  # the relative times ("12s ago") of the rows on screen are redrawn this often
 STATUS_STYLES = {
     "held": "bold green",
@@ -259,6 +260,7 @@ class RunsScreen(DaemonScreen):
         self._listed_at = float("-inf")  # monotonic time of the last List sent
         self._soon: Timer | None = None  # the List a notice asked for, after REFRESH_S
         self._generation = 0  # of the ListChanges stream being read
+        self.follows = 0  # ListChanges streams started (tests: again after one ends)
 
     def compose(self) -> ComposeResult:
         yield Static("connecting…", id="summary")
@@ -291,6 +293,7 @@ class RunsScreen(DaemonScreen):
         self._stop_following()
         app = self.viewer
         self._generation += 1
+        self.follows += 1
         mine = self._generation  # a stream replaced by a newer one reports nothing
 
         def back(fn: Callable[..., None], *args: object) -> None:
@@ -301,14 +304,25 @@ class RunsScreen(DaemonScreen):
                 stream = self._stream = self.source.list_changes()
                 for change in stream:
                     back(self._noticed, change)
-            except DaemonUnavailable:
+            except JournaldError as err:
+                if not isinstance(err, DaemonUnavailable):  # e.g. an older daemon: unimplemented
+                    back(self._not_live, err)
+                    return
+            if mine != self._generation:
+                return  # stopped or replaced on purpose
+            # the stream ended: a daemon that asks an old connection to go away (its maximum
+            # connection age) ends it too, so while the daemon answers, follow it again (the
+            # new stream's ready notice brings a List: nothing is missed)
+            if self.source.ping():
+                back(self._follow_soon)
+            else:
+                back(self._not_live, None)
                 self._back(app.daemon_lost)
-            except JournaldError as err:  # e.g. an older daemon: `unimplemented`
-                back(self._not_live, err)
-                return
-            back(self._not_live, None)  # the daemon stopped, or we did
 
         self.run_worker(job, thread=True, group="changes", exclusive=True, exit_on_error=False)
+
+    def _follow_soon(self) -> None:
+        self.set_timer(REFOLLOW_S, self.follow)
 
     def _stop_following(self) -> None:
         stream, self._stream = self._stream, None

@@ -7,6 +7,7 @@ change, and against a daemon without that stream the List wait grows while nothi
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import journald_client as jc
 import pytest
@@ -95,3 +96,30 @@ async def test_a_live_runs_table_lists_nothing_while_idle_and_shows_a_change_at_
         await until(pilot, lambda: screen.shown[0].info.status == "open", "the release")
         assert 1 <= source.lists - lists <= 3
         assert screen.rebuilds == 1  # the run changed in place: its cells, not the table
+
+
+async def test_a_runs_table_follows_again_when_the_daemon_recycles_its_connection(
+    tmp_path: Path,
+) -> None:
+    # a daemon that asks every connection to go away after 1 s (3600 s by default): the
+    # viewer, open all day, meets this every hour
+    age = ("--max-connection-age-s", "1", "--connection-age-grace-s", "0.5")
+    with Daemon(tmp_path, "memory", *age) as d:
+        source = CountingSource(str(d.socket))
+        app = ViewerApp(source)
+        lost: list[bool] = []  # the "daemon not running" screen, had it been shown
+        shown_lost = app.daemon_lost
+
+        def daemon_lost() -> None:
+            lost.append(True)
+            shown_lost()
+
+        app.daemon_lost = daemon_lost  # type: ignore[method-assign]
+        async with app.run_test(size=(100, 20)) as pilot:
+            screen = runs_screen(app)
+            await until(pilot, lambda: screen.live and screen.loaded, "a live table")
+            await until(pilot, lambda: screen.follows >= 3, "the stream followed again twice")
+            with jc.connect(str(d.socket)) as jd, jd.start("after-recycling", FP, "x"):
+                await until(pilot, lambda: len(screen.rows) == 1, "a run made since")
+            assert screen.live
+            assert not lost  # never told the daemon was gone: it was there all along
