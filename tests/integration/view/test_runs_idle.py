@@ -88,13 +88,13 @@ async def test_a_live_runs_table_lists_nothing_while_idle_and_shows_a_change_at_
         assert source.lists == lists
         assert screen.rebuilds == 1
 
-        # a run changes: the daemon's notice brings one List (or two: hold, then release)
+        # a run changes: the daemon's notices bring a List or a few (hold, append, release)
         newest = screen.shown[0].info.run_id
         with jc.connect(str(daemon.socket), name="t") as jd, jd.resume(newest, FP) as run:
             run.assistant("again", stop_reason="end_turn")
         await until(pilot, lambda: screen.shown[0].info.record_count == 4, "the new count")
         await until(pilot, lambda: screen.shown[0].info.status == "open", "the release")
-        assert 1 <= source.lists - lists <= 3
+        assert 1 <= source.lists - lists <= 5  # at most one a second while it changes
         assert screen.rebuilds == 1  # the run changed in place: its cells, not the table
 
 
