@@ -237,6 +237,7 @@ class RunsScreen(DaemonScreen):
         Binding("x", "delete", "Delete", show=False),
         Binding("R", "records", "Records", show=False),
         Binding("y", "copy", "Copy run id", show=False),
+        Binding("o", "open_fork", "Open the fork just made", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -488,6 +489,17 @@ class RunsScreen(DaemonScreen):
         run = self.selected_run()
         if run is not None:
             self.viewer.open_transcript(run)
+
+    def action_open_fork(self) -> None:
+        """The transcript of the run this viewer forked last (details f, a marker's f)."""
+        fork = self.viewer.last_fork
+        if not fork:
+            self.notify("no fork made yet (f on a checkpoint in the details or on a marker)")
+            return
+        index = next((n for n, r in enumerate(self.shown) if r.info.run_id == fork), None)
+        if index is not None:
+            self.table.move_cursor(row=index, animate=False)
+        self.viewer.open_transcript(fork)
 
     def action_details(self) -> None:
         run = self.selected_run()

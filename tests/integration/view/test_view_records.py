@@ -11,6 +11,7 @@ from journald.view.app import ViewerApp
 from journald.view.data import Source
 from journald.view.details import Confirm
 from journald.view.records import RecordsScreen
+from journald.view.runs import RunsScreen
 from journald.view.transcript_screen import TranscriptScreen
 from tests.daemon import Daemon
 from tests.integration.view.test_view_app import loaded, runs_screen, shows, transcript, turns
@@ -173,6 +174,15 @@ async def test_a_checkpoint_shows_where_it_was_taken_and_forks_or_restores_from_
                 pilot, lambda: loaded(app) and transcript(app).run_id == "from-three", "the fork"
             )
             assert len(jd.fold("from-three").messages) == cp.message_count
+
+            # the runs table opens the fork just made (o)
+            app.pop_to_runs()
+            await until(pilot, lambda: ready(app, RunsScreen, "RunsTable"), "the runs")
+            await until(pilot, lambda: runs_screen(app).loaded, "the runs listed")
+            await pilot.press("o")
+            await until(
+                pilot, lambda: loaded(app) and transcript(app).run_id == "from-three", "reopened"
+            )
 
             await pilot.press("escape")
             app.push_screen(TranscriptScreen("marked"))
