@@ -409,6 +409,7 @@ class CheckpointRpcs:
                 await self.runs.checkpoints.drop_run(run_id)
                 await self.runs.attachments.drop_run(run_id)
             self.runs.owners.forget(run_id)
+            self.runs.changes.changed(run_id)
 
     def _state_copies(
         self, after: Record, entries: Sequence[tuple[str, str, StateValue]]

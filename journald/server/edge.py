@@ -55,7 +55,7 @@ from journald.server.owners import PEER_UID, Owners
 from journald.storage.io_pool import BACKGROUND
 
 log = logging.getLogger("journald.server")
-_CHECKED_INSIDE = frozenset({"Open", "Leases", "List"})
+_CHECKED_INSIDE = frozenset({"Open", "Leases", "List", "ListChanges"})
 """RPCs that check their runs' owners themselves (docs/design.md#who-may-talk-to-whom)."""
 DOMAIN = "journald"
 ERROR_TRAILER = "journald-error-bin"

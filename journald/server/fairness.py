@@ -59,8 +59,8 @@ class FairShares:
     max_calls_per_peer: int = 1024
     """Calls of one peer in progress at once, long-lived streams apart."""
     max_streams_per_peer: int = 0
-    """Long-lived streams (Open, Leases, AppendStream, Watch) of one peer at once (0: three per
-    lease the peer may hold)."""
+    """Long-lived streams (Open, Leases, AppendStream, Watch, ListChanges) of one peer at once
+    (0: three per lease the peer may hold)."""
     max_leases_per_peer: int = 0
     """Leases one peer holds at once (0: two descriptors each of the descriptor limit but
     ``FDS_RESERVED``): a typed refusal before the descriptors run out."""
@@ -118,7 +118,7 @@ _HELP = {
     "max_connection_age_s": "seconds before a connection is asked to go away (0: never)",
     "connection_age_grace_s": "seconds a connection asked to go away keeps its calls",
     "max_calls_per_peer": "calls of one peer at once, long-lived streams apart",
-    "max_streams_per_peer": "Open, Leases, AppendStream, Watch streams of a peer; 0: 3 per lease",
+    "max_streams_per_peer": "Open, Leases, AppendStream, Watch, ListChanges streams; 0: 3 a lease",
     "max_leases_per_peer": "leases of one peer at once; 0: two descriptors each, 256 spared",
     "max_inflight_bytes_per_peer": "bytes of one peer's appends not yet acknowledged",
     "watch_buffer_bytes": "bytes a Watch may fall behind before it is cut",
@@ -145,7 +145,7 @@ def server_options(shares: FairShares) -> list[tuple[str, Any]]:
     return opts
 
 
-LONG_LIVED = frozenset({"Open", "Leases", "AppendStream", "Watch"})
+LONG_LIVED = frozenset({"Open", "Leases", "AppendStream", "Watch", "ListChanges"})
 """RPCs counted as streams (``max_streams_per_peer``), not as calls."""
 BACKGROUND_RPCS = frozenset({"Verify", "Load", "History", "Watch", "ExportCheckpoint"})
 """RPCs whose blocking reads run in the background class (``io_pool.background``)."""

@@ -95,6 +95,8 @@ class LeaseTable:
         self._closing: dict[str, asyncio.Task[None]] = {}
         self.on_closed: Callable[[str], Awaitable[None]] | None = None
         """Runs once the journal is closed (the run's cross-host lease is released)."""
+        self.on_change: Callable[[str], None] = lambda run_id: None
+        """Told the run whose listing row a grant, release or close changed (ListChanges)."""
 
     def __len__(self) -> int:
         return len(self._by_run)
@@ -139,6 +141,7 @@ class LeaseTable:
         self.refuse_if_held(run_id)
         lease = Lease(secrets.token_hex(16), run_id, holder, writer)
         self._by_run[run_id] = lease
+        self.on_change(run_id)  # listed as held from now on
         return lease
 
     def release(self, lease: Lease) -> None:
@@ -150,12 +153,14 @@ class LeaseTable:
         if self._by_run.get(lease.run_id) is lease:
             del self._by_run[lease.run_id]
         lease.end(lease.end_reason or "released")
+        self.on_change(lease.run_id)  # no longer held
 
         async def close() -> None:
             async with lease.lock:
                 try:
                     await lease.writer.close()  # marks, snapshot, then the journal
                 finally:
+                    self.on_change(lease.run_id)  # what the close wrote is listed now
                     if self.on_closed is not None:
                         await self.on_closed(lease.run_id)
 
@@ -265,6 +270,8 @@ class WatchHub:
     def __init__(self, buffer_bytes: int = DEFAULT_WATCH_BUFFER_BYTES) -> None:
         self.buffer_bytes = buffer_bytes
         self._subs: dict[str, set[Subscription]] = {}
+        self.on_change: Callable[[str], None] = lambda run_id: None
+        """Told every run that got records or was deleted, tailed or not (ListChanges)."""
 
     def subscribe(self, run_id: str) -> Subscription:
         q = Subscription(self.buffer_bytes)
@@ -283,6 +290,7 @@ class WatchHub:
         return [(r.seq, pb.WatchResponse(record=record_to_pb(r, payload=False))) for r in records]
 
     def publish(self, run_id: str, records: Sequence[Record]) -> None:
+        self.on_change(run_id)
         subs = self._subs.get(run_id)
         if not subs:
             return  # no tail: nothing to encode
@@ -296,6 +304,7 @@ class WatchHub:
             q.put(event, event.ByteSize() or 1)
 
     def close_run(self, run_id: str) -> None:
+        self.on_change(run_id)
         for q in self._subs.get(run_id, ()):
             q.put(END)
 

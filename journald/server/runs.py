@@ -41,6 +41,7 @@ from journald.core.errors import LeaseLost, SessionNotFound, StoreCorrupted
 from journald.core.fold import RunState
 from journald.core.records import Record
 from journald.server.leases import Holder, Lease, LeaseTable, WatchHub, new_holder
+from journald.server.list_changes import RunChanges
 from journald.server.owners import Owners
 from journald.server.scrub import ScrubRecords
 from journald.storage.base import AppendResult, HostLeases, Store
@@ -160,6 +161,10 @@ class Runs:
             host.on_lost = self._host_leases_lost
         self.hub = WatchHub()
         self.scrubs = ScrubRecords(store, checkpoints)
+        # every place a listing row changes tells the ListChanges streams; a backend shared
+        # with other daemons is also listed while a stream is open (docs/protocol.md#list-changes)
+        self.changes = RunChanges(store.list if host is not None else None)
+        self.hub.on_change = self.leases.on_change = self.scrubs.on_change = self.changes.changed
         self.parts = Parts(
             store,
             self.gate,

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,8 @@ class ScrubRecords:
         self.checkpoints = checkpoints
         self.damaged: dict[str, Finding] = {}
         self.loaded = False
+        self.on_change: Callable[[str], None] = lambda run_id: None
+        """Told a run whose listed status the scrubber changed (ListChanges)."""
 
     async def key_of(self, run_id: str) -> list[Any]:
         if isinstance(self.store, FileStore):
@@ -127,6 +129,8 @@ class ScrubRecords:
     async def found(self, run_id: str, finding: Finding | None) -> None:
         """The scrubber's result for a run: its damage, or None (healthy)."""
         had = await self._finding(run_id)
+        if (had is None) != (finding is None):
+            self.on_change(run_id)  # its listed status becomes or stops being "corrupted"
         if finding is None:
             self.damaged.pop(run_id, None)
             if had is not None:

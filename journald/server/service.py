@@ -37,6 +37,7 @@ from journald.server.fairness import FLAGS, FairShares, PeerBudget, peer_key
 from journald.server.history import HistoryRpcs
 from journald.server.lease_stream import LeaseStream
 from journald.server.leases import END, Lease, Subscription, WatchHub, new_holder
+from journald.server.list_changes import ListChangesRpcs
 from journald.server.message_window import ask_for_state, check_fits, fill_window, room_left
 from journald.server.paged_edits import page_rebases
 from journald.server.runs import Limits, Runs, ack_pb
@@ -113,7 +114,13 @@ class JournalService:
 
     def parts(self) -> list[Any]:
         runs = self.runs
-        return [self, HistoryRpcs(runs), CheckpointRpcs(runs), AttachmentRpcs(runs)]
+        return [
+            self,
+            HistoryRpcs(runs),
+            CheckpointRpcs(runs),
+            AttachmentRpcs(runs),
+            ListChangesRpcs(runs),
+        ]
 
     # --- leases -------------------------------------------------------------------------
 
@@ -573,6 +580,7 @@ class JournalService:
     async def shutdown(self) -> None:
         """End every lease stream and tail; wait for in-flight appends to reach the disk."""
         self.hub.close_all()
+        self.runs.changes.close_all()
         await self.leases.end_all("shutdown")
         for stream in list(self.lease_streams):
             stream.finish()  # after the `ended` of each of its leases

@@ -147,6 +147,7 @@ class ViewerApp(App[None]):
         self.retry_first_s = retry_first_s
         self.retry_cap_s = retry_cap_s
         self.offline = False
+        self.last_fork = ""  # the run this viewer forked last (o on the runs table opens it)
 
     def on_mount(self) -> None:
         self.theme = self.theme_name

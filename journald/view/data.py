@@ -24,6 +24,7 @@ from journald_client import (
     DaemonUnavailable,
     JournaldError,
     JournalRecord,
+    ListChanges,
     ResponseTooLarge,
     RestoreResult,
     RunInfo,
@@ -85,10 +86,21 @@ class RecordPage:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointMark:
+    """A checkpoint of the current conversation, shown where it was taken: after its first
+    ``messages`` messages."""
+
+    messages: int
+    checkpoint_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Opening:
     ended: str  # "" while the run is open; else the terminal's reason (and its text)
     marker: str  # the rebase or fork the conversation starts from ("" if none)
     checkpoint_id: str = ""  # the checkpoint that holds the conversation before the rebase
+    checkpoints: tuple[CheckpointMark, ...] = ()  # taken since that rebase (or the start)
 
 
 @dataclass(slots=True)
@@ -181,6 +193,10 @@ class Source:
             rows.append(RunRow(info, calls))
         return rows
 
+    def list_changes(self) -> ListChanges:
+        """The daemon's notices of listing changes (the runs table Lists on each)."""
+        return self.client.list_changes()
+
     def run_gone(self, run_id: str) -> bool | None:
         """After a Watch ended: True when the daemon answers without the run, False when
         the run is still there, None when no daemon answers (it stopped or is stopping)."""
@@ -245,12 +261,9 @@ class Source:
                 reason = str(last.payload.get("reason", info.status))
                 text = one_line(str(last.payload.get("message") or ""))
                 ended = f"{reason} · {text}" if text else reason
-        marker, checkpoint_id = "", ""
-        pre = [
-            c
-            for c in self.client.checkpoints(run_id)
-            if c.trigger in ("pre_compaction", "pre_restore")
-        ]
+        marker, checkpoint_id, since = "", "", 0
+        checkpoints = self.client.checkpoints(run_id)
+        pre = [c for c in checkpoints if c.trigger in ("pre_compaction", "pre_restore")]
         if pre:
             cp = max(pre, key=lambda c: c.seq)
             rec = self._record(run_id, cp.seq + 1)
@@ -259,13 +272,26 @@ class Source:
                 marker = f"{reason} at seq {rec.seq} (checkpoint {cp.checkpoint_id} holds "
                 marker += f"the {plural(cp.message_count, 'message')} before it)"
                 checkpoint_id = cp.checkpoint_id
+                since = rec.seq
+        # checkpoints of the conversation as it is now: each counts the messages before it
+        # (one taken before the last rebase counted another conversation's messages)
+        marks = tuple(
+            CheckpointMark(
+                c.message_count,
+                c.checkpoint_id,
+                f"checkpoint {c.checkpoint_id}{f' {one_line(c.label)!r}' if c.label else ''} "
+                f"at seq {c.seq} ({c.trigger}; f forks from here, r restores to here)",
+            )
+            for c in sorted(checkpoints, key=lambda c: c.seq)
+            if c.seq > since and c.trigger not in ("pre_compaction", "pre_restore")
+        )
         if not marker:
             meta = self._record(run_id, 1)
             lineage = meta.payload.get("lineage") if meta is not None else None
             if isinstance(lineage, dict):
                 src = one_line(str(lineage.get("forked_from_run_id", "?")))
                 marker = f"fork of run {src} at seq {lineage.get('forked_at_seq', '?')}"
-        return Opening(ended, marker, checkpoint_id)
+        return Opening(ended, marker, checkpoint_id, marks)
 
     def records(self, run_id: str, from_seq: int | None) -> RecordPage:
         """A page of stored records from ``from_seq`` (None: the last page), up to

@@ -290,8 +290,8 @@ class DetailsScreen(DaemonScreen):
 
     def _fork(self, checkpoint_id: str, new_id: str) -> None:
         def done(run_id: str) -> None:
-            self.last_fork = run_id
-            self.notify(f"forked run {run_id} (o opens it)", markup=False)
+            self.last_fork = self.viewer.last_fork = run_id
+            self.notify(f"forked run {run_id} (o opens it, here or on the runs)", markup=False)
 
         self.fetch(lambda: self.source.fork(self.run_id, checkpoint_id, new_id), done)
 

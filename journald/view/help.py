@@ -34,8 +34,8 @@ EXTRA_WORDS = {  # what a binding's short description leaves out
     "Fold": "fold or expand the entry under the cursor",
     "Records": "the run's records as stored: timeline, raw JSON (y copies it)",
     "Copy": "copy the entry under the cursor",
-    "Fork from the marker": "fork a new run from the checkpoint before a compaction marker",
-    "Restore to the marker": "restore the checkpoint before a compaction marker",
+    "Fork from the marker": "fork a new run from a checkpoint or compaction marker",
+    "Restore to the marker": "restore the checkpoint of a checkpoint or compaction marker",
 }
 
 

@@ -29,6 +29,7 @@ def fork_from(screen: TranscriptScreen, checkpoint_id: str) -> None:
             return
 
         def done(run_id: str) -> None:
+            screen.viewer.last_fork = run_id
             screen.notify(f"forked run {run_id}; it opens now", markup=False)
             screen.viewer.open_transcript(run_id)
 

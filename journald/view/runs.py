@@ -1,4 +1,6 @@
-"""The runs screen: a live table of every run (List, polled), sortable and filterable.
+"""The runs screen: a live table of every run, sortable and filterable. It Lists when the
+daemon's ListChanges stream says a run changed (at most once per ``REFRESH_S``), so an idle
+table asks the daemon nothing; a daemon without that stream is polled instead.
 
 Filter words: ``status:held``, ``label:team=blue`` (or ``label:team``), anything else is
 text looked for in the run id, model, prompt preview, labels and holder. Words combine (all
@@ -8,12 +10,13 @@ must match).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from journald_client import JournaldError
+from journald_client import DaemonUnavailable, JournaldError, ListChange, ListChanges
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -24,8 +27,11 @@ from journald.cli.replay import cell_width, elide_end, one_line
 from journald.view.base import DaemonScreen
 from journald.view.data import RunRow
 
-REFRESH_S = 1.0  # List again this soon after a listing that changed something
-REFRESH_IDLE_MAX_S = 5.0  # the wait doubles while nothing changes, up to this
+REFRESH_S = 1.0  # the soonest List after the one before (notices of a busy run coalesce)
+# polling, for a daemon without ListChanges: List again this soon after a listing that changed
+# something; the wait doubles while nothing changes, up to REFRESH_IDLE_MAX_S
+REFRESH_IDLE_MAX_S = 5.0
+REFOLLOW_S = 0.5  # a ListChanges stream that ended while the daemon answers: follow again
 TICK_S = 1.0  # the relative times ("12s ago") of the rows on screen are redrawn this often
 STATUS_STYLES = {
     "held": "bold green",
@@ -231,6 +237,7 @@ class RunsScreen(DaemonScreen):
         Binding("x", "delete", "Delete", show=False),
         Binding("R", "records", "Records", show=False),
         Binding("y", "copy", "Copy run id", show=False),
+        Binding("o", "open_fork", "Open the fork just made", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -248,6 +255,13 @@ class RunsScreen(DaemonScreen):
         self.poll_delay_s = REFRESH_S  # until the next List
         self._poll: Timer | None = None
         self._cols: dict[str, int] = {}
+        self.live = False  # a ListChanges stream says when to List (else: poll)
+        self.lists = 0  # Lists sent (tests: none while nothing changes)
+        self._stream: ListChanges | None = None
+        self._listed_at = float("-inf")  # monotonic time of the last List sent
+        self._soon: Timer | None = None  # the List a notice asked for, after REFRESH_S
+        self._generation = 0  # of the ListChanges stream being read
+        self.follows = 0  # ListChanges streams started (tests: again after one ends)
 
     def compose(self) -> ComposeResult:
         yield Static("connecting…", id="summary")
@@ -262,21 +276,94 @@ class RunsScreen(DaemonScreen):
     def on_mount(self) -> None:
         self.table.focus()
         self.reload()
+        self.follow()
         self.set_interval(TICK_S, self.tick)
+
+    def on_unmount(self) -> None:
+        self._generation += 1
+        self._stop_following()
 
     def on_screen_resume(self) -> None:
         self.poll_delay_s = REFRESH_S
         self.reload()
 
+    # --- when to List: on the daemon's notices, else by polling -----------------------------
+
+    def follow(self) -> None:
+        """Read the daemon's ListChanges notices in a worker thread; each asks for a List."""
+        self._stop_following()
+        app = self.viewer
+        self._generation += 1
+        self.follows += 1
+        mine = self._generation  # a stream replaced by a newer one reports nothing
+
+        def back(fn: Callable[..., None], *args: object) -> None:
+            self._back(lambda: fn(*args) if mine == self._generation else None)
+
+        def job() -> None:
+            try:
+                stream = self._stream = self.source.list_changes()
+                for change in stream:
+                    back(self._noticed, change)
+            except JournaldError as err:
+                if not isinstance(err, DaemonUnavailable):  # e.g. an older daemon: unimplemented
+                    back(self._not_live, err)
+                    return
+            if mine != self._generation:
+                return  # stopped or replaced on purpose
+            # the stream ended: a daemon that asks an old connection to go away (its maximum
+            # connection age) ends it too, so while the daemon answers, follow it again (the
+            # new stream's ready notice brings a List: nothing is missed)
+            if self.source.ping():
+                back(self._follow_soon)
+            else:
+                back(self._not_live, None)
+                self._back(app.daemon_lost)
+
+        self.run_worker(job, thread=True, group="changes", exclusive=True, exit_on_error=False)
+
+    def _follow_soon(self) -> None:
+        self.set_timer(REFOLLOW_S, self.follow)
+
+    def _stop_following(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.cancel()
+
+    def _noticed(self, change: ListChange) -> None:
+        if change.ready:  # live from now on: a List now misses nothing
+            self.live = True
+            self.reload()
+            return
+        if self._soon is not None:  # a List is already coming; this notice joins it
+            return
+        wait = self._listed_at + REFRESH_S - time.monotonic()
+        if wait <= 0:
+            self.reload()
+        else:
+            self._soon = self.set_timer(wait, self.reload)
+
+    def _not_live(self, err: JournaldError | None) -> None:
+        """The stream ended: poll until it can be followed again (after a reconnect)."""
+        was_live, self.live = self.live, False
+        if err is not None and err.code != "unimplemented":
+            self.show_error(err)
+        if was_live or err is not None:
+            self._next_poll(moved=True)
+
     def reload(self) -> None:
-        """List now, then again after ``poll_delay_s`` (which doubles while nothing changes:
-        the daemon has no stream of listing changes, so an idle table asks ever less often)."""
-        if self._poll is not None:
-            self._poll.stop()
-            self._poll = None
-        # under another screen nothing of this one shows: List only when it is on top
+        """List now. Without a ListChanges stream, also again after ``poll_delay_s``
+        (which doubles while nothing changes, so an idle table asks ever less often)."""
+        for timer in (self._poll, self._soon):
+            if timer is not None:
+                timer.stop()
+        self._poll = self._soon = None
+        # under another screen nothing of this one shows: List only when it is on top (the
+        # screen Lists when it is shown again)
         if self.viewer.offline or self.app.screen is not self:
             return
+        self.lists += 1
+        self._listed_at = time.monotonic()
         self.fetch(self.source.runs, self._got, group="runs", exclusive=True, failed=self._failed)
 
     def _failed(self, err: JournaldError) -> None:
@@ -286,6 +373,9 @@ class RunsScreen(DaemonScreen):
     def _next_poll(self, moved: bool) -> None:
         if self._poll is not None:
             self._poll.stop()
+            self._poll = None
+        if self.live:
+            return  # the daemon's notices say when
         grown = min(REFRESH_IDLE_MAX_S, self.poll_delay_s * 2)
         self.poll_delay_s = REFRESH_S if moved else grown
         self._poll = self.set_timer(self.poll_delay_s, self.reload)
@@ -293,6 +383,7 @@ class RunsScreen(DaemonScreen):
     def reconnected(self) -> None:
         self.poll_delay_s = REFRESH_S
         self.reload()
+        self.follow()
 
     def on_resize(self) -> None:
         if self.loaded:
@@ -398,6 +489,17 @@ class RunsScreen(DaemonScreen):
         run = self.selected_run()
         if run is not None:
             self.viewer.open_transcript(run)
+
+    def action_open_fork(self) -> None:
+        """The transcript of the run this viewer forked last (details f, a marker's f)."""
+        fork = self.viewer.last_fork
+        if not fork:
+            self.notify("no fork made yet (f on a checkpoint in the details or on a marker)")
+            return
+        index = next((n for n, r in enumerate(self.shown) if r.info.run_id == fork), None)
+        if index is not None:
+            self.table.move_cursor(row=index, animate=False)
+        self.viewer.open_transcript(fork)
 
     def action_details(self) -> None:
         run = self.selected_run()

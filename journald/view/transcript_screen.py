@@ -34,13 +34,15 @@ from textual.widgets import Footer, Input, Static
 from journald.cli.replay import one_line
 from journald.view import goto
 from journald.view.base import Box, describe_error
-from journald.view.data import OPEN_STATUSES, Opening, Slice
+from journald.view.data import OPEN_STATUSES, CheckpointMark, Opening, Slice
 from journald.view.markers import fork_from, restore_to
 from journald.view.model import Entry, build_entries, merge_notes, plural, unknown_record_entry
 from journald.view.transcript import TranscriptView
 from journald.view.transcript_search import SearchingScreen
 
 LOADED_PAGES = 4  # the window holds about this many pages of messages
+TOP_MARKER_KEY = (-3, 0)  # the rebase or fork the conversation starts from
+CHECKPOINT_KEY = -(1 << 40)  # entry keys (n, CHECKPOINT_KEY + i): checkpoint i, before message n
 WATCH_RETRY_S = 0.5  # a Watch ended while the run is still listed: read it again after this
 
 
@@ -70,6 +72,7 @@ class TranscriptScreen(SearchingScreen):
         self.ended = ""
         self.marker = ""  # the rebase or fork the conversation starts from
         self.marker_checkpoint = ""  # the checkpoint before that rebase (f and r act on it)
+        self.checkpoint_marks: tuple[CheckpointMark, ...] = ()  # shown where each was taken
         self.opened = False  # the terminal's text and the marker have been read
         self.notes: list[Entry] = []  # dim lines for record kinds not rendered
         self.loading_earlier = False
@@ -138,6 +141,7 @@ class TranscriptScreen(SearchingScreen):
         if self.ended and opening.ended.startswith(self.ended):
             self.ended = opening.ended
         self.marker, self.marker_checkpoint = opening.marker, opening.checkpoint_id
+        self.checkpoint_marks = opening.checkpoints
         self.opened = True
         self._redraw()
 
@@ -159,8 +163,12 @@ class TranscriptScreen(SearchingScreen):
                 Entry((1 << 61, 0), "gap", f"{plural(later, 'later message')} (scroll down, End)")
             )
         if self.marker and s.start == 0:
-            entries.insert(0, Entry((-3, 0), "marker", self.marker))
-        notes = [n for n in self.notes if s.start <= n.key[0] <= s.stop]
+            entries.insert(0, Entry(TOP_MARKER_KEY, "marker", self.marker))
+        marks = [
+            Entry((m.messages, CHECKPOINT_KEY + i), "marker", m.text)
+            for i, m in enumerate(self.checkpoint_marks)
+        ]
+        notes = [n for n in [*self.notes, *marks] if s.start <= n.key[0] <= s.stop]
         if notes:
             entries = merge_notes(entries, notes)
         self.view.set_entries(entries, follow=follow if at_end else False)
@@ -497,9 +505,16 @@ class TranscriptScreen(SearchingScreen):
         on_marker = (
             bool(v.entries) and v.entries[min(v.cursor, len(v.entries) - 1)].kind == "marker"
         )
-        if on_marker and self.marker_checkpoint:
-            return self.marker_checkpoint
-        self.notify("put the cursor on a compaction or restore marker first (Home: the top)")
+        if on_marker:
+            e = v.entries[min(v.cursor, len(v.entries) - 1)]
+            i = e.key[1] - CHECKPOINT_KEY
+            if 0 <= i < len(self.checkpoint_marks):  # a checkpoint's own marker
+                return self.checkpoint_marks[i].checkpoint_id
+            if e.key == TOP_MARKER_KEY and self.marker_checkpoint:  # the rebase's marker
+                return self.marker_checkpoint
+        self.notify(
+            "put the cursor on a checkpoint, compaction or restore marker first (Home: the top)"
+        )
         return ""
 
     def action_fork_here(self) -> None:

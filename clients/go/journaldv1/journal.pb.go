@@ -4256,6 +4256,110 @@ func (x *ListResponse) GetRuns() []*RunInfo {
 	return nil
 }
 
+// ListChangesRequest follows the listing (nothing to choose yet).
+type ListChangesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangesRequest) Reset() {
+	*x = ListChangesRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangesRequest) ProtoMessage() {}
+
+func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
+func (*ListChangesRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
+}
+
+// ListChangesResponse is one notice: the runs whose `RunInfo` may differ from what a List
+// before it said. Notices of a burst are coalesced (at most a few per second).
+type ListChangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True on the first response only: the stream is live, a List sent after it misses no
+	// change (it carries no run ids).
+	Ready bool `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
+	// The runs whose listing rows changed (sorted; each once per notice).
+	RunIds []string `protobuf:"bytes,2,rep,name=run_ids,json=runIds,proto3" json:"run_ids,omitempty"`
+	// True when more runs changed than one notice names (or the daemon cannot tell which,
+	// e.g. another host's changes on a shared backend): List everything again.
+	All           bool `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangesResponse) Reset() {
+	*x = ListChangesResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangesResponse) ProtoMessage() {}
+
+func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
+func (*ListChangesResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListChangesResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *ListChangesResponse) GetRunIds() []string {
+	if x != nil {
+		return x.RunIds
+	}
+	return nil
+}
+
+func (x *ListChangesResponse) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
 // DeleteRequest removes a run.
 type DeleteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4267,7 +4371,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4279,7 +4383,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4292,7 +4396,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteRequest) GetRunId() string {
@@ -4313,7 +4417,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4429,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4442,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -4361,7 +4465,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4477,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4490,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -4416,7 +4520,7 @@ type CheckpointEvent struct {
 
 func (x *CheckpointEvent) Reset() {
 	*x = CheckpointEvent{}
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4428,7 +4532,7 @@ func (x *CheckpointEvent) String() string {
 func (*CheckpointEvent) ProtoMessage() {}
 
 func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4441,7 +4545,7 @@ func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointEvent.ProtoReflect.Descriptor instead.
 func (*CheckpointEvent) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CheckpointEvent) GetKind() string {
@@ -4474,7 +4578,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4590,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4603,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -4569,7 +4673,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4581,7 +4685,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4594,7 +4698,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HistoryRequest) GetRunId() string {
@@ -4666,7 +4770,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4678,7 +4782,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4691,7 +4795,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HistoryResponse) GetMessages() []*Message {
@@ -4761,7 +4865,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +4877,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +4890,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VerifyRequest) GetRunId() string {
@@ -4813,7 +4917,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4825,7 +4929,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4838,7 +4942,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VerifyResponse) GetRecords() uint64 {
@@ -4880,7 +4984,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4892,7 +4996,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4905,7 +5009,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RecoverRequest) GetRunId() string {
@@ -4938,7 +5042,7 @@ type QuarantinedRecord struct {
 
 func (x *QuarantinedRecord) Reset() {
 	*x = QuarantinedRecord{}
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5054,7 @@ func (x *QuarantinedRecord) String() string {
 func (*QuarantinedRecord) ProtoMessage() {}
 
 func (x *QuarantinedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5067,7 @@ func (x *QuarantinedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantinedRecord.ProtoReflect.Descriptor instead.
 func (*QuarantinedRecord) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *QuarantinedRecord) GetFile() string {
@@ -5038,7 +5142,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5154,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5167,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RecoverResponse) GetQuarantined() uint64 {
@@ -5144,7 +5248,7 @@ type CheckpointMeta struct {
 
 func (x *CheckpointMeta) Reset() {
 	*x = CheckpointMeta{}
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5156,7 +5260,7 @@ func (x *CheckpointMeta) String() string {
 func (*CheckpointMeta) ProtoMessage() {}
 
 func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5169,7 +5273,7 @@ func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointMeta.ProtoReflect.Descriptor instead.
 func (*CheckpointMeta) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CheckpointMeta) GetCheckpointId() string {
@@ -5255,7 +5359,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5267,7 +5371,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5280,7 +5384,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CheckpointRequest) GetRunId() string {
@@ -5308,7 +5412,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5320,7 +5424,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5333,7 +5437,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -5354,7 +5458,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5366,7 +5470,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5379,7 +5483,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListCheckpointsRequest) GetRunId() string {
@@ -5400,7 +5504,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5412,7 +5516,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5425,7 +5529,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointMeta {
@@ -5452,7 +5556,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5464,7 +5568,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5477,7 +5581,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RestoreRequest) GetRunId() string {
@@ -5527,7 +5631,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5539,7 +5643,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5552,7 +5656,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RestoreResponse) GetFromMessages() uint64 {
@@ -5603,7 +5707,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5615,7 +5719,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5628,7 +5732,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteCheckpointRequest) GetRunId() string {
@@ -5656,7 +5760,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5668,7 +5772,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5681,7 +5785,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteCheckpointResponse) GetDeleted() bool {
@@ -5712,7 +5816,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5724,7 +5828,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5737,7 +5841,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CompactRequest) GetRunId() string {
@@ -5801,7 +5905,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5813,7 +5917,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5826,7 +5930,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CompactResponse) GetStatus() CompactStatus {
@@ -5881,7 +5985,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5893,7 +5997,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5906,7 +6010,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ForkRequest) GetRunId() string {
@@ -5950,7 +6054,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5962,7 +6066,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5975,7 +6079,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ForkResponse) GetRunId() string {
@@ -6005,7 +6109,7 @@ type ExportCheckpointRequest struct {
 
 func (x *ExportCheckpointRequest) Reset() {
 	*x = ExportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6017,7 +6121,7 @@ func (x *ExportCheckpointRequest) String() string {
 func (*ExportCheckpointRequest) ProtoMessage() {}
 
 func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6030,7 +6134,7 @@ func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ExportCheckpointRequest) GetRunId() string {
@@ -6058,7 +6162,7 @@ type ExportCheckpointResponse struct {
 
 func (x *ExportCheckpointResponse) Reset() {
 	*x = ExportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6070,7 +6174,7 @@ func (x *ExportCheckpointResponse) String() string {
 func (*ExportCheckpointResponse) ProtoMessage() {}
 
 func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6083,7 +6187,7 @@ func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ExportCheckpointResponse) GetData() []byte {
@@ -6106,7 +6210,7 @@ type ImportCheckpointRequest struct {
 
 func (x *ImportCheckpointRequest) Reset() {
 	*x = ImportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[71]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6118,7 +6222,7 @@ func (x *ImportCheckpointRequest) String() string {
 func (*ImportCheckpointRequest) ProtoMessage() {}
 
 func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[71]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6131,7 +6235,7 @@ func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ImportCheckpointRequest) GetRunId() string {
@@ -6159,7 +6263,7 @@ type ImportCheckpointResponse struct {
 
 func (x *ImportCheckpointResponse) Reset() {
 	*x = ImportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[72]
+	mi := &file_journald_v1_journal_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6171,7 +6275,7 @@ func (x *ImportCheckpointResponse) String() string {
 func (*ImportCheckpointResponse) ProtoMessage() {}
 
 func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[72]
+	mi := &file_journald_v1_journal_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6184,7 +6288,7 @@ func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -6211,7 +6315,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[73]
+	mi := &file_journald_v1_journal_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6223,7 +6327,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[73]
+	mi := &file_journald_v1_journal_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6236,7 +6340,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{73}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -6285,7 +6389,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[74]
+	mi := &file_journald_v1_journal_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6297,7 +6401,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[74]
+	mi := &file_journald_v1_journal_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6310,7 +6414,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{74}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -6354,7 +6458,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[75]
+	mi := &file_journald_v1_journal_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6366,7 +6470,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[75]
+	mi := &file_journald_v1_journal_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6379,7 +6483,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{75}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -6411,7 +6515,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[76]
+	mi := &file_journald_v1_journal_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6423,7 +6527,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[76]
+	mi := &file_journald_v1_journal_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6436,7 +6540,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{76}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -6478,7 +6582,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[77]
+	mi := &file_journald_v1_journal_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6490,7 +6594,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[77]
+	mi := &file_journald_v1_journal_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6503,7 +6607,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{77}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -6825,7 +6929,12 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\vListRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\"8\n" +
 	"\fListResponse\x12(\n" +
-	"\x04runs\x18\x01 \x03(\v2\x14.journald.v1.RunInfoR\x04runs\"&\n" +
+	"\x04runs\x18\x01 \x03(\v2\x14.journald.v1.RunInfoR\x04runs\"\x14\n" +
+	"\x12ListChangesRequest\"V\n" +
+	"\x13ListChangesResponse\x12\x14\n" +
+	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x17\n" +
+	"\arun_ids\x18\x02 \x03(\tR\x06runIds\x12\x10\n" +
+	"\x03all\x18\x03 \x01(\bR\x03all\"&\n" +
 	"\rDeleteRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"*\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
@@ -7059,7 +7168,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x10RUN_STATUS_ERROR\x10\x05\x12\x15\n" +
 	"\x11RUN_STATUS_BUDGET\x10\x06\x12\x1d\n" +
 	"\x19RUN_STATUS_MAX_ITERATIONS\x10\a\x12\x18\n" +
-	"\x14RUN_STATUS_CORRUPTED\x10\b2\xce\r\n" +
+	"\x14RUN_STATUS_CORRUPTED\x10\b2\xa2\x0e\n" +
 	"\x0eJournalService\x12=\n" +
 	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12D\n" +
 	"\aRelease\x12\x1b.journald.v1.ReleaseRequest\x1a\x1c.journald.v1.ReleaseResponse\x12E\n" +
@@ -7068,7 +7177,8 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\fAppendStream\x12 .journald.v1.AppendStreamRequest\x1a!.journald.v1.AppendStreamResponse(\x010\x01\x12=\n" +
 	"\x04Load\x12\x18.journald.v1.LoadRequest\x1a\x19.journald.v1.LoadResponse0\x01\x12;\n" +
 	"\x04Fold\x12\x18.journald.v1.FoldRequest\x1a\x19.journald.v1.FoldResponse\x12;\n" +
-	"\x04List\x12\x18.journald.v1.ListRequest\x1a\x19.journald.v1.ListResponse\x12A\n" +
+	"\x04List\x12\x18.journald.v1.ListRequest\x1a\x19.journald.v1.ListResponse\x12R\n" +
+	"\vListChanges\x12\x1f.journald.v1.ListChangesRequest\x1a .journald.v1.ListChangesResponse0\x01\x12A\n" +
 	"\x06Delete\x12\x1a.journald.v1.DeleteRequest\x1a\x1b.journald.v1.DeleteResponse\x12@\n" +
 	"\x05Watch\x12\x19.journald.v1.WatchRequest\x1a\x1a.journald.v1.WatchResponse0\x01\x12D\n" +
 	"\aHistory\x12\x1b.journald.v1.HistoryRequest\x1a\x1c.journald.v1.HistoryResponse\x12M\n" +
@@ -7099,7 +7209,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -7152,50 +7262,52 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*RunInfo)(nil),                  // 48: journald.v1.RunInfo
 	(*ListRequest)(nil),              // 49: journald.v1.ListRequest
 	(*ListResponse)(nil),             // 50: journald.v1.ListResponse
-	(*DeleteRequest)(nil),            // 51: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 52: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 53: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 54: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 55: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 56: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 57: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 58: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 59: journald.v1.VerifyResponse
-	(*RecoverRequest)(nil),           // 60: journald.v1.RecoverRequest
-	(*QuarantinedRecord)(nil),        // 61: journald.v1.QuarantinedRecord
-	(*RecoverResponse)(nil),          // 62: journald.v1.RecoverResponse
-	(*CheckpointMeta)(nil),           // 63: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 64: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 65: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 66: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 67: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 68: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 69: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 70: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 71: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 72: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 73: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 74: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 75: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 76: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 77: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 78: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 79: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 80: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 81: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 82: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 83: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 84: journald.v1.ErrorDetail
-	nil,                              // 85: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 86: journald.v1.RunState.LabelsEntry
-	nil,                              // 87: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 88: journald.v1.RunInfo.LabelsEntry
-	nil,                              // 89: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 90: journald.v1.ErrorDetail.MetadataEntry
+	(*ListChangesRequest)(nil),       // 51: journald.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),      // 52: journald.v1.ListChangesResponse
+	(*DeleteRequest)(nil),            // 53: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 54: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 55: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 56: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 57: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 58: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 59: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 60: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 61: journald.v1.VerifyResponse
+	(*RecoverRequest)(nil),           // 62: journald.v1.RecoverRequest
+	(*QuarantinedRecord)(nil),        // 63: journald.v1.QuarantinedRecord
+	(*RecoverResponse)(nil),          // 64: journald.v1.RecoverResponse
+	(*CheckpointMeta)(nil),           // 65: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 66: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 67: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 68: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 69: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 70: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 71: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 72: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 73: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 74: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 75: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 76: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 77: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 78: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 79: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 80: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 81: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 82: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 83: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 84: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 85: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 86: journald.v1.ErrorDetail
+	nil,                              // 87: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 88: journald.v1.RunState.LabelsEntry
+	nil,                              // 89: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 90: journald.v1.RunInfo.LabelsEntry
+	nil,                              // 91: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 92: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	8,   // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	85,  // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	87,  // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	10,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	7,   // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	12,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
@@ -7219,11 +7331,11 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	18,  // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
 	25,  // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
 	10,  // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	86,  // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	88,  // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
 	26,  // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
 	0,   // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
 	8,   // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	87,  // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	89,  // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
 	29,  // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
 	9,   // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
 	27,  // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
@@ -7233,7 +7345,7 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	30,  // 36: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
 	33,  // 37: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
 	31,  // 38: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
-	84,  // 39: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
+	86,  // 39: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
 	34,  // 40: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
 	35,  // 41: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
 	1,   // 42: journald.v1.Ack.durability:type_name -> journald.v1.Durability
@@ -7248,29 +7360,29 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	7,   // 51: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
 	28,  // 52: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
 	29,  // 53: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	88,  // 54: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	90,  // 54: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
 	48,  // 55: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	63,  // 56: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	65,  // 56: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
 	20,  // 57: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	54,  // 58: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	56,  // 58: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
 	2,   // 59: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
 	7,   // 60: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
 	23,  // 61: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	61,  // 62: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
+	63,  // 62: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
 	16,  // 63: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
 	3,   // 64: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	63,  // 65: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	63,  // 66: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	65,  // 65: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	65,  // 66: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
 	39,  // 67: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
 	32,  // 68: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
 	7,   // 69: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
 	4,   // 70: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
 	16,  // 71: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
 	39,  // 72: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	89,  // 73: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	91,  // 73: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
 	27,  // 74: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	63,  // 75: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	90,  // 76: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	65,  // 75: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	92,  // 76: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
 	30,  // 77: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
 	33,  // 78: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
 	37,  // 79: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
@@ -7279,46 +7391,48 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	44,  // 82: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
 	46,  // 83: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
 	49,  // 84: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	51,  // 85: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	53,  // 86: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	56,  // 87: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	64,  // 88: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	66,  // 89: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	68,  // 90: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	70,  // 91: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	72,  // 92: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	74,  // 93: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	76,  // 94: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	78,  // 95: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	58,  // 96: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	80,  // 97: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	82,  // 98: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	60,  // 99: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
-	36,  // 100: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	34,  // 101: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	38,  // 102: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
-	41,  // 103: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	43,  // 104: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	45,  // 105: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	47,  // 106: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	50,  // 107: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	52,  // 108: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	55,  // 109: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	57,  // 110: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	65,  // 111: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	67,  // 112: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	69,  // 113: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	71,  // 114: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	73,  // 115: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	75,  // 116: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	77,  // 117: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	79,  // 118: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	59,  // 119: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	81,  // 120: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	83,  // 121: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	62,  // 122: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
-	100, // [100:123] is the sub-list for method output_type
-	77,  // [77:100] is the sub-list for method input_type
+	51,  // 85: journald.v1.JournalService.ListChanges:input_type -> journald.v1.ListChangesRequest
+	53,  // 86: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	55,  // 87: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	58,  // 88: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	66,  // 89: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	68,  // 90: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	70,  // 91: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	72,  // 92: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	74,  // 93: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	76,  // 94: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	78,  // 95: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	80,  // 96: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	60,  // 97: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	82,  // 98: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	84,  // 99: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	62,  // 100: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	36,  // 101: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	34,  // 102: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	38,  // 103: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
+	41,  // 104: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	43,  // 105: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	45,  // 106: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	47,  // 107: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	50,  // 108: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	52,  // 109: journald.v1.JournalService.ListChanges:output_type -> journald.v1.ListChangesResponse
+	54,  // 110: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	57,  // 111: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	59,  // 112: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	67,  // 113: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	69,  // 114: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	71,  // 115: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	73,  // 116: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	75,  // 117: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	77,  // 118: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	79,  // 119: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	81,  // 120: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	61,  // 121: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	83,  // 122: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	85,  // 123: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	64,  // 124: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	101, // [101:125] is the sub-list for method output_type
+	77,  // [77:101] is the sub-list for method input_type
 	77,  // [77:77] is the sub-list for extension type_name
 	77,  // [77:77] is the sub-list for extension extendee
 	0,   // [0:77] is the sub-list for field type_name
@@ -7353,7 +7467,7 @@ func file_journald_v1_journal_proto_init() {
 		(*LeasesResponse_Ended)(nil),
 	}
 	file_journald_v1_journal_proto_msgTypes[41].OneofWrappers = []any{}
-	file_journald_v1_journal_proto_msgTypes[48].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[50].OneofWrappers = []any{
 		(*WatchResponse_Record)(nil),
 		(*WatchResponse_Checkpoint)(nil),
 	}
@@ -7363,7 +7477,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   84,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,6 +51,7 @@ const (
 	JournalService_Load_FullMethodName             = "/journald.v1.JournalService/Load"
 	JournalService_Fold_FullMethodName             = "/journald.v1.JournalService/Fold"
 	JournalService_List_FullMethodName             = "/journald.v1.JournalService/List"
+	JournalService_ListChanges_FullMethodName      = "/journald.v1.JournalService/ListChanges"
 	JournalService_Delete_FullMethodName           = "/journald.v1.JournalService/Delete"
 	JournalService_Watch_FullMethodName            = "/journald.v1.JournalService/Watch"
 	JournalService_History_FullMethodName          = "/journald.v1.JournalService/History"
@@ -98,6 +99,10 @@ type JournalServiceClient interface {
 	Fold(ctx context.Context, in *FoldRequest, opts ...grpc.CallOption) (*FoldResponse, error)
 	// List returns the runs the daemon holds, newest first.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// ListChanges says which runs' listing rows changed (a run created, appended to, held,
+	// released or deleted), so a live listing Lists again only when something moved
+	// (docs/protocol.md#list-changes). The first response is `ready`; List after it.
+	ListChanges(ctx context.Context, in *ListChangesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListChangesResponse], error)
 	// Delete removes a run and its co-located checkpoints. Idempotent.
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// Watch streams records appended to a run from a seq (a live tail), and checkpoint
@@ -250,6 +255,25 @@ func (c *journalServiceClient) List(ctx context.Context, in *ListRequest, opts .
 	return out, nil
 }
 
+func (c *journalServiceClient) ListChanges(ctx context.Context, in *ListChangesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListChangesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[4], JournalService_ListChanges_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ListChangesRequest, ListChangesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JournalService_ListChangesClient = grpc.ServerStreamingClient[ListChangesResponse]
+
 func (c *journalServiceClient) Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteResponse)
@@ -262,7 +286,7 @@ func (c *journalServiceClient) Delete(ctx context.Context, in *DeleteRequest, op
 
 func (c *journalServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[4], JournalService_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[5], JournalService_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -439,6 +463,10 @@ type JournalServiceServer interface {
 	Fold(context.Context, *FoldRequest) (*FoldResponse, error)
 	// List returns the runs the daemon holds, newest first.
 	List(context.Context, *ListRequest) (*ListResponse, error)
+	// ListChanges says which runs' listing rows changed (a run created, appended to, held,
+	// released or deleted), so a live listing Lists again only when something moved
+	// (docs/protocol.md#list-changes). The first response is `ready`; List after it.
+	ListChanges(*ListChangesRequest, grpc.ServerStreamingServer[ListChangesResponse]) error
 	// Delete removes a run and its co-located checkpoints. Idempotent.
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	// Watch streams records appended to a run from a seq (a live tail), and checkpoint
@@ -510,6 +538,9 @@ func (UnimplementedJournalServiceServer) Fold(context.Context, *FoldRequest) (*F
 }
 func (UnimplementedJournalServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedJournalServiceServer) ListChanges(*ListChangesRequest, grpc.ServerStreamingServer[ListChangesResponse]) error {
+	return status.Error(codes.Unimplemented, "method ListChanges not implemented")
 }
 func (UnimplementedJournalServiceServer) Delete(context.Context, *DeleteRequest) (*DeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
@@ -684,6 +715,17 @@ func _JournalService_List_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _JournalService_ListChanges_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListChangesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JournalServiceServer).ListChanges(m, &grpc.GenericServerStream[ListChangesRequest, ListChangesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JournalService_ListChangesServer = grpc.ServerStreamingServer[ListChangesResponse]
 
 func _JournalService_Delete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DeleteRequest)
@@ -1049,6 +1091,11 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Load",
 			Handler:       _JournalService_Load_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ListChanges",
+			Handler:       _JournalService_ListChanges_Handler,
 			ServerStreams: true,
 		},
 		{

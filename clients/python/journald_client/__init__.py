@@ -50,6 +50,7 @@ from journald_client.errors import (
 )
 from journald_client.fingerprint import Fingerprint, compute
 from journald_client.lease_set import LeaseSet
+from journald_client.list_changes import ListChange, ListChanges
 from journald_client.paths import default_socket_path
 from journald_client.pipelined import Pending, PipelinedWriter
 from journald_client.state import (
@@ -119,6 +120,8 @@ __all__ = [
     "LeaseLost",
     "LeaseSet",
     "LeaseWarning",
+    "ListChange",
+    "ListChanges",
     "Locked",
     "NotFoundError",
     "Pending",

@@ -31,6 +31,7 @@ from journald_proto import journal_pb2_grpc as pb_grpc
 
 from journald_client import codec, errors, retry, window
 from journald_client.codec import Entry, OpenParams, Summary
+from journald_client.list_changes import ListChanges
 from journald_client.opening import Opener, Opening
 from journald_client.paths import checked_target
 from journald_client.pipelined import DEFAULT_WINDOW, PipelinedWriter
@@ -340,6 +341,13 @@ class Client(Opener):
         """The runs the daemon holds, newest first."""
         resp = self._unary("List", pb.ListRequest(limit=limit))
         return [codec.run_info_from_pb(r) for r in resp.runs]
+
+    def list_changes(self) -> ListChanges:
+        """Notices of which runs' listing rows changed (the first says the stream is live:
+        List after it); ``cancel()`` to stop. A daemon older than ListChanges fails the
+        iteration with a ``JournaldError`` of code ``unimplemented``: poll ``list`` then."""
+        call = self._stub.ListChanges(pb.ListChangesRequest(), metadata=codec.metadata())
+        return ListChanges(call, self._error)
 
     def delete(self, run_id: str) -> bool:
         """Remove a run (idempotent): False when it did not exist."""

@@ -2308,6 +2308,61 @@ class ListResponse(_message.Message):
 Global___ListResponse: _TypeAlias = ListResponse  # noqa: Y015
 
 @_typing.final
+class ListChangesRequest(_message.Message):
+    """ListChangesRequest follows the listing (nothing to choose yet)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListChangesRequest: _TypeAlias = ListChangesRequest  # noqa: Y015
+
+@_typing.final
+class ListChangesResponse(_message.Message):
+    """ListChangesResponse is one notice: the runs whose `RunInfo` may differ from what a List
+    before it said. Notices of a burst are coalesced (at most a few per second).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    READY_FIELD_NUMBER: _builtins.int
+    RUN_IDS_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
+    ready: _builtins.bool
+    """True on the first response only: the stream is live, a List sent after it misses no
+    change (it carries no run ids).
+    """
+    all: _builtins.bool
+    """True when more runs changed than one notice names (or the daemon cannot tell which,
+    e.g. another host's changes on a shared backend): List everything again.
+    """
+    @_builtins.property
+    def run_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The runs whose listing rows changed (sorted; each once per notice)."""
+
+    def __init__(
+        self,
+        *,
+        ready: _builtins.bool = ...,
+        run_ids: _abc.Iterable[_builtins.str] | None = ...,
+        all: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "ready", b"ready", "run_ids", b"run_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListChangesResponse: _TypeAlias = ListChangesResponse  # noqa: Y015
+
+@_typing.final
 class DeleteRequest(_message.Message):
     """DeleteRequest removes a run."""
 

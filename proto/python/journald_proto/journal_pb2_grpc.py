@@ -75,6 +75,11 @@ class JournalServiceStub:
                 request_serializer=journald_dot_v1_dot_journal__pb2.ListRequest.SerializeToString,
                 response_deserializer=journald_dot_v1_dot_journal__pb2.ListResponse.FromString,
                 _registered_method=True)
+        self.ListChanges = channel.unary_stream(
+                '/journald.v1.JournalService/ListChanges',
+                request_serializer=journald_dot_v1_dot_journal__pb2.ListChangesRequest.SerializeToString,
+                response_deserializer=journald_dot_v1_dot_journal__pb2.ListChangesResponse.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/journald.v1.JournalService/Delete',
                 request_serializer=journald_dot_v1_dot_journal__pb2.DeleteRequest.SerializeToString,
@@ -215,6 +220,15 @@ class JournalServiceServicer:
 
     def List(self, request, context):
         """List returns the runs the daemon holds, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListChanges(self, request, context):
+        """ListChanges says which runs' listing rows changed (a run created, appended to, held,
+        released or deleted), so a live listing Lists again only when something moved
+        (docs/protocol.md#list-changes). The first response is `ready`; List after it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -375,6 +389,11 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.List,
                     request_deserializer=journald_dot_v1_dot_journal__pb2.ListRequest.FromString,
                     response_serializer=journald_dot_v1_dot_journal__pb2.ListResponse.SerializeToString,
+            ),
+            'ListChanges': grpc.unary_stream_rpc_method_handler(
+                    servicer.ListChanges,
+                    request_deserializer=journald_dot_v1_dot_journal__pb2.ListChangesRequest.FromString,
+                    response_serializer=journald_dot_v1_dot_journal__pb2.ListChangesResponse.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -669,6 +688,33 @@ class JournalService:
             '/journald.v1.JournalService/List',
             journald_dot_v1_dot_journal__pb2.ListRequest.SerializeToString,
             journald_dot_v1_dot_journal__pb2.ListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/journald.v1.JournalService/ListChanges',
+            journald_dot_v1_dot_journal__pb2.ListChangesRequest.SerializeToString,
+            journald_dot_v1_dot_journal__pb2.ListChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -83,6 +83,11 @@ class JournalServiceStub:
     """Fold returns a run's folded state (optionally the governed message view)."""
     List: _grpc.UnaryUnaryMultiCallable[_journal_pb2.ListRequest, _journal_pb2.ListResponse]
     """List returns the runs the daemon holds, newest first."""
+    ListChanges: _grpc.UnaryStreamMultiCallable[_journal_pb2.ListChangesRequest, _journal_pb2.ListChangesResponse]
+    """ListChanges says which runs' listing rows changed (a run created, appended to, held,
+    released or deleted), so a live listing Lists again only when something moved
+    (docs/protocol.md#list-changes). The first response is `ready`; List after it.
+    """
     Delete: _grpc.UnaryUnaryMultiCallable[_journal_pb2.DeleteRequest, _journal_pb2.DeleteResponse]
     """Delete removes a run and its co-located checkpoints. Idempotent."""
     Watch: _grpc.UnaryStreamMultiCallable[_journal_pb2.WatchRequest, _journal_pb2.WatchResponse]
@@ -159,6 +164,11 @@ class JournalServiceAsyncStub(JournalServiceStub):
     """Fold returns a run's folded state (optionally the governed message view)."""
     List: _aio.UnaryUnaryMultiCallable[_journal_pb2.ListRequest, _journal_pb2.ListResponse]  # type: ignore[assignment]
     """List returns the runs the daemon holds, newest first."""
+    ListChanges: _aio.UnaryStreamMultiCallable[_journal_pb2.ListChangesRequest, _journal_pb2.ListChangesResponse]  # type: ignore[assignment]
+    """ListChanges says which runs' listing rows changed (a run created, appended to, held,
+    released or deleted), so a live listing Lists again only when something moved
+    (docs/protocol.md#list-changes). The first response is `ready`; List after it.
+    """
     Delete: _aio.UnaryUnaryMultiCallable[_journal_pb2.DeleteRequest, _journal_pb2.DeleteResponse]  # type: ignore[assignment]
     """Delete removes a run and its co-located checkpoints. Idempotent."""
     Watch: _aio.UnaryStreamMultiCallable[_journal_pb2.WatchRequest, _journal_pb2.WatchResponse]  # type: ignore[assignment]
@@ -280,6 +290,17 @@ class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_journal_pb2.ListResponse, _abc.Awaitable[_journal_pb2.ListResponse]]:
         """List returns the runs the daemon holds, newest first."""
+
+    @_abc_1.abstractmethod
+    def ListChanges(
+        self,
+        request: _journal_pb2.ListChangesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_journal_pb2.ListChangesResponse], _abc.AsyncIterator[_journal_pb2.ListChangesResponse]]:
+        """ListChanges says which runs' listing rows changed (a run created, appended to, held,
+        released or deleted), so a live listing Lists again only when something moved
+        (docs/protocol.md#list-changes). The first response is `ready`; List after it.
+        """
 
     @_abc_1.abstractmethod
     def Delete(

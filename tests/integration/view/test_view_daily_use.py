@@ -42,6 +42,16 @@ class CountingSource(Source):
         return super().runs()
 
 
+class PollingSource(CountingSource):
+    """A daemon older than ListChanges, as the viewer sees it: the stream is refused with
+    ``unimplemented`` (what the client raises for gRPC's UNIMPLEMENTED), so the table polls."""
+
+    def list_changes(self) -> jc.ListChanges:
+        err = jc.JournaldError("Method not found!")
+        err.code = "unimplemented"
+        raise err
+
+
 async def test_the_runs_table_fits_the_width_and_the_filter_box_hides_nothing(
     daemon: Daemon,
 ) -> None:
@@ -91,14 +101,14 @@ async def _check_width(daemon: Daemon, size: tuple[int, int]) -> None:
         assert "2 of 2 runs" in str(summary.render())
 
 
-async def test_the_runs_table_lists_only_on_top_and_redraws_only_what_moved(
+async def test_a_polled_runs_table_lists_only_on_top_and_redraws_only_what_moved(
     daemon: Daemon,
 ) -> None:
     with jc.connect(str(daemon.socket)) as jd:
         for i in range(30):
             with jd.start(f"quiet{i}", FP, "x") as run:
                 run.append_many(turns(1))
-    source = CountingSource(str(daemon.socket))
+    source = PollingSource(str(daemon.socket))
     app = ViewerApp(source)
     async with app.run_test(size=(100, 30)) as pilot:
         screen = runs_screen(app)

@@ -11,6 +11,7 @@ from journald.view.app import ViewerApp
 from journald.view.data import Source
 from journald.view.details import Confirm
 from journald.view.records import RecordsScreen
+from journald.view.runs import RunsScreen
 from journald.view.transcript_screen import TranscriptScreen
 from tests.daemon import Daemon
 from tests.integration.view.test_view_app import loaded, runs_screen, shows, transcript, turns
@@ -142,3 +143,57 @@ async def test_a_compaction_marker_forks_or_restores_from_before_it_after_confir
             await pilot.click("#yes")
             await until(pilot, lambda: len(jd.fold("squashed").messages) == before, "the restore")
             await until(pilot, lambda: shows(app, "restore at seq"), "the restore marker")
+
+
+async def test_a_checkpoint_shows_where_it_was_taken_and_forks_or_restores_from_there(
+    daemon: Daemon,
+) -> None:
+    with jc.connect(str(daemon.socket)) as jd:
+        with jd.start("marked", FP, "checkpoint me") as run:
+            run.append_many(turns(3))
+            cp = run.checkpoint("after three")
+            run.append_many(turns(2, first=3))
+        at = len(jd.fold("marked").messages)
+        assert cp.message_count == at - 4
+        app = ViewerApp(Source(str(daemon.socket)), "marked")
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: shows(app, f"checkpoint {cp.checkpoint_id}"), "the mark")
+            screen = transcript(app)
+            entries = screen.view.entries
+            mark = next(i for i, e in enumerate(entries) if e.kind == "marker")
+            # between the third turn's result and the fourth turn's call
+            assert "output of step 2" in (entries[mark - 1].result or "")
+            assert "'after three'" in entries[mark].text
+            assert '"i":3' in entries[mark + 1].text
+
+            screen.view.cursor = mark
+            await pilot.press("f")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the fork dialog")
+            await pilot.press(*"from-three", "enter")
+            await until(
+                pilot, lambda: loaded(app) and transcript(app).run_id == "from-three", "the fork"
+            )
+            assert len(jd.fold("from-three").messages) == cp.message_count
+
+            # the runs table opens the fork just made (o)
+            app.pop_to_runs()
+            await until(pilot, lambda: ready(app, RunsScreen, "RunsTable"), "the runs")
+            await until(pilot, lambda: runs_screen(app).loaded, "the runs listed")
+            await pilot.press("o")
+            await until(
+                pilot, lambda: loaded(app) and transcript(app).run_id == "from-three", "reopened"
+            )
+
+            await pilot.press("escape")
+            app.push_screen(TranscriptScreen("marked"))
+            await until(pilot, lambda: shows(app, f"checkpoint {cp.checkpoint_id}"), "again")
+            screen = transcript(app)
+            screen.view.cursor = next(
+                i for i, e in enumerate(screen.view.entries) if e.kind == "marker"
+            )
+            await pilot.press("r")
+            await until(pilot, lambda: ready(app, Confirm, "#yes"), "the restore dialog")
+            await pilot.click("#yes")
+            await until(
+                pilot, lambda: len(jd.fold("marked").messages) == cp.message_count, "the restore"
+            )

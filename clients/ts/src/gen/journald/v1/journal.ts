@@ -1420,6 +1420,29 @@ export interface ListResponse {
   runs: RunInfo[];
 }
 
+/** ListChangesRequest follows the listing (nothing to choose yet). */
+export interface ListChangesRequest {
+}
+
+/**
+ * ListChangesResponse is one notice: the runs whose `RunInfo` may differ from what a List
+ * before it said. Notices of a burst are coalesced (at most a few per second).
+ */
+export interface ListChangesResponse {
+  /**
+   * True on the first response only: the stream is live, a List sent after it misses no
+   * change (it carries no run ids).
+   */
+  ready: boolean;
+  /** The runs whose listing rows changed (sorted; each once per notice). */
+  runIds: string[];
+  /**
+   * True when more runs changed than one notice names (or the daemon cannot tell which,
+   * e.g. another host's changes on a shared backend): List everything again.
+   */
+  all: boolean;
+}
+
 /** DeleteRequest removes a run. */
 export interface DeleteRequest {
   /** The run id. */
@@ -8325,6 +8348,163 @@ export const ListResponse: MessageFns<ListResponse> = {
   },
 };
 
+function createBaseListChangesRequest(): ListChangesRequest {
+  return {};
+}
+
+export const ListChangesRequest: MessageFns<ListChangesRequest> = {
+  encode(_: ListChangesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListChangesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListChangesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListChangesRequest {
+    return {};
+  },
+
+  toJSON(_: ListChangesRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListChangesRequest>, I>>(base?: I): ListChangesRequest {
+    return ListChangesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListChangesRequest>, I>>(_: I): ListChangesRequest {
+    const message = createBaseListChangesRequest();
+    return message;
+  },
+};
+
+function createBaseListChangesResponse(): ListChangesResponse {
+  return { ready: false, runIds: [], all: false };
+}
+
+export const ListChangesResponse: MessageFns<ListChangesResponse> = {
+  encode(message: ListChangesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ready !== false) {
+      writer.uint32(8).bool(message.ready);
+    }
+    for (const v of message.runIds) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.all !== false) {
+      writer.uint32(24).bool(message.all);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListChangesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListChangesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.ready = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.runIds.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.all = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListChangesResponse {
+    return {
+      ready: isSet(object.ready) ? globalThis.Boolean(object.ready) : false,
+      runIds: globalThis.Array.isArray(object?.runIds)
+        ? object.runIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.run_ids)
+        ? object.run_ids.map((e: any) => globalThis.String(e))
+        : [],
+      all: isSet(object.all) ? globalThis.Boolean(object.all) : false,
+    };
+  },
+
+  toJSON(message: ListChangesResponse): unknown {
+    const obj: any = {};
+    if (message.ready !== false) {
+      obj.ready = message.ready;
+    }
+    if (message.runIds?.length) {
+      obj.runIds = message.runIds;
+    }
+    if (message.all !== false) {
+      obj.all = message.all;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListChangesResponse>, I>>(base?: I): ListChangesResponse {
+    return ListChangesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListChangesResponse>, I>>(object: I): ListChangesResponse {
+    const message = createBaseListChangesResponse();
+    message.ready = object.ready ?? false;
+    message.runIds = object.runIds?.map((e) => e) || [];
+    message.all = object.all ?? false;
+    return message;
+  },
+};
+
 function createBaseDeleteRequest(): DeleteRequest {
   return { runId: "" };
 }
@@ -12412,6 +12592,20 @@ export const JournalServiceService = {
     responseSerialize: (value: ListResponse): Buffer => Buffer.from(ListResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListResponse => ListResponse.decode(value),
   },
+  /**
+   * ListChanges says which runs' listing rows changed (a run created, appended to, held,
+   * released or deleted), so a live listing Lists again only when something moved
+   * (docs/protocol.md#list-changes). The first response is `ready`; List after it.
+   */
+  listChanges: {
+    path: "/journald.v1.JournalService/ListChanges" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: ListChangesRequest): Buffer => Buffer.from(ListChangesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListChangesRequest => ListChangesRequest.decode(value),
+    responseSerialize: (value: ListChangesResponse): Buffer => Buffer.from(ListChangesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListChangesResponse => ListChangesResponse.decode(value),
+  },
   /** Delete removes a run and its co-located checkpoints. Idempotent. */
   delete: {
     path: "/journald.v1.JournalService/Delete" as const,
@@ -12623,6 +12817,12 @@ export interface JournalServiceServer extends UntypedServiceImplementation {
   fold: handleUnaryCall<FoldRequest, FoldResponse>;
   /** List returns the runs the daemon holds, newest first. */
   list: handleUnaryCall<ListRequest, ListResponse>;
+  /**
+   * ListChanges says which runs' listing rows changed (a run created, appended to, held,
+   * released or deleted), so a live listing Lists again only when something moved
+   * (docs/protocol.md#list-changes). The first response is `ready`; List after it.
+   */
+  listChanges: handleServerStreamingCall<ListChangesRequest, ListChangesResponse>;
   /** Delete removes a run and its co-located checkpoints. Idempotent. */
   delete: handleUnaryCall<DeleteRequest, DeleteResponse>;
   /**
@@ -12763,6 +12963,17 @@ export interface JournalServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * ListChanges says which runs' listing rows changed (a run created, appended to, held,
+   * released or deleted), so a live listing Lists again only when something moved
+   * (docs/protocol.md#list-changes). The first response is `ready`; List after it.
+   */
+  listChanges(request: ListChangesRequest, options?: Partial<CallOptions>): ClientReadableStream<ListChangesResponse>;
+  listChanges(
+    request: ListChangesRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListChangesResponse>;
   /** Delete removes a run and its co-located checkpoints. Idempotent. */
   delete(
     request: DeleteRequest,
