@@ -115,7 +115,9 @@ class PageStore:
     async def span(self, run_id: str, log: MessageLog, start: int, end: int) -> Span:
         """Messages ``[start, end)`` widened to whole pages, reading only those pages: what a
         window or a History page reads (page boundaries are clean, so alignment stays
-        inside them)."""
+        inside them). Reads a copy taken first: a held run's writer may seal more of its
+        tail while the pages are read."""
+        log = log.copy()
         refs = log.missing(start, end)
         raw = await self.read(run_id, refs)
         got = {r.sha256: decode_page(r, raw[r.sha256]) for r in refs}
@@ -131,9 +133,10 @@ class PageStore:
 
     async def whole(self, run_id: str, log: MessageLog) -> list[Message]:
         """Every message (governance of a whole conversation, a whole Fold, a checkpoint):
-        every page read, none kept in the log's cache."""
+        every page read, none kept in the log's cache (a copy taken first, as ``span``)."""
         if not log.refs:
             return list(log)
+        log = log.copy()
         out = await self.messages(run_id, list(log.refs))
         out.extend(log.tail)
         return out

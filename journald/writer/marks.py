@@ -6,11 +6,11 @@ of the last one; History folds a tail page from the newest usable mark instead o
 The snapshot (``journald.core.snapshot``) is the whole folded state at a seq; the one fold of a
 stored run (``journald.writer.folding.fold_stored``) continues from it. They are two parts of the
 run's index, saved through the checkpoint store's ``save_mark`` (so every backend keeps them
-with no code of its own), apart so that a History page never reads the snapshot, which is as
-large as the conversation::
+with no code of its own), apart so that a History page never reads the snapshot (its tail
+and page references, about 1/1300 of the conversation)::
 
     part "marks":    {"marks": [fold marks, oldest first]}
-    part "snapshot": {"snapshot": encode_state(...)}
+    part "snapshot": {"snapshot": paged_state(...)}  # or encode_state(...) without pages
 
 Marks are taken by whoever folds the run as its writer (an Open, the daemon's own lease) and by
 every commit, kept in memory while the lease lives, and saved with a snapshot of the state the
