@@ -201,6 +201,15 @@ async def test_a_held_runs_tail_stays_bounded_while_it_appends_many_messages(
         assert len(log) == len(fold(b.records).messages)
         assert log.sealed > len(log) - 400  # all but the last couple of pages are sealed
         assert most < 3 * PAGE_TARGET_BYTES
+        # reads of the held run load the sealed pages they return (a Fold would wait for
+        # the daemon's own lease, which holds the writer's lock while the operation lasts)
+        want = list(fold(b.records).messages)
+        far = await daemon.stub.History(
+            pb.HistoryRequest(run_id=RUN, view=pb.HISTORY_VIEW_STATE, offset=10, limit=20)
+        )
+        assert as_messages(far.messages) == want[far.offset : far.next_offset]
+        cleaned = await daemon.stub.History(pb.HistoryRequest(run_id=RUN, offset=0, limit=5))
+        assert cleaned.total == len(want)  # derived from every page
 
 
 async def test_the_lease_end_snapshot_writes_only_the_pages_created_since_the_last_one(
