@@ -153,13 +153,17 @@ def dormant(data: Path, runs: list[int], reps: int) -> None:
         call = s.Open(open_req(run_id))
         lease = next(iter(call)).lease
         s.Release(pb.ReleaseRequest(run_id=run_id, lease_id=lease.lease_id))
-        call.cancel()  # type: ignore[no-untyped-call]
+        call.cancel()
         return len(lease.state.messages)
 
     with Daemon(data.parent, "file", *ROOMY, data_dir=data) as d:
         for n in runs:  # one lease end each: the snapshot every later read starts from
             open_release(stub(d), f"r{n}")
-    views = {"stored": pb.HISTORY_VIEW_STATE, "cleaned": 0, "governed": pb.HISTORY_VIEW_GOVERNED}
+    views = {
+        "stored": pb.HISTORY_VIEW_STATE,
+        "cleaned": pb.HISTORY_VIEW_UNSPECIFIED,
+        "governed": pb.HISTORY_VIEW_GOVERNED,
+    }
     print(f"dormant reads, fresh daemon per run: first call / median of {reps} repeats (ms)")
     print("(read: bytes the daemon read for the first call, rchar of /proc/PID/io: load-free)")
     print(f"{'records':>9} {'call':>16} {'first':>8} {'median':>8} {'read KiB':>9}")
@@ -197,7 +201,7 @@ def dormant(data: Path, runs: list[int], reps: int) -> None:
         lease = next(iter(call)).lease
         held = rss_kib(d.pid)
         s.Release(pb.ReleaseRequest(run_id=big, lease_id=lease.lease_id))
-        call.cancel()  # type: ignore[no-untyped-call]
+        call.cancel()
         print(
             f"\nRSS holding {big}: {held / 1024:.1f} MiB "
             f"(idle {idle / 1024:.1f} MiB, +{(held - idle) / 1024:.1f} MiB)"
