@@ -11,6 +11,8 @@ Invariants of the result:
   user message (tool results, or earlier follow-ups) the fold merges the new blocks into it,
   exactly as a live agent builds its next request; otherwise it starts a user message.
   Consecutive assistant messages (a ``pause_turn`` continuation) merge the same way.
+* ``messages`` is a ``MessageLog`` (``journald.core.message_log``): sealed pages then an open
+  tail; the fold changes only the tail (appends and merges into the last message).
 * A rebase replaces the messages with its own (its pages' messages, then its inline ones,
   read through the resolver the fold is given); counters stay cumulative. A rebase with
   reason ``quarantine`` (written by recovery after moving damaged records out) is also kept

@@ -12,8 +12,11 @@ document of this version with ``SnapshotUnreadable``; the caller then folds the 
 A **paged** snapshot (version 2, ``paged_snapshot``) holds its committed messages as message
 pages plus a tail (``journald.core.pages``), like a paged rebase: ``message_pages`` then
 ``messages``. Writing one costs the pages the run's store does not hold yet, not the whole
-conversation; ``decode_state`` reads it through the resolver it is given. A release that
-knows only version 1 ignores a version 2 document (and folds the run in full).
+conversation; ``decode_state`` reads it through the resolver it is given, or (``lazy``, what
+the daemon does) keeps its pages sealed in the state's ``MessageLog``
+(``journald.core.message_log``) for the reads that need them. ``paged_state`` writes one from
+a state whose log is sealed already: only the tail is cut. A release that knows only
+version 1 ignores a version 2 document (and folds the run in full).
 
 Pure core: no I/O imports.
 """
