@@ -24,7 +24,7 @@ async function saver(name: string): Promise<JournaldSaver> {
 }
 
 /** Retry `check` until it passes (a bound on a condition, not a timing assertion). */
-export async function eventually(check: () => Promise<void>, timeoutMs = 20_000): Promise<void> {
+export async function eventually(check: () => Promise<void>, timeoutMs = 60_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     try {
