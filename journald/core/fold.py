@@ -11,6 +11,8 @@ Invariants of the result:
   user message (tool results, or earlier follow-ups) the fold merges the new blocks into it,
   exactly as a live agent builds its next request; otherwise it starts a user message.
   Consecutive assistant messages (a ``pause_turn`` continuation) merge the same way.
+* ``messages`` is a ``MessageLog`` (``journald.core.message_log``): sealed pages then an open
+  tail; the fold changes only the tail (appends and merges into the last message).
 * A rebase replaces the messages with its own (its pages' messages, then its inline ones,
   read through the resolver the fold is given); counters stay cumulative. A rebase with
   reason ``quarantine`` (written by recovery after moving damaged records out) is also kept
@@ -39,6 +41,7 @@ from typing import Any
 
 from journald.core.errors import InvalidRecord, StoreCorrupted
 from journald.core.fingerprint import Fingerprint
+from journald.core.message_log import MessageLog
 from journald.core.pages import PageResolver, conversation
 from journald.core.records import GENESIS, Record
 
@@ -130,7 +133,8 @@ class RunState:
     prompt: list[Block] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     lineage: dict[str, Any] | None = None
-    messages: list[Message] = field(default_factory=list)
+    # sealed pages plus an open tail (``journald.core.message_log``): the fold changes the tail
+    messages: MessageLog = field(default_factory=MessageLog)
     pending: Pending | None = None
     counters: Counters = field(default_factory=Counters)
     next_iteration: int = 1
@@ -168,13 +172,14 @@ class RunState:
         return "open"
 
     def copy(self) -> RunState:
-        # Message dicts are never mutated in place (merges build new dicts), so shallow
-        # list copies are enough for a continuation to leave this state untouched.
+        # Message dicts are never mutated in place (merges build new dicts), so a copy of
+        # the tail (the pages are frozen) is enough for a continuation to leave this
+        # state untouched.
         return replace(
             self,
             prompt=list(self.prompt),
             labels=dict(self.labels),
-            messages=list(self.messages),
+            messages=self.messages.copy(),
             pending=self.pending.copy() if self.pending else None,
             counters=replace(self.counters),
             anomalies=list(self.anomalies),
@@ -210,7 +215,9 @@ def abandoned_result(tool_use_id: str) -> Block:
     return result_block(tool_use_id, [{"type": "text", "text": ABANDONED_TEXT}], True)
 
 
-def append_message(messages: list[Message], role: str, content: Sequence[Block]) -> None:
+def append_message(
+    messages: list[Message] | MessageLog, role: str, content: Sequence[Block]
+) -> None:
     """Append, merging into the last message when it has the same role (a new dict)."""
     if messages and messages[-1]["role"] == role:
         last = messages[-1]
@@ -334,7 +341,7 @@ def _apply(st: RunState, rec: Record, pages: PageResolver | None = None) -> None
         st.labels = dict(p.get("labels") or {})
         st.lineage = p.get("lineage")
         if st.prompt:
-            st.messages = [{"role": "user", "content": list(st.prompt)}]
+            st.messages = MessageLog([{"role": "user", "content": list(st.prompt)}])
     elif rec.kind == "assistant":
         msg = _message(p.get("message"), rec, "assistant")
         _need(
@@ -425,7 +432,7 @@ def _apply(st: RunState, rec: Record, pages: PageResolver | None = None) -> None
                 )
             )
         st.pending = None
-        st.messages = [dict(m) for m in msgs]
+        st.messages = MessageLog(dict(m) for m in msgs)
         if p.get("reason") == QUARANTINE:
             st.anomalies.append(Anomaly(rec.seq, QUARANTINED, quarantine_note(rec.seq, p)))
     elif rec.kind == "terminal":

@@ -181,13 +181,14 @@ def fold_window(
     be 0: start at an earlier mark otherwise) continuing the message list of the mark.
     ``pages`` reads the pages of a paged rebase among them (``journald.core.pages``)."""
     from journald.core.fold import RunState, fold_into
+    from journald.core.message_log import MessageLog
 
     if mark.pending_seq:
         raise ValueError("fold_window needs a mark without an open turn")
     seed = RunState(last_seq=mark.seq)
     seed.counters.llm_calls = 1
     if mark.messages:
-        seed.messages = [{"role": mark.last_role, "content": []}]
+        seed.messages = MessageLog([{"role": mark.last_role, "content": []}])
     st = fold_into(seed, records, pages)
     if any(r.kind == "rebase" for r in records):  # the window replaced everything before
         return Window(0, list(st.messages), len(st.messages), False, st.last_seq, st.pending)

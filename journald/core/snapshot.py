@@ -12,8 +12,11 @@ document of this version with ``SnapshotUnreadable``; the caller then folds the 
 A **paged** snapshot (version 2, ``paged_snapshot``) holds its committed messages as message
 pages plus a tail (``journald.core.pages``), like a paged rebase: ``message_pages`` then
 ``messages``. Writing one costs the pages the run's store does not hold yet, not the whole
-conversation; ``decode_state`` reads it through the resolver it is given. A release that
-knows only version 1 ignores a version 2 document (and folds the run in full).
+conversation; ``decode_state`` reads it through the resolver it is given, or (``lazy``, what
+the daemon does) keeps its pages sealed in the state's ``MessageLog``
+(``journald.core.message_log``) for the reads that need them. ``paged_state`` writes one from
+a state whose log is sealed already: only the tail is cut. A release that knows only
+version 1 ignores a version 2 document (and folds the run in full).
 
 Pure core: no I/O imports.
 """
@@ -36,6 +39,7 @@ from journald.core.fold import (
     StateValue,
     ToolCall,
 )
+from journald.core.message_log import MessageLog
 from journald.core.pages import Paged, PageRef, PageResolver, conversation, page_refs
 
 SNAPSHOT_VERSION = 1
@@ -48,8 +52,27 @@ class SnapshotUnreadable(ValueError):
 
 
 def encode_state(st: RunState) -> dict[str, Any]:
-    """The state as a JSON value. Lists and dicts are new; message dicts are shared with
-    ``st`` (the fold never mutates one in place)."""
+    """The state as a JSON value (version 1: every message inline, each page of a sealed
+    ``MessageLog`` read, so its pages must be loaded). Lists and dicts are new; message
+    dicts are shared with ``st`` (the fold never mutates one in place)."""
+    return _encode(st, list(st.messages))
+
+
+def paged_state(st: RunState, tail: Paged) -> dict[str, Any]:
+    """The snapshot of a state whose messages are its log's sealed pages, then ``tail`` (the
+    cut of the log's tail, ``cut(st.messages.tail)``): what it costs to write is the tail's
+    new pages, never the sealed ones (they are stored already). Version 1 when there are no
+    pages at all."""
+    refs = [*st.messages.refs, *tail.refs]
+    if not refs:
+        return _encode(st, list(st.messages.tail))
+    out = _encode(st, list(tail.tail))
+    out["v"] = PAGED_SNAPSHOT_VERSION
+    out["message_pages"] = [r.as_json() for r in refs]
+    return out
+
+
+def _encode(st: RunState, messages: list[Message]) -> dict[str, Any]:
     pending = st.pending
     return {
         "v": SNAPSHOT_VERSION,
@@ -60,7 +83,7 @@ def encode_state(st: RunState) -> dict[str, Any]:
         "prompt": list(st.prompt),
         "labels": dict(st.labels),
         "lineage": st.lineage,
-        "messages": list(st.messages),
+        "messages": messages,
         "pending": None
         if pending is None
         else {
@@ -109,11 +132,17 @@ def snapshot_pages(doc: object) -> list[PageRef]:
         return []
 
 
-def decode_state(doc: object, pages: PageResolver | None = None) -> RunState:
-    """The state ``encode_state`` (or ``paged_snapshot``, read through ``pages``) wrote;
-    ``SnapshotUnreadable`` for anything else, a page that cannot be read included. Every list
-    and dict of the result is new (the caller folds into it)."""
+def decode_state(doc: object, pages: PageResolver | None = None, lazy: bool = False) -> RunState:
+    """The state ``encode_state`` (or ``paged_snapshot``/``paged_state``, read through
+    ``pages``) wrote; ``SnapshotUnreadable`` for anything else, a page that cannot be read
+    included. Every list and dict of the result is new (the caller folds into it).
+
+    ``lazy``: a paged snapshot's pages stay sealed in the result's ``MessageLog`` (read
+    later, by the windows that need them); only the last page is read, and only when the
+    tail is empty (the fold may merge into the last message)."""
     try:
+        if lazy and isinstance(doc, Mapping) and doc.get("v") == PAGED_SNAPSHOT_VERSION:
+            return _decode_lazy(doc, pages)
         if isinstance(doc, Mapping) and doc.get("v") == PAGED_SNAPSHOT_VERSION:
             refs = doc.get("message_pages")
             _need(isinstance(refs, list) and bool(refs), "a paged snapshot without pages")
@@ -138,6 +167,19 @@ def decode_state(doc: object, pages: PageResolver | None = None) -> RunState:
         if isinstance(exc, SnapshotUnreadable):
             raise
         raise SnapshotUnreadable(f"malformed snapshot: {type(exc).__name__}: {exc}") from None
+
+
+def _decode_lazy(doc: Mapping[str, Any], pages: PageResolver | None) -> RunState:
+    refs = page_refs({"pages": doc.get("message_pages")})
+    _need(bool(refs), "a paged snapshot without pages")
+    st = _decode({k: v for k, v in doc.items() if k != "message_pages"} | {"v": SNAPSHOT_VERSION})
+    if st.messages.tail:
+        st.messages = MessageLog(st.messages.tail, refs)
+    else:  # the last page becomes the tail: the fold may merge into its last message
+        _need(pages is not None, "its last page was not read")
+        assert pages is not None
+        st.messages = MessageLog(_messages(pages(refs[-1]), "the last page"), refs[:-1])
+    return st
 
 
 def _need(ok: bool, what: str) -> None:
@@ -219,7 +261,7 @@ def _decode(doc: object) -> RunState:
         prompt=list(_typed(doc["prompt"], list, "prompt is not a list")),
         labels={str(k): str(v) for k, v in _typed(doc["labels"], dict, "").items()},
         lineage=dict(lineage) if lineage is not None else None,
-        messages=_messages(doc["messages"], "messages"),
+        messages=MessageLog(_messages(doc["messages"], "messages")),
         pending=_pending(doc["pending"]),
         counters=Counters(**{n: _int(counters.get(n, 0), n) for n in _COUNTERS}),
         next_iteration=_int(doc["next_iteration"], "next_iteration"),

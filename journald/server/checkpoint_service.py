@@ -394,7 +394,7 @@ class CheckpointRpcs:
                 await lease.writer.commit(records, paged.resolver())
                 if failpoints.ARMED:
                     failpoints.hit("op_after_rebase")
-                state = lease.state
+                state = await self.runs.pages.whole_state(new_run, lease.state)
         except JournaldError:
             if created:
                 await self._discard_run(new_run)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ SEEK_TAIL_RECORDS = 5000  # a page by seq this near the end is folded from a mar
 class Conversation:
     """What History pages: the messages of a view, the seq they reflect, the open turn."""
 
-    messages: list[Message]
+    messages: Sequence[Message]
     last_seq: int
     pending: Pending | None
 
@@ -49,29 +50,44 @@ class HistoryRpcs:
         self._views = RunCache(VIEW_CACHE_RUNS)
 
     async def conversation(
-        self, run_id: str, view: int = pb.HISTORY_VIEW_UNSPECIFIED
+        self,
+        run_id: str,
+        view: int = pb.HISTORY_VIEW_UNSPECIFIED,
+        span: tuple[int, int] = (0, -1),
     ) -> Conversation:
         """The message list History pages (``view``) with the seq it reflects and the open
-        turn: from the lease's cached state when held, else from the dormant fold."""
+        turn: from the lease's cached state when held, else from the dormant fold. The stored
+        view reads only the pages holding messages ``span`` (``[start, end)``, -1: the end;
+        indexes outside it are not loaded); the others derive from the whole conversation."""
         lease = self.runs.leases.held(run_id)
         if lease is not None:
             st = lease.state
-            return self._view_of(run_id, view, (lease.lease_id, st.last_seq, st.last_hash), st)
-        key, st = await self.runs.dormant_state(run_id)
-        return self._view_of(run_id, view, key, st)
-
-    def _view_of(self, run_id: str, view: int, key: Any, st: RunState) -> Conversation:
+            key: Any = (lease.lease_id, st.last_seq, st.last_hash)
+        else:
+            key, st = await self.runs.dormant_state(run_id)
         pending = st.pending.copy() if st.pending is not None else None
         if view == pb.HISTORY_VIEW_STATE:
-            return Conversation(st.messages, st.last_seq, pending)
+            start, end = span
+            msgs = await self.runs.pages.span(
+                run_id, st.messages, start, len(st.messages) if end < 0 else end
+            )
+            return Conversation(msgs, st.last_seq, pending)
+        return await self._view_of(run_id, view, key, st, pending)
+
+    async def _view_of(
+        self, run_id: str, view: int, key: Any, st: RunState, pending: Pending | None
+    ) -> Conversation:
         # a client pages a governed view in many calls: derive it once per state
         hit = self._views.get((run_id, view), key) if key is not None else None
         if hit is not None:
             return Conversation(hit, st.last_seq, pending)
+        # the cleaned-up and governed views merge and drop messages across any page boundary,
+        # so they are derived from every page (docs/design.md#message-pages)
+        whole = await self.runs.pages.whole_state(run_id, st)
         if view == pb.HISTORY_VIEW_GOVERNED:
-            msgs = governance.governed_messages(st)[0]
+            msgs = governance.governed_messages(whole)[0]
         else:
-            msgs = governed(st.messages)
+            msgs = governed(whole.messages)
         if key is not None:  # no key: the store cannot say when the run changes
             self._views.put((run_id, view), key, msgs, stored_bytes(key))
         return Conversation(msgs, st.last_seq, pending)
@@ -112,7 +128,8 @@ class HistoryRpcs:
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
-            conv = await self.conversation(run_id, view)
+            end = request.offset + max(0, request.limit) + 1  # align_forward looks at ``end``
+            conv = await self.conversation(run_id, view, (request.offset, end))
             p = page(conv.messages, request.offset, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
         return self._answer(run_id, p, last_seq, pending)
@@ -144,7 +161,8 @@ class HistoryRpcs:
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
-            conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE)
+            end = found.index + max(0, request.limit) + 1
+            conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE, (found.index, end))
             p = page(conv.messages, found.index, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
         in_page = p.messages if p.offset <= found.index < p.next_offset else []

@@ -305,13 +305,17 @@ class Runs:
                         f"the lease on run {run_id} ended during the operation; retry",
                         metadata={"run_id": run_id},
                     )
-                yield Held(await lease.writer.settled(), lease, lease.holder.cwd)
+                st = await self.pages.whole_state(run_id, await lease.writer.settled())
+                yield Held(st, lease, lease.holder.cwd)
             return
         if write:
             async with self.daemon_lease(run_id) as own:
-                yield Held(own.state, own, "")
+                yield Held(await self.pages.whole_state(run_id, own.state), own, "")
             return
         if exclusive and self.host is not None:
             await self.host.refuse_if_held_elsewhere(run_id)
         await self.require_run(run_id)
-        yield Held((await self.dormant_state(run_id))[1], None, "")
+        # an operation on the head walks the whole conversation (a checkpoint, compaction,
+        # a fork): every sealed page is read (docs/design.md#message-pages)
+        st = (await self.dormant_state(run_id))[1]
+        yield Held(await self.pages.whole_state(run_id, st), None, "")

@@ -194,8 +194,10 @@ class JournalService:
                 )
             )
             limit, window = self.limits.max_message_bytes, request.message_window
+            # the pages of the window alone (docs/design.md#message-windows)
+            msgs = await self.runs.pages.window(run_id, state.messages, window)
             envelope.lease.state.messages_offset = fill_window(
-                envelope.lease.state.messages, state.messages, window, room_left(envelope, limit)
+                envelope.lease.state.messages, msgs, window, room_left(envelope, limit)
             )
             check_fits(envelope, limit, "the folded state", ask_for_state(window), run_id)
         except BaseException:
@@ -424,17 +426,19 @@ class JournalService:
         state = await self.runs.state_of(run_id)
         out = pb.FoldResponse(state=state_to_pb(state, messages=False))
         governed: list[Message] = []
-        if request.governed:
-            governed, report = governance.governed_messages(state)
+        if request.governed:  # governance walks the whole conversation: every page
+            whole = await self.runs.pages.whole_state(run_id, state)
+            governed, report = governance.governed_messages(whole)
             out.governance.CopyFrom(governance_to_pb(report))
             out.governed_total = len(governed)
         limit, window = self.limits.max_message_bytes, request.message_window
         room = room_left(out, limit)
-        if request.omit_messages:  # the facts alone; the messages are paged by History
+        if request.omit_messages:  # the facts alone (no page read); History pages the messages
             out.state.messages_offset = len(state.messages)
         else:
+            msgs = await self.runs.pages.window(run_id, state.messages, window)
             out.state.messages_offset = fill_window(
-                out.state.messages, state.messages, window, room // 2 if request.governed else room
+                out.state.messages, msgs, window, room // 2 if request.governed else room
             )
         if request.governed:
             out.governed_offset = fill_window(

@@ -21,6 +21,8 @@ from typing import Any
 
 from journald.core.checkpoints import Checkpoint, CheckpointMeta, Message, resolved
 from journald.core.errors import AttachmentNotFound, StoreCorrupted
+from journald.core.fold import RunState
+from journald.core.message_log import MessageLog, Span
 from journald.core.pages import (
     Paged,
     PageRef,
@@ -99,6 +101,64 @@ class PageStore:
         for ref in refs:
             out.extend(resolve(ref))
         return out
+
+    # --- a sealed conversation (``journald.core.message_log``): read what a caller needs ----
+
+    async def load(self, run_id: str, log: MessageLog, start: int = 0, end: int = -1) -> None:
+        """Load (into the log's small page cache) the pages holding ``[start, end)``
+        (``end`` -1: the end), so the fold and small reads of them work."""
+        refs = log.missing(start, len(log) if end < 0 else end)
+        raw = await self.read(run_id, refs)
+        for ref in refs:
+            log.provide(ref, decode_page(ref, raw[ref.sha256]))
+
+    async def span(self, run_id: str, log: MessageLog, start: int, end: int) -> Span:
+        """Messages ``[start, end)`` widened to whole pages, reading only those pages: what a
+        window or a History page reads (page boundaries are clean, so alignment stays
+        inside them). Reads a copy taken first: a held run's writer may seal more of its
+        tail while the pages are read."""
+        log = log.copy()
+        refs = log.missing(start, end)
+        raw = await self.read(run_id, refs)
+        got = {r.sha256: decode_page(r, raw[r.sha256]) for r in refs}
+        return log.span(start, end, got)
+
+    async def window(self, run_id: str, log: MessageLog, window: int) -> Sequence[Message]:
+        """What a message window of ``window`` trailing messages (0: all) reads."""
+        if not log.refs:
+            return log
+        if window <= 0:
+            return await self.whole(run_id, log)
+        return await self.span(run_id, log, len(log) - window, len(log))
+
+    async def whole(self, run_id: str, log: MessageLog) -> list[Message]:
+        """Every message (governance of a whole conversation, a whole Fold, a checkpoint):
+        every page read, none kept in the log's cache (a copy taken first, as ``span``)."""
+        if not log.refs:
+            return list(log)
+        log = log.copy()
+        out = await self.messages(run_id, list(log.refs))
+        out.extend(log.tail)
+        return out
+
+    async def whole_state(self, run_id: str, st: RunState) -> RunState:
+        """``st`` with every message in memory (``st`` itself when none is sealed): for
+        code that walks a whole conversation. A copy: folding into it changes nothing."""
+        if not st.messages.refs:
+            return st
+        out = st.copy()
+        out.messages = MessageLog(await self.whole(run_id, st.messages))
+        return out
+
+    async def seal(self, run_id: str, log: MessageLog) -> int:
+        """Seal the front of a held run's tail into pages once it exceeds two pages (the
+        pages stored first, then referenced): how many pages were sealed."""
+        paged = log.sealable()
+        if paged is None:
+            return 0
+        await self.put(run_id, paged)
+        log.seal(paged.refs)
+        return len(paged.refs)
 
     async def check(self, run_id: str, records: Sequence[Record]) -> int:
         """Every page the records reference exists and hashes right (``store_corrupted``

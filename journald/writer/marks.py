@@ -6,11 +6,11 @@ of the last one; History folds a tail page from the newest usable mark instead o
 The snapshot (``journald.core.snapshot``) is the whole folded state at a seq; the one fold of a
 stored run (``journald.writer.folding.fold_stored``) continues from it. They are two parts of the
 run's index, saved through the checkpoint store's ``save_mark`` (so every backend keeps them
-with no code of its own), apart so that a History page never reads the snapshot, which is as
-large as the conversation::
+with no code of its own), apart so that a History page never reads the snapshot (its tail
+and page references, about 1/1300 of the conversation)::
 
     part "marks":    {"marks": [fold marks, oldest first]}
-    part "snapshot": {"snapshot": encode_state(...)}
+    part "snapshot": {"snapshot": paged_state(...)}  # or encode_state(...) without pages
 
 Marks are taken by whoever folds the run as its writer (an Open, the daemon's own lease) and by
 every commit, kept in memory while the lease lives, and saved with a snapshot of the state the
@@ -33,7 +33,7 @@ from journald.core.snapshot import (
     SnapshotUnreadable,
     decode_state,
     encode_state,
-    paged_snapshot,
+    paged_state,
     snapshot_pages,
 )
 from journald.storage.checkpoint_base import SNAPSHOT, CheckpointStore
@@ -82,14 +82,18 @@ def valid_marks(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def snapshot_in(
-    doc: Mapping[str, Any] | None, run_id: str, pages: PageResolver | None = None
+    doc: Mapping[str, Any] | None,
+    run_id: str,
+    pages: PageResolver | None = None,
+    lazy: bool = False,
 ) -> RunState | None:
     """The snapshot of an index document, None when there is none or it is unreadable
-    (a paged one whose pages ``pages`` cannot read included)."""
+    (a paged one whose pages ``pages`` cannot read included); ``lazy``: its pages stay
+    sealed (``journald.core.snapshot.decode_state``)."""
     if not doc or doc.get("snapshot") is None:
         return None
     try:
-        return decode_state(doc["snapshot"], pages)
+        return decode_state(doc["snapshot"], pages, lazy)
     except SnapshotUnreadable as exc:
         log.debug("run %s: ignoring its fold snapshot (%s); folding it in full", run_id, exc)
         return None
@@ -119,9 +123,15 @@ class FoldMarks:
         self._saved: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
 
     async def load_snapshot(self, run_id: str) -> RunState | None:
-        """The run's saved fold snapshot (None: none, or unreadable)."""
+        """The run's saved fold snapshot (None: none, or unreadable). Its message pages stay
+        sealed (``journald.core.message_log``): a read loads the pages it returns, so this
+        costs the counters, the tail and at most the last page, not the conversation."""
         doc = await self.checkpoints.load_mark(run_id, SNAPSHOT)
-        refs = snapshot_pages(doc.get("snapshot") if doc else None)
+        snap = doc.get("snapshot") if doc else None
+        # with a tail, decoding reads no page; without one, the last page (it becomes the
+        # tail: the fold may merge into its last message)
+        tail = isinstance(snap, Mapping) and bool(snap.get("messages"))
+        refs = [] if tail else snapshot_pages(snap)[-1:]
         resolve = None
         if refs and self.pages is not None:
             try:
@@ -129,7 +139,7 @@ class FoldMarks:
             except StoreCorrupted as exc:  # a cache: fold the run in full instead
                 log.debug("run %s: its fold snapshot's pages (%s); folding it in full", run_id, exc)
                 return None
-        return snapshot_in(doc, run_id, resolve)
+        return snapshot_in(doc, run_id, resolve, lazy=True)
 
     async def load_index(self, run_id: str) -> dict[str, Any] | None:
         """The run's saved fold marks document (None: none)."""
@@ -184,11 +194,14 @@ class FoldMarks:
         saved = ([m for m in w.stored_marks if m["seq"] < first_new] + new)[-MARKS_KEPT:]
         self._saved.pop(run_id, None)  # a failed save leaves the stored ones to be read again
         # the snapshot first: marks naming a seq past an older snapshot are harmless
-        doc = encode_state(state)
-        if self.pages is not None:  # the pages first, new ones only (prefix-stable cut)
-            paged = cut(state.messages)
+        if self.pages is not None:
+            # the pages first, and only the tail's: the sealed ones are stored already, so
+            # the save costs what was appended since the last one (docs/design.md#fold-snapshots)
+            paged = cut(state.messages.tail)
             await self.pages.put(run_id, paged)
-            doc = paged_snapshot(doc, paged)
+            doc = paged_state(state, paged)
+        else:
+            doc = encode_state(state)  # no page store: nothing is sealed
         await self.checkpoints.save_mark(run_id, {"snapshot": doc}, SNAPSHOT)
         await self.checkpoints.save_mark(run_id, {"marks": saved})
         self._remember(run_id, saved)

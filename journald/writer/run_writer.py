@@ -186,7 +186,22 @@ class RunWriter:
         # completed before ``acked``: tails and marks see a batch before its ack, and a
         # caller that gives up (cancelling ``acked``) does not keep it from them
         queued.durable.add_done_callback(functools.partial(self._durable, new, mark))
+        await self.seal()
         return Ticket(pipeline.durability, dups, new, queued.acked)
+
+    async def seal(self) -> None:
+        """Keep the held state's message tail bounded (docs/design.md#message-pages): once it
+        holds more than two pages' worth, its front is stored as pages and referenced. The
+        pages are stored before the snapshot that will name them; a failure leaves the tail
+        as it was (the next append tries again), it never fails the append."""
+        if self.parts.pages is None:
+            return
+        try:
+            await self.parts.pages.seal(self.run_id, self.state.messages)
+        except Exception as exc:  # a cache of memory, not of the journal: the append stands
+            log.warning(
+                "run %s: sealing message pages failed (%s); kept in memory", self.run_id, exc
+            )
 
     def _fold(self, new: list[Record], pages: PageResolver | None) -> None:
         with telemetry.fold_span(self.run_id, len(new)):
@@ -290,7 +305,9 @@ async def _take(parts: Parts, req: Acquire) -> tuple[RunWriter, bool, Warnings]:
     except BaseException:
         await journal.close()
         raise
-    return RunWriter(run_id, journal, state, parts), False, warnings
+    writer = RunWriter(run_id, journal, state, parts)
+    await writer.seal()  # a run folded from seq 1 holds every message until sealed
+    return writer, False, warnings
 
 
 async def _fold_for_writer(parts: Parts, run_id: str) -> RunState:

@@ -63,7 +63,7 @@ def state_json(st: RunState) -> dict[str, Any]:
     out: dict[str, Any] = {
         "run_id": st.run_id,
         "interactive": st.interactive,
-        "messages": st.messages,
+        "messages": list(st.messages),
         "pending": pending,
         "counters": {
             "llm_calls": c.llm_calls,

@@ -9,7 +9,8 @@ from typing import Any
 
 def as_json(value: Any) -> str:
     """A structural comparison key (independent of journald's own encoder)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    # a sealed message log (journald.core.message_log) compares as the list it reads as
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=list)
 
 
 def _ids(msg: dict[str, Any], kind: str, key: str) -> list[str]:
