@@ -120,10 +120,11 @@ class Gate:
                 stamp = trace
             try:
                 # one walk of the payload answers both the fast encoder and the schema's
-                # number check (journald.core.records.plain_json)
-                plain = plain_json(item.payload) if item.built is None else False
+                # number check (journald.core.records.plain_json); a record the daemon built
+                # is mostly reused as it is, so it is not walked unless it is encoded again
+                plain = plain_json(item.payload) if item.built is None else None
                 rec = item.link(link_to, stamp, plain)
-                self.record(rec, plain)
+                self.record(rec, plain is True)
             except InvalidArgumentError as err:
                 raise at_index(err, item.index, item.seq) from None
             return rec
