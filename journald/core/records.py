@@ -90,6 +90,9 @@ _CANONICAL = json.JSONEncoder(
 # tests/unit/core/test_canonical_fast_path.py holds the two to the same bytes.
 _SORTED = orjson.OPT_SORT_KEYS
 _PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
+_PLAIN_CONTAINERS = 1 << 16
+"""More arrays and objects than any record under the size limit holds in practice (1 MiB of
+``[]`` is 2^19 of them, and takes the reference encoder, correctly, only more slowly)."""
 
 
 def plain_json(obj: object) -> bool:
@@ -98,13 +101,15 @@ def plain_json(obj: object) -> bool:
     a record may hold (``journald.core.schema`` refuses floats and larger integers)."""
     stack = [obj]
     pop, extend, leaves = stack.pop, stack.extend, _PLAIN_LEAVES
-    while stack:
+    containers = 0  # a value that contains itself would be walked forever: the reference
+    while stack:  # encoder names it (``Circular reference detected``) once the budget is out
         v = pop()
         t = type(v)
-        if t is dict:
-            extend(v.values())  # type: ignore[attr-defined]
-        elif t is list:
-            extend(v)  # type: ignore[arg-type]
+        if t is dict or t is list:
+            containers += 1
+            if containers > _PLAIN_CONTAINERS:
+                return False
+            extend(v.values() if t is dict else v)  # type: ignore[attr-defined,arg-type]
         elif t not in leaves or (t is int and not -MAX_SAFE_INT <= v <= MAX_SAFE_INT):  # type: ignore[operator]
             return False
     return True

@@ -139,3 +139,14 @@ def test_a_float_in_content_is_still_refused_by_the_gates_schema_check() -> None
     rec = make_record(2, "user", payload, GENESIS, "2026-12-02T03:00:00.000000Z", None, plain)
     with pytest.raises(InvalidRecord, match="floating-point"):
         validate_record(rec, plain)
+
+
+def test_a_value_that_contains_itself_is_refused_as_the_reference_refuses_it() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    looped: dict[str, object] = {"a": [1]}
+    looped["b"] = looped
+    for value in (loop, looped):
+        assert not plain_json(value)
+        with pytest.raises(InvalidRecord, match="Circular reference"):
+            canonical_json(value)
