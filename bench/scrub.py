@@ -1,8 +1,8 @@
 """The background scrubber's cost: how long one pass over a data directory takes, and what it
 does to a bystander's appends (docs/design.md#scrubbing), printed as a table.
 
-    .venv/bin/python bench/scrub.py                      # 100 MB data dir, ~3 minutes
-    .venv/bin/python bench/scrub.py --mb 20 --phase-s 5  # quick look
+    .venv/bin/python bench/scrub.py                                 # 100 MB, ~4 minutes
+    .venv/bin/python bench/scrub.py --mb 20 --rounds 2 --no-pass    # quick look
 
 Steps, all on one disk (a temp dir under --dir):
 
@@ -14,8 +14,11 @@ Steps, all on one disk (a temp dir under --dir):
    the paced one (the pass is linear in bytes);
 3. a bystander: one run appending ~1 KB records by unary ``Append``, one at a time, on a daemon
    over that directory with the scrubber off and with it in the middle of a pass at the default
-   budget, in alternating phases of ``--phase-s`` seconds (off, on, off, on, ... ``--rounds``
-   of each), one daemon per phase; p50/p99 of each mode and their ratio.
+   budget. ``--rounds`` rounds of two ``--phase-s`` phases, one of each mode, the order
+   alternating (off/on, on/off, ...) so that neither mode always runs first or last; one
+   daemon per phase. The machine's load drifts over minutes, so the figure is the median of
+   the per-round ratios (each compares two phases seconds apart), beside the pooled p50/p99
+   of each mode; and the CPU seconds the scrub child used in the measured part of its phases.
 
 Every daemon and child is stopped by its own pid; each loop is bounded by its phase time.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -45,6 +49,7 @@ from tests.integration.rpc import Lease, stub
 RECORDS_PER_RUN = 1000
 SEGMENT_RECORDS = 250
 MiB = 1 << 20
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def build(data: Path, mb: int) -> tuple[int, int]:
@@ -96,14 +101,31 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def bystander(
-    tmp: Path, data: Path, scrub: bool, phase_s: float, n: int, budget: int
-) -> list[float]:
-    """Append latencies (s) of one run on a daemon over ``data`` for ``phase_s`` seconds."""
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used so far (/proc/PID/stat); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class Phase:
+    """One bystander phase: its append latencies (s) and the scrub child's CPU seconds."""
+
+    def __init__(self, scrub: bool) -> None:
+        self.scrub = scrub
+        self.lat: list[float] = []
+        self.scrub_cpu_s = 0.0
+        self.wall_s = 0.0
+
+
+def bystander(tmp: Path, data: Path, scrub: bool, phase_s: float, n: int, budget: int) -> Phase:
+    """Append latencies of one run on a daemon over ``data`` for ``phase_s`` seconds."""
     flags = ["--scrub-interval-s", "0.1" if scrub else "0", "--scrub-bytes-per-s", str(budget)]
     home = tmp / f"phase-{n}"
     home.mkdir()
-    lat: list[float] = []
+    phase = Phase(scrub)
     with Daemon(home, "file", *flags, data_dir=data) as d:
         s = stub(d.target)
         lease = Lease(s, f"bystander-{n}")
@@ -113,18 +135,72 @@ def bystander(
         while time.monotonic() < deadline:  # warm up, and the pass gets going
             user = common_user(content)
             lease.append(pb_record(lease.next_seq(), user))
-        if scrub and not children(d.pid):
+        kids = children(d.pid)
+        if scrub and not kids:
             raise AssertionError("the scrub child is not running during the scrub phase")
-        deadline = time.monotonic() + phase_s
+        cpu_before = {pid: cpu_s(pid) for pid in kids}
+        started = time.monotonic()
+        deadline = started + phase_s
         while time.monotonic() < deadline:
             rec = pb_record(lease.next_seq(), common_user(content))
             t0 = time.perf_counter()
             lease.append(rec)
-            lat.append(time.perf_counter() - t0)
-        if scrub and not children(d.pid):
+            phase.lat.append(time.perf_counter() - t0)
+        phase.wall_s = time.monotonic() - started
+        if scrub and not set(children(d.pid)) & set(cpu_before):
             raise AssertionError("the scrub pass ended before the phase did: use more --mb")
+        phase.scrub_cpu_s = sum(cpu_s(pid) - before for pid, before in cpu_before.items())
         lease.release()
-    return lat
+    return phase
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def row(label: str, lat: list[float], extra: str = "") -> str:
+    return f"{label:>16} {len(lat):>8} {pct(lat, 50) * 1e3:>8.2f} {pct(lat, 99) * 1e3:>8.2f}{extra}"
+
+
+def bystanders(tmp: Path, data: Path, rounds: int, phase_s: float, budget: int) -> None:
+    """The alternating rounds, a line per phase, then the medians and the pooled figures."""
+    print(f"\nbystander: unary Append of ~1 KB, one run, {rounds} rounds of 2 x {phase_s:g} s")
+    print(f"{'round, scrubber':>16} {'appends':>8} {'p50 ms':>8} {'p99 ms':>8}   scrub CPU s")
+    pooled: dict[bool, list[float]] = {False: [], True: []}
+    ratios50: list[float] = []
+    ratios99: list[float] = []
+    cpu = wall = 0.0
+    for r in range(rounds):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        got: dict[bool, Phase] = {}
+        for i, scrub in enumerate(order):
+            phase = bystander(tmp, data, scrub, phase_s, 2 * r + i, budget)
+            got[scrub] = phase
+            pooled[scrub] += phase.lat
+            extra = f"   {phase.scrub_cpu_s:.2f}" if scrub else ""
+            print(row(f"{r + 1} {'running' if scrub else 'off'}", phase.lat, extra))
+            if scrub:
+                cpu += phase.scrub_cpu_s
+                wall += phase.wall_s
+        on, off = got[True].lat, got[False].lat
+        ratios50.append(pct(on, 50) / pct(off, 50))
+        ratios99.append(pct(on, 99) / pct(off, 99))
+        print(f"{'':>16} {'':>8} {ratios50[-1]:>7.2f}x {ratios99[-1]:>7.2f}x   round {r + 1}")
+    print(row("off, pooled", pooled[False]))
+    print(row("running, pooled", pooled[True]))
+    p50 = pct(pooled[True], 50) / pct(pooled[False], 50)
+    p99 = pct(pooled[True], 99) / pct(pooled[False], 99)
+    print(f"{'pooled ratio':>16} {'':>8} {p50:>7.2f}x {p99:>7.2f}x")
+    print(
+        f"{'median ratio':>16} {'':>8} {median(ratios50):>7.2f}x {median(ratios99):>7.2f}x"
+        f"   (goal <= 1.2x; rounds' p99 ratios {min(ratios99):.2f}x to {max(ratios99):.2f}x)"
+    )
+    print(
+        f"scrub child CPU: {cpu:.2f} s over {wall:.0f} s of scrub phases"
+        f" ({cpu / wall * 100:.1f}% of one core)"
+    )
 
 
 def common_user(content: bytes) -> pb.UserPayload:
@@ -151,8 +227,8 @@ def passes(data: Path, budget: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=int, default=100, help="size of the data directory")
-    ap.add_argument("--phase-s", type=float, default=10.0, help="seconds per bystander phase")
-    ap.add_argument("--rounds", type=int, default=3, help="bystander phases per mode")
+    ap.add_argument("--phase-s", type=float, default=5.0, help="seconds per bystander phase")
+    ap.add_argument("--rounds", type=int, default=8, help="rounds of one phase per mode")
     ap.add_argument(
         "--budget", type=int, default=DEFAULT_SCRUB_BYTES_PER_S, help="scrub bytes per second"
     )
@@ -168,26 +244,7 @@ def main() -> int:
         print(f"data dir: {runs} runs, {total / 1e6:.1f} MB ({time.perf_counter() - t0:.1f} s)")
         if not args.no_pass:
             passes(data, budget)
-        modes: dict[bool, list[float]] = {False: [], True: []}
-        print(f"\nbystander: unary Append of ~1 KB, one run, {args.phase_s:.0f} s phases")
-        print(f"{'scrubber':>10} {'appends':>8} {'p50 ms':>8} {'p99 ms':>8}")
-        for n_phase in range(2 * args.rounds):
-            scrub = n_phase % 2 == 1
-            lat = bystander(tmp, data, scrub, args.phase_s, n_phase, budget)
-            modes[scrub] += lat
-            print(
-                f"{'running' if scrub else 'off':>10} {len(lat):>8} "
-                f"{pct(lat, 50) * 1e3:>8.2f} {pct(lat, 99) * 1e3:>8.2f}   phase {n_phase + 1}"
-            )
-        for scrub in (False, True):
-            lat = modes[scrub]
-            print(
-                f"{'running' if scrub else 'off':>10} {len(lat):>8} "
-                f"{pct(lat, 50) * 1e3:>8.2f} {pct(lat, 99) * 1e3:>8.2f}"
-            )
-        p50 = pct(modes[True], 50) / pct(modes[False], 50)
-        p99 = pct(modes[True], 99) / pct(modes[False], 99)
-        print(f"{'ratio':>10} {'':>8} {p50:>7.2f}x {p99:>7.2f}x   (goal <= 1.2x)")
+        bystanders(tmp, data, args.rounds, args.phase_s, budget)
     return 0
 
 

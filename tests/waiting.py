@@ -20,7 +20,10 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT_S = 20.0
+DEFAULT_TIMEOUT_S = 60.0
+"""A bound, not a wait: a condition that holds returns at once, so the bound only says how long
+a broken one takes to fail. Generous for a 2-core machine running two suites side by side,
+where a start-up or a reconnect that takes a second when idle can take ten or more."""
 FIRST_POLL_S = 0.005
 MAX_POLL_S = 0.1
 

@@ -6,7 +6,9 @@ export default defineConfig({
   test: {
     globals: true,
     include: ["test/validation/**/*.vitest.ts"],
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // bounds, not waits: generous for two suites side by side on 2 cores, and above the
+    // daemon's own start-up bound (60 s, test/langgraph/daemon.ts) that a hook may wait out
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
   },
 });

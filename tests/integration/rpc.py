@@ -127,8 +127,10 @@ class StillLocked(Exception):
     """``fn`` failed with ``locked``: the lease it waits for has not ended yet."""
 
 
-def until_unlocked(fn: Callable[[], T], timeout_s: float = 5.0) -> T:
-    """Call ``fn`` until it stops failing with ``locked`` (bounded), re-raising anything else."""
+def until_unlocked(fn: Callable[[], T], timeout_s: float = 60.0) -> T:
+    """Call ``fn`` until it stops failing with ``locked`` (bounded, generously: the lease's end
+    reaches the daemon asynchronously, which can take seconds on a loaded machine), re-raising
+    anything else."""
 
     def attempt() -> T:
         try:

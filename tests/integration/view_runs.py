@@ -16,7 +16,8 @@ from textual.screen import Screen
 from tests.builders import text, tool_use
 from tests.integration.rpc import Lease, blocks, stub
 
-WAIT_S = 20.0
+WAIT_S = 60.0
+"""The bound on a wait for the app (tests.waiting.DEFAULT_TIMEOUT_S says why it is large)."""
 FP = jc.compute(
     provider="anthropic",
     model="claude-view",

@@ -41,7 +41,7 @@ def replicated_stream(cluster: NatsCluster, name: str) -> None:
         eventually_async(
             lambda: create_stream(urls, name, name.lower(), num_replicas=3),
             what="the cluster to accept a stream",
-            timeout_s=30,
+            timeout_s=90,
             retry_on=(Exception,),
         )
     )

@@ -90,7 +90,7 @@ async def create_replicated_stream(cluster: NatsCluster) -> None:
     await eventually_async(
         lambda: create_stream(cluster.urls, "R3", "r3", num_replicas=3),
         what="the cluster to accept a stream",
-        timeout_s=30,
+        timeout_s=90,
         retry_on=(Exception,),
     )
 

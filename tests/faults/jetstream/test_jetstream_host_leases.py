@@ -114,7 +114,7 @@ def test_a_host_killed_holding_a_run_frees_it_for_another_only_after_its_lease_t
                     return False
                 return True
 
-            wait_until(take, what="host B to take the orphaned run", timeout_s=30)
+            wait_until(take, what="host B to take the orphaned run", timeout_s=90)
             delay_s = time.monotonic() - killed
             with capsys.disabled():
                 print(

@@ -90,7 +90,7 @@ def build(crash: Callable[[], bool]) -> StateGraph[Any]:
             t = saver.get_tuple(latest)
             return t is not None and sum(1 for w in t.pending_writes if w[1] == "notes") >= 2
 
-        wait_until(saved, what="the siblings' writes", timeout_s=30)
+        wait_until(saved, what="the siblings' writes", timeout_s=90)
 
     def agent(state: State) -> State:
         msgs = state["messages"]

@@ -483,24 +483,31 @@ def test_an_open_during_a_daemon_held_restore_is_locked_naming_the_daemon(
         mark = until_unlocked(
             lambda: s2.Checkpoint(pb.CheckpointRequest(run_id="cp-daemon-held"))
         ).checkpoint
-    # the rebase is this daemon's first journal write: it stalls there for a moment
-    slow = {"JOURNALD_FAILPOINTS": "before_write=sleep:1500@1"}
-    with Daemon(tmp_path, "file", data_dir=data, env=slow) as d:
+    # the rebase is this daemon's first journal write: it waits there until the test has
+    # tried its Open (a gate, not a stall of some time, which a loaded machine can outlast)
+    gate = tmp_path / "rebase-gate"
+    held = {"JOURNALD_FAILPOINTS": f"before_write=wait:{gate}@1"}
+    with Daemon(tmp_path, "file", data_dir=data, env=held) as d:
         s2 = stub(d.target)
         future = s2.Restore.future(
             pb.RestoreRequest(run_id="cp-daemon-held", checkpoint_id=mark.checkpoint_id)
         )
         # the Restore holds the run once this daemon has flocked its journal (the lock file
-        # then names its pid); it stalls in the write for 1.5 s after that
+        # then names its pid), and its rebase write waits at the gate
         lock = data / "sessions" / "cp-daemon-held" / "journal.lock"
         wait_until(
-            lambda: lock.read_text().startswith(f"pid={d.pid} "),
-            what="the Restore to take the run",
+            lambda: (
+                Path(f"{gate}.reached").exists() and lock.read_text().startswith(f"pid={d.pid} ")
+            ),
+            what="the Restore to take the run and reach its rebase write",
         )
-        with pytest.raises(grpc.RpcError) as info:
-            Lease(s2, "cp-daemon-held", mode=pb.OPEN_MODE_RESUME)
+        try:
+            with pytest.raises(grpc.RpcError) as info:
+                Lease(s2, "cp-daemon-held", mode=pb.OPEN_MODE_RESUME)
+        finally:
+            gate.touch()
         detail = error_of(info.value)
         assert detail.code == "locked"
         assert detail.metadata["holder_name"] == "journald daemon"
         assert detail.metadata["holder_pid"] == str(d.pid)
-        assert future.result(timeout=30).to_messages == mark.message_count
+        assert future.result(timeout=60).to_messages == mark.message_count

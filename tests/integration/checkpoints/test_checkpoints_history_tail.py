@@ -83,7 +83,7 @@ def test_the_last_page_of_a_100k_message_run_is_served_from_its_last_segments(
                 and json.loads(mark_file.read_bytes())["marks"][-1]["seq"] == last
             ),
             what="the daemon to save a fold mark for the append",
-            timeout_s=30,
+            timeout_s=90,
         )
 
     run_dir = data / "sessions" / "long"

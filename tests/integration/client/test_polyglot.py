@@ -51,7 +51,7 @@ EXPECTED = Path(__file__).resolve().parents[1] / "expected" / "polyglot_state.js
 RUN_ID = "polyglot-1"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 BUILD_TIMEOUT_S = 240
-AGENT_TIMEOUT_S = 30
+AGENT_TIMEOUT_S = 90  # a bound on an agent subprocess; generous for a loaded 2-core machine
 BYTES_FIELDS = {"content_json", "prompt_json"}
 # The configuration both agents declare (clients/go/examples/agent, clients/ts/examples).
 SYSTEM_PROMPT = ["You are a careful research agent.", "Answer with sources: <cite>, & never guess."]

@@ -40,7 +40,7 @@ class Proc:
         # only complete lines: a line being written is not read half
         return text.split("\n")[:-1]
 
-    def wait_for_line(self, prefix: str, timeout_s: float = 30.0) -> str:
+    def wait_for_line(self, prefix: str, timeout_s: float = 90.0) -> str:
         def find() -> str:
             exited = self.popen.poll() is not None  # before reading: its last line is in
             for line in self.lines():

@@ -34,6 +34,15 @@ def held_daemon(tmp_path: Path, *extra: str) -> tuple[Daemon, Path]:
     return Daemon(tmp_path, "file", "--read-threads", "1", *extra, env=env), gate
 
 
+def held_writes(tmp_path: Path, *extra: str) -> tuple[Daemon, Path]:
+    """A file daemon whose journal writes wait at ``before_write`` while ``gate`` is absent
+    (created here, so setup writes freely; ``hold`` closes it)."""
+    gate = tmp_path / "write-gate"
+    gate.touch()
+    env = {"JOURNALD_FAILPOINTS": f"before_write=wait:{gate}"}
+    return Daemon(tmp_path, "file", *extra, env=env), gate
+
+
 def hold(gate: Path) -> Path:
     """Close the gate: the next background call waits; returns the file saying it does."""
     reached = Path(f"{gate}.reached")
@@ -282,22 +291,34 @@ def test_a_lease_goes_on_across_the_connection_age_bound(tmp_path: Path) -> None
 async def test_appends_past_the_in_flight_bytes_budget_are_refused_and_the_first_is_kept(
     tmp_path: Path,
 ) -> None:
-    env = {"JOURNALD_FAILPOINTS": "before_write=sleep:300"}  # the first write is still in flight
-    flags = ("--max-inflight-bytes-per-peer", "100000")
-    with Daemon(tmp_path, "file", *flags, env=env) as daemon:
+    # the first append's write waits at a failpoint gate, so its bytes are in flight for as
+    # long as the test needs (a stall of some time is a window a loaded machine can miss).
+    # The append past the budget goes on another run's stream: a stream answers in order, so
+    # on the first's own stream its refusal would wait behind the held write.
+    daemon, gate = held_writes(tmp_path, "--max-inflight-bytes-per-peer", "100000")
+    with daemon:
         client = await jc.connect_async(str(daemon.socket), name="greedy", reconnect_timeout=0)
         try:
             run = await client.start("bytes", FP, "hello")
+            other = await client.start("more-bytes", FP, "hello")
+            reached = hold(gate)
             writer = run.pipelined()
             first = await writer.append(jc.Entry.user("a" * 60_000))
-            await writer.append(jc.Entry.user("b" * 60_000))
-            with pytest.raises(jc.ResourceExhausted) as refused:
-                await writer.flush()
+            await wait_until_async(reached.exists, what="the first append's write to be held")
+            past = other.pipelined()
+            await past.append(jc.Entry.user("b" * 60_000))
+            try:
+                with pytest.raises(jc.ResourceExhausted) as refused:
+                    await past.flush()
+            finally:
+                gate.touch()
             assert refused.value.limit == "max_inflight_bytes_per_peer"
-            assert first.done()
+            await writer.flush()
             assert first.seq == 2
             assert [r.seq for r in await collect(client.load("bytes"))] == [1, 2]
+            assert [r.seq for r in await collect(client.load("more-bytes"))] == [1]
         finally:
+            gate.touch()
             await client.close()
 
 

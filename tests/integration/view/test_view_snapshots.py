@@ -183,8 +183,12 @@ def test_records_screen_of_a_completed_run(demo: Daemon, snap_compare: Snap) -> 
         app = pilot.app
         await until(
             pilot,
-            lambda: isinstance(app.screen, RecordsScreen) and bool(app.screen.records),
-            "the records",
+            lambda: (
+                isinstance(app.screen, RecordsScreen)
+                and bool(app.screen.records)
+                and columns_fit_their_cells(app.screen.table)
+            ),
+            "the records and their table's column widths",
         )
 
     app = at_noon(Source(str(demo.socket)), "demo-research")

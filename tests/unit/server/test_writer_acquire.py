@@ -23,6 +23,7 @@ from journald.storage.checkpoint_base import MARKS
 from journald.storage.memory import MemoryCheckpointStore, MemoryJournal, MemoryStore
 from journald.writer.gate import Incoming
 from tests.builders import FP, TS, assistant_payload, meta_payload, text
+from tests.waiting import wait_until_async
 
 RUN = "acquired"
 
@@ -92,10 +93,10 @@ class InProcess:
         """End the lease by ending its stream, as a client does; wait until it is closed."""
         stream.cancel()
         leases = self.service.runs.leases
-        for _ in range(1000):  # the stream's end reaches the daemon asynchronously
-            if leases.held(RUN) is None:
-                break
-            await asyncio.sleep(0.005)
+        # the stream's end reaches the daemon asynchronously
+        await wait_until_async(
+            lambda: leases.held(RUN) is None, what="the daemon to see the lease's stream end"
+        )
         await leases.wait_closed(RUN)
 
 

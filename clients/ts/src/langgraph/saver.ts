@@ -40,7 +40,7 @@ import {
 } from "@langchain/langgraph-checkpoint";
 import { Client, type Run } from "../client";
 import type { Entry } from "../entry";
-import { JournaldError, LockedError, SeqConflictError, SessionNotFoundError } from "../errors";
+import { JournaldError, LeaseLostError, LockedError, SeqConflictError, SessionNotFoundError } from "../errors";
 import {
   ATTACHMENT_MEDIA_TYPE,
   FINGERPRINT,
@@ -196,14 +196,7 @@ export class JournaldSaver extends BaseCheckpointSaver {
     }
     const refused = this.refused.get(threadId);
     if (refused) throw refused;
-    if (held) {
-      // the daemon ended this lease (a restart, a lost lease) and nothing read the thread
-      // since: the caller acts on the thread as of this lease's last write, so a writer who
-      // came in between is a conflict (a graph run's loop holds its checkpoint in memory)
-      this.readSeq.set(threadId, held.run.lastSeq);
-      this.held.delete(threadId);
-      await held.run.close();
-    }
+    if (held) await this.forget(threadId, held);
     let run: Run;
     try {
       run = await this.client.startOrResume({
@@ -239,6 +232,17 @@ export class JournaldSaver extends BaseCheckpointSaver {
       if (old !== threadId && !this.running.has(old)) await this.drop(old);
     }
     return fresh;
+  }
+
+  /**
+   * The daemon ended this lease (a restart, a lost lease) and nothing read the thread since:
+   * the caller acts on the thread as of this lease's last write, so a writer who came in
+   * between is a conflict (a graph run's loop holds its checkpoint in memory).
+   */
+  private async forget(threadId: string, held: Held): Promise<void> {
+    this.readSeq.set(threadId, held.run.lastSeq);
+    this.held.delete(threadId);
+    await held.run.close();
   }
 
   private async drop(threadId: string): Promise<void> {
@@ -455,7 +459,19 @@ export class JournaldSaver extends BaseCheckpointSaver {
   // --- writing ------------------------------------------------------------------------------
 
   private async append(threadId: string, changes: Change[]): Promise<void> {
-    const held = await this.writer(threadId);
+    try {
+      await this.appendUnder(await this.writer(threadId), threadId, changes);
+    } catch (err) {
+      const held = this.held.get(threadId);
+      if (!(err instanceof LeaseLostError) || held === undefined) throw err;
+      // the daemon ended the lease before this process saw its Open stream close (a loaded
+      // machine delays that news): the same as a lease seen to end, checked the same way
+      await this.forget(threadId, held);
+      await this.appendUnder(await this.writer(threadId), threadId, changes);
+    }
+  }
+
+  private async appendUnder(held: Held, threadId: string, changes: Change[]): Promise<void> {
     const entries: Entry[] = [];
     const refs: (Ref | undefined)[] = [];
     try {

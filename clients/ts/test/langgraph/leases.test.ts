@@ -24,7 +24,7 @@ async function saver(name: string): Promise<JournaldSaver> {
 }
 
 /** Retry `check` until it passes (a bound on a condition, not a timing assertion). */
-export async function eventually(check: () => Promise<void>, timeoutMs = 20_000): Promise<void> {
+export async function eventually(check: () => Promise<void>, timeoutMs = 60_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     try {
@@ -116,10 +116,16 @@ test("a graph run outside scope keeps its lease until release, and updateState h
   }
 });
 
-test("a graph run whose lease the daemon ended mid-run fails its next write when another driver moved the thread on, and writes nothing", async () => {
-  const a = await saver("restarted-a");
+/**
+ * A's graph run pauses in a tool while the daemon restarts (ending A's lease) and B runs the
+ * thread on; then A's run writes. With `unseen`, A's process has not yet noticed its Open
+ * stream close when it writes (on a loaded machine that news can come late), so the daemon
+ * answers lease_lost to an append under the old lease.
+ */
+async function leaseEndedMidRun(threadId: string, unseen: boolean): Promise<void> {
+  const a = await saver(`${threadId}-a`);
   try {
-    const cfg = { configurable: { thread_id: "lease-lost" } };
+    const cfg = { configurable: { thread_id: threadId } };
     const lookupStarted = gate();
     const lookupMayEnd = gate();
     const graphA = a.scope(
@@ -136,21 +142,49 @@ test("a graph run whose lease the daemon ended mid-run fails its next write when
     await lookupStarted.wait;
     const reader = buildGraph(a);
     await eventually(async () => assert.ok((await reader.getState(cfg)).values.messages?.some((m: { id?: string }) => m.id === "ai-1-calls")));
+    // the add call (which does not wait) has its result written before the daemon stops: a
+    // write in flight at the restart would be A writing after its lease ended, another test
+    await eventually(async () => {
+      const tuple = await a.getTuple(cfg);
+      assert.ok(tuple?.pendingWrites?.some((w) => JSON.stringify(w[2]).includes("call-add-1")));
+    });
+    if (unseen) {
+      const held = (a as unknown as { held: Map<string, { run: object }> }).held;
+      const run = [...held.values()][0]?.run;
+      assert.ok(run, "A holds the thread's lease while its tool runs");
+      Object.defineProperty(run, "ended", { get: () => undefined });
+    }
     await daemon.restart(); // A's lease ends with the daemon that granted it
-    const b = await saver("restarted-b");
+    const b = await saver(`${threadId}-b`);
     try {
       const interrupted = await b.scope(buildGraph(b)).invoke(null, cfg);
       assert.ok("__interrupt__" in interrupted, "B ran the thread on to its approval step");
     } finally {
       await b.close();
     }
-    const before = await reader.getState(cfg);
-    lookupMayEnd.open();
-    await assert.rejects(running, SeqConflictError);
-    const after = await reader.getState(cfg);
-    assert.deepEqual(after.values, before.values, "A wrote nothing over B's thread");
-    assert.ok(!JSON.stringify(after.values).includes("a late lookup"));
+    // the thread as the daemon holds it: A's own reads would answer from the lease A has not
+    // yet seen end (with `unseen`), which is A's view, not the thread's
+    const c = await saver(`${threadId}-reader`);
+    try {
+      const daemonView = buildGraph(c);
+      const before = await daemonView.getState(cfg);
+      lookupMayEnd.open();
+      await assert.rejects(running, SeqConflictError);
+      const after = await daemonView.getState(cfg);
+      assert.deepEqual(after.values, before.values, "A wrote nothing over B's thread");
+      assert.ok(!JSON.stringify(after.values).includes("a late lookup"));
+    } finally {
+      await c.close();
+    }
   } finally {
     await a.close();
   }
+}
+
+test("a graph run whose lease the daemon ended mid-run fails its next write when another driver moved the thread on, and writes nothing", async () => {
+  await leaseEndedMidRun("lease-lost", false);
+});
+
+test("a graph run that writes before it has seen the daemon end its lease fails as a conflict too, and writes nothing", async () => {
+  await leaseEndedMidRun("lease-lost-unseen", true);
 });

@@ -13,7 +13,7 @@ let daemon: Daemon | undefined;
 
 validate<JournaldSaver>({
   checkpointerName: "JournaldSaver",
-  beforeAllTimeout: 60_000,
+  beforeAllTimeout: 120_000, // above the daemon's 60 s start-up bound (a loaded machine)
   async beforeAll() {
     daemon = await new Daemon("file").start();
   },
