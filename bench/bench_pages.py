@@ -6,7 +6,7 @@ then restores the checkpoint, forks it and imports its export into another run, 
 backend and on JetStream behind a nats-server whose ``max_payload`` is 1 MiB.
 
     .venv/bin/python bench/bench_pages.py --results 10          # ~30 s, the CI-sized run
-    .venv/bin/python bench/bench_pages.py                       # 80 x 800 KB (64 MiB), minutes
+    .venv/bin/python bench/bench_pages.py --max-message-bytes 128MiB  # 80 x 800 KB (64 MiB)
     .venv/bin/python bench/bench_pages.py --daemon-code /tmp/old  # the daemon of another commit
 
 Prints per backend: the conversation's size, the bytes the restore wrote (data directory
@@ -219,15 +219,26 @@ def main() -> None:
         help="run the daemon from this checkout (e.g. `git archive` of an older commit) to "
         "measure before and after in one machine state",
     )
+    ap.add_argument(
+        "--max-message-bytes",
+        default="",
+        help="the daemons' --max-message-bytes: an export inlines the whole conversation, so "
+        "the 64 MiB one needs more than the default 16 MiB (e.g. 128MiB)",
+    )
     args = ap.parse_args()
     code = args.daemon_code.resolve() if args.daemon_code else None
+    roomy = ("--max-message-bytes", args.max_message_bytes) if args.max_message_bytes else ()
+    limit = 1 << 30 if roomy else 16 * 1024 * 1024  # the client's cap, both ways
     size = args.result_kb * 1024
     with tempfile.TemporaryDirectory(prefix="bench-pages-") as tmp:
         root = Path(tmp)
         if "file" in args.backends:
             print("file backend")
             (root / "file").mkdir()
-            with Daemon(root / "file", "file", cwd=code) as d, jc.connect(str(d.socket)) as c:
+            with (
+                Daemon(root / "file", "file", *roomy, cwd=code) as d,
+                jc.connect(str(d.socket), max_message_bytes=limit) as c,
+            ):
                 snap = d.data_dir / "sessions" / "reads" / "checkpoints" / "fold-snapshot.json"
                 writes = FileWrites(d.data_dir)
                 scenario(c, args.results, size, writes, lambda: writes.of(snap))
@@ -241,8 +252,8 @@ def main() -> None:
                 args_js = ("--nats-url", server.url, "--stream", STREAM)
                 (root / "jsd").mkdir()
                 with (
-                    Daemon(root / "jsd", "jetstream", *args_js, socket=sock, cwd=code) as d,
-                    jc.connect(str(d.socket)) as c,
+                    Daemon(root / "jsd", "jetstream", *args_js, *roomy, socket=sock, cwd=code) as d,
+                    jc.connect(str(d.socket), max_message_bytes=limit) as c,
                 ):
                     scenario(c, args.results, size, StreamWrites(server.url))
             finally:

@@ -871,7 +871,10 @@ def analysis(res: dict[str, Any]) -> list[str]:
             "sequence of the run's wildcard subject, checked by the server, plus a message "
             "id), which `bench/bench_jetstream.py` measures on its own: 0.2-0.4 ms over a "
             "plain publish on this machine, the price of refusing a stale writer on another "
-            "host."
+            "host. The cross-host lease costs no round trip per append: the daemon watches "
+            "the lease bucket instead of reading the run's entry back before each write "
+            "([design](design.md#leases-across-hosts)). The rest of the gap is the daemon's "
+            "per-call work, the same as on the file backend (the unary rows above)."
         )
     mem = res.get("memory") or {}
     if "held" in mem:

@@ -224,6 +224,15 @@ type ResumeOptions struct {
 
 // Start creates a run and takes its writer lease (OPEN_MODE_CREATE).
 func (c *Client) Start(ctx context.Context, o StartOptions) (*Run, error) {
+	req, err := c.startRequest(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return c.open(ctx, req)
+}
+
+// startRequest is the OpenRequest of Start (shared with LeaseSet.Start).
+func (c *Client) startRequest(ctx context.Context, o StartOptions) (*pb.OpenRequest, error) {
 	prompt := o.Prompt
 	if prompt == nil {
 		prompt = []Block{}
@@ -232,7 +241,7 @@ func (c *Client) Start(ctx context.Context, o StartOptions) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.open(ctx, &pb.OpenRequest{
+	return &pb.OpenRequest{
 		RunId:       o.RunID,
 		Mode:        pb.OpenMode_OPEN_MODE_CREATE,
 		Fingerprint: o.Fingerprint,
@@ -241,19 +250,24 @@ func (c *Client) Start(ctx context.Context, o StartOptions) (*Run, error) {
 		Labels:      o.Labels,
 		Created:     c.now(),
 		Trace:       recordTrace(ctx),
-	})
+	}, nil
 }
 
 // Resume reopens an existing run and takes its writer lease (OPEN_MODE_RESUME). The
 // resume gates apply: completed, interactivity, provider, then drift unless Force.
 func (c *Client) Resume(ctx context.Context, o ResumeOptions) (*Run, error) {
-	return c.open(ctx, &pb.OpenRequest{
+	return c.open(ctx, resumeRequest(o))
+}
+
+// resumeRequest is the OpenRequest of Resume (shared with LeaseSet.Resume).
+func resumeRequest(o ResumeOptions) *pb.OpenRequest {
+	return &pb.OpenRequest{
 		RunId:       o.RunID,
 		Mode:        pb.OpenMode_OPEN_MODE_RESUME,
 		Fingerprint: o.Fingerprint,
 		Interactive: o.Interactive,
 		Force:       o.Force,
-	})
+	}
 }
 
 func (c *Client) clientInfo() *pb.ClientInfo {

@@ -181,6 +181,16 @@ func fromGRPC(err error, trailer metadata.MD) error {
 	return out
 }
 
+// fromDetail is the *Error an ErrorDetail names (a refusal carried in a message, such as a
+// Leases stream's `refused`, rather than in a call's trailer).
+func fromDetail(d *pb.ErrorDetail) *Error {
+	out := &Error{Code: d.GetCode(), Message: d.GetMessage(), Metadata: d.GetMetadata(), Diff: d.GetDiff()}
+	if s, ok := Sentinels[d.GetCode()]; ok {
+		out.Status = s.Status
+	}
+	return out
+}
+
 // transportFailure is a bare INTERNAL or UNKNOWN: gRPC's own status (a stream reset, a
 // connection broken mid-call), never the daemon's, whose edge puts the trailer on every status
 // it sends, its own "internal" included. The call may or may not have reached the daemon, as

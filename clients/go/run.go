@@ -75,6 +75,8 @@ type Run struct {
 	ended         *pb.LeaseEnded
 	endErr        error
 	writer        *PipelinedWriter // the open pipelined writer, if any
+	set           *leaseStream     // the LeaseSet stream holding the lease (nil: an Open stream)
+	endOnce       sync.Once
 }
 
 func newRun(c *Client, lease *pb.Lease, cancel context.CancelFunc) *Run {
@@ -155,16 +157,40 @@ const ReleaseTimeout = 2 * time.Second
 // errors are ignored: the daemon may be gone, and cancelling the stream releases the lease
 // too, only a moment later.
 func (r *Run) Close() error {
+	r.closeWriter()
+	if r.set != nil { // released over the set's stream, which goes on with the others
+		select {
+		case <-r.done:
+		default:
+			r.set.release(r)
+		}
+		return nil
+	}
+	r.release()
+	r.cancel()
+	<-r.done
+	return nil
+}
+
+// closeWriter closes the open pipelined writer, if any, waiting for the appends in flight.
+func (r *Run) closeWriter() {
 	r.mu.Lock()
 	w := r.writer
 	r.mu.Unlock()
 	if w != nil {
 		_ = w.Close()
 	}
-	r.release()
-	r.cancel()
-	<-r.done
-	return nil
+}
+
+// endOnSet ends a LeaseSet run's lease (released, ended by the daemon, or with its stream).
+func (r *Run) endOnSet(e *pb.LeaseEnded, err error) {
+	r.endOnce.Do(func() {
+		r.mu.Lock()
+		r.ended, r.endErr = e, err
+		r.mu.Unlock()
+		openRuns.Delete(r.ID())
+		close(r.done)
+	})
 }
 
 func (r *Run) release() {

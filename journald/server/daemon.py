@@ -208,7 +208,11 @@ async def serve(
             ready.set()
         trimming = loop.create_task(trimmer.run())
         scrubber = Scrubber(
-            opened.records, service.runs.scrubs, cfg.scrub_bytes_per_s, cfg.scrub_interval_s
+            opened.records,
+            service.runs.scrubs,
+            cfg.scrub_bytes_per_s,
+            cfg.scrub_interval_s,
+            service.runs.pages,
         )
         scrubbing = loop.create_task(scrubber.run())
         watching = loop.create_task(watch_socket(cfg.socket_path, bound))

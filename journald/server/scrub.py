@@ -12,6 +12,8 @@ to it is seen only by what reads every record. The scrubber does that, in the ba
   in a child process at the lowest CPU priority (``journald.storage.file.scrub``); on the
   memory and JetStream backends it is the store's own ``verify``, in the daemon, followed by a
   pause as long as reading the run's bytes at the budget would take;
+* the walk includes every message page the run's rebases reference (present, hashing to its
+  name: docs/design.md#message-pages), as ``Verify`` checks them;
 * a **finding** (the ``store_corrupted`` the walk raised) is kept beside the run (the
   checkpoint store's ``scrub`` index part, so it survives a restart) and in memory: ``List``
   shows the run as ``corrupted`` with the finding in ``error``, and the next ``Open`` or
@@ -44,6 +46,7 @@ from journald.storage.checkpoint_base import SCRUB, CheckpointStore
 from journald.storage.file.scrub import run_key
 from journald.storage.file.store import FileStore
 from journald.storage.info import CORRUPTED
+from journald.storage.pages import PageStore
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
@@ -190,9 +193,16 @@ class Scrubber:
     """Passes over every run of ``store`` (see the module doc); ``run`` until cancelled."""
 
     def __init__(
-        self, store: Store, records: ScrubRecords, bytes_per_s: int, interval_s: float
+        self,
+        store: Store,
+        records: ScrubRecords,
+        bytes_per_s: int,
+        interval_s: float,
+        pages: PageStore | None = None,
     ) -> None:
         self.store = store
+        self.pages = pages
+        """Checks the message pages of each run's rebases (the file child reads them itself)."""
         self.records = records
         self.bytes_per_s = bytes_per_s
         self.interval_s = interval_s
@@ -305,6 +315,8 @@ class Scrubber:
             result: dict[str, Any] = {"run_id": run_id, "bytes": info_bytes, "key": key}
             try:
                 await self.store.verify(run_id)
+                if self.pages is not None:  # a page missing or damaged: as Verify says it
+                    await self.pages.check_run(self.store, run_id)
                 result["ok"] = True
             except SessionNotFound:
                 result = {"run_id": run_id, "gone": True}

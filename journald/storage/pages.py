@@ -76,13 +76,13 @@ class PageStore:
             try:
                 raw = await self.attachments.get(run_id, ref.sha256)
             except AttachmentNotFound:
-                raise _named(page_missing(ref), run_id) from None
+                raise named_page_error(page_missing(ref), run_id) from None
             except StoreCorrupted as exc:
-                raise _named(exc, run_id, ref) from None
+                raise named_page_error(exc, run_id, ref) from None
             try:
                 decode_page(ref, raw)
             except StoreCorrupted as exc:
-                raise _named(exc, run_id) from None
+                raise named_page_error(exc, run_id) from None
             out[ref.sha256] = raw
         return out
 
@@ -113,7 +113,10 @@ class PageStore:
         return await self.check(run_id, rebases)
 
 
-def _named(exc: StoreCorrupted, run_id: str, ref: PageRef | None = None) -> StoreCorrupted:
+def named_page_error(
+    exc: StoreCorrupted, run_id: str, ref: PageRef | None = None
+) -> StoreCorrupted:
+    """``exc`` (a page's ``store_corrupted``) naming the run, and the page when ``ref``."""
     exc.metadata.setdefault("run_id", run_id)
     if ref is not None:
         exc.metadata.setdefault("page", ref.sha256)

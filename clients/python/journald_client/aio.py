@@ -29,7 +29,7 @@ from journald_client.client import (
     default_name,
 )
 from journald_client.codec import Entry, OpenParams, Summary
-from journald_client.fingerprint import Fingerprint
+from journald_client.opening import AsyncOpener, Opening
 from journald_client.paths import checked_target
 from journald_client.state import (
     Ack,
@@ -92,7 +92,7 @@ class _AsyncLease:
             await self.task
 
 
-class AsyncClient:
+class AsyncClient(AsyncOpener):
     """An asyncio connection to the journald daemon."""
 
     def __init__(
@@ -237,54 +237,14 @@ class AsyncClient:
             window.splice(st.messages, await self._earlier(plan))
             st.messages_offset = 0
 
-    async def start(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        prompt: str | Sequence[Mapping[str, Any]],
-        *,
-        interactive: bool = False,
-        labels: Mapping[str, str] | None = None,
-        name: str | None = None,
-    ) -> AsyncRun:
-        """Create a run (``session_exists`` if it exists) and hold its writer lease; waits
-        for a restarting daemon and resumes a create whose reply was lost."""
-        params = OpenParams(run_id, fingerprint, interactive, False, name or self.name)
-        req = codec.open_request(params, create=True, prompt=prompt, labels=labels)
-        lease, created = await self._open_retrying(params, req)
-        return self._track(AsyncRun(self, params, lease, created=created))
+    @property
+    def _writer_name(self) -> str:
+        return self.name
 
-    async def open(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        prompt: str | Sequence[Mapping[str, Any]] = (),
-        *,
-        interactive: bool = False,
-        labels: Mapping[str, str] | None = None,
-        force: bool = False,
-        name: str | None = None,
-    ) -> AsyncRun:
-        """Resume the run, or create it when it does not exist (see ``Client.open``)."""
-        params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
-        req = codec.open_request(params, create=None, prompt=prompt, labels=labels)
-        lease, created = await self._open_retrying(params, req)
-        return self._track(AsyncRun(self, params, lease, created=created))
-
-    async def resume(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        *,
-        interactive: bool = False,
-        force: bool = False,
-        name: str | None = None,
-    ) -> AsyncRun:
-        """Re-open an existing run through the resume gates and hold its writer lease (a
-        restarting daemon is waited for, up to ``reconnect_timeout``)."""
-        params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
-        lease, _ = await self._open_retrying(params, codec.open_request(params, create=False))
-        return self._track(AsyncRun(self, params, lease))
+    async def _opened(self, opening: Opening) -> AsyncRun:
+        lease, created = await self._open_retrying(opening.params, opening.request)
+        run = AsyncRun(self, opening.params, lease, created=created if opening.fresh else None)
+        return self._track(run)
 
     def _track(self, run: AsyncRun) -> AsyncRun:
         self._runs = [r for r in self._runs if not r.closed] + [run]

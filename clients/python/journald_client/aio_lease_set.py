@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, cast
 
@@ -25,8 +25,8 @@ from journald_client import codec, errors
 from journald_client.aio import AsyncClient, AsyncRun
 from journald_client.client import RELEASE_TIMEOUT_S
 from journald_client.codec import OpenParams
-from journald_client.fingerprint import Fingerprint
 from journald_client.lease_set import CLOSE_TIMEOUT_S, Answers, closed_error, stream_finished
+from journald_client.opening import AsyncOpener, Opening
 
 EOF: Any = cast(Any, grpc.aio).EOF
 
@@ -147,7 +147,7 @@ class _AsyncStream:
                 await self._reader
 
 
-class AsyncLeaseSet:
+class AsyncLeaseSet(AsyncOpener):
     """Runs of one ``AsyncClient`` whose leases share one ``Leases`` stream."""
 
     def __init__(self, client: AsyncClient) -> None:
@@ -188,49 +188,12 @@ class AsyncLeaseSet:
         self._runs = [r for r in self._runs if not r.closed] + [run]
         return run
 
-    async def start(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        prompt: str | Sequence[Mapping[str, Any]],
-        *,
-        interactive: bool = False,
-        labels: Mapping[str, str] | None = None,
-        name: str | None = None,
-    ) -> AsyncRun:
-        """``AsyncClient.start`` over the set's stream."""
-        params = OpenParams(run_id, fingerprint, interactive, False, name or self._client.name)
-        req = codec.open_request(params, create=True, prompt=prompt, labels=labels)
-        return await self._run(params, req, fresh=True)
+    @property
+    def _writer_name(self) -> str:
+        return self._client.name
 
-    async def open(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        prompt: str | Sequence[Mapping[str, Any]] = (),
-        *,
-        interactive: bool = False,
-        labels: Mapping[str, str] | None = None,
-        force: bool = False,
-        name: str | None = None,
-    ) -> AsyncRun:
-        """``AsyncClient.open`` over the set's stream."""
-        params = OpenParams(run_id, fingerprint, interactive, force, name or self._client.name)
-        req = codec.open_request(params, create=None, prompt=prompt, labels=labels)
-        return await self._run(params, req, fresh=True)
-
-    async def resume(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        *,
-        interactive: bool = False,
-        force: bool = False,
-        name: str | None = None,
-    ) -> AsyncRun:
-        """``AsyncClient.resume`` over the set's stream."""
-        params = OpenParams(run_id, fingerprint, interactive, force, name or self._client.name)
-        return await self._run(params, codec.open_request(params, create=False), fresh=False)
+    async def _opened(self, opening: Opening) -> AsyncRun:
+        return await self._run(opening.params, opening.request, fresh=opening.fresh)
 
     @property
     def runs(self) -> list[AsyncRun]:

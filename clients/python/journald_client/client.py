@@ -31,7 +31,7 @@ from journald_proto import journal_pb2_grpc as pb_grpc
 
 from journald_client import codec, errors, retry, window
 from journald_client.codec import Entry, OpenParams, Summary
-from journald_client.fingerprint import Fingerprint
+from journald_client.opening import Opener, Opening
 from journald_client.paths import checked_target
 from journald_client.pipelined import DEFAULT_WINDOW, PipelinedWriter
 from journald_client.state import (
@@ -122,7 +122,7 @@ class _Lease:
         self._thread.join(timeout=5)
 
 
-class Client:
+class Client(Opener):
     """A connection to the journald daemon (no disk access: the daemon owns the files)."""
 
     def __init__(
@@ -247,57 +247,14 @@ class Client:
 
     # --- writers -----------------------------------------------------------------------
 
-    def start(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        prompt: str | Sequence[Mapping[str, Any]],
-        *,
-        interactive: bool = False,
-        labels: Mapping[str, str] | None = None,
-        name: str | None = None,
-    ) -> Run:
-        """Create a run (``session_exists`` if it exists) and hold its writer lease. A daemon
-        that is restarting is waited for (``reconnect_timeout``); a create whose reply was
-        lost is recognised on the retry and resumed, not refused."""
-        params = OpenParams(run_id, fingerprint, interactive, False, name or self.name)
-        req = codec.open_request(params, create=True, prompt=prompt, labels=labels)
-        lease, created = self._open_retrying(params, req)
-        return self._track(Run(self, params, lease, created=created))
+    @property
+    def _writer_name(self) -> str:
+        return self.name
 
-    def open(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        prompt: str | Sequence[Mapping[str, Any]] = (),
-        *,
-        interactive: bool = False,
-        labels: Mapping[str, str] | None = None,
-        force: bool = False,
-        name: str | None = None,
-    ) -> Run:
-        """Resume the run through the resume gates, or create it (with ``prompt`` and
-        ``labels``) when it does not exist; ``Run.created`` says which. The way to open a
-        run idempotently: a retry after a lost reply resumes what the first attempt made."""
-        params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
-        req = codec.open_request(params, create=None, prompt=prompt, labels=labels)
-        lease, created = self._open_retrying(params, req)
-        return self._track(Run(self, params, lease, created=created))
-
-    def resume(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        *,
-        interactive: bool = False,
-        force: bool = False,
-        name: str | None = None,
-    ) -> Run:
-        """Re-open an existing run through the resume gates and hold its writer lease (a
-        daemon that is restarting is waited for, up to ``reconnect_timeout``)."""
-        params = OpenParams(run_id, fingerprint, interactive, force, name or self.name)
-        lease, _ = self._open_retrying(params, codec.open_request(params, create=False))
-        return self._track(Run(self, params, lease))
+    def _opened(self, opening: Opening) -> Run:
+        lease, created = self._open_retrying(opening.params, opening.request)
+        run = Run(self, opening.params, lease, created=created if opening.fresh else None)
+        return self._track(run)
 
     def _track(self, run: Run) -> Run:
         self._runs = [r for r in self._runs if not r.closed] + [run]

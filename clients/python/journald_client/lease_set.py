@@ -24,7 +24,6 @@ import contextlib
 import itertools
 import queue
 import threading
-from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -34,7 +33,7 @@ from journald_proto import journal_pb2 as pb
 from journald_client import codec, errors
 from journald_client.client import RELEASE_TIMEOUT_S, Client, Run
 from journald_client.codec import OpenParams
-from journald_client.fingerprint import Fingerprint
+from journald_client.opening import Opener, Opening
 
 CLOSE_TIMEOUT_S = 30.0
 """How long ``close()`` waits for the daemon to release every lease of the set."""
@@ -212,7 +211,7 @@ class _Stream:
         self._reader.join(5)
 
 
-class LeaseSet:
+class LeaseSet(Opener):
     """Runs of one ``Client`` whose leases share one ``Leases`` stream (module doc)."""
 
     def __init__(self, client: Client) -> None:
@@ -250,49 +249,12 @@ class LeaseSet:
             self._runs = [r for r in self._runs if not r.closed] + [run]
         return run
 
-    def start(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        prompt: str | Sequence[Mapping[str, Any]],
-        *,
-        interactive: bool = False,
-        labels: Mapping[str, str] | None = None,
-        name: str | None = None,
-    ) -> Run:
-        """``Client.start`` over the set's stream."""
-        params = OpenParams(run_id, fingerprint, interactive, False, name or self._client.name)
-        req = codec.open_request(params, create=True, prompt=prompt, labels=labels)
-        return self._run(params, req, fresh=True)
+    @property
+    def _writer_name(self) -> str:
+        return self._client.name
 
-    def open(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        prompt: str | Sequence[Mapping[str, Any]] = (),
-        *,
-        interactive: bool = False,
-        labels: Mapping[str, str] | None = None,
-        force: bool = False,
-        name: str | None = None,
-    ) -> Run:
-        """``Client.open`` over the set's stream (``Run.created`` says which it did)."""
-        params = OpenParams(run_id, fingerprint, interactive, force, name or self._client.name)
-        req = codec.open_request(params, create=None, prompt=prompt, labels=labels)
-        return self._run(params, req, fresh=True)
-
-    def resume(
-        self,
-        run_id: str,
-        fingerprint: Fingerprint,
-        *,
-        interactive: bool = False,
-        force: bool = False,
-        name: str | None = None,
-    ) -> Run:
-        """``Client.resume`` over the set's stream."""
-        params = OpenParams(run_id, fingerprint, interactive, force, name or self._client.name)
-        return self._run(params, codec.open_request(params, create=False), fresh=False)
+    def _opened(self, opening: Opening) -> Run:
+        return self._run(opening.params, opening.request, fresh=opening.fresh)
 
     @property
     def runs(self) -> list[Run]:

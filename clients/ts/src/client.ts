@@ -10,7 +10,6 @@ import * as os from "node:os";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import {
   ChannelOptions,
-  ClientReadableStream,
   credentials,
   Metadata,
   ServiceError,
@@ -52,6 +51,7 @@ import {
   Warning,
 } from "./gen/journald/v1/journal";
 import { spanIds, traceMetadata } from "./otel";
+import { LeaseSet } from "./lease_set";
 import { PipelinedOptions, PipelinedWriter } from "./pipelined";
 import { checkSocket, defaultSocketPath, target } from "./socket";
 import { completeFold, completeState, DEFAULT_MESSAGE_WINDOW } from "./window";
@@ -268,22 +268,7 @@ export class Client {
 
   /** Create a run and take its writer lease. */
   start(o: StartOptions): Promise<Run> {
-    return this.open(
-      {
-        runId: o.runId,
-        mode: OpenMode.OPEN_MODE_CREATE,
-        fingerprint: o.fingerprint,
-        interactive: o.interactive ?? false,
-        force: false,
-        promptJson: canonical(o.prompt ?? []),
-        labels: o.labels ?? {},
-        client: undefined,
-        created: this.now(),
-        trace: recordTrace(o),
-        messageWindow: this.messageWindow,
-      },
-      o,
-    );
+    return this.open(this.openRequest(o, OpenMode.OPEN_MODE_CREATE), o);
   }
 
   /**
@@ -291,23 +276,9 @@ export class Client {
    * writer lease: what a framework adapter does when it reaches a thread it may not have.
    */
   startOrResume(o: StartOptions): Promise<Run> {
-    return this.open(
-      {
-        runId: o.runId,
-        mode: OpenMode.OPEN_MODE_CREATE_OR_RESUME,
-        fingerprint: o.fingerprint,
-        interactive: o.interactive ?? false,
-        force: false,
-        promptJson: canonical(o.prompt ?? []),
-        labels: o.labels ?? {},
-        client: undefined,
-        created: this.now(),
-        trace: recordTrace(o),
-        messageWindow: this.messageWindow,
-      },
-      o,
-    );
+    return this.open(this.openRequest(o, OpenMode.OPEN_MODE_CREATE_OR_RESUME), o);
   }
+
 
   /** The runs the daemon stores (newest first, at most `limit`; 0 = all). */
   async list(limit = 0, opts?: CallOpts): Promise<RunInfo[]> {
@@ -332,25 +303,55 @@ export class Client {
     return resp.data;
   }
 
+  /** An empty LeaseSet: many runs' leases over one `Leases` stream (opened on first use). */
+  leaseSet(): LeaseSet {
+    return new LeaseSet(this);
+  }
+
   /** Resume an existing run and take its writer lease; the resume gates apply. */
   resume(o: ResumeOptions): Promise<Run> {
-    return this.open(
-      {
-        runId: o.runId,
-        mode: OpenMode.OPEN_MODE_RESUME,
-        fingerprint: o.fingerprint,
-        interactive: o.interactive ?? false,
-        force: o.force ?? false,
-        promptJson: Buffer.alloc(0),
-        labels: {},
-        client: undefined,
-        created: "",
-        trace: undefined,
-        messageWindow: this.messageWindow,
-      },
-      o,
-    );
+    return this.open(this.resumeRequest(o), o);
   }
+
+  /** @internal The OpenRequest of start / startOrResume (shared with LeaseSet). */
+  openRequest(o: StartOptions, mode: OpenMode): OpenRequest {
+    return {
+      runId: o.runId,
+      mode,
+      fingerprint: o.fingerprint,
+      interactive: o.interactive ?? false,
+      force: false,
+      promptJson: canonical(o.prompt ?? []),
+      labels: o.labels ?? {},
+      client: undefined,
+      created: this.now(),
+      trace: recordTrace(o),
+      messageWindow: this.messageWindow,
+    };
+  }
+
+  /** @internal The OpenRequest of resume (shared with LeaseSet). */
+  resumeRequest(o: ResumeOptions): OpenRequest {
+    return {
+      runId: o.runId,
+      mode: OpenMode.OPEN_MODE_RESUME,
+      fingerprint: o.fingerprint,
+      interactive: o.interactive ?? false,
+      force: o.force ?? false,
+      promptJson: Buffer.alloc(0),
+      labels: {},
+      client: undefined,
+      created: "",
+      trace: undefined,
+      messageWindow: this.messageWindow,
+    };
+  }
+
+  /** @internal Who this process is, as every OpenRequest declares it. */
+  clientInfo(): OpenRequest["client"] {
+    return { name: this.clientName, pid: process.pid, host: os.hostname(), cwd: process.cwd() };
+  }
+
 
   /**
    * Open. `run.close()` calls Release, so a re-open right after it never sees `locked`.
@@ -378,7 +379,7 @@ export class Client {
   }
 
   private openOnce(req: OpenRequest, opts: CallOpts): Promise<Run> {
-    req.client = { name: this.clientName, pid: process.pid, host: os.hostname(), cwd: process.cwd() };
+    req.client = this.clientInfo();
     // The stream has no deadline: the lease lives exactly as long as it does.
     const call = this.rpc.open(req, traceMetadata(opts.otelContext));
     return new Promise((resolve, reject) => {
@@ -432,7 +433,8 @@ export class Run {
   readonly id: string;
   readonly lease: Lease;
   private readonly client: Client;
-  private readonly call: ClientReadableStream<OpenResponse>;
+  private readonly call: { cancel(): void };
+  private readonly releaser: ((run: Run) => Promise<void>) | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private pending: ToolCall[];
   private _lastSeq: number;
@@ -447,10 +449,16 @@ export class Run {
   readonly closed: Promise<void>;
 
   /** @internal */
-  constructor(client: Client, lease: Lease, call: ClientReadableStream<OpenResponse>) {
+  constructor(
+    client: Client,
+    lease: Lease,
+    call: { cancel(): void },
+    releaser?: (run: Run) => Promise<void>,
+  ) {
     this.client = client;
     this.lease = lease;
     this.call = call;
+    this.releaser = releaser; // a LeaseSet's run: released over the set's stream
     this.id = lease.runId;
     this._lastSeq = lease.lastSeq;
     this._lastHash = lease.lastHash;
@@ -514,10 +522,20 @@ export class Run {
    * lease too, only a moment later.
    */
   async close(): Promise<void> {
-    if (this.writer) await this.writer.close().catch(() => undefined);
+    await this._closeWriter();
+    if (this.releaser) {
+      if (!this.isClosed) await this.releaser(this);
+      await this.closed;
+      return;
+    }
     if (!this.isClosed) await this.release();
     this.call.cancel();
     await this.closed;
+  }
+
+  /** @internal Close the open PipelinedWriter, if any, waiting for the appends in flight. */
+  async _closeWriter(): Promise<void> {
+    if (this.writer) await this.writer.close().catch(() => undefined);
   }
 
   private release(): Promise<void> {

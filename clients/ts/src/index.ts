@@ -1,6 +1,7 @@
 export * from "./canonical";
 export * from "./client";
 export * from "./entry";
+export * from "./lease_set";
 export * from "./pipelined";
 export * from "./errors";
 export * from "./fingerprint";

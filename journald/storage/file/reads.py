@@ -530,10 +530,16 @@ class FileReads:
 
         return problem if place(problem) < place(found) else found
 
-    def verify(self, run_id: str, budget: ReadBudget | None = None) -> VerifyReport:
+    def verify(
+        self,
+        run_id: str,
+        budget: ReadBudget | None = None,
+        rebases: Records | None = None,
+    ) -> VerifyReport:
         """The files' own checks (framing, checksums, chain, manifest) as every read makes
         them, each sealed segment's digest, then the walk every backend's verify makes, naming
-        the file and line. ``budget``: the scrubber's paced reads."""
+        the file and line. ``budget``: the scrubber's paced reads; ``rebases``: filled with
+        the run's rebase records (the scrubber checks their pages without a second read)."""
         where: dict[int, Line] = {}
         read: dict[str, str] = {}  # each sealed segment's sha256, as the walk read it
         try:
@@ -542,6 +548,8 @@ class FileReads:
             raise self.earlier_sealed_damage(run_id, found) from None
         if not recs:
             raise self.not_found(run_id)
+        if rebases is not None:
+            rebases.extend(r for r in recs if r.kind == "rebase")
         self.check_segment_files(run_id)
         seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
         digests = {os.path.basename(n): d for n, d in read.items()}

@@ -10,12 +10,12 @@ every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on 
     {"run_id": ..., "skipped": "..."}                  could not be read now; next pass
 
 Each run gets the walk ``journald verify`` makes (``FileReads.verify``: framing, checksums,
-chain, manifest entries and digests, then ``journald.storage.verify``'s walk), with every file
-read through a ``ReadBudget``. A process of its own, at the lowest CPU and I/O priority, so
-that its decoding never holds the daemon's interpreter lock while an append waits for it;
-after each run it rests as long as the CPU time the run's walk took, so it uses at most half
-a core. It only reads:
-no lock, no write (the daemon records the results).
+chain, manifest entries and digests, then ``journald.storage.verify``'s walk, then every
+message page its rebases reference: present, and hashing to its name; ``check_pages``), with
+every file read through a ``ReadBudget``. A process of its own, at the lowest CPU and I/O
+priority, so that its decoding never holds the daemon's interpreter lock while an append
+waits for it; after each run it rests as long as the CPU time the run's walk took, so it uses
+at most half a core. It only reads: no lock, no write (the daemon records the results).
 
 ``key`` is what ``run_key`` says about the run's files when its walk started: a finding
 applies to the run only while its files still have that key (see ``run_key``).
@@ -34,8 +34,11 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
-from journald.core.records import validate_id
+from journald.core.pages import decode_page, page_missing, referenced_pages
+from journald.core.records import Record, validate_id
+from journald.storage.file.checkpoint_store import FileAttachmentStore
 from journald.storage.file.segments import JOURNAL, MANIFEST, SEGMENTS
+from journald.storage.pages import named_page_error
 from journald.storage.scrub_budget import ReadBudget
 
 NICE = 19
@@ -72,7 +75,9 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
         return {"run_id": run_id, "skipped": str(exc)}
     start = budget.bytes_read
     try:
-        rep = store.reads.verify(run_id, budget)
+        rebases: list[Record] = []
+        rep = store.reads.verify(run_id, budget, rebases)
+        check_pages(store.run_dir(run_id), run_id, rebases, budget)
     except SessionNotFound:
         return {"run_id": run_id, "gone": True}
     except StoreCorrupted as exc:
@@ -94,6 +99,24 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
         "bytes": budget.bytes_read - start,
         "key": key,
     }
+
+
+def check_pages(run_dir: str, run_id: str, rebases: list[Record], budget: ReadBudget) -> int:
+    """Every message page the rebases reference is in the run's attachments and is the page
+    its reference names (``store_corrupted`` naming the first that is not, as ``Verify``
+    says it); how many were checked. Read at the budget's pace, like the records."""
+    refs = referenced_pages([r.payload for r in rebases])
+    for ref in refs:
+        path = os.path.join(run_dir, FileAttachmentStore.KIND, ref.sha256)
+        try:
+            raw = budget.read_file(path)
+        except FileNotFoundError:
+            raise named_page_error(page_missing(ref), run_id) from None
+        try:
+            decode_page(ref, raw)
+        except StoreCorrupted as exc:
+            raise named_page_error(exc, run_id) from None
+    return len(refs)
 
 
 def scrub_runs(data_dir: str, ids: Iterable[str], bytes_per_s: int, out: IO[str]) -> None:

@@ -19,14 +19,24 @@ Two kinds of key:
   so two contenders cannot both win.
 
 The entry's revision is the fencing token: every write of the run through this daemon
-(each append group, each rebase, a delete) first reads the entry back and goes on only if it
-still carries that revision, and the daemon refuses every write once its own renewal is
-overdue: ``valid()`` is false from ``sent + ttl - margin`` after the last acknowledged
-renewal, where ``sent`` is when it was sent, so a holder stops writing before the server
-can expire its key (the server starts the TTL when the renewal arrives, later than
-``sent``). The stream's own fence (the records' ``Nats-Expected-Last-Subject-Sequence``)
-stays underneath: a write already in flight when the holder lost its lease cannot
-interleave with the next holder's.
+(each append group, each rebase, a delete) goes on only while the entry still carries that
+revision, and the daemon refuses every write once its own renewal is overdue: ``valid()``
+is false from ``sent + ttl - margin`` after the last acknowledged renewal, where ``sent`` is
+when it was sent, so a holder stops writing before the server can expire its key (the server
+starts the TTL when the renewal arrives, later than ``sent``). The stream's own fence (the
+records' ``Nats-Expected-Last-Subject-Sequence``) stays underneath: a write already in
+flight when the holder lost its lease cannot interleave with the next holder's.
+
+How a write learns the entry's revision without a round trip: the daemon watches the whole
+bucket (an ordered consumer on ``$KV.<bucket>.>``, which the server pushes every change to)
+and keeps the newest revision it saw of each run's key. The watch is trusted only while it is
+known to be current: it has delivered this daemon's own latest acknowledged renewal (a
+message of the same bucket, so everything stored before it has been delivered too). Then a
+write whose entry shows no newer revision goes on at once; otherwise (a change seen, the
+watch behind or gone) the write reads the entry back first, as every write did before. A
+watch that dies unnoticed is distrusted at the next renewal (``ttl/3``), so the read-back
+returns within a renewal period; a change made while the watch is current is seen as soon
+as the server delivers it.
 
 A dead daemon therefore blocks its runs for at most ``ttl`` seconds after its last renewal
 (3 s by default, ``serve --lease-ttl``, whole seconds: the server keeps a per-message TTL
@@ -52,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 import nats.errors
 import nats.js.errors
+from nats.js import api as js_api
 
 from journald.clock import utc_ts
 from journald.core.errors import BackendUnavailable, LeaseLost, Locked
@@ -220,6 +231,15 @@ class JetStreamLeases:
         lost (Python 3.11's ``wait_for``, inside nats-py, can swallow one that lands as its
         inner call completes, which left ``close`` awaiting the loop forever under load)."""
         self._expired_told = False
+        self._watch: Any = None
+        self._seen_seq = 0
+        """The newest bucket stream seq the watch delivered."""
+        self._beat_seq = 0
+        """The bucket stream seq of this daemon's last acknowledged renewal."""
+        self._latest: dict[str, int] = {}
+        """The newest revision the watch saw of each live run entry (any daemon's)."""
+        self.read_backs = 0
+        """Writes that read their entry back (the watch not current, or a change seen)."""
         self.on_lost: Callable[[list[str]], None] | None = None
         """Called with the runs whose leases this daemon can no longer vouch for (its own
         renewal overdue, or an entry taken over): their local leases must end."""
@@ -315,7 +335,8 @@ class JetStreamLeases:
                 headers={HDR_TTL: ttl},
             )
 
-        await self._call("renewing this daemon's key", op)
+        ack = await self._call("renewing this daemon's key", op)
+        self._beat_seq = max(self._beat_seq, int(getattr(ack, "seq", 0) or 0))
         self._deadline = max(self._deadline, sent + self.ttl_s - self.margin_s)
         self._expired_told = False
 
@@ -339,8 +360,50 @@ class JetStreamLeases:
                 "it allows per-key TTLs (`nats kv edit {self.bucket} --marker-ttl=1s`)",
                 metadata={"bucket": self.bucket},
             ) from exc
+        await self._start_watch()
         self._beating = asyncio.get_running_loop().create_task(self._keep_beating())
         self._store.leases = self
+
+    # --- the watch of the bucket --------------------------------------------------------
+
+    async def _start_watch(self) -> None:
+        """Watch every change of the bucket from this daemon's first renewal on. Without a
+        watch (refused, say, by a server that allows no consumer here) every write reads its
+        entry back: slower, as safe."""
+        prefix = self._subject("")
+        run_prefix = self._subject("run.")
+
+        async def on_msg(msg: Any) -> None:
+            seq = int(msg.metadata.sequence.stream)
+            subject = str(msg.subject)
+            if subject.startswith(run_prefix):
+                run_id = subject[len(run_prefix) :]
+                if self._is_marker(msg.headers or {}) and run_id not in self._held:
+                    self._latest.pop(run_id, None)  # keep only live entries
+                else:
+                    self._latest[run_id] = max(self._latest.get(run_id, 0), seq)
+            self._seen_seq = max(self._seen_seq, seq)
+
+        cfg = js_api.ConsumerConfig(
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(self._beat_seq, 1),
+            inactive_threshold=30.0,
+        )
+        try:
+            self._watch = await self._js.subscribe(
+                f"{prefix}>", stream=self.stream, cb=on_msg, ordered_consumer=True, config=cfg
+            )
+        except Exception as exc:
+            log.warning(
+                "lease bucket %s: could not watch it (%s); every write reads its lease entry "
+                "back instead",
+                self.bucket,
+                exc,
+            )
+
+    def _watch_current(self) -> bool:
+        """The watch has delivered this daemon's latest acknowledged renewal."""
+        return self._watch is not None and 0 < self._beat_seq <= self._seen_seq
 
     async def _keep_beating(self) -> None:
         while not self._closing:
@@ -474,6 +537,7 @@ class JetStreamLeases:
         """End this daemon's lease on the run (its entry is deleted now, or by the renewal
         loop once NATS answers: until then the run stays held by this daemon)."""
         revision = self._held.pop(run_id, None)
+        self._latest.pop(run_id, None)
         if revision is not None and not await self._delete_entry(run_id, revision):
             self._unreleased[run_id] = revision
 
@@ -492,6 +556,9 @@ class JetStreamLeases:
             )
         if not self.valid():
             raise self._not_valid(run_id, doing)
+        if self._watch_current() and self._latest.get(run_id, 0) <= revision:
+            return  # no change of the entry since we took it, and the watch is current
+        self.read_backs += 1
         now, entry = await self._entry(run_id)
         if now != revision:
             self._held.pop(run_id, None)
@@ -524,6 +591,10 @@ class JetStreamLeases:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._beating
             self._beating = None
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            with contextlib.suppress(Exception):
+                await watch.unsubscribe()
         for run_id in list(self._held):
             await self.release(run_id)
         with contextlib.suppress(Exception):

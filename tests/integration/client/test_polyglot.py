@@ -409,6 +409,23 @@ def test_a_go_or_typescript_writer_closes_and_reopens_a_run_ten_times_without_lo
 
 
 @pytest.mark.parametrize("language", ["go", "ts"])
+def test_go_and_typescript_hold_many_runs_over_one_lease_set_and_free_them_all_on_close(
+    agents: dict[str, list[str]], daemon: Daemon, language: str
+) -> None:
+    # eight runs over one Leases stream: appends, a typed refusal that ends nothing else, a
+    # release that frees one run at once, and a close that frees them all
+    # (clients/go/lease_set_test.go, clients/ts/test/lease_set.test.ts)
+    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    _client_test(
+        agents,
+        language,
+        "TestManyRunsHeldOverOneLeaseSetAppendReleaseAndReopenAtOnce",
+        "lease_set.test.js",
+        env,
+    )
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
 def test_go_and_typescript_surface_the_field_seq_and_run_of_a_refused_record(
     agents: dict[str, list[str]], daemon: Daemon, language: str
 ) -> None:

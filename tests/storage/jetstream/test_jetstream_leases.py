@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -120,4 +121,92 @@ async def test_a_daemon_cut_off_from_nats_stops_writing_before_another_can_take_
     await renew()  # reachable again: the entry names the new holder, not it
     with pytest.raises(Locked) as refused:
         await a.confirm("cut-off", "a write after the takeover")
+    assert refused.value.metadata["holder_writer"] == "host-b"
+
+
+async def _entry_reads(url: str, bucket: str) -> tuple[Any, list[str]]:
+    """A second connection counting the message-get requests for the bucket's entries (what
+    a write's read-back of its lease entry sends to the server)."""
+    import nats
+
+    seen: list[str] = []
+    nc = await nats.connect(url)
+
+    async def count(msg: object) -> None:
+        seen.append(str(getattr(msg, "subject", "")))
+
+    await nc.subscribe(f"$JS.API.STREAM.MSG.GET.KV_{bucket}", cb=count)
+    await nc.subscribe(f"$JS.API.DIRECT.GET.KV_{bucket}.>", cb=count)
+    await nc.flush()
+    return nc, seen
+
+
+async def _watch_has_caught_up(leases: JetStreamLeases) -> None:
+    async def current() -> None:
+        if not leases._watch_current():
+            raise NotYet
+
+    await eventually_async(current, what="the lease watch to deliver the daemon's renewal")
+
+
+async def _taken_behind_its_back(a: JetStreamLeases, b: JetStreamLeases, run: str) -> None:
+    """An operator deletes a's entry of the run (`nats kv del`) and daemon b takes it."""
+    await a._js.publish(a._run_key(run), b"", stream=a.stream, headers={"KV-Operation": "DEL"})
+    await b.acquire(run, {"name": "agent-b"})
+
+
+async def test_writes_of_a_held_run_do_not_read_its_lease_entry_back_while_the_watch_is_current(
+    daemons: tuple[JetStreamLeases, JetStreamLeases],
+) -> None:
+    a, _ = daemons
+    url = a._store.connection.connected_url.geturl()
+    counter, reads = await _entry_reads(url, a.bucket)
+    try:
+        await a.acquire("watched", {"name": "agent-a"})
+        await _watch_has_caught_up(a)
+        await counter.flush()
+        before = len(reads)
+        for n in range(20):
+            await a.confirm("watched", f"append {n}")
+        await counter.flush()
+        assert len(reads) == before, reads[before:]  # no round trip per write
+        assert a.read_backs == 0
+    finally:
+        await counter.close()
+
+
+async def test_an_entry_changed_behind_the_daemon_refuses_its_next_write_once_watched(
+    daemons: tuple[JetStreamLeases, JetStreamLeases],
+) -> None:
+    a, b = daemons
+    await a.acquire("changed", {"name": "agent-a"})
+    await _watch_has_caught_up(a)
+    await a.confirm("changed", "a write")
+    await _taken_behind_its_back(a, b, "changed")
+
+    refusals: list[Locked] = []
+
+    async def refused() -> None:
+        try:
+            await a.confirm("changed", "a write after the takeover")
+        except Locked as exc:
+            refusals.append(exc)
+            return
+        raise NotYet
+
+    await eventually_async(refused, what="the stale daemon's write to be refused")
+    assert refusals[0].metadata["holder_writer"] == "host-b"
+
+
+async def test_a_daemon_whose_watch_stopped_reads_the_entry_back_from_its_next_renewal_on(
+    daemons: tuple[JetStreamLeases, JetStreamLeases],
+) -> None:
+    a, b = daemons
+    await a.acquire("unwatched", {"name": "agent-a"})
+    await _watch_has_caught_up(a)
+    await a._watch.unsubscribe()  # the watch dies without the daemon noticing
+    await a._beat()  # the next renewal: the watch never delivers it
+    await _taken_behind_its_back(a, b, "unwatched")
+    with pytest.raises(Locked) as refused:  # at once: read back, not trusted to the watch
+        await a.confirm("unwatched", "a write")
     assert refused.value.metadata["holder_writer"] == "host-b"

@@ -1,0 +1,105 @@
+"""kill -9 of the daemon while a lease end writes the run's fold snapshot, whose conversation is
+paged (docs/design.md#message-pages, docs/design.md#fold-snapshots): at
+``snapshot_before_write`` (the snapshot's new pages are stored, the snapshot is not written)
+and at ``snapshot_after_write`` (the snapshot is durable, the fold marks are not saved).
+
+After a clean restart: every acknowledged record is there byte for byte, ``Verify`` passes,
+the stored snapshot names no page that is missing or does not hash to its name, and the run
+folds (from the snapshot, or past a stale one) to the conversation that was acknowledged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import journald_client as jc
+import pytest
+from journald_client.pb import journal_pb2 as pb
+
+from tests.daemon import Daemon
+from tests.integration.clientbin.common import FP
+from tests.integration.rpc import stub
+
+RUN = "snapshotted"
+READ_BYTES = 300 * 1024  # each tool turn is a page of its own
+pytestmark = pytest.mark.slow
+
+
+def read_turns(run: jc.Run, prefix: str, n: int) -> None:
+    for i in range(n):
+        tid = f"{prefix}{i}"
+        call = {"type": "tool_use", "id": tid, "name": "read_file", "input": "{}"}
+        run.assistant([call], stop_reason="tool_use")
+        run.tool_result(tid, f"{prefix} {i} " + "r" * READ_BYTES)
+    run.assistant(f"read {n} files", stop_reason="end_turn")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dormant run whose first lease end left a paged snapshot."""
+    base = tmp_path_factory.mktemp("prep")
+    with (
+        Daemon(base, "file") as d,
+        jc.connect(str(d.socket)) as c,
+        c.start(RUN, FP, "read the repository") as run,
+    ):
+        read_turns(run, "early", 3)
+    assert snapshot_pages(base / "data"), "the first lease end left no paged snapshot"
+    return base / "data"
+
+
+def run_dir(data: Path) -> Path:
+    return data / "sessions" / RUN
+
+
+def snapshot_pages(data: Path) -> list[str]:
+    doc = json.loads((run_dir(data) / "checkpoints" / "fold-snapshot.json").read_bytes())
+    return [p["sha256"] for p in doc["snapshot"].get("message_pages", [])]
+
+
+def messages(s: Any, run_id: str) -> list[dict[str, Any]]:
+    state = s.Fold(pb.FoldRequest(run_id=run_id)).state
+    return [{"role": m.role, "content": json.loads(m.content_json)} for m in state.messages]
+
+
+@pytest.mark.parametrize("point", ["snapshot_before_write", "snapshot_after_write"])
+def test_a_kill_while_a_lease_end_writes_its_paged_snapshot_loses_no_record_and_no_page(
+    prepared: Path, tmp_path: Path, point: str
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(prepared, data)
+    (data / "daemon.lock").unlink(missing_ok=True)
+    before = snapshot_pages(data)
+    env = {"JOURNALD_FAILPOINTS": f"{point}=kill"}
+    armed = Daemon(tmp_path, "file", data_dir=data, env=env).start()
+    with jc.connect(str(armed.socket)) as c:
+        run = c.resume(RUN, FP)
+        read_turns(run, "late", 2)  # acknowledged: each call returned
+        acked = [r.canonical for r in c.load(RUN)]
+        want = messages(stub(armed.target), RUN)  # the acknowledged conversation
+        run.close()  # the lease end's hook runs after the release is answered
+        armed.proc.wait(timeout=30)  # type: ignore[union-attr]  # it dies at the point
+    assert armed.proc.returncode == -9  # type: ignore[union-attr]
+
+    after = snapshot_pages(data)
+    if point == "snapshot_before_write":
+        assert after == before  # the old snapshot stands; its pages too
+    else:
+        assert len(after) > len(before)  # the new snapshot names the late pages
+    for digest in after:  # every page the stored snapshot names is there and whole
+        raw = (run_dir(data) / "attachments" / digest).read_bytes()
+        assert hashlib.sha256(raw).hexdigest() == digest
+
+    with Daemon(tmp_path, "file", data_dir=data) as clean:
+        s = stub(clean.target)
+        raw_records = [r.record.canonical for r in s.Load(pb.LoadRequest(run_id=RUN))]
+        assert raw_records == acked  # nothing acknowledged lost, nothing added
+        s.Verify(pb.VerifyRequest(run_id=RUN))
+        assert messages(s, RUN) == want
+        assert len(json.dumps(want)) > 5 * READ_BYTES  # the early reads and the late ones
+        with jc.connect(str(clean.socket)) as c, c.resume(RUN, FP) as run:
+            assert run.last_seq == len(acked)  # a windowed Open continues from it
