@@ -99,12 +99,15 @@ def _only_safe_numbers(value: object, where: str) -> None:
             _only_safe_numbers(v, f"{where}[{i}]")
 
 
-def validate_payload(kind: str, payload: object) -> None:
+def validate_payload(kind: str, payload: object, plain: bool = False) -> None:
+    """``plain``: ``journald.core.records.plain_json(payload)`` answered yes, so it holds no
+    float and no integer beyond ±(2^53-1) and the number walk is not done again."""
     if kind not in KINDS:
         raise InvalidRecord(f"field type: unknown record kind {kind!r}")
     try:
         if _is_valid(kind)(payload):
-            _only_safe_numbers(payload, kind)
+            if not plain:
+                _only_safe_numbers(payload, kind)
             return
         errors = list(_validator(kind).iter_errors(payload))
     except RecursionError:  # within MAX_JSON_DEPTH, but nested blocks cost many frames each
@@ -120,8 +123,9 @@ def validate_payload(kind: str, payload: object) -> None:
     _only_safe_numbers(payload, kind)
 
 
-def validate_record(rec: Record) -> None:
-    """Validate envelope and payload of a built record; raise ``InvalidRecord`` naming the field."""
+def validate_record(rec: Record, plain: bool = False) -> None:
+    """Validate envelope and payload of a built record; raise ``InvalidRecord`` naming the
+    field. ``plain``: as for ``validate_payload``."""
     obj = rec.as_json()
     errors = [] if _is_valid("envelope")(obj) else list(_validator("envelope").iter_errors(obj))
     if errors:
@@ -130,4 +134,4 @@ def validate_record(rec: Record) -> None:
         raise InvalidRecord(
             f"field {field}: {err.message}", metadata={"field": field, "seq": rec.seq}
         )
-    validate_payload(rec.kind, rec.payload)
+    validate_payload(rec.kind, rec.payload, plain)

@@ -91,6 +91,21 @@ def _json_equal(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _const_check(const: object) -> Predicate:
+    # A string constant (a block's or a record's type tag: several per record) equals only a
+    # string of the same text under JSON equality, so the general comparison is not needed.
+    if type(const) is str:
+        return lambda x: type(x) is str and x == const
+    return lambda x: _json_equal(x, const)
+
+
+def _enum_check(options: list[object]) -> Predicate:
+    if options and all(type(o) is str for o in options):
+        texts = frozenset(options)
+        return lambda x: type(x) is str and x in texts
+    return lambda x: any(_json_equal(x, o) for o in options)
+
+
 class _Compiler:
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.defs: Mapping[str, Any] = root.get("$defs", {})
@@ -124,11 +139,9 @@ class _Compiler:
         if "type" in s:
             common.append(_type_check(s["type"]))
         if "const" in s:
-            const = s["const"]
-            common.append(lambda x: _json_equal(x, const))
+            common.append(_const_check(s["const"]))
         if "enum" in s:
-            options = list(s["enum"])
-            common.append(lambda x: any(_json_equal(x, o) for o in options))
+            common.append(_enum_check(list(s["enum"])))
         common += self._all_of(s.get("allOf", []))
         if "$ref" in s:
             common.append(self.ref(s["$ref"]))

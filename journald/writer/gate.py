@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from journald.core.errors import InvalidArgumentError, InvalidRecord
-from journald.core.records import Record, check_batch, make_record, plan_batch
+from journald.core.records import Record, check_batch, make_record, plain_json, plan_batch
 from journald.core.schema import validate_record
 
 Trace = Mapping[str, str]
@@ -39,14 +39,15 @@ class Incoming:
     def of(cls, rec: Record) -> Incoming:
         return cls(rec.seq, rec.kind, rec.payload, rec.ts, rec.trace, built=rec)
 
-    def link(self, prev: str, trace: Trace | None) -> Record:
+    def link(self, prev: str, trace: Trace | None, plain: bool | None = None) -> Record:
         """The record linked onto ``prev``, stamped with ``trace`` if it carries none; a
-        record the daemon built is reused when that changes nothing (no second encode)."""
+        record the daemon built is reused when that changes nothing (no second encode).
+        ``plain``: ``plain_json`` of the payload, if asked already (``make_record``)."""
         stamped = self.trace if self.trace is not None else trace
         b = self.built
         if b is not None and b.prev == prev and b.trace == stamped:
             return b
-        return make_record(self.seq, self.kind, self.payload, prev, self.ts, stamped)
+        return make_record(self.seq, self.kind, self.payload, prev, self.ts, stamped, plain)
 
 
 def at_index(err: InvalidArgumentError, index: int, seq: int) -> InvalidArgumentError:
@@ -73,8 +74,9 @@ class Gate:
     def __init__(self, max_record_bytes: int) -> None:
         self.max_record_bytes = max_record_bytes
 
-    def record(self, rec: Record) -> None:
-        """The daemon's size limit and the record schema, before anything is written."""
+    def record(self, rec: Record, plain: bool = False) -> None:
+        """The daemon's size limit and the record schema, before anything is written.
+        ``plain``: ``plain_json(rec.payload)`` answered yes (the schema's number check)."""
         if len(rec.raw) > self.max_record_bytes:
             advice = (
                 "journal the output as an attachment: tool_result(..., as_attachment=True) "
@@ -90,7 +92,7 @@ class Gate:
                 f"limit is {self.max_record_bytes} bytes (--max-record-bytes): {advice}",
                 metadata={"seq": rec.seq, "field": "record"},
             )
-        validate_record(rec)
+        validate_record(rec, plain)
 
     def batch(self, run_id: str, items: Sequence[Incoming]) -> None:
         """A batch's seqs follow one another (checked before it waits for its turn)."""
@@ -117,8 +119,12 @@ class Gate:
             else:
                 stamp = trace
             try:
-                rec = item.link(link_to, stamp)
-                self.record(rec)
+                # one walk of the payload answers both the fast encoder and the schema's
+                # number check (journald.core.records.plain_json); a record the daemon built
+                # is mostly reused as it is, so it is not walked unless it is encoded again
+                plain = plain_json(item.payload) if item.built is None else None
+                rec = item.link(link_to, stamp, plain)
+                self.record(rec, plain is True)
             except InvalidArgumentError as err:
                 raise at_index(err, item.index, item.seq) from None
             return rec
