@@ -10,7 +10,8 @@ length); ``list_sessions`` lists runs once and reads each matching session's sta
 events.
 
 Writes hold the run's writer lease and give it back ``idle_release_s`` after the last one, so
-another process may write the session next; a session whose last function call never
+another process may write the session next (a session with a function call still open in this
+process keeps its lease until the call's response is written); a session whose last function call never
 returned (the process died in the tool) is shown with an error response for that call, which
 the next event's write stores, so the model is never handed a call without its response.
 """
@@ -154,7 +155,11 @@ class JournaldSessionService(BaseSessionService):
                     continue
                 try:
                     w = self._writers.get(run_id)
-                    if w is not None and time.monotonic() - w.last_used >= self.idle_release_s:
+                    # a call this process is still running keeps the lease: a session without
+                    # a writer shows its open calls as abandoned, and this one is not
+                    running = w is not None and any(not c.long_running for c in w.mirror.open_calls)
+                    idle = w is not None and time.monotonic() - w.last_used >= self.idle_release_s
+                    if w is not None and idle and not running:
                         del self._writers[run_id]
                         w.run.close()
                 finally:
