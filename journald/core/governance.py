@@ -83,14 +83,10 @@ def sanitize(
     open_ids: list[str] = []  # tool_use ids of the previous assistant message
     for m in merged:
         if m["role"] == "assistant":
-            if not m["content"]:  # an empty assistant message is refused by model APIs
-                report.dropped_messages += 1
-                continue
-            if open_ids:  # the previous assistant's calls were never answered
-                report.synthesized_results += len(open_ids)
-                out.append({"role": "user", "content": [abandoned_result(i) for i in open_ids]})
-            base = out.pop() if out and out[-1]["role"] == "assistant" else m
-            combined = [*base["content"], *m["content"]] if base is not m else m["content"]
+            # two assistant messages in a row are one turn (unless calls between them are open)
+            merge = not open_ids and bool(out) and out[-1]["role"] == "assistant"
+            base = out[-1] if merge else m
+            combined = [*base["content"], *m["content"]] if merge else m["content"]
             content, seen = [], set()
             for b in combined:  # a tool_use id may appear once per turn
                 if b.get("type") == "tool_result":  # misplaced: results belong to users
@@ -102,6 +98,16 @@ def sanitize(
                         continue
                     seen.add(b.get("id"))
                 content.append(b)
+            if not content:
+                # empty, or nothing but misplaced blocks: model APIs refuse an empty assistant
+                # message; the calls still open wait for the next message to answer them
+                report.dropped_messages += 1
+                continue
+            if open_ids:  # the previous assistant's calls were never answered
+                report.synthesized_results += len(open_ids)
+                out.append({"role": "user", "content": [abandoned_result(i) for i in open_ids]})
+            if merge:
+                out.pop()
             out.append({**base, "content": content})
             open_ids = _tool_use_ids(out[-1])
             continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from journald.core import governance, records, schema
@@ -93,6 +93,18 @@ def test_folded_messages_are_model_ready_without_governance_when_no_rebase_inter
 
 @settings(max_examples=scaled(150))
 @given(message_lists())
+# found by Hypothesis: an assistant message holding only a misplaced tool result was kept empty
+@example(
+    [
+        {"role": "user", "content": [{"type": "text", "text": ""}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": [], "is_error": False}
+            ],
+        },
+    ]
+)
 def test_sanitize_makes_any_message_list_model_ready(msgs: list[dict[str, Any]]) -> None:
     snapshot = copy.deepcopy(msgs)
     out, report = governance.sanitize(msgs)
