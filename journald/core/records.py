@@ -122,7 +122,9 @@ def canonical_json(obj: object, plain: bool | None = None) -> bytes:
         plain = plain_json(obj)
     if plain:
         try:
-            return orjson.dumps(obj, option=_SORTED)
+            # copied: orjson's bytes keep the buffer they were written in (8 KiB for a short
+            # record, ~8x a megabyte one), and records stay in memory (the recent window)
+            return bytes(memoryview(orjson.dumps(obj, option=_SORTED)))
         except TypeError:
             pass  # a non-str key: the reference decides (it writes some, refuses others)
     try:

@@ -47,6 +47,8 @@ PUBLIC = frozenset(
         "LeaseLost",
         "LeaseSet",
         "LeaseWarning",
+        "ListChange",
+        "ListChanges",
         "Locked",
         "MESSAGE_WINDOW",
         "NotFoundError",
