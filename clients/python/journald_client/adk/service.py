@@ -11,9 +11,10 @@ events.
 
 Writes hold the run's writer lease and give it back ``idle_release_s`` after the last one, so
 another process may write the session next (a session with a function call still open in this
-process keeps its lease until the call's response is written); a session whose last function call never
-returned (the process died in the tool) is shown with an error response for that call, which
-the next event's write stores, so the model is never handed a call without its response.
+process keeps its lease until the call's response is written); a session whose last function
+call never returned (the process died in the tool) is shown with an error response for that
+call, which the next event's write stores, so the model is never handed a call without its
+response.
 """
 
 from __future__ import annotations
