@@ -281,6 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--crash-after", type=int, default=None, help="SIGKILL self after N tool results"
     )
+    # an agent started with its daemon, or while it restarts, on a busy machine, waits for it
+    # rather than failing at the first slow answer (connect's own default is 5 s)
+    ap.add_argument(
+        "--connect-timeout-s",
+        type=float,
+        default=30.0,
+        help="how long to wait for the daemon to answer (default 30)",
+    )
     args = ap.parse_args(argv)
 
     fp = jc.compute(
@@ -294,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     tools = Tools(Path(args.dir))
     try:
-        client = jc.connect(args.socket, name="example-agent")
+        client = jc.connect(args.socket, name="example-agent", timeout=args.connect_timeout_s)
     except jc.DaemonUnavailable as exc:
         print(exc, file=sys.stderr)
         return 2
