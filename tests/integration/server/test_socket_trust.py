@@ -29,6 +29,7 @@ import journald_client as jc
 import pytest
 
 from tests.daemon import JOURNALD, Daemon
+from tests.search_grants import searchable
 
 NOBODY = 65534  # alice: a member of the socket group by her primary group
 NOGROUP = 65534
@@ -235,20 +236,11 @@ def test_a_world_writable_socket_dir_is_refused_and_a_private_one_serves_as_befo
 def checkout_reachable() -> Iterator[None]:
     """The second uid runs this checkout's venv: every directory above it must let others
     pass (a clone made in ``mktemp -d`` sits in a 0700 one). Grants only search (o+x) to the
-    directories that lack it, for the test's length, and takes it back."""
+    directories that lack it, for the test's length, and takes it back once no other test
+    needs it (tests/search_grants.py)."""
     repo = Path(__file__).resolve().parents[3]
-    granted: list[tuple[Path, int]] = []
-    for where in (repo, Path(sys.executable).resolve().parent):
-        for d in [where, *where.parents]:
-            mode = d.stat().st_mode
-            if not mode & stat.S_IXOTH and all(g != d for g, _ in granted):
-                os.chmod(d, stat.S_IMODE(mode) | stat.S_IXOTH)
-                granted.append((d, stat.S_IMODE(mode)))
-    try:
+    with searchable([repo, Path(sys.executable).resolve().parent]):
         yield
-    finally:
-        for d, mode in reversed(granted):
-            os.chmod(d, mode)
 
 
 def run_as(uid: int, gid: int, code: str, *args: str) -> subprocess.CompletedProcess[str]:
