@@ -8,6 +8,7 @@ then reads the completed run back and its chain verifies.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import journald_client as jc
@@ -19,6 +20,14 @@ from tests.integration.clientbin.procs import ROOT, Procs
 from tests.storage.backend_jetstream import fresh_stream
 
 AGENT = ROOT / "clients" / "python" / "examples" / "agent.py"
+
+
+def host_socket(host: str, stream: str) -> Path:
+    """A short socket path (a unix socket path is at most 107 bytes) unique to this process:
+    stream names count from 1 in every suite, and a second suite on the machine once bound
+    the same path, so one suite's agent talked to the other's daemon."""
+    return Path(f"/tmp/jd-js-{host}-{stream}-{os.getpid()}/s")
+
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +42,8 @@ def test_a_run_started_on_one_daemon_resumes_on_another_through_the_stream(
     (ws / "b.txt").write_text("one two\n")
     (ws / "c.md").write_text("# title here\n")
     flags = ("--nats-url", url, "--stream", name)
-    host_a = Daemon(tmp_path / "a", "jetstream", *flags, socket=Path(f"/tmp/jd-js-a-{name}/s"))
-    host_b = Daemon(tmp_path / "b", "jetstream", *flags, socket=Path(f"/tmp/jd-js-b-{name}/s"))
+    host_a = Daemon(tmp_path / "a", "jetstream", *flags, socket=host_socket("a", name))
+    host_b = Daemon(tmp_path / "b", "jetstream", *flags, socket=host_socket("b", name))
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     with host_a, host_b, Procs() as procs:
@@ -62,8 +71,8 @@ def test_a_run_held_on_one_daemon_is_refused_at_open_on_another_until_released(
     flags = ("--nats-url", url, "--stream", name)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    host_a = Daemon(tmp_path / "a", "jetstream", *flags, socket=Path(f"/tmp/jd-js-a-{name}/s"))
-    host_b = Daemon(tmp_path / "b", "jetstream", *flags, socket=Path(f"/tmp/jd-js-b-{name}/s"))
+    host_a = Daemon(tmp_path / "a", "jetstream", *flags, socket=host_socket("a", name))
+    host_b = Daemon(tmp_path / "b", "jetstream", *flags, socket=host_socket("b", name))
     with (
         host_a,
         host_b,
