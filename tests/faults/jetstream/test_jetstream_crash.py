@@ -34,11 +34,21 @@ def build(run_id: str) -> JournalBuilder:
 
 
 async def append_all(
-    journal: Journal, records: list[Record], acked: list[int], timeout_s: float = 60.0
+    journal: Journal,
+    records: list[Record],
+    acked: list[int],
+    timeout_s: float = 60.0,
+    reached: tuple[int, asyncio.Event] | None = None,
 ) -> None:
     """Append one record at a time; a BackendUnavailable (the store's own retry window ran
-    out while the server was away) is retried at the same seq until ``timeout_s``."""
+    out while the server was away) is retried at the same seq until ``timeout_s``.
+    ``reached`` (n, event): the event is set once n records are acknowledged, before the next
+    append is sent, so a waiter runs while that append is in flight (polling for a count
+    could miss the whole run: once writes got faster, all 61 were acknowledged between two
+    polls)."""
     for rec in records:
+        if reached is not None and len(acked) >= reached[0]:
+            reached[1].set()
         res = await eventually_async(
             functools.partial(journal.append, [rec]),
             what=f"seq {rec.seq} to be acknowledged",
@@ -62,9 +72,12 @@ async def test_a_killed_and_restarted_server_keeps_every_acknowledged_record(
             src = build("crash-run")
             journal = await store.create(src.records[0])
             acked: list[int] = [1]
-            task = asyncio.ensure_future(append_all(journal, src.records[1:], acked))
-            await wait_until_async(lambda: len(acked) >= 15 or task.done(), what="15 acks")
-            server.kill()  # SIGKILL mid-run, appends in flight
+            fifteen = asyncio.Event()
+            task = asyncio.ensure_future(
+                append_all(journal, src.records[1:], acked, reached=(15, fifteen))
+            )
+            await asyncio.wait_for(fifteen.wait(), 60)
+            server.kill()  # SIGKILL mid-run, the 16th append in flight
             killed_after = len(acked)
             # the server stays down until the client has noticed it is gone
             await wait_until_async(lambda: not store._nc.is_connected, what="the disconnect")
@@ -116,8 +129,11 @@ async def test_a_run_continues_when_one_node_of_a_three_node_cluster_is_killed(
             acked: list[int] = [1]
             leader = await stream_leader(store)
             victim = next(n for n in cluster.nodes if n.name == leader)
-            task = asyncio.ensure_future(append_all(journal, src.records[1:], acked))
-            await wait_until_async(lambda: len(acked) >= 15 or task.done(), what="15 acks")
+            fifteen = asyncio.Event()
+            task = asyncio.ensure_future(
+                append_all(journal, src.records[1:], acked, reached=(15, fifteen))
+            )
+            await asyncio.wait_for(fifteen.wait(), 90)
             victim.kill()  # SIGKILL the stream leader during the run
             killed_after = len(acked)
             await asyncio.wait_for(task, 90)
