@@ -52,6 +52,7 @@ PUBLIC = frozenset(
         "Locked",
         "MESSAGE_WINDOW",
         "NotFoundError",
+        "PageRef",
         "Pending",
         "PendingResult",
         "PendingTurn",
