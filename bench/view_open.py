@@ -150,102 +150,117 @@ async def measure(
     t0 = time.perf_counter()
     async with app.run_test(size=(100, 30)) as pilot:
         try:
-            await until(lambda: isinstance(app.screen, TranscriptScreen), "the screen")
-            out["transcript_mounted_s"] = round(time.perf_counter() - t0, 3)
-            await until(lambda: at_end(screen()), "the last message on screen")
-            out["first_paint_s"] = round(time.perf_counter() - t0, 3)
-        except StepTimeout as err:
-            out["timed_out"] = str(err)
-            return out
-        s = screen()
-        assert s is not None
-        assert s.slice is not None
-        out["history_calls_to_first_paint"] = source.stats.history_calls
-        out["messages_fetched_to_first_paint"] = source.stats.messages_fetched
-        total = out["messages_in_run"] = s.slice.total
-
-        async def page_back() -> float:
+            try:
+                await until(lambda: isinstance(app.screen, TranscriptScreen), "the screen")
+                out["transcript_mounted_s"] = round(time.perf_counter() - t0, 3)
+                await until(lambda: at_end(screen()), "the last message on screen")
+                out["first_paint_s"] = round(time.perf_counter() - t0, 3)
+            except StepTimeout as err:
+                out["timed_out"] = str(err)
+                return out
+            s = screen()
             assert s is not None
             assert s.slice is not None
-            start = s.slice.start
-            s.view.go_first()  # the top of what is loaded (untimed): the next PgUp reads
+            out["history_calls_to_first_paint"] = source.stats.history_calls
+            out["messages_fetched_to_first_paint"] = source.stats.messages_fetched
+            total = out["messages_in_run"] = s.slice.total
+
+            async def page_back() -> float:
+                assert s is not None
+                assert s.slice is not None
+                start = s.slice.start
+                s.view.go_first()  # the top of what is loaded (untimed): the next PgUp reads
+                await pilot.pause()
+                t = time.perf_counter()
+                await pilot.press("pageup")
+                await until(lambda: s.slice is not None and s.slice.start < start, "a page back")
+                return round(time.perf_counter() - t, 3)
+
+            async def timed(key: str, *keys: str, cond: Any) -> None:
+                t = time.perf_counter()
+                await pilot.press(*keys)
+                await until(cond, key)
+                out[key] = round(time.perf_counter() - t, 3)
+
+            def shows_first() -> bool:
+                return (
+                    s.slice is not None
+                    and s.slice.start == 0
+                    and any("a very long run" in t for t in on_screen(s.view))
+                )
+
+            middle = total // 2
+            seq = total * 3 // 4  # seq k is message k - 1 here (the prompt is seq 1)
+            try:  # the moves the issue asks for first, then the ones across the run
+                out["page_back_at_end_s"] = await page_back()
+                await timed("jump_to_first_message_s", "home", cond=shows_first)
+                await timed(
+                    "go_to_middle_s",
+                    "colon",
+                    *str(middle),
+                    "enter",
+                    cond=lambda: s.slice is not None and s.slice.start <= middle - 1 < s.slice.stop,
+                )
+                out["page_back_in_middle_s"] = await page_back()
+                await timed(
+                    "go_to_seq_three_quarters_s",
+                    "colon",
+                    *f"s {seq}",
+                    "enter",
+                    cond=lambda: s.slice is not None and s.slice.start <= seq - 1 < s.slice.stop,
+                )
+                out["page_back_at_three_quarters_s"] = await page_back()  # History's own page
+            except StepTimeout as err:  # the rest of the moves would start from anywhere
+                out["timed_out"] = f"{err} (after {step_s:g} s; the moves after it were skipped)"
+            out["messages_held_in_window"] = len(s.slice.messages) if s.slice is not None else 0
+            out["lines_laid_out"] = len(s.view.line_texts())
+            out["viewer_rss_mb"] = _rss_mb()
+
+            c0, d0, w0 = time.process_time(), _daemon_cpu_s(), time.perf_counter()
+            await pilot.pause(idle_s)
+            wall = time.perf_counter() - w0
+            out["idle_cpu_transcript_pct"] = round((time.process_time() - c0) / wall * 100, 1)
+            out["daemon_cpu_while_transcript_idle_pct"] = round(
+                (_daemon_cpu_s() - d0) / wall * 100, 1
+            )
+            await pilot.press("escape")
+            await until(
+                lambda: isinstance(app.screen, RunsScreen) and app.screen.loaded, "the runs"
+            )
+            runs = app.screen
+            assert isinstance(runs, RunsScreen)
+            out["runs_in_table"] = len(runs.rows)
+            await pilot.pause(0.5)
+            c0, d0, w0 = time.process_time(), _daemon_cpu_s(), time.perf_counter()
+            await pilot.pause(idle_s)
+            wall = time.perf_counter() - w0
+            out["idle_cpu_runs_table_pct"] = round((time.process_time() - c0) / wall * 100, 1)
+            out["daemon_cpu_while_runs_table_idle_pct"] = round(
+                (_daemon_cpu_s() - d0) / wall * 100, 1
+            )
+
+            # the way people open a run: enter on its row of the runs table (the daemon warm now)
+            row = next(n for n, r in enumerate(runs.shown) if r.info.run_id == run_id)
+            runs.table.move_cursor(row=row, animate=False)
             await pilot.pause()
-            t = time.perf_counter()
-            await pilot.press("pageup")
-            await until(lambda: s.slice is not None and s.slice.start < start, "a page back")
-            return round(time.perf_counter() - t, 3)
-
-        async def timed(key: str, *keys: str, cond: Any) -> None:
-            t = time.perf_counter()
-            await pilot.press(*keys)
-            await until(cond, key)
-            out[key] = round(time.perf_counter() - t, 3)
-
-        def shows_first() -> bool:
-            return (
-                s.slice is not None
-                and s.slice.start == 0
-                and any("a very long run" in t for t in on_screen(s.view))
+            try:
+                await timed(
+                    "open_from_runs_table_s",
+                    "enter",
+                    cond=lambda: (t := screen()) is not None and t is not s and at_end(t),
+                )
+            except StepTimeout as err:
+                out["timed_out_from_runs_table"] = str(err)
+            out["viewer_max_rss_mb"] = round(
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             )
-
-        middle = total // 2
-        seq = total * 3 // 4  # seq k is message k - 1 here (the prompt is seq 1)
-        try:  # the moves the issue asks for first, then the ones across the run
-            out["page_back_at_end_s"] = await page_back()
-            await timed("jump_to_first_message_s", "home", cond=shows_first)
-            await timed(
-                "go_to_middle_s",
-                "colon",
-                *str(middle),
-                "enter",
-                cond=lambda: s.slice is not None and s.slice.start <= middle - 1 < s.slice.stop,
-            )
-            out["page_back_in_middle_s"] = await page_back()
-            await timed(
-                "go_to_seq_three_quarters_s",
-                "colon",
-                *f"s {seq}",
-                "enter",
-                cond=lambda: s.slice is not None and s.slice.start <= seq - 1 < s.slice.stop,
-            )
-            out["page_back_at_three_quarters_s"] = await page_back()  # History's own page
-        except StepTimeout as err:  # the rest of the moves would start from anywhere
-            out["timed_out"] = f"{err} (after {step_s:g} s; the moves after it were skipped)"
-        out["messages_held_in_window"] = len(s.slice.messages) if s.slice is not None else 0
-        out["lines_laid_out"] = len(s.view.line_texts())
-        out["viewer_rss_mb"] = _rss_mb()
-
-        c0, d0, w0 = time.process_time(), _daemon_cpu_s(), time.perf_counter()
-        await pilot.pause(idle_s)
-        wall = time.perf_counter() - w0
-        out["idle_cpu_transcript_pct"] = round((time.process_time() - c0) / wall * 100, 1)
-        out["daemon_cpu_while_transcript_idle_pct"] = round((_daemon_cpu_s() - d0) / wall * 100, 1)
-        await pilot.press("escape")
-        await until(lambda: isinstance(app.screen, RunsScreen) and app.screen.loaded, "the runs")
-        runs = app.screen
-        assert isinstance(runs, RunsScreen)
-        out["runs_in_table"] = len(runs.rows)
-        await pilot.pause(0.5)
-        c0, d0, w0 = time.process_time(), _daemon_cpu_s(), time.perf_counter()
-        await pilot.pause(idle_s)
-        wall = time.perf_counter() - w0
-        out["idle_cpu_runs_table_pct"] = round((time.process_time() - c0) / wall * 100, 1)
-        out["daemon_cpu_while_runs_table_idle_pct"] = round((_daemon_cpu_s() - d0) / wall * 100, 1)
-
-        # the way people open a run: enter on its row of the runs table (the daemon warm now)
-        row = next(n for n, r in enumerate(runs.shown) if r.info.run_id == run_id)
-        runs.table.move_cursor(row=row, animate=False)
-        await pilot.pause()
-        try:
-            await timed(
-                "open_from_runs_table_s",
-                "enter",
-                cond=lambda: (t := screen()) is not None and t is not s and at_end(t),
-            )
-        except StepTimeout as err:
-            out["timed_out_from_runs_table"] = str(err)
-        out["viewer_max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-        out["history_calls_total"] = source.stats.history_calls
+            out["history_calls_total"] = source.stats.history_calls
+        finally:
+            # printed here, before the app winds down: a step that timed out may leave a
+            # History call running in a worker thread, which the orderly exit would wait for
+            print(json.dumps(out), flush=True)
+            if any(k.startswith("timed_out") for k in out):
+                os._exit(0)
         return out
 
 
@@ -292,7 +307,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.measure:
         sock, run, last, idle, step = args.measure
-        print(json.dumps(asyncio.run(measure(sock, run, last, float(idle), float(step)))))
+        asyncio.run(measure(sock, run, last, float(idle), float(step)))  # prints its JSON
         return
     run_id = f"v{args.messages}"
     args.data.mkdir(parents=True, exist_ok=True)
