@@ -377,6 +377,8 @@ class TranscriptScreen(SearchingScreen):
             return
         if rec.kind == "rebase":
             self.notes.clear()
+            if self.marking:  # read before the rebase: read the markers once more after it
+                self.marks_stale = True
             self.load()
             return
         if rec.kind == "terminal":
