@@ -12,7 +12,8 @@ reaches the end, each record marks the tail stale and one refresh at a time re-r
 conversation from the last loaded turn (``Source.tail``), so a call's result shows under its
 call as soon as it is journaled; elsewhere a record only updates the count in the header. A
 rebase (restore, compaction) reloads the last page. Records of a kind the transcript does not
-render become one dim line where they arrived.
+render become one dim line where they arrived. A checkpoint taken, deleted or evicted (an event
+of the same Watch, not a record) reads the markers again.
 
 Search reads the run by pages in a worker (nothing kept but the matches' places), so it finds
 text anywhere in the run and counts the matches ("3 of 17").
