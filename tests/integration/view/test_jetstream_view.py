@@ -1,8 +1,7 @@
 """``journald view`` against a daemon on the JetStream backend (a real nats-server): the go-to
 prompt's seq and time forms (History ``at_seq``/``at_time`` read the stream's records and the
 fold marks in the run's bucket), the runs table's delete and a checkpoint's marker shown live
-(issue 28 Build: "keep
-``journald view`` working against the JetStream backend")."""
+(issue 28 Build: "keep ``journald view`` working against the JetStream backend")."""
 
 from __future__ import annotations
 
