@@ -56,6 +56,7 @@ from journald_client.pipelined import Pending, PipelinedWriter
 from journald_client.state import (
     Ack,
     AttachmentRef,
+    CheckpointChange,
     CheckpointMeta,
     CompactResult,
     Counters,
@@ -92,6 +93,7 @@ __all__ = [
     "AttachmentNotFound",
     "AttachmentRef",
     "BackendUnavailable",
+    "CheckpointChange",
     "CheckpointImportInvalid",
     "CheckpointMeta",
     "CheckpointNotFound",

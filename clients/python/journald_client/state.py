@@ -324,6 +324,15 @@ class CheckpointMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointChange:
+    """A checkpoint event of a Watch (``Watch.events()``): ``kind`` is created, deleted or
+    evicted; ``checkpoint`` the checkpoint concerned."""
+
+    kind: str
+    checkpoint: CheckpointMeta
+
+
+@dataclass(frozen=True, slots=True)
 class RestoreResult:
     """What a restore did: message counts before and after, the pre_restore checkpoint (if
     taken), the rebase record's ack, and notices such as ``cwd_mismatch``."""

@@ -18,6 +18,7 @@ PUBLIC = frozenset(
         "AttachmentNotFound",
         "AttachmentRef",
         "BackendUnavailable",
+        "CheckpointChange",
         "CheckpointImportInvalid",
         "CheckpointMeta",
         "CheckpointNotFound",
