@@ -72,6 +72,26 @@ def test_a_completed_paged_edit_whose_ack_was_lost_is_adopted_as_this_writers_ow
         daemon.kill9()
 
 
+def test_a_pipelined_writer_adopts_its_completed_paged_edit_whose_ack_was_lost(
+    tmp_path: Path,
+) -> None:
+    daemon = Daemon(tmp_path, "file", env=KILL_AT_THE_EDIT).start()
+    client = jc.Client(str(daemon.socket), reconnect_timeout=60)
+    try:
+        run = client.start("paged-lost-ack-piped", FP, "hi")
+        writer = run.pipelined()
+        pending = writer.append_many(edit_and_complete())
+        crashed_and_restarted(daemon)
+        acks = pending.ack(60)
+        stored = list(client.load("paged-lost-ack-piped", from_seq=2))
+        assert len(stored[0].pages) >= 2
+        assert [(a.seq, a.hash) for a in acks] == [(r.seq, r.hash) for r in stored]
+        writer.close()
+    finally:
+        client.close()
+        daemon.kill9()
+
+
 async def test_an_async_writer_adopts_its_completed_paged_edit_whose_ack_was_lost(
     tmp_path: Path,
 ) -> None:
