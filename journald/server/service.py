@@ -498,7 +498,8 @@ class JournalService:
     @unary
     async def Verify(self, request: pb.VerifyRequest, context: Ctx) -> pb.VerifyResponse:
         rep = await self.store.verify(validate_id(request.run_id))
-        await self.runs.pages.check_run(self.store, request.run_id)  # every page it references
+        # every page its rebases reference, every answered-id chunk its snapshot does
+        await self.runs.pages.check_run(self.store, request.run_id, self.runs.checkpoints)
         return pb.VerifyResponse(
             records=rep.records,
             last_seq=rep.last_seq,
