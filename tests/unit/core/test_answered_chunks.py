@@ -179,3 +179,22 @@ def test_an_old_snapshot_with_the_whole_list_still_decodes() -> None:
     assert len(doc["answered_ever"]) == 5
     assert fold(recs[-2:], start=decode_state(doc)) == fold(recs)
     assert answered_from_json({"head": None, "count": 0, "ids": ["x"]}) == {"x"}
+
+
+def test_a_chunk_that_cannot_be_read_when_asked_for_makes_the_fold_start_from_seq_1() -> None:
+    async def scenario() -> tuple[RunState, RunState]:
+        recs = dup_journal(200)
+        store, attachments = MemoryStore(), MemoryAttachmentStore()
+        journal = await store.create(recs[0])
+        await journal.append(recs[1:])
+        await journal.close()
+        st_ = fold(recs[:-2])
+        chunks = st_.answered_ever.sealable(256)
+        st_.answered_ever.seal(chunks)  # never stored: the chain's chunks are all missing
+        doc = stored(paged_state(st_, cut(st_.messages.tail)))
+        resumed = await fold_stored(store, RUN, None, decode_state(doc), PageStore(attachments))
+        return resumed, fold(recs)
+
+    resumed, whole = asyncio.run(scenario())
+    assert resumed.answered_ever.head is None  # folded from seq 1: every id in its tail
+    assert resumed == whole
