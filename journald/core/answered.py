@@ -1,5 +1,5 @@
 """The tool_use ids a run ever answered, sealed in content-addressed chunks plus an open tail
-(docs/design.md#answered-ids, docs/protocol.md#answered-chunks).
+(docs/design.md#answered-ids, docs/protocol.md#answered-id-chunks).
 
 The fold keeps every id a tool_result answered (``RunState.answered_ever``) for one purpose:
 a late copy of an answer to an earlier turn is a ``duplicate_result`` anomaly rather than an

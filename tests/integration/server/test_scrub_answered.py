@@ -17,8 +17,6 @@ from pathlib import Path
 import journald_client as jc
 import pytest
 
-from journald.core.answered import decode_chunk
-from journald.core.pages import ref_from_json
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.integration.rpc import stub
@@ -50,10 +48,10 @@ def chain(data: Path, run_id: str) -> list[str]:
     doc = json.loads((run / "checkpoints" / "fold-snapshot.json").read_bytes())["snapshot"]
     assert doc["v"] == 3, doc["v"]
     out = []
-    ref = ref_from_json(doc["answered"]["head"])
+    ref = doc["answered"]["head"]
     while ref is not None:
-        out.append(ref.sha256)
-        ref = decode_chunk(ref, (run / "attachments" / ref.sha256).read_bytes()).prev
+        out.append(ref["sha256"])
+        ref = json.loads((run / "attachments" / ref["sha256"]).read_bytes())["prev"]
     return out
 
 
