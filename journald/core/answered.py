@@ -215,14 +215,14 @@ class AnsweredIds:
 
     def seal(self, chunks: Iterable[Chunk]) -> None:
         """Move the chunks' ids out of the tail (the chunks stored by the caller, chained
-        after ``head``: ``sealable``'s)."""
+        after ``head``: ``sealable``'s). The sealed ids leave memory: a held run's appends
+        never ask about them (admission), and a fold that does loads them again."""
         for chunk in chunks:
             if chunk.prev != self.head:
                 raise ValueError("a chunk must be chained after the current head")
             self.head = chunk.ref
             self.sealed_count += chunk.ref.count
-            if self._loaded is not None:
-                self._loaded = self._loaded | frozenset(chunk.ids)
+            self._loaded = None
             for t in chunk.ids:
                 if t in self.tail:
                     self.tail.discard(t)

@@ -198,3 +198,19 @@ def test_a_chunk_that_cannot_be_read_when_asked_for_makes_the_fold_start_from_se
     resumed, whole = asyncio.run(scenario())
     assert resumed.answered_ever.head is None  # folded from seq 1: every id in its tail
     assert resumed == whole
+
+
+def test_sealing_takes_the_ids_out_of_memory_and_keeps_the_tail_under_one_chunk() -> None:
+    ids = AnsweredIds()
+    chunks = []
+    for i in range(3000):
+        ids.add(f"toolu_{i:024d}")
+        sealed = ids.sealable()
+        ids.seal(sealed)  # what the writer does after each append
+        chunks += sealed
+    assert ids.tail_bytes() < 16 * 1024
+    assert not ids.loaded  # asking about a sealed id would read the chunks
+    assert ids.sealed_count + len(ids.tail) == 3000
+    assert ids.head == chunks[-1].ref
+    ids.load(t for c in chunks for t in c.ids)
+    assert ids == {f"toolu_{i:024d}" for i in range(3000)}
