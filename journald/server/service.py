@@ -514,6 +514,8 @@ class JournalService:
         async with self.runs.unheld(run_id):
             # the rebase recording the hole passes the one gate, like every record written
             rep = await self.store.recover(run_id, check=self.runs.gate.record)
+            # a snapshot naming an answered-id chunk that is gone is a cache to drop
+            await self.runs.pages.drop_unreadable_snapshot(run_id, self.runs.checkpoints)
             await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded

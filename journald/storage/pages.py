@@ -212,6 +212,17 @@ class PageStore:
         snap = doc.get("snapshot") if doc else None
         return len(await self.chain(run_id, snapshot_answered_head(snap)))
 
+    async def drop_unreadable_snapshot(self, run_id: str, checkpoints: CheckpointStore) -> bool:
+        """Drop the run's fold snapshot when an answered-id chunk it names cannot be read
+        (``Recover``: the snapshot is a cache, and the next fold starts from seq 1 and the
+        next lease end writes a new one); whether it was dropped."""
+        try:
+            await self.check_snapshot(run_id, await checkpoints.load_mark(run_id, SNAPSHOT))
+        except StoreCorrupted:
+            await checkpoints.save_mark(run_id, {"snapshot": None}, SNAPSHOT)
+            return True
+        return False
+
     async def check(self, run_id: str, records: Sequence[Record]) -> int:
         """Every page the records reference exists and hashes right (``store_corrupted``
         naming the first that does not); how many were checked."""

@@ -5,7 +5,8 @@ A run of 1,200 answered tool calls held once by a real daemon: its lease end sav
 snapshot whose answered ids are a chain of chunks in the run's ``attachments/``. One chunk of
 the chain deleted: the first background pass shows the run ``corrupted`` with a finding that
 names the chunk, and ``journald verify RUN`` exits 1 saying ``store_corrupted`` and the chunk;
-the healthy copy of the same run is flagged by neither.
+the healthy copy of the same run is flagged by neither. ``journald recover RUN`` then drops the
+snapshot (a cache: the run is folded from its records), and the run verifies and opens again.
 """
 
 from __future__ import annotations
@@ -86,3 +87,8 @@ def test_an_answered_chunk_missing_is_found_by_a_scrub_pass_and_by_verify(
         assert "store_corrupted" in res.stdout + res.stderr, res.stdout + res.stderr
         assert chunk in res.stdout + res.stderr
         assert cli(d, "verify", HEALTHY).returncode == 0
+        # the snapshot is a cache: Recover drops it, and the run verifies and opens again
+        assert cli(d, "recover", RUN).returncode == 0
+        assert cli(d, "verify", RUN).returncode == 0
+        with jc.connect(str(d.socket)) as c, c.resume(RUN, FP) as run:
+            assert run.state.last_seq == 2 * CALLS + 2
