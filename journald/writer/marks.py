@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from journald.core.errors import StoreCorrupted
@@ -199,6 +199,9 @@ class FoldMarks:
             # the save costs what was appended since the last one (docs/design.md#fold-snapshots)
             paged = cut(state.messages.tail)
             await self.pages.put(run_id, paged)
+            # a copy: the held state (if any) keeps its own tail; the chunks are stored first
+            state = replace(state, answered_ever=state.answered_ever.copy())
+            await self.pages.seal_answered(run_id, state.answered_ever)
             doc = paged_state(state, paged)
         else:
             doc = encode_state(state)  # no page store: nothing is sealed
