@@ -72,7 +72,7 @@ def encode_state(st: RunState) -> dict[str, Any]:
 
 def paged_state(st: RunState, tail: Paged) -> dict[str, Any]:
     """The snapshot of a state whose messages are its log's sealed pages, then ``tail`` (the
-    cut of the log's tail, ``cut(st.messages.tail)``): what it costs to write is the tail's
+    cut of the log's tail, ``cut_open(st.messages.tail)``): what it costs to write is the tail's
     new pages, never the sealed ones (they are stored already). Version 1 when there are no
     pages at all; version 3 when answered ids are sealed (their chunks are stored already,
     and the document names them by the head of their chain)."""

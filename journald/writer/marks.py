@@ -28,7 +28,7 @@ from typing import Any
 
 from journald.core.errors import StoreCorrupted
 from journald.core.fold import RunState
-from journald.core.pages import PageResolver, bytes_resolver, cut
+from journald.core.pages import PageResolver, bytes_resolver, cut_open
 from journald.core.snapshot import (
     SnapshotUnreadable,
     decode_state,
@@ -197,7 +197,7 @@ class FoldMarks:
         if self.pages is not None:
             # the pages first, and only the tail's: the sealed ones are stored already, so
             # the save costs what was appended since the last one (docs/design.md#fold-snapshots)
-            paged = cut(state.messages.tail)
+            paged = cut_open(state.messages.tail)
             await self.pages.put(run_id, paged)
             # a copy: the held state (if any) keeps its own tail; the chunks are stored first
             state = replace(state, answered_ever=state.answered_ever.copy())
