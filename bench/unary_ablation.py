@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, record_pb
+from common import record_pb
 
 APPEND = "/journald.v1.JournalService/Append"
 
@@ -82,21 +82,21 @@ def _noop() -> None:
 def _no_budget() -> None:
     from journald.server import edge, service
 
-    edge.call_budget = _null_cm  # type: ignore[assignment]
-    service.JournalService._in_flight = _null_cm  # type: ignore[assignment,method-assign]
+    edge.call_budget = _null_cm  # type: ignore[attr-defined]
+    service.JournalService._in_flight = _null_cm  # type: ignore[method-assign]
 
 
 def _no_admit_fold() -> None:
     from journald.writer import run_writer
 
-    run_writer.admit = lambda state, new: None
+    run_writer.admit = lambda state, records: None  # type: ignore[attr-defined]
     run_writer.RunWriter._fold = lambda self, new, pages: None  # type: ignore[method-assign]
 
 
 def _no_schema() -> None:
     from journald.writer import gate
 
-    gate.validate_record = lambda rec, plain=False: None
+    gate.validate_record = lambda rec, plain=False: None  # type: ignore[attr-defined]
 
 
 def _no_seal() -> None:
@@ -202,7 +202,7 @@ def _no_options() -> None:
     """None of the connection-bounding gRPC options (fair shares): the echo server's options."""
     from journald.server import daemon
 
-    daemon.server_options = lambda shares: []
+    daemon.server_options = lambda shares: []  # type: ignore[attr-defined]
 
 
 def _servicer_off() -> None:
@@ -283,16 +283,16 @@ class Server:
     def __init__(self, name: str, pid: int, target: str) -> None:
         self.name, self.pid, self.target = name, pid, target
         self.rounds: list[tuple[int, dict[str, list[float]]]] = []  # (calls, thread deltas)
+        self.strace: dict[str, float] = {}  # syscall -> calls per RPC (``--strace``)
 
 
 async def drive(server: Server, seconds: float, runs: int, tag: str, strace: int = 0) -> None:
     """One window of unary calls against ``server`` (``strace``: count syscalls for that
     many calls instead of measuring CPU)."""
     import grpc
+    from cpu_per_record import open_run
     from journald_client.pb import journal_pb2 as pb
     from journald_client.pb import journal_pb2_grpc as pbg
-
-    from cpu_per_record import open_run
 
     channel: Any = grpc.aio.insecure_channel(server.target)
     echo = server.name == "echo"
@@ -307,6 +307,7 @@ async def drive(server: Server, seconds: float, runs: int, tag: str, strace: int
         opened = [await open_run(stub, pb, f"{tag}-{i}") for i in range(runs)]
         call = channel.unary_unary(APPEND, request_serializer=pb.AppendRequest.SerializeToString)
     state = {"counting": False, "calls": 0, "stop": False, "target": 0}
+    reached = asyncio.Event()  # ``strace`` calls counted
 
     async def loop(i: int, lease_id: str, seq: int) -> None:
         run_id = f"{tag}-{i}"
@@ -318,23 +319,23 @@ async def drive(server: Server, seconds: float, runs: int, tag: str, strace: int
                 state["calls"] += 1
                 if state["target"] and state["calls"] >= state["target"]:
                     state["stop"] = True
+                    reached.set()
 
     async def window() -> None:
         await asyncio.sleep(0.5)  # warm-up
         if strace:
-            spy = subprocess.Popen(
-                ["strace", "-c", "-f", "-q", "-p", str(server.pid)],
+            spy = await asyncio.create_subprocess_exec(
+                *["strace", "-c", "-f", "-q", "-p", str(server.pid)],
                 stderr=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
             )
             await asyncio.sleep(1.0)  # attached (strace has no readiness signal: counts only)
             state["target"], state["counting"] = strace, True
-            while not state["stop"]:
-                await asyncio.sleep(0.05)
+            await reached.wait()
             spy.send_signal(signal.SIGINT)
-            _, err = spy.communicate(timeout=30)
+            _, err = await asyncio.wait_for(spy.communicate(), 30)
             server.rounds.append((int(state["calls"]), {"strace": [0.0, 0.0, 0.0]}))
-            server.strace = parse_strace(err.decode(), int(state["calls"]))  # type: ignore[attr-defined]
+            server.strace = parse_strace(err.decode(), int(state["calls"]))
             return
         t0 = thread_stats(server.pid)
         state["counting"] = True
@@ -402,7 +403,7 @@ def report(all_servers: list[Server], seconds: float, runs: int) -> None:
     def per_call(s: Server) -> tuple[float, dict[str, list[float]]]:
         calls = sum(c for c, t in s.rounds if "strace" not in t)
         threads: dict[str, list[float]] = {}
-        for c, t in s.rounds:
+        for _, t in s.rounds:
             if "strace" in t:
                 continue
             for k, v in t.items():
@@ -438,19 +439,58 @@ def report(all_servers: list[Server], seconds: float, runs: int) -> None:
         _, per = per_call(s)
         parts = sorted(per.items(), key=lambda kv: -kv[1][0])
         print(f"  {s.name:16} " + ", ".join(f"{k} {v[0]:.0f}/{v[1]:.2f}" for k, v in parts))
-    traced = [s for s in all_servers if getattr(s, "strace", None)]
+    traced = [s for s in all_servers if s.strace]
     if traced:
         names = sorted(
             {k for s in traced for k in s.strace}, key=lambda k: -traced[0].strace.get(k, 0)
-        )  # type: ignore[attr-defined]
+        )
         print("\nsyscalls per call (strace -c -f):")
         print(f"  {'syscall':18}" + "".join(f" {s.name:>14}" for s in traced))
         for n in names:
-            row = [s.strace.get(n, 0.0) for s in traced]  # type: ignore[attr-defined]
+            row = [s.strace.get(n, 0.0) for s in traced]
             if max(row) >= 0.05:
                 print(f"  {n:18}" + "".join(f" {x:14.2f}" for x in row))
-        total = [sum(s.strace.values()) for s in traced]  # type: ignore[attr-defined]
-        print(f"  {'total':18}" + "".join(f" {x:14.2f}" for x in total))
+        sums = [sum(s.strace.values()) for s in traced]
+        print(f"  {'total':18}" + "".join(f" {x:14.2f}" for x in sums))
+
+
+async def in_process_us(calls: int, rounds: int = 5) -> list[float]:
+    """CPU per ``JournalService._append`` of this bench's records (request bytes parsed, one
+    record a call) in this process on the memory backend, nothing else running: the
+    servicer's Python alone, for the daemon's figures to be read against."""
+    from journald_client.pb import journal_pb2 as pb
+
+    from journald.server.convert import fingerprint_to_pb
+    from journald.server.service import JournalService
+    from journald.storage.memory import MemoryStore
+    from tests.builders import FP
+
+    class Context:
+        def peer(self) -> str:
+            return "unix:"
+
+        def invocation_metadata(self) -> tuple[Any, ...]:
+            return ()
+
+    svc = JournalService(MemoryStore())
+    opening = pb.OpenRequest(
+        run_id="inproc", mode=pb.OPEN_MODE_CREATE, fingerprint=fingerprint_to_pb(FP)
+    )
+    opened = svc._open(opening, Context())  # type: ignore[arg-type]
+    lease_id = (await opened.__anext__()).lease.lease_id
+    seq, out = 1, []
+    for _ in range(rounds):
+        blobs = []
+        for _ in range(calls):
+            seq += 1
+            req = pb.AppendRequest(run_id="inproc", lease_id=lease_id, records=[record_pb(pb, seq)])
+            blobs.append(req.SerializeToString())
+        t0 = time.process_time()
+        for blob in blobs:
+            await svc._append(pb.AppendRequest.FromString(blob), None)
+        out.append((time.process_time() - t0) / calls * 1e6)
+    await opened.aclose()  # type: ignore[attr-defined]
+    return out
 
 
 def main() -> int:
@@ -471,7 +511,20 @@ def main() -> int:
         help="a tree of older code (git archive): its "
         "daemon, unpatched, is measured beside the variants as `before`",
     )
+    ap.add_argument(
+        "--in-process",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: CPU per _append in this process, rounds of N calls (memory backend)",
+    )
     args = ap.parse_args()
+    if args.in_process:
+        import uvloop
+
+        rounds = uvloop.run(in_process_us(args.in_process))
+        print("in process, µs per _append: " + ", ".join(f"{r:.0f}" for r in rounds))
+        return 0
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
