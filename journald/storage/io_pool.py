@@ -18,9 +18,9 @@ threads an Open needs (docs/design.md#fair-shares).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
+import itertools
 import os
 import queue
 import threading
@@ -50,10 +50,7 @@ BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar(
 """Whether the blocking calls made in this context are background work (see the module doc)."""
 
 _FOREGROUND, _LOW, _STOP = 0, 1, 2
-_Item = tuple[
-    Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]", bool
-]
-"""(call, its arguments, the loop, the future, whether it is foreground)."""
+_Item = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 
 
 @contextlib.contextmanager
@@ -99,25 +96,16 @@ def background_context() -> contextvars.Context:
 
 
 class IOPool:
-    """At most ``size`` threads running blocking calls for coroutines, first come first run.
-
-    A call costs its thread one wake-up: an idle thread blocks in ``SimpleQueue.get`` (C,
-    without the interpreter lock) on a token per queued call, then takes the first call of
-    the highest class queued (``_FOREGROUND``, ``_LOW``, then the stop sentinels). A
-    ``queue.PriorityQueue``'s Python-level condition variable took the interpreter lock
-    several times per call on both sides, each a futex round trip that the event loop, busy
-    with other calls, made the writer thread wait for (docs/benchmarks.md#unary-ablation)."""
+    """At most ``size`` threads running blocking calls for coroutines, first come first run."""
 
     def __init__(self, size: int = DEFAULT_IO_THREADS, name: str = "journald-io") -> None:
         if size < 1:
             raise ValueError(f"an I/O pool needs at least one thread (got {size})")
         self.size = size
         self._name = name
-        # a token per queued item; the items by class (foreground, low, stop), each FIFO
-        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._items: tuple[collections.deque[_Item | None], ...] = tuple(
-            collections.deque() for _ in range(_STOP + 1)
-        )
+        # (class, order, item): foreground calls first, each class first come first run
+        self._q: queue.PriorityQueue[tuple[int, int, _Item | None]] = queue.PriorityQueue()
+        self._order = itertools.count()
         self._threads: list[threading.Thread] = []
         self._pending = 0  # queued or running calls
         self._mutex = threading.Lock()
@@ -130,25 +118,24 @@ class IOPool:
     def lane(self) -> IOLane:
         return IOLane(self)
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """``fn(*args)`` queued for a pool thread, in the caller's context (its trace spans);
-        the future completes on the event loop once it returned (a future, not a task: no
-        coroutine is stepped per call)."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
-        if BACKGROUND.get():
-            self._submit((contextvars.copy_context().run, (fn, *args), loop, fut, False), _LOW)
-            return fut
-        with _FOREGROUND_LOCK:  # a write waits: background walks step aside meanwhile
-            _FOREGROUND_CALLS[0] += 1
-        self._submit((contextvars.copy_context().run, (fn, *args), loop, fut, True), _FOREGROUND)
-        return fut
-
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a pool thread, in the caller's context (its trace spans)."""
-        return await self.submit(fn, *args)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        item = (contextvars.copy_context().run, (fn, *args), loop, fut)
+        if BACKGROUND.get():
+            self._submit(item, _LOW)
+            return await fut
+        with _FOREGROUND_LOCK:  # a write waits: background walks step aside meanwhile
+            _FOREGROUND_CALLS[0] += 1
+        try:
+            self._submit(item, _FOREGROUND)
+            return await fut
+        finally:
+            with _FOREGROUND_LOCK:
+                _FOREGROUND_CALLS[0] -= 1
 
-    def _submit(self, item: _Item | None, rank: int) -> None:
+    def _submit(self, item: _Item, rank: int) -> None:
         start: threading.Thread | None = None
         with self._mutex:
             self._pending += 1
@@ -157,28 +144,13 @@ class IOPool:
                     target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
                 )
                 self._threads.append(start)
-        self._items[rank].append(item)  # before its token: a woken thread finds an item
-        self._tokens.put(None)
+        self._q.put((rank, next(self._order), item))
         if start is not None:
             start.start()
 
-    def _next(self) -> _Item | None:
-        """The first item of the highest class queued. Every token holder finds one: items
-        are never fewer than the threads holding a token and not yet past here (appends and
-        pops of a deque are atomic)."""
-        while True:
-            for items in self._items:
-                try:
-                    return items.popleft()
-                except IndexError:
-                    continue
-
     def _work(self) -> None:
-        tokens = self._tokens
-        while True:
-            tokens.get()
-            if not self._run_one(self._next()):
-                return
+        while self._run_one(self._q.get()[2]):
+            pass
 
     def _run_one(self, item: _Item | None) -> bool:
         """Run one call (False: the stop sentinel). Its function and arguments are dropped
@@ -186,7 +158,7 @@ class IOPool:
         journal's method), so the caller sees what it let go freed."""
         if item is None:
             return False
-        call, args, loop, fut, foreground = item
+        call, args, loop, fut = item
         del item
         try:
             res = call(*args)
@@ -199,9 +171,6 @@ class IOPool:
             del call, args
             with self._mutex:
                 self._pending -= 1
-            if foreground:
-                with _FOREGROUND_LOCK:
-                    _FOREGROUND_CALLS[0] -= 1
         with contextlib.suppress(RuntimeError):  # the loop closed while we ran
             loop.call_soon_threadsafe(settle, fut, out)
         return True
@@ -210,9 +179,8 @@ class IOPool:
         """End the idle threads (a later ``run`` starts new ones)."""
         with self._mutex:
             threads, self._threads = self._threads, []
-        for _ in threads:  # not counted as pending: it starts no thread
-            self._items[_STOP].append(None)
-            self._tokens.put(None)
+        for _ in threads:
+            self._q.put((_STOP, next(self._order), None))
         for t in threads:
             t.join(timeout=5)
 
@@ -226,7 +194,7 @@ class IOLane:
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._turn:
-            call = self._pool.submit(fn, *args)
+            call = asyncio.ensure_future(self._pool.run(fn, *args))
             try:
                 return await asyncio.shield(call)
             except asyncio.CancelledError:

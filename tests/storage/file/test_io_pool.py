@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from journald.storage.io_pool import IOPool, background
+from journald.storage.io_pool import IOPool
 
 
 async def test_a_lane_runs_its_calls_one_at_a_time_in_the_order_they_were_made() -> None:
@@ -103,52 +103,3 @@ async def test_an_exception_in_a_call_reaches_its_caller_and_the_pool_goes_on() 
 def test_a_pool_needs_a_thread() -> None:
     with pytest.raises(ValueError, match="at least one thread"):
         IOPool(0)
-
-
-async def test_a_lane_call_runs_no_task_of_its_own_on_the_event_loop() -> None:
-    # a write is one future settled by its thread: no coroutine is stepped per call
-    # (docs/benchmarks.md#unary-ablation)
-    pool = IOPool(1)
-    lane = pool.lane()
-    inside = threading.Event()
-    release = threading.Event()
-
-    def hold() -> int:
-        inside.set()
-        assert release.wait(20)
-        return 5
-
-    call = asyncio.ensure_future(lane.run(hold))
-    assert await asyncio.to_thread(inside.wait, 20)
-    tasks = asyncio.all_tasks() - {asyncio.current_task(), call}
-    release.set()
-    assert await call == 5
-    pool.stop()
-    assert not tasks
-
-
-async def test_foreground_calls_queued_behind_background_ones_run_first() -> None:
-    pool = IOPool(1)
-    started = threading.Event()
-    release = threading.Event()
-    order: list[str] = []
-
-    def hold() -> None:
-        started.set()
-        assert release.wait(20)
-
-    first = asyncio.ensure_future(pool.run(hold))
-    assert await asyncio.to_thread(started.wait, 20)
-
-    async def background_call() -> None:
-        with background():
-            await pool.run(order.append, "background")
-
-    queued = [asyncio.ensure_future(background_call()) for _ in range(2)]
-    await asyncio.sleep(0)  # both queued before the foreground one
-    queued.append(asyncio.ensure_future(pool.run(order.append, "foreground")))
-    await asyncio.sleep(0)
-    release.set()
-    await asyncio.gather(first, *queued)
-    pool.stop()
-    assert order == ["foreground", "background", "background"]
