@@ -41,6 +41,14 @@ APPEND = "/journald.v1.JournalService/Append"
 # --- the daemon side: one patch per variant -----------------------------------------------
 
 
+def _replace(owner: Any, name: str, value: Any) -> None:
+    """``owner.name = value``, refused when ``owner`` has no ``name``: a patch whose target
+    was renamed or moved must stop the variant's daemon, not measure the shipped code."""
+    if not hasattr(owner, name):
+        raise SystemExit(f"ablation patch: {owner!r} has no {name!r} any more")
+    setattr(owner, name, value)
+
+
 def _null_cm(*args: Any, **kwargs: Any) -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
 
@@ -63,7 +71,7 @@ def _echo_in_daemon() -> None:
 
         return grpc.unary_unary_rpc_method_handler(echo)
 
-    edge.Edge.handler = patched  # type: ignore[method-assign]
+    _replace(edge.Edge, "handler", patched)
 
 
 def _noop() -> None:
@@ -76,27 +84,27 @@ def _noop() -> None:
     async def append_noop(self: Any, request: Any, context: Any = None) -> Any:
         return pb.AppendResponse()
 
-    service.JournalService._append = append_noop  # type: ignore[method-assign]
+    _replace(service.JournalService, "_append", append_noop)
 
 
 def _no_budget() -> None:
     from journald.server import edge, service
 
-    edge.call_budget = _null_cm  # type: ignore[attr-defined]
-    service.JournalService._in_flight = _null_cm  # type: ignore[method-assign]
+    _replace(edge, "call_budget", _null_cm)
+    _replace(service.JournalService, "_in_flight", _null_cm)
 
 
 def _no_admit_fold() -> None:
     from journald.writer import run_writer
 
-    run_writer.admit = lambda state, records: None  # type: ignore[attr-defined]
-    run_writer.RunWriter._fold = lambda self, new, pages: None  # type: ignore[method-assign]
+    _replace(run_writer, "admit", lambda state, records: None)
+    _replace(run_writer.RunWriter, "_fold", lambda self, new, pages: None)
 
 
 def _no_schema() -> None:
     from journald.writer import gate
 
-    gate.validate_record = lambda rec, plain=False: None  # type: ignore[attr-defined]
+    _replace(gate, "validate_record", lambda rec, plain=False: None)
 
 
 def _no_seal() -> None:
@@ -105,13 +113,13 @@ def _no_seal() -> None:
     async def seal(self: Any) -> None:
         return None
 
-    run_writer.RunWriter.seal = seal  # type: ignore[method-assign]
+    _replace(run_writer.RunWriter, "seal", seal)
 
 
 def _no_fdatasync() -> None:
     from journald.storage import seam
 
-    seam.Disk.fdatasync = lambda self, fd: 0.0  # type: ignore[method-assign]
+    _replace(seam.Disk, "fdatasync", lambda self, fd: 0.0)
 
 
 def _no_fstat() -> None:
@@ -127,7 +135,7 @@ def _no_fstat() -> None:
             cached[fd] = stat(self, fd)
         return cached[fd]
 
-    seam.Disk.fstat = fstat  # type: ignore[method-assign]
+    _replace(seam.Disk, "fstat", fstat)
 
 
 def _dsync_write() -> None:
@@ -141,7 +149,7 @@ def _dsync_write() -> None:
         assert n == len(data)
         return offset + n, 0.0
 
-    seam.Disk.append_durably = append_durably  # type: ignore[method-assign]
+    _replace(seam.Disk, "append_durably", append_durably)
 
 
 def _inline_write() -> None:
@@ -152,7 +160,7 @@ def _inline_write() -> None:
     async def run(self: Any, fn: Any, *args: Any) -> Any:
         return fn(*args)
 
-    io_pool.IOLane.run = run  # type: ignore[method-assign]
+    _replace(io_pool.IOLane, "run", run)
 
 
 def _no_write() -> None:
@@ -162,7 +170,7 @@ def _no_write() -> None:
     async def write_unstored(self: Any, new: Any) -> None:
         return None
 
-    journal.FileJournal._write_group = write_unstored  # type: ignore[method-assign]
+    _replace(journal.FileJournal, "_write_group", write_unstored)
 
 
 def _answer_first() -> None:
@@ -174,20 +182,20 @@ def _answer_first() -> None:
     async def durable(self: Any) -> list[Any]:
         return [AppendResult(r.seq, r.hash, self.durability) for r in self.new]
 
-    run_writer.Ticket.durable = durable  # type: ignore[method-assign]
+    _replace(run_writer.Ticket, "durable", durable)
 
 
 def _switch_5ms() -> None:
     from journald.server import daemon
 
-    daemon.SWITCH_INTERVAL_S = 0.005  # CPython's default; the daemon sets 1 ms
+    _replace(daemon, "SWITCH_INTERVAL_S", 0.005)  # CPython's default; the daemon sets 1 ms
 
 
 def _switch(seconds: float) -> Callable[[], None]:
     def patch() -> None:
         from journald.server import daemon
 
-        daemon.SWITCH_INTERVAL_S = seconds
+        _replace(daemon, "SWITCH_INTERVAL_S", seconds)
 
     return patch
 
@@ -195,14 +203,14 @@ def _switch(seconds: float) -> Callable[[], None]:
 def _gc_default() -> None:
     from journald.server import daemon
 
-    daemon.tune_gc = lambda: None
+    _replace(daemon, "tune_gc", lambda: None)
 
 
 def _no_options() -> None:
     """None of the connection-bounding gRPC options (fair shares): the echo server's options."""
     from journald.server import daemon
 
-    daemon.server_options = lambda shares: []  # type: ignore[attr-defined]
+    _replace(daemon, "server_options", lambda shares: [])
 
 
 def _servicer_off() -> None:

@@ -110,3 +110,20 @@ def test_unary_ablation_measures_each_variant_beside_the_echo() -> None:
     for name in ["echo", *variants]:
         assert name in rows, proc.stdout
         assert int(rows[name][1]) > 0, f"{name} answered no call: {proc.stdout}"
+
+
+def test_every_unary_ablation_patch_still_finds_what_it_replaces() -> None:
+    apply_all = (
+        "import sys; sys.path.insert(0, 'bench'); import unary_ablation as u; "
+        "[patch() for _, patch in u.VARIANTS.values() if patch is not None]; print('patched')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", apply_all],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "patched" in proc.stdout
