@@ -6,6 +6,7 @@ beside the no-op echo (bench/echo_server.py) in the same run:
     .venv/bin/python bench/unary_ablation.py                       # 3 rounds of 4 s a variant
     .venv/bin/python bench/unary_ablation.py --variants full,no-write --rounds 5
     .venv/bin/python bench/unary_ablation.py --strace 2000         # syscalls per call too
+    .venv/bin/python bench/unary_ablation.py --in-process 1000     # the servicer's Python alone
 
 The client (this process) drives ``--runs`` runs at once over one channel, one ~1 KB record per
 ``Append``, through a raw method (the request serialized, the response left as bytes), so its
