@@ -83,3 +83,47 @@ def test_a_full_report_keeps_the_adapters_section_measured_on_its_own(tmp_path: 
     doc = f"# old\n\n## A\nx\n\n{ADAPTERS_SECTION}\n\n| row |\n\n## B\ny\n"
     assert kept_section(doc, ADAPTERS_SECTION) == f"{ADAPTERS_SECTION}\n\n| row |\n"
     assert kept_section("# nothing\n", ADAPTERS_SECTION) == ""
+
+
+def test_unary_ablation_measures_each_variant_beside_the_echo() -> None:
+    variants = ["full", "noop", "no-write", "inline-write", "memory", "io-threads-1"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "unary_ablation.py"),
+            "--variants",
+            ",".join(variants),
+            "--rounds",
+            "1",
+            "--seconds",
+            "0.5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = proc.stdout.split("threads (")[0]  # the table, before the per-thread lines
+    rows = {line.split()[0]: line.split() for line in table.splitlines() if line.strip()}
+    for name in ["echo", *variants]:
+        assert name in rows, proc.stdout
+        assert int(rows[name][1]) > 0, f"{name} answered no call: {proc.stdout}"
+
+
+def test_every_unary_ablation_patch_still_finds_what_it_replaces() -> None:
+    apply_all = (
+        "import sys; sys.path.insert(0, 'bench'); import unary_ablation as u; "
+        "[patch() for _, patch in u.VARIANTS.values() if patch is not None]; print('patched')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", apply_all],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "patched" in proc.stdout
