@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-from journald.core.pages import PAGE_TARGET_BYTES, Paged, PageRef, cut_open
+from journald.core.pages import OPEN_TAIL_MESSAGES, PAGE_TARGET_BYTES, Paged, PageRef, cut_open
 from journald.core.records import canonical_json
 
 Message = dict[str, Any]
@@ -252,6 +252,18 @@ class MessageLog(Sequence[Message]):
         worth (None before): the cut of the tail (prefix-stable, so the pages are those a
         snapshot or rebase of the whole conversation would name), less the pages that would
         leave fewer than two messages open (``cut_open``)."""
+        # first what needs no encoding of the last message: a page is cut only from messages
+        # before the last two, so while they hold less than a page nothing can seal, however
+        # large the last one grew (a long run of same-role records merges into it, and cutting
+        # on every append re-encoded the whole tail: quadratic, bench/append_cpu.py)
+        n = len(self.tail)
+        if n <= OPEN_TAIL_MESSAGES:
+            return None
+        sizes = self._sizes
+        for m in self.tail[len(sizes) : n - 1]:  # all but the last, which the fold may change
+            sizes.append(len(canonical_json(m)) + 1)
+        if sum(sizes[: n - OPEN_TAIL_MESSAGES]) < target_bytes:
+            return None
         if self.tail_bytes() < 2 * target_bytes:
             return None
         paged = cut_open(self.tail, target_bytes)

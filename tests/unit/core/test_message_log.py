@@ -123,3 +123,28 @@ def test_folding_into_a_sealed_state_equals_folding_the_whole_journal() -> None:
     assert rest.messages.span(0, len(whole.messages), store)[0:] == list(whole.messages)
     assert rest.counters == whole.counters
     assert rest.last_hash == whole.last_hash
+
+
+def test_a_long_run_of_merged_same_role_records_is_not_cut_again_on_every_append(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # consecutive user records merge into one last message, which no page may take: a seal
+    # attempt after each append must not re-cut (re-encode) the whole tail while only the
+    # last message grew
+    import journald.core.message_log as ml
+
+    cuts = 0
+    real = ml.cut_open  # type: ignore[attr-defined]  # imported there, patched here
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal cuts
+        cuts += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ml, "cut_open", counting)
+    log = MessageLog([{"role": "assistant", "content": [text("a")]}])
+    for i in range(400):
+        append_message(log, "user", [text(f"line {i} " + "x" * 40)])
+        assert log.sealable(TARGET) is None  # the merged message stays open
+    assert len(log) == 2
+    assert cuts == 0
