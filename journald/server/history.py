@@ -1,15 +1,18 @@
 """The History RPC: pages of a run's conversation in one of three views
 (docs/protocol.md#history).
 
-* ``UNSPECIFIED`` (the cleaned-up view): the governed, paired messages, derived once per state
-  and kept while a client pages through it;
+* ``UNSPECIFIED`` (the cleaned-up view): the governed, paired messages; a page reads the run's
+  view index and the view pages it returns (``journald.core.view_index``), or, while no index
+  serves the run, is derived from every page once per state and kept while a client pages;
 * ``STATE``: the fold's own messages; on a run no lease holds, a page is folded from the newest
   saved fold mark before it, so a tail page reads only the last segments;
-* ``GOVERNED``: what governance would send a model.
+* ``GOVERNED``: what governance would send a model (the same view pages, then the tail and
+  the open turn).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,10 +22,12 @@ from journald_proto import journal_pb2 as pb
 
 from journald.core import governance
 from journald.core.checkpoints import governed
-from journald.core.errors import InvalidRequest
+from journald.core.errors import InvalidRequest, StoreCorrupted
 from journald.core.fold import Message, Pending, RunState
+from journald.core.message_log import MessageLog
 from journald.core.paging import FoldMark, Page, Window, fold_window, page, page_window
 from journald.core.records import validate_id
+from journald.core.view_index import view_log
 from journald.server.convert import messages_to_pb, pending_to_pb
 from journald.server.edge import unary
 from journald.server.history_seek import parse_time, seek, seq_at_time, still_there
@@ -30,6 +35,7 @@ from journald.server.message_window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.server.runs import RunCache, Runs, stored_bytes
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+log = logging.getLogger(__name__)
 VIEW_CACHE_RUNS = 8  # (run, view) pairs whose derived message list is kept between pages
 TAIL_MARKS_TRIED = 4  # the newest usable marks a tail page tries before folding in full
 SEEK_TAIL_RECORDS = 5000  # a page by seq this near the end is folded from a mark
@@ -58,7 +64,8 @@ class HistoryRpcs:
         """The message list History pages (``view``) with the seq it reflects and the open
         turn: from the lease's cached state when held, else from the dormant fold. The stored
         view reads only the pages holding messages ``span`` (``[start, end)``, -1: the end;
-        indexes outside it are not loaded); the others derive from the whole conversation."""
+        indexes outside it are not loaded), the others only the view pages holding them
+        while the run's view index serves it (else they derive from every page)."""
         lease = self.runs.leases.held(run_id)
         if lease is not None:
             st = lease.state
@@ -72,25 +79,54 @@ class HistoryRpcs:
                 run_id, st.messages, start, len(st.messages) if end < 0 else end
             )
             return Conversation(msgs, st.last_seq, pending)
-        return await self._view_of(run_id, view, key, st, pending)
+        return await self._view_of(run_id, view, key, st, pending, span)
 
     async def _view_of(
-        self, run_id: str, view: int, key: Any, st: RunState, pending: Pending | None
+        self,
+        run_id: str,
+        view: int,
+        key: Any,
+        st: RunState,
+        pending: Pending | None,
+        span: tuple[int, int],
     ) -> Conversation:
-        # a client pages a governed view in many calls: derive it once per state
+        # a client pages a view in many calls: its index and derived tail are kept per state
         hit = self._views.get((run_id, view), key) if key is not None else None
-        if hit is not None:
-            return Conversation(hit, st.last_seq, pending)
-        # the cleaned-up and governed views merge and drop messages across any page boundary,
-        # so they are derived from every page (docs/design.md#message-pages)
+        if hit is None:
+            hit = await self._derive(run_id, view, st)
+            if key is not None:  # no key: the store cannot say when the run changes
+                self._views.put((run_id, view), key, hit, stored_bytes(key))
+        if isinstance(hit, MessageLog):  # view pages: read only those the page returns
+            start, end = span
+            try:
+                msgs: Sequence[Message] = await self.runs.pages.span(
+                    run_id, hit, start, len(hit) if end < 0 else end
+                )
+            except StoreCorrupted as exc:  # the index is a cache: derive from every page
+                log.warning("run %s: a view page is unreadable (%s); deriving in full", run_id, exc)
+                self.runs.views.forget(run_id)
+                msgs = await self._whole_view(run_id, view, st)
+                self._views.put((run_id, view), key, msgs, stored_bytes(key))
+            return Conversation(msgs, st.last_seq, pending)
+        return Conversation(hit, st.last_seq, pending)
+
+    async def _derive(self, run_id: str, view: int, st: RunState) -> Sequence[Message]:
+        """The view as view pages and a derived tail (``journald.core.view_index``) when the
+        run's view index serves its conversation, else the whole list."""
+        conversation = st.messages.copy()  # a held run's writer may seal more meanwhile
+        turn = st.pending.copy() if view == pb.HISTORY_VIEW_GOVERNED and st.pending else None
+        index = await self.runs.views.serving(run_id, conversation)
+        if index is None:
+            return await self._whole_view(run_id, view, st)
+        return view_log(index, conversation.tail, turn)
+
+    async def _whole_view(self, run_id: str, view: int, st: RunState) -> list[Message]:
+        # no index serves the conversation (none saved yet, or a rebase replaced it): the
+        # view is derived from every page (docs/design.md#view-pages)
         whole = await self.runs.pages.whole_state(run_id, st)
         if view == pb.HISTORY_VIEW_GOVERNED:
-            msgs = governance.governed_messages(whole)[0]
-        else:
-            msgs = governed(whole.messages)
-        if key is not None:  # no key: the store cannot say when the run changes
-            self._views.put((run_id, view), key, msgs, stored_bytes(key))
-        return Conversation(msgs, st.last_seq, pending)
+            return governance.governed_messages(whole)[0]
+        return governed(whole.messages)
 
     async def _tail_page(self, run_id: str, offset: int, limit: int) -> tuple[Page, Window] | None:
         """A page folded from the newest usable fold mark before it: reads only the segments
