@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journald.core import governance
-from journald.core.fold import Message, Pending, abandoned_result, append_message, fold
+from journald.core.fold import (
+    Message,
+    Pending,
+    abandoned_result,
+    append_message,
+    fold,
+    pending_blocks,
+)
 from journald.core.governance import Sanitizer, _is_clean_start, _tool_use_ids
 from journald.core.message_log import MessageLog
 from journald.core.pages import PageRef, cut, decode_page, encode_page
@@ -144,7 +151,7 @@ def test_the_views_from_view_pages_equal_their_whole_list_derivation_at_any_offs
     if pending is not None:
         committed = list(msgs)
         append_message(committed, "assistant", pending.message["content"])
-        append_message(committed, "user", governance.pending_blocks(pending))
+        append_message(committed, "user", pending_blocks(pending))
         whole_state["governed"] = sanitize_before(committed)
     for name, want in whole_state.items():
         vlog = view_log(index, tail, pending if name == "governed" else None)
@@ -175,6 +182,7 @@ def test_sanitizing_message_by_message_equals_the_whole_list_sanitize(msgs: list
 def test_a_view_index_that_is_damaged_or_of_another_format_is_not_an_index() -> None:
     good = ViewIndex.empty().as_json()
     assert ViewIndex.from_json(good) == ViewIndex.empty() or ViewIndex.from_json(good) is not None
+    bad: Any
     for bad in (
         None,
         [],
