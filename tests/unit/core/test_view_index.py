@@ -181,7 +181,7 @@ def test_sanitizing_message_by_message_equals_the_whole_list_sanitize(msgs: list
 
 def test_a_view_index_that_is_damaged_or_of_another_format_is_not_an_index() -> None:
     good = ViewIndex.empty().as_json()
-    assert ViewIndex.from_json(good) == ViewIndex.empty() or ViewIndex.from_json(good) is not None
+    assert ViewIndex.from_json(good) is not None
     bad: Any
     for bad in (
         None,

@@ -1,0 +1,136 @@
+"""History's cleaned-up (default) and governed views at the cost of the page (issue 31 item 4,
+docs/design.md#view-pages): once a writer's lease end saved the run's view index, a History
+page of either view reads the view pages it returns, not every page of the conversation.
+
+Page reads are counted at the attachment store (``test_paged_state``'s in-process daemon)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from journald_client.pb import journal_pb2 as pb
+
+from journald.core import governance
+from journald.core.checkpoints import governed
+from journald.core.fold import fold
+from journald.core.records import Record
+from journald.core.snapshot import snapshot_pages
+from tests.builders import JournalBuilder, assistant_payload, result_payload, text, tool_use
+from tests.builders import user_payload as user
+from tests.unit.server.test_paged_state import (
+    RUN,
+    InProcess,
+    as_messages,
+    daemon,  # noqa: F401  (the in-process daemon fixture)
+    more,
+    stored_and_snapshotted,
+)
+
+BODY = 1000
+VIEWS = {
+    "cleaned-up": pb.HISTORY_VIEW_UNSPECIFIED,
+    "governed": pb.HISTORY_VIEW_GOVERNED,
+}
+
+
+def repaired_run(turns: int = 1200, open_end: bool = True) -> JournalBuilder:
+    """A long run whose views differ from its fold: no prompt and an opening assistant
+    message (cut from both views), tool turns, some abandoned (their calls get synthetic
+    results), and an open turn at the end (committed in the governed view alone)."""
+    b = JournalBuilder(RUN, prompt="")
+    b.add("assistant", assistant_payload([text("before any user turn")], 1))
+    for i in range(turns):
+        b.add("user", user(f"question {i} " + "q" * BODY))
+        calls = [f"t{i}a", f"t{i}b"]
+        b.add("assistant", assistant_payload([text(f"on it {i}"), *map(tool_use, calls)], i + 2))
+        answered = calls if i % 7 else calls[:1]  # every 7th turn leaves a call unanswered
+        for c in answered:
+            b.add("tool_result", result_payload(c, f"result of {c} " + "r" * BODY))
+        if i % 7:
+            b.add("assistant", assistant_payload([text(f"answer {i} " + "a" * BODY)], i + 2))
+    if open_end:
+        open_turn(b)
+    return b
+
+
+def open_turn(b: JournalBuilder) -> list[Record]:
+    b.add("user", user("one more thing"))
+    b.add("assistant", assistant_payload([text("checking"), tool_use("open1")], 9999))
+    return b.records[-2:]
+
+
+def views_of(records: list[Record]) -> dict[str, list[dict[str, Any]]]:
+    """Today's whole-list derivation of both views."""
+    st = fold(records)
+    return {
+        "cleaned-up": governed(list(st.messages)),
+        "governed": governance.governed_messages(st)[0],
+    }
+
+
+async def history(d: InProcess, view: Any, offset: int, limit: int) -> pb.HistoryResponse:
+    got: pb.HistoryResponse = await d.stub.History(
+        pb.HistoryRequest(run_id=RUN, view=view, offset=offset, limit=limit)
+    )
+    return got
+
+
+async def test_a_dormant_runs_cleaned_up_and_governed_pages_read_only_the_view_pages_they_return(
+    daemon: InProcess,  # noqa: F811
+) -> None:
+    b = repaired_run()
+    await stored_and_snapshotted(daemon, b)
+    doc = await daemon.snapshot_doc()
+    assert len(snapshot_pages(doc["snapshot"])) >= 30  # the conversation lives in pages
+    want = views_of(b.records)
+    assert want["cleaned-up"] != list(fold(b.records).messages)  # the views repair it
+    assert want["governed"] != want["cleaned-up"]
+    daemon.reads()
+    for name, view in VIEWS.items():
+        total = len(want[name])
+        tail = await history(daemon, view, total - 20, 20)
+        assert tail.total == total
+        assert tail.next_offset == total
+        assert as_messages(tail.messages) == want[name][tail.offset : tail.next_offset]
+        assert len(daemon.reads()) <= 2, name  # the last view page or two, never all 30
+        first = await history(daemon, view, 0, 20)
+        assert as_messages(first.messages) == want[name][first.offset : first.next_offset]
+        assert len(daemon.reads()) <= 2, name
+        middle = await history(daemon, view, total // 2, 30)
+        assert as_messages(middle.messages) == want[name][middle.offset : middle.next_offset]
+        assert len(daemon.reads()) <= 2, name
+
+
+async def test_a_held_run_pages_its_views_from_the_saved_index_and_the_pages_sealed_since(
+    daemon: InProcess,  # noqa: F811
+) -> None:
+    b = repaired_run(300, open_end=False)
+    await stored_and_snapshotted(daemon, b)
+    daemon.reads()
+    async with daemon.service.runs.daemon_lease(RUN) as lease:
+        covered = len(lease.writer.state.messages.refs)  # the saved index covers these
+        for _ in range(10):  # ~2,000 messages of ~1 KB: pages sealed while held
+            await lease.writer.commit(more(b, 200))
+        await lease.writer.commit(open_turn(b))
+        sealed = len(lease.writer.state.messages.refs)
+        daemon.reads()
+        want = views_of(b.records)
+        for name, view in VIEWS.items():
+            total = len(want[name])
+            first = await history(daemon, view, 0, 20)
+            assert first.total == total
+            assert as_messages(first.messages) == want[name][first.offset : first.next_offset]
+            tail = await history(daemon, view, total - 20, 20)
+            assert as_messages(tail.messages) == want[name][tail.offset : tail.next_offset]
+        # the pages sealed since the lease began, once (the index is kept), and the pages
+        # the four History pages return, never the pages the saved index covers
+        assert sealed - covered >= 10
+        assert len(daemon.reads()) <= sealed - covered + 4 * 2
+    await daemon.service.runs.leases.wait_closed(RUN)
+    daemon.reads()
+    want = views_of(b.records)
+    for name, view in VIEWS.items():  # the lease end extended the saved index
+        total = len(want[name])
+        tail = await history(daemon, view, total - 20, 20)
+        assert as_messages(tail.messages) == want[name][tail.offset : tail.next_offset]
+        assert len(daemon.reads()) <= 2, name
