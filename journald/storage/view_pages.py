@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from journald.core.errors import StoreCorrupted
 from journald.core.message_log import MessageLog
 from journald.core.pages import Paged, PageRef, decode_page
-from journald.core.view_index import ViewBuilder, ViewIndex
+from journald.core.view_index import ViewBuilder, ViewIndex, covered_digest
 from journald.storage.checkpoint_base import VIEWS, CheckpointStore
 from journald.storage.pages import PageStore
 
@@ -42,6 +42,8 @@ class ViewPages:
         self.checkpoints = checkpoints
         self.pages = pages
         self._kept: OrderedDict[str, ViewIndex] = OrderedDict()
+        self._stored: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        """What the saved index of a run covers, as this daemon last saved or read it."""
         self.extended_pages = 0
         """Fold pages sanitized so far by this daemon (the tests and benchmark read it)."""
 
@@ -53,6 +55,13 @@ class ViewPages:
 
     def forget(self, run_id: str) -> None:
         self._kept.pop(run_id, None)
+        self._stored.pop(run_id, None)
+
+    def _note_stored(self, run_id: str, index: ViewIndex) -> None:
+        self._stored[run_id] = (index.pages, index.digest)
+        self._stored.move_to_end(run_id)
+        while len(self._stored) > 4 * VIEW_INDEX_RUNS:
+            self._stored.popitem(last=False)
 
     async def saved(self, run_id: str) -> ViewIndex | None:
         """The run's saved index (None: none or unreadable)."""
@@ -125,16 +134,19 @@ class ViewPages:
         """Lease end: the saved index extended (or rebuilt) to cover ``refs`` (the pages
         the snapshot just saved names; ``known``: the bytes of those it cut). A cache: a
         failure is logged and the next lease end tries again."""
+        if not refs or self._stored.get(run_id) == (len(refs), covered_digest(refs)):
+            return  # saved already (an unchanged run's lease end reads nothing)
         try:
             # from the saved index (one kept in memory by a read may hold uncut outputs)
             start = await self.saved(run_id)
             if start is not None and not start.serves(refs):
                 start = None  # a rebase replaced the conversation: rebuilt from its first page
             if start is not None and start.covers(refs):
-                self._keep(run_id, start)
+                self._note_stored(run_id, start)
                 return
             index = await self._extend(run_id, start or ViewIndex.empty(), refs, True, known)
             await self.checkpoints.save_mark(run_id, {"index": index.as_json()}, VIEWS)
+            self._note_stored(run_id, index)
             self._keep(run_id, index)
         except (OSError, StoreCorrupted) as exc:
             log.warning("run %s: its view index was not saved (%s)", run_id, exc)

@@ -194,6 +194,10 @@ class FoldMarks:
         since the snapshot it was opened from."""
         w = self._writing.pop(run_id, None) or _Writing(await self.load(run_id), 0)
         if not state.last_seq or (w.snapshot_seq == state.last_seq and not w.new_marks):
+            if state.last_seq and self.views is not None:
+                # unchanged since its snapshot, whose view index may be missing (saved by a
+                # daemon before there was one): the state holds the snapshot's pages
+                await self.views.save(run_id, state.messages.refs)
             return
         new = w.new_marks
         if state.pending is None and (not new or new[-1]["seq"] != state.last_seq):

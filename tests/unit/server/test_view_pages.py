@@ -15,6 +15,8 @@ from journald.core.checkpoints import governed
 from journald.core.fold import fold
 from journald.core.records import Record
 from journald.core.snapshot import snapshot_pages
+from journald.core.view_index import view_log
+from journald.storage.checkpoint_base import VIEWS as VIEWS_PART
 from tests.builders import JournalBuilder, assistant_payload, result_payload, text, tool_use
 from tests.builders import user_payload as user
 from tests.unit.server.test_paged_state import (
@@ -134,3 +136,35 @@ async def test_a_held_run_pages_its_views_from_the_saved_index_and_the_pages_sea
         tail = await history(daemon, view, total - 20, 20)
         assert as_messages(tail.messages) == want[name][tail.offset : tail.next_offset]
         assert len(daemon.reads()) <= 2, name
+
+
+async def test_a_run_snapshotted_before_view_indexes_gets_one_at_its_next_lease_end(
+    daemon: InProcess,  # noqa: F811
+) -> None:
+    b = repaired_run(600)
+    await stored_and_snapshotted(daemon, b)
+    # as a daemon before this index left it: a snapshot and no view index
+    await daemon.checkpoints.save_mark(RUN, {}, VIEWS_PART)
+    daemon.service.runs.views.forget(RUN)
+    want = views_of(b.records)["cleaned-up"]
+    daemon.reads()
+    await history(daemon, pb.HISTORY_VIEW_UNSPECIFIED, len(want) - 20, 20)
+    assert len(daemon.reads()) > 10  # no index serves it: derived from every page
+    async with daemon.service.runs.daemon_lease(RUN):
+        pass  # a lease that changes nothing
+    await daemon.service.runs.leases.wait_closed(RUN)
+    views = daemon.service.runs.views
+    views.forget(RUN)  # as a restarted daemon
+    st = (await daemon.service.runs.dormant_state(RUN))[1]
+    saved = await views.saved(RUN)
+    assert saved is not None
+    assert saved.covers(st.messages.refs)
+    daemon.reads()
+    index = await views.serving(RUN, st.messages)
+    assert index is not None
+    assert daemon.reads() == []  # the saved index serves it: no page read to derive
+    vlog = view_log(index, st.messages.tail, None)
+    assert len(vlog) == len(want)
+    tail = await daemon.service.runs.pages.span(RUN, vlog, len(want) - 20, len(want))
+    assert list(tail[len(want) - 20 :]) == want[-20:]
+    assert len(daemon.reads()) <= 2
