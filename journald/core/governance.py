@@ -23,7 +23,7 @@ Pure core: no I/O imports.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,10 @@ def sanitize(
     return s.finish(), s.report
 
 
+def _same(m: Any) -> Any:
+    return m
+
+
 class Sanitizer:
     """``sanitize`` one message at a time: what it carries between messages is small (the
     merged message that may still grow, whether the clean start was seen, the last output
@@ -102,34 +106,43 @@ class Sanitizer:
         c.open_ids, c.done = list(self.open_ids), list(self.done)
         return c
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, name: Callable[[Message], Any] = _same) -> dict[str, Any]:
+        """The carry as JSON; ``name`` writes each message (a stand-in the reader's
+        ``from_json`` resolves, or the message itself)."""
         return {
-            "held": self.held,
+            "held": None if self.held is None else name(self.held),
             "started": self.started,
-            "out": self.out,
+            "out": [name(m) for m in self.out],
             "open_ids": self.open_ids,
-            "done": self.done,
+            "done": [name(m) for m in self.done],
         }
 
     @classmethod
-    def from_json(cls, obj: Any) -> Sanitizer:
-        """The carry ``to_json`` wrote; ``ValueError`` for anything else."""
+    def from_json(cls, obj: Any, resolve: Callable[[Any], Any] = _same) -> Sanitizer:
+        """The carry ``to_json`` wrote (``resolve``: each message's stand-in back);
+        ``ValueError`` for anything else."""
         if not isinstance(obj, dict) or set(obj) != {"held", "started", "out", "open_ids", "done"}:
             raise ValueError("not a sanitizer carry")
         s = cls()
         held, out, done, ids = obj["held"], obj["out"], obj["done"], obj["open_ids"]
+        if not isinstance(out, list) or len(out) > 1 or not isinstance(done, list):
+            raise ValueError("its outputs are not lists")
+        held = None if held is None else resolve(held)
+        out, done = [resolve(m) for m in out], [resolve(m) for m in done]
         if held is not None and not _is_message(held):
             raise ValueError("its held message is malformed")
-        if not isinstance(out, list) or len(out) > 1 or not all(_is_message(m) for m in out):
-            raise ValueError("its last output is malformed")
-        if not isinstance(done, list) or not all(_is_message(m) for m in done):
-            raise ValueError("its final outputs are malformed")
+        if not all(_is_message(m) for m in [*out, *done]):
+            raise ValueError("its outputs are malformed")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise ValueError("its open calls are malformed")
         if type(obj["started"]) is not bool:
             raise ValueError("its start flag is not a boolean")
         s.held, s.started, s.out, s.open_ids, s.done = held, obj["started"], out, ids, done
         return s
+
+    def messages(self) -> list[Message]:
+        """Every message the carry holds, in order (final outputs, the last, the held one)."""
+        return [*self.done, *self.out, *([self.held] if self.held is not None else [])]
 
     def feed(self, m: Message) -> None:
         """The next message (``append_message`` merging of consecutive same-role ones)."""

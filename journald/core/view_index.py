@@ -24,7 +24,7 @@ Pure core: no I/O imports.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,16 +47,24 @@ def covered_digest(refs: Sequence[PageRef]) -> str:
     return sha256_hex("".join(r.sha256 for r in refs).encode())
 
 
+RECENT_PAGES = 2
+"""Fold pages whose messages an index keeps after the covered ones: the carry names the ones
+it holds unchanged by their fold index instead of copying them into the saved document."""
+
+
 @dataclass(frozen=True, slots=True)
 class ViewIndex:
-    pages: int
-    digest: str
+    pages: int  # fold pages covered: the conversation's first ``pages`` pages
+    digest: str  # ``covered_digest`` of them
+    messages: int  # the fold messages they hold
     view_pages: tuple[PageRef, ...]
-    carry: Sanitizer
+    carry: Sanitizer  # after the covered pages
+    recent_base: int = 0  # fold index of ``recent[0]``
+    recent: tuple[Message, ...] = ()  # the last covered fold messages (not saved)
 
     @classmethod
     def empty(cls) -> ViewIndex:
-        return cls(0, covered_digest(()), (), Sanitizer())
+        return cls(0, covered_digest(()), 0, (), Sanitizer())
 
     def serves(self, refs: Sequence[PageRef]) -> bool:
         """Whether ``refs`` (a conversation's pages) start with the pages this index covers."""
@@ -65,35 +73,89 @@ class ViewIndex:
     def covers(self, refs: Sequence[PageRef]) -> bool:
         return len(refs) == self.pages and self.serves(refs)
 
-    @property
-    def view_messages(self) -> int:
-        return sum(r.count for r in self.view_pages)
+    def as_json(self, fold_refs: Sequence[PageRef]) -> dict[str, Any]:
+        """The document a lease end saves (``fold_refs``: the conversation's pages, the
+        first ``pages`` of them covered). Short where it can be: a view page that is a fold
+        page is that page's number, and a carried message equal to a fold message among
+        the last covered ones is ``{"fold": its index}``."""
+        number = {r.sha256: k for k, r in enumerate(fold_refs[: self.pages])}
+        views = [number.get(r.sha256, r.as_json()) for r in self.view_pages]
+        names: dict[int, int] = {}
+        at = self.recent_base + len(self.recent) - 1
+        for m in reversed(self.carry.messages()):  # in order, from the end
+            if at >= self.recent_base and m == self.recent[at - self.recent_base]:
+                names[id(m)] = at
+                at -= 1
 
-    def as_json(self) -> dict[str, Any]:
+        def name(m: Message) -> Any:
+            return {"fold": names[id(m)]} if id(m) in names else m
+
         return {
             "format": VIEW_INDEX_FORMAT,
             "pages": self.pages,
             "digest": self.digest,
-            "view_pages": [r.as_json() for r in self.view_pages],
-            "carry": self.carry.to_json(),
+            "messages": self.messages,
+            "view_pages": views,
+            "carry": self.carry.to_json(name),
         }
 
-    @classmethod
-    def from_json(cls, obj: Any) -> ViewIndex | None:
-        """The index ``as_json`` wrote; None for anything else (a cache: it is rebuilt)."""
-        try:
-            if not isinstance(obj, dict) or obj.get("format") != VIEW_INDEX_FORMAT:
-                return None
-            pages, digest, raw = obj.get("pages"), obj.get("digest"), obj.get("view_pages")
-            if type(pages) is not int or pages < 0 or not isinstance(digest, str):
-                return None
-            if not isinstance(raw, list):
-                return None
-            refs = tuple(ref_from_json(r) for r in raw)
-            return cls(pages, digest, refs, Sanitizer.from_json(obj.get("carry")))
-        except (StoreCorrupted, ValueError, TypeError, KeyError, AttributeError):
-            # any damage: not an index
+
+def named_fold_messages(obj: Any) -> list[int]:
+    """The fold indexes a saved index's carry names (read them before ``index_from_json``)."""
+    carry = obj.get("carry") if isinstance(obj, dict) else None
+    if not isinstance(carry, dict):
+        return []
+    items = [carry.get("held"), *_list(carry.get("out")), *_list(carry.get("done"))]
+    return sorted({m["fold"] for m in items if isinstance(m, dict) and type(m.get("fold")) is int})
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def index_from_json(
+    obj: Any, fold_refs: Sequence[PageRef], fold_messages: Mapping[int, Message]
+) -> ViewIndex | None:
+    """The index ``as_json`` wrote, for a conversation of pages ``fold_refs`` whose messages
+    ``named_fold_messages`` names are in ``fold_messages``; None for anything else (a
+    cache: it is rebuilt), an index that does not serve these pages included."""
+    try:
+        if not isinstance(obj, dict) or obj.get("format") != VIEW_INDEX_FORMAT:
             return None
+        pages, digest, count = obj.get("pages"), obj.get("digest"), obj.get("messages")
+        raw = obj.get("view_pages")
+        if type(pages) is not int or pages < 0 or type(count) is not int:
+            return None
+        if not isinstance(digest, str) or not isinstance(raw, list):
+            return None
+        if len(fold_refs) < pages or covered_digest(fold_refs[:pages]) != digest:
+            return None
+        if sum(r.count for r in fold_refs[:pages]) != count:
+            return None
+        views: list[PageRef] = []
+        for r in raw:
+            if type(r) is int:
+                if not 0 <= r < pages:
+                    return None
+                views.append(fold_refs[r])
+            else:
+                views.append(ref_from_json(r))
+
+        def resolve(m: Any) -> Any:
+            if isinstance(m, dict) and set(m) == {"fold"}:
+                return fold_messages[m["fold"]]  # KeyError: not read, not an index
+            return m
+
+        carry = Sanitizer.from_json(obj.get("carry"), resolve)
+        named = sorted(fold_messages)
+        base = named[0] if named else count
+        recent = tuple(fold_messages[i] for i in range(base, count) if i in fold_messages)
+        if len(recent) != count - base:
+            recent = ()
+            base = count
+        return ViewIndex(pages, digest, count, tuple(views), carry, base, recent)
+    except (StoreCorrupted, ValueError, TypeError, KeyError, AttributeError):
+        return None  # any damage: not an index
 
 
 class ViewBuilder:
@@ -104,12 +166,16 @@ class ViewBuilder:
         self.carry = start.carry.copy()
         self.view_pages = list(start.view_pages)
         self.target_bytes = target_bytes
+        self.messages = start.messages
+        self._recent: list[list[Message]] = [list(start.recent)] if start.recent else []
 
     def add(self, messages: Sequence[Message], seal: bool = True) -> Paged | None:
         """Sanitize one more fold page; with ``seal``, the view pages to store now (their
         messages leave the carry), None when none is due."""
         for m in messages:
             self.carry.feed(m)
+        self.messages += len(messages)
+        self._recent = [*self._recent, list(messages)][-RECENT_PAGES:]
         if not seal:
             return None
         done = self.carry.done
@@ -128,7 +194,16 @@ class ViewBuilder:
 
     def index(self, refs: Sequence[PageRef]) -> ViewIndex:
         """The index after ``refs`` (every fold page added so far, from the first)."""
-        return ViewIndex(len(refs), covered_digest(refs), tuple(self.view_pages), self.carry.copy())
+        recent = tuple(m for page in self._recent for m in page)
+        return ViewIndex(
+            len(refs),
+            covered_digest(refs),
+            self.messages,
+            tuple(self.view_pages),
+            self.carry.copy(),
+            self.messages - len(recent),
+            recent,
+        )
 
 
 def open_turn(pending: Pending) -> list[Message]:

@@ -28,7 +28,14 @@ from collections.abc import Mapping, Sequence
 from journald.core.errors import StoreCorrupted
 from journald.core.message_log import MessageLog
 from journald.core.pages import Paged, PageRef, decode_page
-from journald.core.view_index import ViewBuilder, ViewIndex, covered_digest
+from journald.core.view_index import (
+    Message,
+    ViewBuilder,
+    ViewIndex,
+    covered_digest,
+    index_from_json,
+    named_fold_messages,
+)
 from journald.storage.checkpoint_base import VIEWS, CheckpointStore
 from journald.storage.pages import PageStore
 
@@ -63,24 +70,36 @@ class ViewPages:
         while len(self._stored) > 4 * VIEW_INDEX_RUNS:
             self._stored.popitem(last=False)
 
-    async def saved(self, run_id: str) -> ViewIndex | None:
-        """The run's saved index (None: none or unreadable)."""
+    async def saved(self, run_id: str, conversation: MessageLog) -> ViewIndex | None:
+        """The run's saved index when it serves ``conversation`` (None: none, unreadable, or
+        for other pages). Reads the fold pages holding the messages its carry names (the
+        last page or two it covers)."""
         try:
             doc = await self.checkpoints.load_mark(run_id, VIEWS)
+            obj = doc.get("index") if doc else None
+            refs = conversation.refs
+            if not isinstance(obj, dict) or type(obj.get("pages")) is not int:
+                return None
+            covered = refs[: obj["pages"]]
+            if obj["pages"] > len(refs) or covered_digest(covered) != obj.get("digest"):
+                return None  # for other pages: nothing to read
+            named = named_fold_messages(obj)
+            got: dict[int, Message] = {}
+            count = obj.get("messages")
+            if named and type(count) is int and 0 <= named[0] < count <= conversation.sealed:
+                span = await self.pages.span(run_id, conversation, named[0], count)
+                got = {i: span[i] for i in range(named[0], count)}
+            return index_from_json(obj, refs, got)
         except (OSError, StoreCorrupted) as exc:
             log.debug("run %s: its view index is unreadable (%s)", run_id, exc)
             return None
-        return ViewIndex.from_json(doc.get("index")) if doc else None
 
-    async def _start(self, run_id: str, refs: Sequence[PageRef]) -> ViewIndex | None:
+    async def _start(self, run_id: str, conversation: MessageLog) -> ViewIndex | None:
         """The longest index at hand (kept, then saved) that serves ``refs``."""
         kept = self._kept.get(run_id)
-        if kept is not None and kept.serves(refs):
+        if kept is not None and kept.serves(conversation.refs):
             return kept
-        saved = await self.saved(run_id)
-        if saved is not None and saved.serves(refs):
-            return saved
-        return None
+        return await self.saved(run_id, conversation)
 
     async def _extend(
         self,
@@ -118,7 +137,7 @@ class ViewPages:
         refs = conversation.refs
         if not refs:
             return ViewIndex.empty()
-        start = await self._start(run_id, refs)
+        start = await self._start(run_id, conversation)
         if start is None:
             return None
         index = await self._extend(run_id, start, refs, seal=False)
@@ -138,14 +157,14 @@ class ViewPages:
             return  # saved already (an unchanged run's lease end reads nothing)
         try:
             # from the saved index (one kept in memory by a read may hold uncut outputs)
-            start = await self.saved(run_id)
-            if start is not None and not start.serves(refs):
-                start = None  # a rebase replaced the conversation: rebuilt from its first page
+            # None when it serves other pages: a rebase replaced the conversation, so the
+            # index is rebuilt from its first page
+            start = await self.saved(run_id, MessageLog((), refs))
             if start is not None and start.covers(refs):
                 self._note_stored(run_id, start)
                 return
             index = await self._extend(run_id, start or ViewIndex.empty(), refs, True, known)
-            await self.checkpoints.save_mark(run_id, {"index": index.as_json()}, VIEWS)
+            await self.checkpoints.save_mark(run_id, {"index": index.as_json(refs)}, VIEWS)
             self._note_stored(run_id, index)
             self._keep(run_id, index)
         except (OSError, StoreCorrupted) as exc:

@@ -26,7 +26,13 @@ from journald.core.message_log import MessageLog
 from journald.core.pages import PageRef, cut, decode_page, encode_page
 from journald.core.paging import page
 from journald.core.records import canonical_json, sha256_hex
-from journald.core.view_index import ViewBuilder, ViewIndex, view_log
+from journald.core.view_index import (
+    ViewBuilder,
+    ViewIndex,
+    index_from_json,
+    named_fold_messages,
+    view_log,
+)
 from tests.profiles import SLOW_DATA, scaled
 from tests.unit.strategies import journals, message_lists
 
@@ -98,9 +104,13 @@ def fold_pages(msgs: list[Message], cuts: list[int]) -> tuple[list[PageRef], dic
     return refs, data
 
 
-def roundtrip(index: ViewIndex) -> ViewIndex:
-    """The index as a lease end saves it and a read loads it."""
-    got = ViewIndex.from_json(json.loads(canonical_json(index.as_json())))
+def roundtrip(index: ViewIndex, refs: list[PageRef], msgs: list[Message]) -> ViewIndex:
+    """The index as a lease end saves it and a read loads it (with the fold messages from
+    the first its carry names to the last it covers, as ``ViewPages.saved`` reads them)."""
+    doc = json.loads(canonical_json(index.as_json(refs)))
+    named = named_fold_messages(doc)
+    lo = named[0] if named else index.messages
+    got = index_from_json(doc, refs, {i: msgs[i] for i in range(lo, index.messages)})
     assert got is not None
     return got
 
@@ -144,7 +154,7 @@ def test_the_views_from_view_pages_equal_their_whole_list_derivation_at_any_offs
         done += step
         index = b.index(refs[:done])
         if seal:
-            index = roundtrip(index)
+            index = roundtrip(index, refs, msgs)
     assert index.covers(refs)
 
     whole_state = {"clean": sanitize_before(msgs)}
@@ -179,20 +189,35 @@ def test_sanitizing_message_by_message_equals_the_whole_list_sanitize(msgs: list
     assert s.finish() == sanitize_before(msgs)
 
 
-def test_a_view_index_that_is_damaged_or_of_another_format_is_not_an_index() -> None:
-    good = ViewIndex.empty().as_json()
-    assert ViewIndex.from_json(good) is not None
+def test_a_view_index_that_is_damaged_of_another_format_or_for_other_pages_is_not_one() -> None:
+    msgs = [
+        {"role": ("user", "assistant")[i % 2], "content": [{"type": "text", "text": f"m{i}"}]}
+        for i in range(4)
+    ]
+    refs, _ = fold_pages(msgs, [2, 4])
+    b = ViewBuilder(ViewIndex.empty())
+    b.add(msgs[:2])
+    b.add(msgs[2:])
+    good = json.loads(canonical_json(b.index(refs).as_json(refs)))
+    named = {i: msgs[i] for i in range(4)}
+    assert index_from_json(good, refs, named) is not None
+    assert good["carry"]["held"] == {"fold": 3}  # carried messages are named, not copied
     bad: Any
     for bad in (
         None,
         [],
         {**good, "format": "journald-view-index/0"},
         {**good, "pages": -1},
+        {**good, "messages": 3},
         {**good, "view_pages": [{"sha256": "x"}]},
+        {**good, "view_pages": [7]},
         {**good, "carry": {"held": 3}},
         {**good, "carry": {**good["carry"], "out": [{"role": "user"}]}},
     ):
-        assert ViewIndex.from_json(bad) is None, bad
+        assert index_from_json(bad, refs, named) is None, bad
+    assert index_from_json(good, refs[:1], named) is None  # not these pages
+    assert index_from_json(good, list(reversed(refs)), named) is None
+    assert index_from_json(good, refs, {}) is None  # the named messages not read
 
 
 def test_the_view_pages_of_a_conversation_that_needs_no_repair_are_its_own_pages() -> None:
@@ -212,5 +237,10 @@ def test_the_view_pages_of_a_conversation_that_needs_no_repair_are_its_own_pages
     # every view page but the last one or two is byte for byte a fold page: stored once
     assert len(vlog.refs) >= len(paged.refs) - 2
     assert set(vlog.refs) <= set(paged.refs)
+    # saved as page numbers and fold indexes: no message copied into the document
+    doc = b.index(paged.refs).as_json(paged.refs)
+    assert all(type(v) is int for v in doc["view_pages"])
+    carried = [doc["carry"]["held"], *doc["carry"]["out"], *doc["carry"]["done"]]
+    assert all(set(m) == {"fold"} for m in carried if m is not None)
     pages = {r.sha256: decode_page(r, paged.data[r.sha256]) for r in vlog.refs}
     assert list(vlog.span(0, len(vlog), pages)) == sanitize_before(msgs) == msgs
