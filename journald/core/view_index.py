@@ -4,15 +4,18 @@ Both views are ``sanitize`` of the fold's messages (the governed one with the op
 committed after them), and ``sanitize`` reads a list once, front to back, carrying only a
 small state between messages (``journald.core.governance.Sanitizer``). So the sealed pages
 of a conversation are sanitized page by page, once: the outputs that can no longer change
-are cut into *view pages* (the same ``journal-page/1`` pages at clean boundaries of the
+are cut into *view pages* (the same ``journald-page/1`` pages at clean boundaries of the
 view, stored in the same content-addressed store; a page of a conversation that needed no
 repair is byte for byte the fold's page, so it is stored once), and the index is:
 
-* ``pages``/``digest``: how many of the fold's pages it covers and the SHA-256 of their
-  addresses joined (the index serves a conversation whose pages start with those);
+* ``pages``/``digest``/``messages``: how many of the fold's pages (and messages) it covers
+  and the SHA-256 of their addresses joined (it serves a conversation whose pages start
+  with those);
 * ``view_pages``: the view pages, each with its message count (a History page bisects
-  them and reads only the ones it returns);
-* ``carry``: the sanitizer after the covered pages (with the outputs not yet cut).
+  them and reads only the ones it returns); saved as the fold page's number when it is one;
+* ``carry``: the sanitizer after the covered pages (with the outputs not yet cut); a
+  carried message equal to one of the last covered fold messages is saved as
+  ``{"fold": index}`` (``named_fold_messages`` says which to read back).
 
 A History page of either view is then the view pages, then what the carry gives for the
 fold's unsealed tail (and, for the governed view, the open turn), derived at call time:
