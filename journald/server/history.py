@@ -104,9 +104,10 @@ class HistoryRpcs:
                 )
             except StoreCorrupted as exc:  # the index is a cache: derive from every page
                 log.warning("run %s: a view page is unreadable (%s); deriving in full", run_id, exc)
-                self.runs.views.forget(run_id)
+                self.runs.views.damaged(run_id)
                 msgs = await self._whole_view(run_id, view, st)
-                self._views.put((run_id, view), key, msgs, stored_bytes(key))
+                if key is not None:
+                    self._views.put((run_id, view), key, msgs, stored_bytes(key))
             return Conversation(msgs, st.last_seq, pending)
         return Conversation(hit, st.last_seq, pending)
 

@@ -51,6 +51,7 @@ class ViewPages:
         self._kept: OrderedDict[str, ViewIndex] = OrderedDict()
         self._stored: OrderedDict[str, tuple[int, str]] = OrderedDict()
         """What the saved index of a run covers, as this daemon last saved or read it."""
+        self._damaged: set[str] = set()
         self.extended_pages = 0
         """Fold pages sanitized so far by this daemon (the tests and benchmark read it)."""
 
@@ -63,6 +64,12 @@ class ViewPages:
     def forget(self, run_id: str) -> None:
         self._kept.pop(run_id, None)
         self._stored.pop(run_id, None)
+
+    def damaged(self, run_id: str) -> None:
+        """A view page of the run's index is missing or damaged: forget the index, and let
+        the next lease end rebuild it from the first page."""
+        self.forget(run_id)
+        self._damaged.add(run_id)
 
     def _note_stored(self, run_id: str, index: ViewIndex) -> None:
         self._stored[run_id] = (index.pages, index.digest)
@@ -158,8 +165,11 @@ class ViewPages:
         try:
             # from the saved index (one kept in memory by a read may hold uncut outputs)
             # None when it serves other pages: a rebase replaced the conversation, so the
-            # index is rebuilt from its first page
-            start = await self.saved(run_id, MessageLog((), refs))
+            # index is rebuilt from its first page (as it is when a read found it damaged)
+            start = None
+            if run_id not in self._damaged:
+                start = await self.saved(run_id, MessageLog((), refs))
+            self._damaged.discard(run_id)
             if start is not None and start.covers(refs):
                 self._note_stored(run_id, start)
                 return

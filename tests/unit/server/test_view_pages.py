@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from journald_client.pb import journal_pb2 as pb
 
 from journald.core import governance
@@ -189,3 +190,28 @@ async def test_a_lease_end_writes_a_small_view_index_and_no_view_page_of_a_clean
     assert len(canonical_json(doc)) < 8 * 1024 < conversation / 500
     appended = sum(len(r.raw) for r in late)
     assert daemon.attachments.new_bytes <= 2 * appended  # the fold's new pages, none of the view
+
+
+async def test_a_missing_view_page_makes_history_derive_the_view_from_every_page(
+    daemon: InProcess,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    b = repaired_run(600)
+    await stored_and_snapshotted(daemon, b)
+    st = (await daemon.service.runs.dormant_state(RUN))[1]
+    index = await daemon.service.runs.views.serving(RUN, st.messages)
+    assert index is not None
+    fold_pages = {r.sha256 for r in st.messages.refs}
+    own = [r for r in index.view_pages if r.sha256 not in fold_pages]
+    assert own  # the repairs made view pages of their own
+    del daemon.attachments._runs[RUN][own[-1].sha256]  # lost (a cache, never truth)
+    want = views_of(b.records)["cleaned-up"]
+    for offset in range(0, len(want), 97):  # a page in every view page
+        got = await history(daemon, pb.HISTORY_VIEW_UNSPECIFIED, offset, 20)
+        assert as_messages(got.messages) == want[got.offset : got.next_offset]
+        assert got.total == len(want)
+    assert "a view page is unreadable" in caplog.text
+    async with daemon.service.runs.daemon_lease(RUN):
+        pass  # the next lease end rebuilds it, though the run did not change
+    await daemon.service.runs.leases.wait_closed(RUN)
+    assert own[-1].sha256 in daemon.attachments._runs[RUN]
