@@ -131,10 +131,17 @@ class HistoryRpcs:
 
     async def _tail_page(self, run_id: str, offset: int, limit: int) -> tuple[Page, Window] | None:
         """A page folded from the newest usable fold mark before it: reads only the segments
-        from that mark's seq to the end. None when no mark serves (the caller folds in full)."""
+        from that mark's seq to the end. None when no mark serves (the caller reads the
+        dormant state's pages instead), a mark more than ``SEEK_TAIL_RECORDS`` records before
+        the newest included: folding to the end from there costs more than the state (from
+        its snapshot) and the pages under the page."""
         marks = await self.runs.marks.load(run_id)
+        # the newest mark is where the last lease ended (no I/O: a stat of the run may read
+        # its first record)
+        newest = marks[-1]["seq"] if marks else 0
         if limit > 0:
             marks = [m for m in marks if m["messages"] < offset]
+        marks = [m for m in marks if newest - m["seq"] <= SEEK_TAIL_RECORDS]
         for m in reversed(marks[-TAIL_MARKS_TRIED:]):
             mark = FoldMark(m["seq"], m["messages"], m["last_role"], 0)
             records = [r async for r in self.runs.store.iter_records(run_id, mark.seq)]

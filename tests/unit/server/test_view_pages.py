@@ -215,3 +215,32 @@ async def test_a_missing_view_page_makes_history_derive_the_view_from_every_page
         pass  # the next lease end rebuilds it, though the run did not change
     await daemon.service.runs.leases.wait_closed(RUN)
     assert own[-1].sha256 in daemon.attachments._runs[RUN]
+
+
+async def test_a_stored_view_page_far_from_the_end_reads_its_pages_not_the_records_after_it(
+    daemon: InProcess,  # noqa: F811
+) -> None:
+    b = long_run(20_000)  # fold marks every 1,000 records
+    await stored_and_snapshotted(daemon, b)
+    want = list(fold(b.records).messages)
+    store = daemon.service.runs.store
+    read: list[int] = []
+    iter_records = store.iter_records
+
+    def counting(run_id: str, from_seq: int = 1) -> Any:
+        async def gen() -> Any:
+            async for r in iter_records(run_id, from_seq):
+                read.append(r.seq)
+                yield r
+
+        return gen()
+
+    store.iter_records = counting  # type: ignore[method-assign]
+    daemon.reads()
+    middle = await daemon.stub.History(
+        pb.HistoryRequest(run_id=RUN, view=pb.HISTORY_VIEW_STATE, offset=len(want) // 2, limit=20)
+    )
+    assert as_messages(middle.messages) == want[middle.offset : middle.next_offset]
+    # the pages under the page, not a fold of the 10,000 records from a mark to the end
+    assert len(read) < 100
+    assert len(daemon.reads()) <= 2
