@@ -21,6 +21,10 @@ page (50 messages) in each view and ``Fold(omit_messages)``; then the daemon's R
 holds the largest run (beside its idle RSS) and the bytes a lease end writes (snapshot
 document and new pages) after 100 appended ~1 KB records, beside the bytes appended.
 
+``--daemon-code DIR`` starts every daemon from ``DIR`` (a ``git archive`` of another commit:
+``python -m`` imports from its working directory first), to measure that tree's daemon with
+this script; use another ``--data`` for it (a lease end of one tree changes the runs).
+
 Figures only; nothing is asserted.
 """
 
@@ -67,16 +71,18 @@ def main() -> None:
     ap.add_argument("--runs", type=sizes, default=[1000, 10000, 100000])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dormant", action="store_true", help="the dormant-read figures instead")
+    ap.add_argument("--daemon-code", type=Path, help="start the daemons from this tree")
     args = ap.parse_args()
+    code = args.daemon_code.resolve() if args.daemon_code else None
     data = args.data.resolve()
     data.mkdir(parents=True, exist_ok=True)
     ensure_runs(data, args.runs)
     fp = fingerprint_to_pb(FP)
     if args.dormant:
-        dormant(data, args.runs, args.reps)
+        dormant(data, args.runs, args.reps, code)
         return
 
-    with Daemon(data.parent, "file", *ROOMY, data_dir=data) as d:
+    with Daemon(data.parent, "file", *ROOMY, data_dir=data, cwd=code) as d:
         s = pbg.JournalServiceStub(grpc.insecure_channel(d.target, options=GRPC_OPTS))
 
         def open_once(run_id: str, window: int) -> int:
@@ -130,7 +136,7 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
-def dormant(data: Path, runs: list[int], reps: int) -> None:
+def dormant(data: Path, runs: list[int], reps: int, code: Path | None = None) -> None:
     import grpc
     import journald_client as jc
     from journald_client.pb import journal_pb2 as pb
@@ -156,7 +162,7 @@ def dormant(data: Path, runs: list[int], reps: int) -> None:
         call.cancel()
         return len(lease.state.messages)
 
-    with Daemon(data.parent, "file", *ROOMY, data_dir=data) as d:
+    with Daemon(data.parent, "file", *ROOMY, data_dir=data, cwd=code) as d:
         for n in runs:  # one lease end each: the snapshot every later read starts from
             open_release(stub(d), f"r{n}")
     views = {
@@ -169,7 +175,7 @@ def dormant(data: Path, runs: list[int], reps: int) -> None:
     print(f"{'records':>9} {'call':>16} {'first':>8} {'median':>8} {'read KiB':>9}")
     for n in runs:
         run_id = f"r{n}"
-        with Daemon(data.parent, "file", *ROOMY, data_dir=data) as d:
+        with Daemon(data.parent, "file", *ROOMY, data_dir=data, cwd=code) as d:
             s = stub(d)
             # the daemon's first call reads ~2 MiB of its own (lazy imports): spend it on
             # another run, so the bytes below are this run's
@@ -194,7 +200,7 @@ def dormant(data: Path, runs: list[int], reps: int) -> None:
                 print(f"{n:>9,} {name:>16} {first:>8.1f} {med:>8.1f} {read / 1024:>9.0f}")
     big = f"r{max(runs)}"
     run_dir = data / "sessions" / big
-    with Daemon(data.parent, "file", *ROOMY, data_dir=data) as d:
+    with Daemon(data.parent, "file", *ROOMY, data_dir=data, cwd=code) as d:
         idle = rss_kib(d.pid)
         s = stub(d)
         call = s.Open(open_req(big))

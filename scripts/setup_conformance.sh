@@ -24,13 +24,22 @@ if ! have_toolchain; then
     echo "  sudo apt-get install -y --no-install-recommends ${PACKAGES[*]}" >&2
     exit 2
   fi
-  missing=()  # only what is absent: an installed package is left at its version
-  for pkg in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-  done
-  echo "setup_conformance: apt-get install ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Two suites set up side by side on a new machine both get here, and dpkg's own lock refuses
+  # the second at once ("Could not get lock"): the second waits for the first under this lock,
+  # then finds the toolchain installed. Lock::Timeout covers any other apt-get on the machine.
+  exec 9>/var/lock/journald-setup-apt.lock
+  flock 9
+  if ! have_toolchain; then
+    missing=()  # only what is absent: an installed package is left at its version
+    for pkg in "${PACKAGES[@]}"; do
+      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    echo "setup_conformance: apt-get install ${missing[*]}"
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+      --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  exec 9>&-
 fi
 
 STAMP="$OUT/.source.sha256"

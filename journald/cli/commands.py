@@ -564,8 +564,11 @@ def record_summary(rec: JournalRecord, width: int) -> str:
         )
     elif rec.kind == "rebase":
         cov = p.get("covered") or {}
+        tail = len(p.get("messages", []))
+        # a paged rebase's conversation is its pages' messages, then the inline tail
+        held = f" ({len(rec.pages)} pages, {tail} inline)" if rec.pages else ""
         what = (
-            f"{p.get('reason', '')}: {len(p.get('messages', []))} messages replace seq "
+            f"{p.get('reason', '')}: {rec.paged_messages + tail} messages{held} replace seq "
             f"{cov.get('from_seq', '?')}..{cov.get('to_seq', '?')}"
         )
     elif rec.kind == "meta":

@@ -30,6 +30,11 @@ Tolerated and reported as anomalies: results for unknown tool ids, duplicate res
 ``fold(more, start=state)`` continues from an earlier state without mutating it, which is
 how the daemon keeps a run's state current on every append.
 
+``answered_ever`` may be sealed in chunks the caller has not loaded
+(``journald.core.answered``): asking it about a duplicate or unknown result then raises
+``AnsweredNotLoaded`` before the record changed anything, so the caller loads the chunks and
+folds that record again.
+
 Pure core: no I/O imports.
 """
 
@@ -39,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from journald.core.answered import AnsweredIds
 from journald.core.errors import InvalidRecord, StoreCorrupted
 from journald.core.fingerprint import Fingerprint
 from journald.core.message_log import MessageLog
@@ -146,8 +152,9 @@ class RunState:
     last_ts: str = ""
     anomalies: list[Anomaly] = field(default_factory=list)
     # tool_use ids answered anywhere in the run: a late copy of an answer to an earlier turn
-    # is a duplicate, not an unknown id (an id reused by a later turn is answered anew)
-    answered_ever: set[str] = field(default_factory=set)
+    # is a duplicate, not an unknown id (an id reused by a later turn is answered anew); sealed
+    # chunks plus a tail (``journald.core.answered``), so it is not what a snapshot costs
+    answered_ever: AnsweredIds = field(default_factory=AnsweredIds)
     # framework state: namespace -> key -> latest value (keys in the order they were written)
     state: dict[str, dict[str, StateValue]] = field(default_factory=dict)
 
@@ -183,7 +190,7 @@ class RunState:
             pending=self.pending.copy() if self.pending else None,
             counters=replace(self.counters),
             anomalies=list(self.anomalies),
-            answered_ever=set(self.answered_ever),
+            answered_ever=self.answered_ever.copy(),
             state={ns: dict(values) for ns, values in self.state.items()},
         )
 
@@ -388,7 +395,7 @@ def _apply(st: RunState, rec: Record, pages: PageResolver | None = None) -> None
                 append_message(st.messages, "assistant", pending.message["content"])
                 append_message(st.messages, "user", pending_blocks(pending))
                 st.pending = None
-        elif tid in st.answered_ever:
+        elif tid in st.answered_ever:  # may raise AnsweredNotLoaded: nothing changed yet
             st.anomalies.append(
                 Anomaly(
                     rec.seq,

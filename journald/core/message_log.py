@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-from journald.core.pages import PAGE_TARGET_BYTES, Paged, PageRef, cut
+from journald.core.pages import PAGE_TARGET_BYTES, Paged, PageRef, cut_open
 from journald.core.records import canonical_json
 
 Message = dict[str, Any]
@@ -250,12 +250,12 @@ class MessageLog(Sequence[Message]):
     def sealable(self, target_bytes: int = PAGE_TARGET_BYTES) -> Paged | None:
         """The pages to seal from the front of the tail once it holds more than two pages'
         worth (None before): the cut of the tail (prefix-stable, so the pages are those a
-        snapshot or rebase of the whole conversation would name), less a page that would
-        take the last message (the one the fold may still merge into)."""
+        snapshot or rebase of the whole conversation would name), less the pages that would
+        leave fewer than two messages open (``cut_open``)."""
         if self.tail_bytes() < 2 * target_bytes:
             return None
-        paged = cut(self.tail, target_bytes)
-        refs = paged.refs if paged.tail else paged.refs[:-1]
+        paged = cut_open(self.tail, target_bytes)
+        refs = paged.refs
         if not refs:
             return None
         count = sum(r.count for r in refs)

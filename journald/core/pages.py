@@ -130,6 +130,28 @@ def cut(messages: Sequence[Message], target_bytes: int = PAGE_TARGET_BYTES) -> P
     return Paged(tuple(refs), msgs[start:], data, msgs)
 
 
+OPEN_TAIL_MESSAGES = 2
+
+
+def cut_open(messages: Sequence[Message], target_bytes: int = PAGE_TARGET_BYTES) -> Paged:
+    """``cut`` of a conversation that keeps growing (a held run's log, a fold snapshot): the
+    pages leave at least its last two messages in the tail. The fold merges a record into the
+    last message when the roles match, and a merged tool result makes that message answer the
+    one before it: were it the tail's first, the boundary before it would stop being clean, and
+    a History page there would need a message of the sealed page before (a Hypothesis property
+    found it: user, seal, a user record carrying a tool result)."""
+    paged = cut(messages, target_bytes)
+    refs = list(paged.refs)
+    keep = len(paged.tail)
+    while refs and keep < OPEN_TAIL_MESSAGES:
+        keep += refs.pop().count
+    if len(refs) == len(paged.refs):
+        return paged
+    start = len(paged.messages) - keep
+    data = {r.sha256: paged.data[r.sha256] for r in refs}
+    return Paged(tuple(refs), paged.messages[start:], data, paged.messages)
+
+
 def _page_error(ref: PageRef | Mapping[str, Any], what: str) -> StoreCorrupted:
     sha = ref.sha256 if isinstance(ref, PageRef) else str(ref.get("sha256", ""))[:64]
     return StoreCorrupted(

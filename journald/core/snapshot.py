@@ -18,6 +18,14 @@ the daemon does) keeps its pages sealed in the state's ``MessageLog``
 a state whose log is sealed already: only the tail is cut. A release that knows only
 version 1 ignores a version 2 document (and folds the run in full).
 
+Version 3 is version 2 whose ``answered_ever`` (the tool_use ids the run ever answered,
+``journald.core.answered``) is sealed in part: ``answered`` holds the head of its chain of
+chunks, how many ids they hold and the tail, instead of the whole list, so the document costs
+the same at any length of the run (``message_pages`` may then be empty). A state whose ids are
+all in its tail is still written as version 1 or 2; an older release ignores version 3 (its
+``answered_ever`` would be incomplete) and folds the run in full. A version 3 document decodes
+with its chunks unread: the fold asks for them only on a duplicate or unknown result.
+
 Pure core: no I/O imports.
 """
 
@@ -27,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
+from journald.core.answered import AnsweredIds, answered_from_json
 from journald.core.errors import InvalidRecord, StoreCorrupted
 from journald.core.fingerprint import Fingerprint
 from journald.core.fold import (
@@ -44,6 +53,8 @@ from journald.core.pages import Paged, PageRef, PageResolver, conversation, page
 
 SNAPSHOT_VERSION = 1
 PAGED_SNAPSHOT_VERSION = 2
+ANSWERED_SNAPSHOT_VERSION = 3
+PAGED_VERSIONS = (PAGED_SNAPSHOT_VERSION, ANSWERED_SNAPSHOT_VERSION)
 _COUNTERS = tuple(f.name for f in fields(Counters))
 
 
@@ -53,17 +64,25 @@ class SnapshotUnreadable(ValueError):
 
 def encode_state(st: RunState) -> dict[str, Any]:
     """The state as a JSON value (version 1: every message inline, each page of a sealed
-    ``MessageLog`` read, so its pages must be loaded). Lists and dicts are new; message
-    dicts are shared with ``st`` (the fold never mutates one in place)."""
+    ``MessageLog`` read, so its pages must be loaded, and every answered id, so sealed
+    chunks of them must be loaded). Lists and dicts are new; message dicts are shared with
+    ``st`` (the fold never mutates one in place)."""
     return _encode(st, list(st.messages))
 
 
 def paged_state(st: RunState, tail: Paged) -> dict[str, Any]:
     """The snapshot of a state whose messages are its log's sealed pages, then ``tail`` (the
-    cut of the log's tail, ``cut(st.messages.tail)``): what it costs to write is the tail's
+    cut of the log's tail, ``cut_open(st.messages.tail)``): what it costs to write is the tail's
     new pages, never the sealed ones (they are stored already). Version 1 when there are no
-    pages at all."""
+    pages at all; version 3 when answered ids are sealed (their chunks are stored already,
+    and the document names them by the head of their chain)."""
     refs = [*st.messages.refs, *tail.refs]
+    if st.answered_ever.head is not None:
+        out = _encode(st, list(tail.tail), answered=False)
+        out["v"] = ANSWERED_SNAPSHOT_VERSION
+        out["message_pages"] = [r.as_json() for r in refs]
+        out["answered"] = st.answered_ever.as_json()
+        return out
     if not refs:
         return _encode(st, list(st.messages.tail))
     out = _encode(st, list(tail.tail))
@@ -72,9 +91,9 @@ def paged_state(st: RunState, tail: Paged) -> dict[str, Any]:
     return out
 
 
-def _encode(st: RunState, messages: list[Message]) -> dict[str, Any]:
+def _encode(st: RunState, messages: list[Message], answered: bool = True) -> dict[str, Any]:
     pending = st.pending
-    return {
+    out = {
         "v": SNAPSHOT_VERSION,
         "run_id": st.run_id,
         "fingerprint": st.fingerprint.as_json() if st.fingerprint is not None else None,
@@ -103,13 +122,16 @@ def _encode(st: RunState, messages: list[Message]) -> dict[str, Any]:
         "last_hash": st.last_hash,
         "last_ts": st.last_ts,
         "anomalies": [[a.seq, a.kind, a.detail] for a in st.anomalies],
-        "answered_ever": sorted(st.answered_ever),
+        "answered_ever": sorted(st.answered_ever.all()) if answered else None,
         # namespaces and keys in the order the fold holds them (the order of their writes)
         "state": [
             [ns, [[k, v.seq, v.type, v.data, v.sha256, v.size] for k, v in values.items()]]
             for ns, values in st.state.items()
         ],
     }
+    if not answered:
+        del out["answered_ever"]
+    return out
 
 
 def paged_snapshot(doc: Mapping[str, Any], paged: Paged) -> dict[str, Any]:
@@ -124,12 +146,23 @@ def paged_snapshot(doc: Mapping[str, Any], paged: Paged) -> dict[str, Any]:
 
 def snapshot_pages(doc: object) -> list[PageRef]:
     """The pages a snapshot document references (none for version 1 or damage)."""
-    if not isinstance(doc, Mapping) or doc.get("v") != PAGED_SNAPSHOT_VERSION:
+    if not isinstance(doc, Mapping) or doc.get("v") not in PAGED_VERSIONS:
         return []
     try:
         return page_refs({"pages": doc.get("message_pages")})
     except StoreCorrupted:
         return []
+
+
+def snapshot_answered_head(doc: object) -> PageRef | None:
+    """The head of the answered-id chunks a snapshot document references (None: none, or
+    damage)."""
+    if not isinstance(doc, Mapping) or doc.get("v") != ANSWERED_SNAPSHOT_VERSION:
+        return None
+    try:
+        return answered_from_json(doc.get("answered")).head
+    except (ValueError, StoreCorrupted):
+        return None
 
 
 def decode_state(doc: object, pages: PageResolver | None = None, lazy: bool = False) -> RunState:
@@ -139,22 +172,26 @@ def decode_state(doc: object, pages: PageResolver | None = None, lazy: bool = Fa
 
     ``lazy``: a paged snapshot's pages stay sealed in the result's ``MessageLog`` (read
     later, by the windows that need them); only the last page is read, and only when the
-    tail is empty (the fold may merge into the last message)."""
+    tail is empty (the fold may merge into the last message).
+
+    A version 3 document's answered-id chunks are never read here: the result's
+    ``answered_ever`` names them (``journald.core.answered``)."""
     try:
-        if lazy and isinstance(doc, Mapping) and doc.get("v") == PAGED_SNAPSHOT_VERSION:
-            return _decode_lazy(doc, pages)
-        if isinstance(doc, Mapping) and doc.get("v") == PAGED_SNAPSHOT_VERSION:
-            refs = doc.get("message_pages")
-            _need(isinstance(refs, list) and bool(refs), "a paged snapshot without pages")
-            msgs = conversation(
-                {"messages": doc.get("messages"), "pages": doc.get("message_pages")}, pages
-            )
-            _need(msgs is not None, "messages is not a list")
-            doc = {k: v for k, v in doc.items() if k != "message_pages"} | {
-                "v": SNAPSHOT_VERSION,
-                "messages": msgs,
+        answered = None
+        if isinstance(doc, Mapping) and doc.get("v") == ANSWERED_SNAPSHOT_VERSION:
+            answered = answered_from_json(doc.get("answered"))
+            _need(answered.head is not None, "a version 3 snapshot without answered chunks")
+            doc = {k: v for k, v in doc.items() if k != "answered"} | {
+                "v": PAGED_SNAPSHOT_VERSION,
+                "answered_ever": [],
             }
-        return _decode(doc)
+            if not doc.get("message_pages"):
+                doc = {k: v for k, v in doc.items() if k != "message_pages"}
+                doc["v"] = SNAPSHOT_VERSION
+        st = _decode_any(doc, pages, lazy)
+        if answered is not None:
+            st.answered_ever = answered
+        return st
     except (
         KeyError,
         IndexError,
@@ -167,6 +204,23 @@ def decode_state(doc: object, pages: PageResolver | None = None, lazy: bool = Fa
         if isinstance(exc, SnapshotUnreadable):
             raise
         raise SnapshotUnreadable(f"malformed snapshot: {type(exc).__name__}: {exc}") from None
+
+
+def _decode_any(doc: object, pages: PageResolver | None, lazy: bool) -> RunState:
+    if lazy and isinstance(doc, Mapping) and doc.get("v") == PAGED_SNAPSHOT_VERSION:
+        return _decode_lazy(doc, pages)
+    if isinstance(doc, Mapping) and doc.get("v") == PAGED_SNAPSHOT_VERSION:
+        refs = doc.get("message_pages")
+        _need(isinstance(refs, list) and bool(refs), "a paged snapshot without pages")
+        msgs = conversation(
+            {"messages": doc.get("messages"), "pages": doc.get("message_pages")}, pages
+        )
+        _need(msgs is not None, "messages is not a list")
+        doc = {k: v for k, v in doc.items() if k != "message_pages"} | {
+            "v": SNAPSHOT_VERSION,
+            "messages": msgs,
+        }
+    return _decode(doc)
 
 
 def _decode_lazy(doc: Mapping[str, Any], pages: PageResolver | None) -> RunState:
@@ -275,6 +329,6 @@ def _decode(doc: object) -> RunState:
             Anomaly(_int(a[0], "an anomaly's seq"), str(a[1]), str(a[2]))
             for a in _typed(doc["anomalies"], list, "anomalies is not a list")
         ],
-        answered_ever={str(t) for t in _typed(doc["answered_ever"], list, "")},
+        answered_ever=AnsweredIds(str(t) for t in _typed(doc["answered_ever"], list, "")),
         state=_state(doc["state"]),
     )

@@ -6,7 +6,8 @@ present), so a record that crosses the API and comes back is byte-identical:
 * meta: ``labels`` and ``lineage`` only when set;
 * assistant: ``usage`` always carries all four counters;
 * tool_result: ``remote`` always present;
-* rebase: ``checkpoint_id``, ``checkpoint_hash``, ``covered`` only when set;
+* rebase: ``pages`` (message page references), ``checkpoint_id``, ``checkpoint_hash``,
+  ``covered`` only when set;
 * terminal: ``message`` always present; envelope ``trace`` only when set;
 * state: a deletion is ``namespace``, ``key`` (only when set) and ``deleted``; a value is
   ``namespace``, ``key``, ``type`` and either ``data`` (base64 of the bytes, even when empty)
@@ -26,6 +27,7 @@ from journald.core.errors import InvalidRecord, VersionUnsupported
 from journald.core.fingerprint import Fingerprint
 from journald.core.fold import Message, Pending, RunState
 from journald.core.governance import GovernanceReport
+from journald.core.pages import PageRef, page_refs
 from journald.core.records import (
     KINDS,
     TYPE_OF,
@@ -56,6 +58,14 @@ def message_to_pb(m: Mapping[str, Any]) -> pb.Message:
 
 def message_from_pb(m: pb.Message, field: str = "message") -> Message:
     return {"role": m.role, "content": _json_list(m.content_json, f"{field}.content_json")}
+
+
+def page_ref_to_pb(ref: PageRef) -> pb.PageRef:
+    return pb.PageRef(sha256=ref.sha256, count=ref.count, size=ref.size)
+
+
+def page_ref_from_pb(ref: pb.PageRef) -> PageRef:
+    return PageRef(ref.sha256, ref.count, ref.size)
 
 
 def fingerprint_to_pb(fp: Fingerprint) -> pb.Fingerprint:
@@ -145,6 +155,8 @@ def payload_from_pb(rec: pb.Record) -> tuple[str, dict[str, Any]]:
                 message_from_pb(m, f"rebase.messages[{i}]") for i, m in enumerate(r.messages)
             ],
         }
+        if r.pages:
+            out["pages"] = [page_ref_from_pb(p).as_json() for p in r.pages]
         if r.checkpoint_id:
             out["checkpoint_id"] = r.checkpoint_id
         if r.checkpoint_hash:
@@ -228,6 +240,7 @@ def payload_to_pb(kind: str, p: Mapping[str, Any], rec: pb.Record) -> None:
             pb.RebasePayload(
                 reason=p["reason"],
                 messages=[message_to_pb(m) for m in p["messages"]],
+                pages=[page_ref_to_pb(r) for r in page_refs(p)],
                 checkpoint_id=p.get("checkpoint_id", ""),
                 checkpoint_hash=p.get("checkpoint_hash", ""),
                 covered=pb.SeqRange(**cov) if cov else None,

@@ -213,6 +213,7 @@ async def serve(
             cfg.scrub_bytes_per_s,
             cfg.scrub_interval_s,
             service.runs.pages,
+            service.runs.checkpoints,
         )
         scrubbing = loop.create_task(scrubber.run())
         watching = loop.create_task(watch_socket(cfg.socket_path, bound))

@@ -7,6 +7,10 @@ appends the rebase holding page references and a short tail. The cut is determin
 retry of the same rebase builds the same record and is answered as a duplicate, and a
 conversation of any size fits the record limit (the request itself is bounded by
 ``--max-message-bytes``). The acknowledged hash is that of the stored (paged) record.
+
+Page references are the daemon's: a sent rebase that carries ``pages`` (a paged rebase read
+back with Load and appended again) is refused, since the daemon could not tell a reference
+to a page the run holds from one it never stored.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from journald.core.errors import InvalidRecord
 from journald.core.pages import PageResolver, bytes_resolver, cut, paged_payload
 from journald.storage.pages import PageStore
-from journald.writer.gate import Incoming
+from journald.writer.gate import Incoming, at_index
 
 
 async def page_rebases(
@@ -27,6 +32,8 @@ async def page_rebases(
     out: list[Incoming] = []
     data: dict[str, bytes] = {}
     for item in items:
+        if item.kind == "rebase" and "pages" in item.payload:
+            raise _sent_pages(item)
         msgs = item.payload.get("messages") if item.kind == "rebase" else None
         paged = cut(msgs) if isinstance(msgs, list) else None
         if paged is None or not paged.refs:
@@ -37,3 +44,14 @@ async def page_rebases(
         base = {k: v for k, v in item.payload.items() if k != "messages"}
         out.append(replace(item, payload=paged_payload(base, paged)))
     return out, (bytes_resolver(data) if data else None)
+
+
+def _sent_pages(item: Incoming) -> InvalidRecord:
+    field = f"records[{item.index}].rebase.pages"
+    err = InvalidRecord(
+        "field rebase.pages: message page references are written by the daemon; send the "
+        "whole conversation in rebase.messages (the daemon stores a long one as pages)",
+        metadata={"field": field},
+    )
+    at_index(err, item.index, item.seq)  # "records[i] (seq N): ...", the seq in metadata
+    return err

@@ -203,10 +203,13 @@ class Scrubber:
         bytes_per_s: int,
         interval_s: float,
         pages: PageStore | None = None,
+        checkpoints: CheckpointStore | None = None,
     ) -> None:
         self.store = store
         self.pages = pages
         """Checks the message pages of each run's rebases (the file child reads them itself)."""
+        self.checkpoints = checkpoints
+        """Where the fold snapshots are: the answered-id chunks they reference are checked."""
         self.records = records
         self.bytes_per_s = bytes_per_s
         self.interval_s = interval_s
@@ -320,7 +323,7 @@ class Scrubber:
             try:
                 await self.store.verify(run_id)
                 if self.pages is not None:  # a page missing or damaged: as Verify says it
-                    await self.pages.check_run(self.store, run_id)
+                    await self.pages.check_run(self.store, run_id, self.checkpoints)
                 result["ok"] = True
             except SessionNotFound:
                 result = {"run_id": run_id, "gone": True}

@@ -498,7 +498,8 @@ class JournalService:
     @unary
     async def Verify(self, request: pb.VerifyRequest, context: Ctx) -> pb.VerifyResponse:
         rep = await self.store.verify(validate_id(request.run_id))
-        await self.runs.pages.check_run(self.store, request.run_id)  # every page it references
+        # every page its rebases reference, every answered-id chunk its snapshot does
+        await self.runs.pages.check_run(self.store, request.run_id, self.runs.checkpoints)
         return pb.VerifyResponse(
             records=rep.records,
             last_seq=rep.last_seq,
@@ -513,6 +514,8 @@ class JournalService:
         async with self.runs.unheld(run_id):
             # the rebase recording the hole passes the one gate, like every record written
             rep = await self.store.recover(run_id, check=self.runs.gate.record)
+            # a snapshot naming an answered-id chunk that is gone is a cache to drop
+            await self.runs.pages.drop_unreadable_snapshot(run_id, self.runs.checkpoints)
             await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded

@@ -4,7 +4,8 @@
 A page's address is the SHA-256 of its bytes, which is exactly how the attachment store
 addresses what it keeps, so every backend stores pages without code of its own (file: the
 run's ``attachments/``; JetStream: ``<STREAM>_ATTACHMENTS``; memory: memory), once per run,
-and they go with the run (``Delete``) like attachments do.
+and they go with the run (``Delete``) like attachments do. The chunks of a run's answered
+tool_use ids (``journald.core.answered``) live there too, the same way.
 
 ``PageStore`` writes a conversation's pages (before the record or checkpoint that references
 them: a crash in between leaves pages no one references, never a reference without its page)
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from journald.core.answered import AnsweredIds, Chunk, chunk_missing, decode_chunk
 from journald.core.checkpoints import Checkpoint, CheckpointMeta, Message, resolved
 from journald.core.errors import AttachmentNotFound, StoreCorrupted
 from journald.core.fold import RunState
@@ -34,8 +36,9 @@ from journald.core.pages import (
     referenced_pages,
 )
 from journald.core.records import Record
+from journald.core.snapshot import snapshot_answered_head
 from journald.storage.base import Store
-from journald.storage.checkpoint_base import MARKS, AttachmentStore, CheckpointStore
+from journald.storage.checkpoint_base import MARKS, SNAPSHOT, AttachmentStore, CheckpointStore
 
 
 @dataclass(slots=True)
@@ -160,6 +163,66 @@ class PageStore:
         log.seal(paged.refs)
         return len(paged.refs)
 
+    # --- answered tool_use ids (``journald.core.answered``): a chain of chunks -----------------
+
+    async def seal_answered(self, run_id: str, answered: AnsweredIds) -> int:
+        """Seal a held run's answered-id tail into chunks once it holds a chunk's worth (the
+        chunks stored first, then named): how many chunks were sealed."""
+        chunks = answered.sealable()
+        for chunk in chunks:
+            _, existed = await self.attachments.put(run_id, chunk.raw)
+            self.written.pages += 1
+            if not existed:
+                self.written.new_pages += 1
+                self.written.new_bytes += chunk.ref.size
+        answered.seal(chunks)
+        return len(chunks)
+
+    async def chain(self, run_id: str, head: PageRef | None) -> list[Chunk]:
+        """Every chunk of the chain ``head`` names, newest first, each checked; a missing or
+        damaged one is ``store_corrupted`` naming it."""
+        out: list[Chunk] = []
+        seen: set[str] = set()
+        ref = head
+        while ref is not None and ref.sha256 not in seen:  # content-addressed: no cycle
+            seen.add(ref.sha256)
+            try:
+                raw = await self.attachments.get(run_id, ref.sha256)
+            except AttachmentNotFound:
+                raise named_page_error(chunk_missing(ref), run_id) from None
+            except StoreCorrupted as exc:
+                raise named_chunk_error(exc, run_id, ref) from None
+            try:
+                out.append(decode_chunk(ref, raw))
+            except StoreCorrupted as exc:
+                raise named_page_error(exc, run_id) from None
+            ref = out[-1].prev
+        return out
+
+    async def load_answered(self, run_id: str, answered: AnsweredIds) -> None:
+        """Read every chunk of ``answered`` so the fold can ask it about any id (the rare
+        path: a duplicate or unknown result folded after a snapshot)."""
+        chunks = await self.chain(run_id, answered.head)
+        answered.load(t for c in chunks for t in c.ids)
+
+    async def check_snapshot(self, run_id: str, doc: Mapping[str, Any] | None) -> int:
+        """Every answered-id chunk the run's fold snapshot document (the index part, as
+        ``load_mark(run_id, SNAPSHOT)`` returns it) references exists and hashes right
+        (``store_corrupted`` naming the first that does not); how many were checked."""
+        snap = doc.get("snapshot") if doc else None
+        return len(await self.chain(run_id, snapshot_answered_head(snap)))
+
+    async def drop_unreadable_snapshot(self, run_id: str, checkpoints: CheckpointStore) -> bool:
+        """Drop the run's fold snapshot when an answered-id chunk it names cannot be read
+        (``Recover``: the snapshot is a cache, and the next fold starts from seq 1 and the
+        next lease end writes a new one); whether it was dropped."""
+        try:
+            await self.check_snapshot(run_id, await checkpoints.load_mark(run_id, SNAPSHOT))
+        except StoreCorrupted:
+            await checkpoints.save_mark(run_id, {"snapshot": None}, SNAPSHOT)
+            return True
+        return False
+
     async def check(self, run_id: str, records: Sequence[Record]) -> int:
         """Every page the records reference exists and hashes right (``store_corrupted``
         naming the first that does not); how many were checked."""
@@ -167,10 +230,16 @@ class PageStore:
         await self.read(run_id, refs)
         return len(refs)
 
-    async def check_run(self, store: Store, run_id: str) -> int:
-        """``check`` for every rebase of a stored run (``Verify``)."""
+    async def check_run(
+        self, store: Store, run_id: str, checkpoints: CheckpointStore | None = None
+    ) -> int:
+        """``check`` for every rebase of a stored run (``Verify``), and with ``checkpoints``
+        (where its fold snapshot is kept) every answered-id chunk the snapshot references."""
         rebases = [r async for r in store.iter_records(run_id) if r.kind == "rebase"]
-        return await self.check(run_id, rebases)
+        n = await self.check(run_id, rebases)
+        if checkpoints is not None:
+            n += await self.check_snapshot(run_id, await checkpoints.load_mark(run_id, SNAPSHOT))
+        return n
 
 
 def named_page_error(
@@ -183,6 +252,14 @@ def named_page_error(
         exc.message = f"message page {ref.sha256} of run {run_id}: {exc.message}"
     elif run_id not in exc.message:
         exc.message = f"run {run_id}: {exc.message}"
+    return exc
+
+
+def named_chunk_error(exc: StoreCorrupted, run_id: str, ref: PageRef) -> StoreCorrupted:
+    """``exc`` (reading an answered-id chunk) naming the run and the chunk."""
+    exc.metadata.setdefault("run_id", run_id)
+    exc.metadata.setdefault("chunk", ref.sha256)
+    exc.message = f"answered-id chunk {ref.sha256} of run {run_id}: {exc.message}"
     return exc
 
 

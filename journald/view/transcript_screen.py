@@ -12,7 +12,8 @@ reaches the end, each record marks the tail stale and one refresh at a time re-r
 conversation from the last loaded turn (``Source.tail``), so a call's result shows under its
 call as soon as it is journaled; elsewhere a record only updates the count in the header. A
 rebase (restore, compaction) reloads the last page. Records of a kind the transcript does not
-render become one dim line where they arrived.
+render become one dim line where they arrived. A checkpoint taken, deleted or evicted (an event
+of the same Watch, not a record) reads the markers again.
 
 Search reads the run by pages in a worker (nothing kept but the matches' places), so it finds
 text anywhere in the run and counts the matches ("3 of 17").
@@ -74,6 +75,8 @@ class TranscriptScreen(SearchingScreen):
         self.marker_checkpoint = ""  # the checkpoint before that rebase (f and r act on it)
         self.checkpoint_marks: tuple[CheckpointMark, ...] = ()  # shown where each was taken
         self.opened = False  # the terminal's text and the marker have been read
+        self.marking = False  # the markers are being read again (a checkpoint changed)
+        self.marks_stale = False
         self.notes: list[Entry] = []  # dim lines for record kinds not rendered
         self.loading_earlier = False
         self.loading_later = False
@@ -145,7 +148,28 @@ class TranscriptScreen(SearchingScreen):
         self.opened = True
         self._redraw()
 
+    def refresh_markers(self) -> None:
+        """Read the markers again (a checkpoint was taken, deleted or evicted); one read at a
+        time, a change meanwhile asks for one more."""
+        if self.marking:
+            self.marks_stale = True
+            return
+        self.marking, self.marks_stale = True, False
+
+        def done(opening: Opening) -> None:
+            self.marking = False
+            self._opened(opening)
+            if self.marks_stale:
+                self.refresh_markers()
+
+        def failed(err: JournaldError) -> None:
+            self.marking = False
+            self.show_error(err)
+
+        self.fetch(lambda: self.source.opening(self.run_id), done, group="marks", failed=failed)
+
     def reconnected(self) -> None:
+        self.marking = False  # a read the lost daemon never answered
         self._stop_watch()
         self.load()
 
@@ -314,8 +338,11 @@ class TranscriptScreen(SearchingScreen):
             try:
                 handle = self.source.watch(self.run_id, from_seq)
                 self.watch_handle = handle
-                for rec in handle:
-                    self._back(self.on_record, rec)
+                for event in handle.events():
+                    if isinstance(event, JournalRecord):
+                        self._back(self.on_record, event)
+                    else:  # a checkpoint taken or dropped: its marker follows
+                        self._back(self.refresh_markers)
             except JournaldError:
                 pass  # the check below tells a lost daemon from a deleted run
             if self.closing or handle is not self.watch_handle:
@@ -351,6 +378,8 @@ class TranscriptScreen(SearchingScreen):
             return
         if rec.kind == "rebase":
             self.notes.clear()
+            if self.marking:  # read before the rebase: read the markers once more after it
+                self.marks_stale = True
             self.load()
             return
         if rec.kind == "terminal":

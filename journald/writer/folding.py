@@ -1,6 +1,12 @@
 """The one fold of a stored run (docs/design.md#fold-snapshots): from the run's snapshot on
 when the record it ends on is still stored with its hash, else from seq 1. A writer's acquire
-(``journald.writer.run_writer``) and a dormant read (``journald.server.runs``) both fold here."""
+(``journald.writer.run_writer``) and a dormant read (``journald.server.runs``) both fold here.
+
+A snapshot's answered tool_use ids may be sealed in chunks (``journald.core.answered``): the
+fold asks for them only on a result that answers no open call (a duplicate or an unknown id,
+which the daemon's own appends never write), and then they are read here, once, and the
+record folded again. A chunk that cannot be read makes the snapshot unusable: the run is
+folded from seq 1 (the snapshot is a cache; the scrubber and ``Verify`` report the chunk)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from journald import telemetry
+from journald.core.answered import AnsweredNotLoaded
 from journald.core.errors import SessionNotFound, StoreCorrupted
 from journald.core.fold import QUARANTINE, RunState, fold_into
 from journald.core.pages import is_paged
@@ -88,12 +95,29 @@ async def _fold_after(
                 continue
             if _hides_earlier_records(rec, seq):
                 return None
-            await _fold(start, rec, run_id, pages)
+            try:
+                await _fold(start, rec, run_id, pages)
+            except AnsweredNotLoaded:  # nothing of ``rec`` was folded: load, then fold it
+                if not await _load_answered(start, run_id, pages):
+                    return None
+                await _fold(start, rec, run_id, pages)
             if marks is not None and mark_due(marks, start, seq):
                 marks.append(mark_of(start))
     except SessionNotFound:
         return None  # the full fold says so for the run as a whole
     return None if first else start
+
+
+async def _load_answered(state: RunState, run_id: str, pages: PageStore | None) -> bool:
+    """Read the snapshot's answered-id chunks into ``state``; False when they cannot be."""
+    if pages is None:
+        return False
+    try:
+        await pages.load_answered(run_id, state.answered_ever)
+    except StoreCorrupted as exc:
+        log.warning("run %s: its fold snapshot is unusable (%s); folding it in full", run_id, exc)
+        return False
+    return True
 
 
 async def fold_stored(

@@ -23,12 +23,12 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from journald.core.errors import StoreCorrupted
 from journald.core.fold import RunState
-from journald.core.pages import PageResolver, bytes_resolver, cut
+from journald.core.pages import PageResolver, bytes_resolver, cut_open
 from journald.core.snapshot import (
     SnapshotUnreadable,
     decode_state,
@@ -209,8 +209,11 @@ class FoldMarks:
         if self.pages is not None:
             # the pages first, and only the tail's: the sealed ones are stored already, so
             # the save costs what was appended since the last one (docs/design.md#fold-snapshots)
-            paged = cut(state.messages.tail)
+            paged = cut_open(state.messages.tail)
             await self.pages.put(run_id, paged)
+            # a copy: the held state (if any) keeps its own tail; the chunks are stored first
+            state = replace(state, answered_ever=state.answered_ever.copy())
+            await self.pages.seal_answered(run_id, state.answered_ever)
             doc = paged_state(state, paged)
         else:
             doc = encode_state(state)  # no page store: nothing is sealed

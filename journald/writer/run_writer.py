@@ -193,11 +193,13 @@ class RunWriter:
         """Keep the held state's message tail bounded (docs/design.md#message-pages): once it
         holds more than two pages' worth, its front is stored as pages and referenced. The
         pages are stored before the snapshot that will name them; a failure leaves the tail
-        as it was (the next append tries again), it never fails the append."""
+        as it was (the next append tries again), it never fails the append. The answered
+        tool_use ids are kept bounded the same way (``journald.core.answered``)."""
         if self.parts.pages is None:
             return
         try:
             await self.parts.pages.seal(self.run_id, self.state.messages)
+            await self.parts.pages.seal_answered(self.run_id, self.state.answered_ever)
         except Exception as exc:  # a cache of memory, not of the journal: the append stands
             log.warning(
                 "run %s: sealing message pages failed (%s); kept in memory", self.run_id, exc

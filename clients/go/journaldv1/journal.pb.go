@@ -1297,14 +1297,19 @@ type RebasePayload struct {
 	// recovery: `covered` is the range of the damaged records moved out, `messages` the
 	// conversation rebuilt from the records that survived).
 	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
-	// The conversation that replaces the folded history.
+	// The conversation that replaces the folded history: the messages of `pages`, in order,
+	// then these (the inline tail). Without `pages`, these are the whole conversation.
 	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	// The checkpoint it came from, if any.
 	CheckpointId string `protobuf:"bytes,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	// The content hash of that checkpoint.
 	CheckpointHash string `protobuf:"bytes,4,opt,name=checkpoint_hash,json=checkpointHash,proto3" json:"checkpoint_hash,omitempty"`
 	// The seqs whose conversation this rebase covers.
-	Covered       *SeqRange `protobuf:"bytes,5,opt,name=covered,proto3" json:"covered,omitempty"`
+	Covered *SeqRange `protobuf:"bytes,5,opt,name=covered,proto3" json:"covered,omitempty"`
+	// On reads: the message pages whose messages precede `messages` (docs/protocol.md, "Message
+	// pages"); empty for a rebase held inline. The daemon writes them: an Append of a rebase
+	// that sets them is refused (send the whole conversation in `messages`).
+	Pages         []*PageRef `protobuf:"bytes,6,rep,name=pages,proto3" json:"pages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1374,6 +1379,79 @@ func (x *RebasePayload) GetCovered() *SeqRange {
 	return nil
 }
 
+func (x *RebasePayload) GetPages() []*PageRef {
+	if x != nil {
+		return x.Pages
+	}
+	return nil
+}
+
+// PageRef names one message page of a rebase: the canonical JSON bytes
+// {"format":"journald-page/1","messages":[...]} stored in the run's attachment store
+// (GetAttachment(run_id, sha256) returns them).
+type PageRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SHA-256 hex of the page's bytes (its attachment address).
+	Sha256 string `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// How many messages the page holds (at least 1).
+	Count uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The page's length in bytes.
+	Size          uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PageRef) Reset() {
+	*x = PageRef{}
+	mi := &file_journald_v1_journal_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PageRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PageRef) ProtoMessage() {}
+
+func (x *PageRef) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PageRef.ProtoReflect.Descriptor instead.
+func (*PageRef) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PageRef) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *PageRef) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *PageRef) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 // TerminalPayload is written once at the true end of a run (a resume may follow it).
 type TerminalPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1387,7 +1465,7 @@ type TerminalPayload struct {
 
 func (x *TerminalPayload) Reset() {
 	*x = TerminalPayload{}
-	mi := &file_journald_v1_journal_proto_msgTypes[11]
+	mi := &file_journald_v1_journal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1477,7 @@ func (x *TerminalPayload) String() string {
 func (*TerminalPayload) ProtoMessage() {}
 
 func (x *TerminalPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[11]
+	mi := &file_journald_v1_journal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1490,7 @@ func (x *TerminalPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalPayload.ProtoReflect.Descriptor instead.
 func (*TerminalPayload) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{11}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TerminalPayload) GetReason() string {
@@ -1460,7 +1538,7 @@ type StatePayload struct {
 
 func (x *StatePayload) Reset() {
 	*x = StatePayload{}
-	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	mi := &file_journald_v1_journal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1550,7 @@ func (x *StatePayload) String() string {
 func (*StatePayload) ProtoMessage() {}
 
 func (x *StatePayload) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[12]
+	mi := &file_journald_v1_journal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1563,7 @@ func (x *StatePayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePayload.ProtoReflect.Descriptor instead.
 func (*StatePayload) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{12}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatePayload) GetNamespace() string {
@@ -1578,7 +1656,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_journald_v1_journal_proto_msgTypes[13]
+	mi := &file_journald_v1_journal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1668,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[13]
+	mi := &file_journald_v1_journal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1681,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{13}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Record) GetFormatVersion() uint32 {
@@ -1800,7 +1878,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_journald_v1_journal_proto_msgTypes[14]
+	mi := &file_journald_v1_journal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1890,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[14]
+	mi := &file_journald_v1_journal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1903,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{14}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1866,7 +1944,7 @@ type PendingResult struct {
 
 func (x *PendingResult) Reset() {
 	*x = PendingResult{}
-	mi := &file_journald_v1_journal_proto_msgTypes[15]
+	mi := &file_journald_v1_journal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1956,7 @@ func (x *PendingResult) String() string {
 func (*PendingResult) ProtoMessage() {}
 
 func (x *PendingResult) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[15]
+	mi := &file_journald_v1_journal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1969,7 @@ func (x *PendingResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingResult.ProtoReflect.Descriptor instead.
 func (*PendingResult) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{15}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PendingResult) GetToolUseId() string {
@@ -1945,7 +2023,7 @@ type PendingTurn struct {
 
 func (x *PendingTurn) Reset() {
 	*x = PendingTurn{}
-	mi := &file_journald_v1_journal_proto_msgTypes[16]
+	mi := &file_journald_v1_journal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2035,7 @@ func (x *PendingTurn) String() string {
 func (*PendingTurn) ProtoMessage() {}
 
 func (x *PendingTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[16]
+	mi := &file_journald_v1_journal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2048,7 @@ func (x *PendingTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingTurn.ProtoReflect.Descriptor instead.
 func (*PendingTurn) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{16}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PendingTurn) GetMessage() *Message {
@@ -2045,7 +2123,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_journald_v1_journal_proto_msgTypes[17]
+	mi := &file_journald_v1_journal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2135,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[17]
+	mi := &file_journald_v1_journal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2148,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{17}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Counters) GetLlmCalls() uint64 {
@@ -2137,7 +2215,7 @@ type Anomaly struct {
 
 func (x *Anomaly) Reset() {
 	*x = Anomaly{}
-	mi := &file_journald_v1_journal_proto_msgTypes[18]
+	mi := &file_journald_v1_journal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2227,7 @@ func (x *Anomaly) String() string {
 func (*Anomaly) ProtoMessage() {}
 
 func (x *Anomaly) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[18]
+	mi := &file_journald_v1_journal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2240,7 @@ func (x *Anomaly) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Anomaly.ProtoReflect.Descriptor instead.
 func (*Anomaly) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{18}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Anomaly) GetSeq() uint64 {
@@ -2209,7 +2287,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	mi := &file_journald_v1_journal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2299,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[19]
+	mi := &file_journald_v1_journal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2312,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{19}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StateEntry) GetNamespace() string {
@@ -2339,7 +2417,7 @@ type RunState struct {
 
 func (x *RunState) Reset() {
 	*x = RunState{}
-	mi := &file_journald_v1_journal_proto_msgTypes[20]
+	mi := &file_journald_v1_journal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2429,7 @@ func (x *RunState) String() string {
 func (*RunState) ProtoMessage() {}
 
 func (x *RunState) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[20]
+	mi := &file_journald_v1_journal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2442,7 @@ func (x *RunState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunState.ProtoReflect.Descriptor instead.
 func (*RunState) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{20}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunState) GetRunId() string {
@@ -2522,7 +2600,7 @@ type GovernanceReport struct {
 
 func (x *GovernanceReport) Reset() {
 	*x = GovernanceReport{}
-	mi := &file_journald_v1_journal_proto_msgTypes[21]
+	mi := &file_journald_v1_journal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2612,7 @@ func (x *GovernanceReport) String() string {
 func (*GovernanceReport) ProtoMessage() {}
 
 func (x *GovernanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[21]
+	mi := &file_journald_v1_journal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2625,7 @@ func (x *GovernanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GovernanceReport.ProtoReflect.Descriptor instead.
 func (*GovernanceReport) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{21}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GovernanceReport) GetSynthesizedResults() uint32 {
@@ -2588,7 +2666,7 @@ type ClientInfo struct {
 
 func (x *ClientInfo) Reset() {
 	*x = ClientInfo{}
-	mi := &file_journald_v1_journal_proto_msgTypes[22]
+	mi := &file_journald_v1_journal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2678,7 @@ func (x *ClientInfo) String() string {
 func (*ClientInfo) ProtoMessage() {}
 
 func (x *ClientInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[22]
+	mi := &file_journald_v1_journal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2691,7 @@ func (x *ClientInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
 func (*ClientInfo) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{22}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClientInfo) GetName() string {
@@ -2679,7 +2757,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[23]
+	mi := &file_journald_v1_journal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2769,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[23]
+	mi := &file_journald_v1_journal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2782,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{23}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OpenRequest) GetRunId() string {
@@ -2813,7 +2891,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	mi := &file_journald_v1_journal_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +2903,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[24]
+	mi := &file_journald_v1_journal_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +2916,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{24}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Lease) GetLeaseId() string {
@@ -2917,7 +2995,7 @@ type Warning struct {
 
 func (x *Warning) Reset() {
 	*x = Warning{}
-	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	mi := &file_journald_v1_journal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3007,7 @@ func (x *Warning) String() string {
 func (*Warning) ProtoMessage() {}
 
 func (x *Warning) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[25]
+	mi := &file_journald_v1_journal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3020,7 @@ func (x *Warning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Warning.ProtoReflect.Descriptor instead.
 func (*Warning) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{25}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Warning) GetCode() string {
@@ -2972,7 +3050,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[26]
+	mi := &file_journald_v1_journal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3062,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[26]
+	mi := &file_journald_v1_journal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3075,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{26}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseRequest) GetRunId() string {
@@ -3025,7 +3103,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[27]
+	mi := &file_journald_v1_journal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3037,7 +3115,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[27]
+	mi := &file_journald_v1_journal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3050,7 +3128,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{27}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -3074,7 +3152,7 @@ type LeaseEnded struct {
 
 func (x *LeaseEnded) Reset() {
 	*x = LeaseEnded{}
-	mi := &file_journald_v1_journal_proto_msgTypes[28]
+	mi := &file_journald_v1_journal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3164,7 @@ func (x *LeaseEnded) String() string {
 func (*LeaseEnded) ProtoMessage() {}
 
 func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[28]
+	mi := &file_journald_v1_journal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3177,7 @@ func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEnded.ProtoReflect.Descriptor instead.
 func (*LeaseEnded) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{28}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaseEnded) GetReason() string {
@@ -3132,7 +3210,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[29]
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3222,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[29]
+	mi := &file_journald_v1_journal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3235,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{29}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OpenResponse) GetEvent() isOpenResponse_Event {
@@ -3222,7 +3300,7 @@ type LeasesRequest struct {
 
 func (x *LeasesRequest) Reset() {
 	*x = LeasesRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3312,7 @@ func (x *LeasesRequest) String() string {
 func (*LeasesRequest) ProtoMessage() {}
 
 func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[30]
+	mi := &file_journald_v1_journal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3325,7 @@ func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRequest.ProtoReflect.Descriptor instead.
 func (*LeasesRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{30}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LeasesRequest) GetRequestId() uint64 {
@@ -3323,7 +3401,7 @@ type LeasesResponse struct {
 
 func (x *LeasesResponse) Reset() {
 	*x = LeasesResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3413,7 @@ func (x *LeasesResponse) String() string {
 func (*LeasesResponse) ProtoMessage() {}
 
 func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[31]
+	mi := &file_journald_v1_journal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3426,7 @@ func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesResponse.ProtoReflect.Descriptor instead.
 func (*LeasesResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{31}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LeasesResponse) GetRequestId() uint64 {
@@ -3459,7 +3537,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +3549,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[32]
+	mi := &file_journald_v1_journal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +3562,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3530,7 +3608,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3620,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[33]
+	mi := &file_journald_v1_journal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3633,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{33}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AppendRequest) GetRunId() string {
@@ -3590,7 +3668,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +3680,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[34]
+	mi := &file_journald_v1_journal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +3693,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{34}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AppendResponse) GetAcks() []*Ack {
@@ -3640,7 +3718,7 @@ type AppendStreamRequest struct {
 
 func (x *AppendStreamRequest) Reset() {
 	*x = AppendStreamRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3730,7 @@ func (x *AppendStreamRequest) String() string {
 func (*AppendStreamRequest) ProtoMessage() {}
 
 func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[35]
+	mi := &file_journald_v1_journal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3743,7 @@ func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
 func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{35}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AppendStreamRequest) GetAppend() *AppendRequest {
@@ -3695,7 +3773,7 @@ type AppendStreamResponse struct {
 
 func (x *AppendStreamResponse) Reset() {
 	*x = AppendStreamResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +3785,7 @@ func (x *AppendStreamResponse) String() string {
 func (*AppendStreamResponse) ProtoMessage() {}
 
 func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[36]
+	mi := &file_journald_v1_journal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +3798,7 @@ func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
 func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{36}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AppendStreamResponse) GetResponse() *AppendResponse {
@@ -3750,7 +3828,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +3840,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[37]
+	mi := &file_journald_v1_journal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +3853,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{37}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LoadRequest) GetRunId() string {
@@ -3803,7 +3881,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +3893,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[38]
+	mi := &file_journald_v1_journal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +3906,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{38}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LoadResponse) GetRecord() *Record {
@@ -3858,7 +3936,7 @@ type FoldRequest struct {
 
 func (x *FoldRequest) Reset() {
 	*x = FoldRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +3948,7 @@ func (x *FoldRequest) String() string {
 func (*FoldRequest) ProtoMessage() {}
 
 func (x *FoldRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[39]
+	mi := &file_journald_v1_journal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +3961,7 @@ func (x *FoldRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldRequest.ProtoReflect.Descriptor instead.
 func (*FoldRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{39}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FoldRequest) GetRunId() string {
@@ -3933,7 +4011,7 @@ type FoldResponse struct {
 
 func (x *FoldResponse) Reset() {
 	*x = FoldResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +4023,7 @@ func (x *FoldResponse) String() string {
 func (*FoldResponse) ProtoMessage() {}
 
 func (x *FoldResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[40]
+	mi := &file_journald_v1_journal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +4036,7 @@ func (x *FoldResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldResponse.ProtoReflect.Descriptor instead.
 func (*FoldResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{40}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FoldResponse) GetState() *RunState {
@@ -4038,7 +4116,7 @@ type RunInfo struct {
 
 func (x *RunInfo) Reset() {
 	*x = RunInfo{}
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4050,7 +4128,7 @@ func (x *RunInfo) String() string {
 func (*RunInfo) ProtoMessage() {}
 
 func (x *RunInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[41]
+	mi := &file_journald_v1_journal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4063,7 +4141,7 @@ func (x *RunInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunInfo.ProtoReflect.Descriptor instead.
 func (*RunInfo) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{41}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RunInfo) GetRunId() string {
@@ -4175,7 +4253,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4187,7 +4265,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[42]
+	mi := &file_journald_v1_journal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4200,7 +4278,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{42}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListRequest) GetLimit() uint32 {
@@ -4221,7 +4299,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4233,7 +4311,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[43]
+	mi := &file_journald_v1_journal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4246,7 +4324,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{43}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListResponse) GetRuns() []*RunInfo {
@@ -4265,7 +4343,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4277,7 +4355,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[44]
+	mi := &file_journald_v1_journal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4290,7 +4368,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{44}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
 }
 
 // ListChangesResponse is one notice: the runs whose `RunInfo` may differ from what a List
@@ -4311,7 +4389,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4401,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[45]
+	mi := &file_journald_v1_journal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4414,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{45}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListChangesResponse) GetReady() bool {
@@ -4371,7 +4449,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4461,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[46]
+	mi := &file_journald_v1_journal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4474,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{46}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteRequest) GetRunId() string {
@@ -4417,7 +4495,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4429,7 +4507,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[47]
+	mi := &file_journald_v1_journal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4442,7 +4520,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{47}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -4465,7 +4543,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4555,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[48]
+	mi := &file_journald_v1_journal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4568,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{48}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchRequest) GetRunId() string {
@@ -4520,7 +4598,7 @@ type CheckpointEvent struct {
 
 func (x *CheckpointEvent) Reset() {
 	*x = CheckpointEvent{}
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +4610,7 @@ func (x *CheckpointEvent) String() string {
 func (*CheckpointEvent) ProtoMessage() {}
 
 func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[49]
+	mi := &file_journald_v1_journal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +4623,7 @@ func (x *CheckpointEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointEvent.ProtoReflect.Descriptor instead.
 func (*CheckpointEvent) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{49}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CheckpointEvent) GetKind() string {
@@ -4578,7 +4656,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4590,7 +4668,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[50]
+	mi := &file_journald_v1_journal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4603,7 +4681,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{50}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -4673,7 +4751,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4685,7 +4763,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[51]
+	mi := &file_journald_v1_journal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4698,7 +4776,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{51}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HistoryRequest) GetRunId() string {
@@ -4770,7 +4848,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4782,7 +4860,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[52]
+	mi := &file_journald_v1_journal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4795,7 +4873,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{52}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HistoryResponse) GetMessages() []*Message {
@@ -4865,7 +4943,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4877,7 +4955,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[53]
+	mi := &file_journald_v1_journal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4890,7 +4968,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{53}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VerifyRequest) GetRunId() string {
@@ -4917,7 +4995,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4929,7 +5007,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[54]
+	mi := &file_journald_v1_journal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4942,7 +5020,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{54}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *VerifyResponse) GetRecords() uint64 {
@@ -4984,7 +5062,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4996,7 +5074,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[55]
+	mi := &file_journald_v1_journal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5009,7 +5087,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{55}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RecoverRequest) GetRunId() string {
@@ -5042,7 +5120,7 @@ type QuarantinedRecord struct {
 
 func (x *QuarantinedRecord) Reset() {
 	*x = QuarantinedRecord{}
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5054,7 +5132,7 @@ func (x *QuarantinedRecord) String() string {
 func (*QuarantinedRecord) ProtoMessage() {}
 
 func (x *QuarantinedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[56]
+	mi := &file_journald_v1_journal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5067,7 +5145,7 @@ func (x *QuarantinedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantinedRecord.ProtoReflect.Descriptor instead.
 func (*QuarantinedRecord) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{56}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QuarantinedRecord) GetFile() string {
@@ -5142,7 +5220,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5154,7 +5232,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[57]
+	mi := &file_journald_v1_journal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5167,7 +5245,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{57}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RecoverResponse) GetQuarantined() uint64 {
@@ -5248,7 +5326,7 @@ type CheckpointMeta struct {
 
 func (x *CheckpointMeta) Reset() {
 	*x = CheckpointMeta{}
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5260,7 +5338,7 @@ func (x *CheckpointMeta) String() string {
 func (*CheckpointMeta) ProtoMessage() {}
 
 func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[58]
+	mi := &file_journald_v1_journal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5273,7 +5351,7 @@ func (x *CheckpointMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointMeta.ProtoReflect.Descriptor instead.
 func (*CheckpointMeta) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{58}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CheckpointMeta) GetCheckpointId() string {
@@ -5359,7 +5437,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5371,7 +5449,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[59]
+	mi := &file_journald_v1_journal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5384,7 +5462,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{59}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CheckpointRequest) GetRunId() string {
@@ -5412,7 +5490,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5424,7 +5502,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[60]
+	mi := &file_journald_v1_journal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5437,7 +5515,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{60}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -5458,7 +5536,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5470,7 +5548,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[61]
+	mi := &file_journald_v1_journal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5483,7 +5561,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{61}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListCheckpointsRequest) GetRunId() string {
@@ -5504,7 +5582,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5516,7 +5594,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[62]
+	mi := &file_journald_v1_journal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5529,7 +5607,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{62}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointMeta {
@@ -5556,7 +5634,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5568,7 +5646,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[63]
+	mi := &file_journald_v1_journal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5581,7 +5659,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{63}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RestoreRequest) GetRunId() string {
@@ -5631,7 +5709,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5643,7 +5721,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[64]
+	mi := &file_journald_v1_journal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5656,7 +5734,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{64}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RestoreResponse) GetFromMessages() uint64 {
@@ -5707,7 +5785,7 @@ type DeleteCheckpointRequest struct {
 
 func (x *DeleteCheckpointRequest) Reset() {
 	*x = DeleteCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +5797,7 @@ func (x *DeleteCheckpointRequest) String() string {
 func (*DeleteCheckpointRequest) ProtoMessage() {}
 
 func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[65]
+	mi := &file_journald_v1_journal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +5810,7 @@ func (x *DeleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{65}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteCheckpointRequest) GetRunId() string {
@@ -5760,7 +5838,7 @@ type DeleteCheckpointResponse struct {
 
 func (x *DeleteCheckpointResponse) Reset() {
 	*x = DeleteCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5772,7 +5850,7 @@ func (x *DeleteCheckpointResponse) String() string {
 func (*DeleteCheckpointResponse) ProtoMessage() {}
 
 func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[66]
+	mi := &file_journald_v1_journal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5785,7 +5863,7 @@ func (x *DeleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{66}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeleteCheckpointResponse) GetDeleted() bool {
@@ -5816,7 +5894,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +5906,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[67]
+	mi := &file_journald_v1_journal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +5919,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{67}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CompactRequest) GetRunId() string {
@@ -5905,7 +5983,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5917,7 +5995,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[68]
+	mi := &file_journald_v1_journal_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5930,7 +6008,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{68}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CompactResponse) GetStatus() CompactStatus {
@@ -5985,7 +6063,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5997,7 +6075,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[69]
+	mi := &file_journald_v1_journal_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6010,7 +6088,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{69}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ForkRequest) GetRunId() string {
@@ -6054,7 +6132,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6066,7 +6144,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[70]
+	mi := &file_journald_v1_journal_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6079,7 +6157,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{70}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ForkResponse) GetRunId() string {
@@ -6109,7 +6187,7 @@ type ExportCheckpointRequest struct {
 
 func (x *ExportCheckpointRequest) Reset() {
 	*x = ExportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[71]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +6199,7 @@ func (x *ExportCheckpointRequest) String() string {
 func (*ExportCheckpointRequest) ProtoMessage() {}
 
 func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[71]
+	mi := &file_journald_v1_journal_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +6212,7 @@ func (x *ExportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{71}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ExportCheckpointRequest) GetRunId() string {
@@ -6162,7 +6240,7 @@ type ExportCheckpointResponse struct {
 
 func (x *ExportCheckpointResponse) Reset() {
 	*x = ExportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[72]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6174,7 +6252,7 @@ func (x *ExportCheckpointResponse) String() string {
 func (*ExportCheckpointResponse) ProtoMessage() {}
 
 func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[72]
+	mi := &file_journald_v1_journal_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6187,7 +6265,7 @@ func (x *ExportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ExportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{72}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ExportCheckpointResponse) GetData() []byte {
@@ -6210,7 +6288,7 @@ type ImportCheckpointRequest struct {
 
 func (x *ImportCheckpointRequest) Reset() {
 	*x = ImportCheckpointRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[73]
+	mi := &file_journald_v1_journal_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6222,7 +6300,7 @@ func (x *ImportCheckpointRequest) String() string {
 func (*ImportCheckpointRequest) ProtoMessage() {}
 
 func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[73]
+	mi := &file_journald_v1_journal_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6235,7 +6313,7 @@ func (x *ImportCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{73}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ImportCheckpointRequest) GetRunId() string {
@@ -6263,7 +6341,7 @@ type ImportCheckpointResponse struct {
 
 func (x *ImportCheckpointResponse) Reset() {
 	*x = ImportCheckpointResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[74]
+	mi := &file_journald_v1_journal_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6275,7 +6353,7 @@ func (x *ImportCheckpointResponse) String() string {
 func (*ImportCheckpointResponse) ProtoMessage() {}
 
 func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[74]
+	mi := &file_journald_v1_journal_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6288,7 +6366,7 @@ func (x *ImportCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*ImportCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{74}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
@@ -6315,7 +6393,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[75]
+	mi := &file_journald_v1_journal_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6327,7 +6405,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[75]
+	mi := &file_journald_v1_journal_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6340,7 +6418,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{75}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -6389,7 +6467,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[76]
+	mi := &file_journald_v1_journal_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6401,7 +6479,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[76]
+	mi := &file_journald_v1_journal_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6414,7 +6492,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{76}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -6458,7 +6536,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[77]
+	mi := &file_journald_v1_journal_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6470,7 +6548,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[77]
+	mi := &file_journald_v1_journal_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6483,7 +6561,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{77}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -6515,7 +6593,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[78]
+	mi := &file_journald_v1_journal_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6527,7 +6605,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[78]
+	mi := &file_journald_v1_journal_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6540,7 +6618,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{78}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -6582,7 +6660,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[79]
+	mi := &file_journald_v1_journal_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6594,7 +6672,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[79]
+	mi := &file_journald_v1_journal_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6607,7 +6685,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{79}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -6694,13 +6772,18 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\fcontent_json\x18\x01 \x01(\fR\vcontentJson\"<\n" +
 	"\bSeqRange\x12\x19\n" +
 	"\bfrom_seq\x18\x01 \x01(\x04R\afromSeq\x12\x15\n" +
-	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\"\xd8\x01\n" +
+	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\"\x84\x02\n" +
 	"\rRebasePayload\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x120\n" +
 	"\bmessages\x18\x02 \x03(\v2\x14.journald.v1.MessageR\bmessages\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\tR\fcheckpointId\x12'\n" +
 	"\x0fcheckpoint_hash\x18\x04 \x01(\tR\x0echeckpointHash\x12/\n" +
-	"\acovered\x18\x05 \x01(\v2\x15.journald.v1.SeqRangeR\acovered\"C\n" +
+	"\acovered\x18\x05 \x01(\v2\x15.journald.v1.SeqRangeR\acovered\x12*\n" +
+	"\x05pages\x18\x06 \x03(\v2\x14.journald.v1.PageRefR\x05pages\"K\n" +
+	"\aPageRef\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"C\n" +
 	"\x0fTerminalPayload\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\xac\x01\n" +
@@ -7209,7 +7292,7 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_journald_v1_journal_proto_goTypes = []any{
 	(OpenMode)(0),                    // 0: journald.v1.OpenMode
 	(Durability)(0),                  // 1: journald.v1.Durability
@@ -7229,213 +7312,215 @@ var file_journald_v1_journal_proto_goTypes = []any{
 	(*UserPayload)(nil),              // 15: journald.v1.UserPayload
 	(*SeqRange)(nil),                 // 16: journald.v1.SeqRange
 	(*RebasePayload)(nil),            // 17: journald.v1.RebasePayload
-	(*TerminalPayload)(nil),          // 18: journald.v1.TerminalPayload
-	(*StatePayload)(nil),             // 19: journald.v1.StatePayload
-	(*Record)(nil),                   // 20: journald.v1.Record
-	(*ToolCall)(nil),                 // 21: journald.v1.ToolCall
-	(*PendingResult)(nil),            // 22: journald.v1.PendingResult
-	(*PendingTurn)(nil),              // 23: journald.v1.PendingTurn
-	(*Counters)(nil),                 // 24: journald.v1.Counters
-	(*Anomaly)(nil),                  // 25: journald.v1.Anomaly
-	(*StateEntry)(nil),               // 26: journald.v1.StateEntry
-	(*RunState)(nil),                 // 27: journald.v1.RunState
-	(*GovernanceReport)(nil),         // 28: journald.v1.GovernanceReport
-	(*ClientInfo)(nil),               // 29: journald.v1.ClientInfo
-	(*OpenRequest)(nil),              // 30: journald.v1.OpenRequest
-	(*Lease)(nil),                    // 31: journald.v1.Lease
-	(*Warning)(nil),                  // 32: journald.v1.Warning
-	(*ReleaseRequest)(nil),           // 33: journald.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 34: journald.v1.ReleaseResponse
-	(*LeaseEnded)(nil),               // 35: journald.v1.LeaseEnded
-	(*OpenResponse)(nil),             // 36: journald.v1.OpenResponse
-	(*LeasesRequest)(nil),            // 37: journald.v1.LeasesRequest
-	(*LeasesResponse)(nil),           // 38: journald.v1.LeasesResponse
-	(*Ack)(nil),                      // 39: journald.v1.Ack
-	(*AppendRequest)(nil),            // 40: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 41: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 42: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 43: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 44: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 45: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 46: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 47: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 48: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 49: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 50: journald.v1.ListResponse
-	(*ListChangesRequest)(nil),       // 51: journald.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),      // 52: journald.v1.ListChangesResponse
-	(*DeleteRequest)(nil),            // 53: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 54: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 55: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 56: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 57: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 58: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 59: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 60: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 61: journald.v1.VerifyResponse
-	(*RecoverRequest)(nil),           // 62: journald.v1.RecoverRequest
-	(*QuarantinedRecord)(nil),        // 63: journald.v1.QuarantinedRecord
-	(*RecoverResponse)(nil),          // 64: journald.v1.RecoverResponse
-	(*CheckpointMeta)(nil),           // 65: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 66: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 67: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 68: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 69: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 70: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 71: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 72: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 73: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 74: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 75: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 76: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 77: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 78: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 79: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 80: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 81: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 82: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 83: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 84: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 85: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 86: journald.v1.ErrorDetail
-	nil,                              // 87: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 88: journald.v1.RunState.LabelsEntry
-	nil,                              // 89: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 90: journald.v1.RunInfo.LabelsEntry
-	nil,                              // 91: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 92: journald.v1.ErrorDetail.MetadataEntry
+	(*PageRef)(nil),                  // 18: journald.v1.PageRef
+	(*TerminalPayload)(nil),          // 19: journald.v1.TerminalPayload
+	(*StatePayload)(nil),             // 20: journald.v1.StatePayload
+	(*Record)(nil),                   // 21: journald.v1.Record
+	(*ToolCall)(nil),                 // 22: journald.v1.ToolCall
+	(*PendingResult)(nil),            // 23: journald.v1.PendingResult
+	(*PendingTurn)(nil),              // 24: journald.v1.PendingTurn
+	(*Counters)(nil),                 // 25: journald.v1.Counters
+	(*Anomaly)(nil),                  // 26: journald.v1.Anomaly
+	(*StateEntry)(nil),               // 27: journald.v1.StateEntry
+	(*RunState)(nil),                 // 28: journald.v1.RunState
+	(*GovernanceReport)(nil),         // 29: journald.v1.GovernanceReport
+	(*ClientInfo)(nil),               // 30: journald.v1.ClientInfo
+	(*OpenRequest)(nil),              // 31: journald.v1.OpenRequest
+	(*Lease)(nil),                    // 32: journald.v1.Lease
+	(*Warning)(nil),                  // 33: journald.v1.Warning
+	(*ReleaseRequest)(nil),           // 34: journald.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 35: journald.v1.ReleaseResponse
+	(*LeaseEnded)(nil),               // 36: journald.v1.LeaseEnded
+	(*OpenResponse)(nil),             // 37: journald.v1.OpenResponse
+	(*LeasesRequest)(nil),            // 38: journald.v1.LeasesRequest
+	(*LeasesResponse)(nil),           // 39: journald.v1.LeasesResponse
+	(*Ack)(nil),                      // 40: journald.v1.Ack
+	(*AppendRequest)(nil),            // 41: journald.v1.AppendRequest
+	(*AppendResponse)(nil),           // 42: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),      // 43: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),     // 44: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),              // 45: journald.v1.LoadRequest
+	(*LoadResponse)(nil),             // 46: journald.v1.LoadResponse
+	(*FoldRequest)(nil),              // 47: journald.v1.FoldRequest
+	(*FoldResponse)(nil),             // 48: journald.v1.FoldResponse
+	(*RunInfo)(nil),                  // 49: journald.v1.RunInfo
+	(*ListRequest)(nil),              // 50: journald.v1.ListRequest
+	(*ListResponse)(nil),             // 51: journald.v1.ListResponse
+	(*ListChangesRequest)(nil),       // 52: journald.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),      // 53: journald.v1.ListChangesResponse
+	(*DeleteRequest)(nil),            // 54: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 55: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),             // 56: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),          // 57: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),            // 58: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),           // 59: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),          // 60: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),            // 61: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),           // 62: journald.v1.VerifyResponse
+	(*RecoverRequest)(nil),           // 63: journald.v1.RecoverRequest
+	(*QuarantinedRecord)(nil),        // 64: journald.v1.QuarantinedRecord
+	(*RecoverResponse)(nil),          // 65: journald.v1.RecoverResponse
+	(*CheckpointMeta)(nil),           // 66: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),        // 67: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),       // 68: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),   // 69: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),  // 70: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),           // 71: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),          // 72: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),  // 73: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil), // 74: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),           // 75: journald.v1.CompactRequest
+	(*CompactResponse)(nil),          // 76: journald.v1.CompactResponse
+	(*ForkRequest)(nil),              // 77: journald.v1.ForkRequest
+	(*ForkResponse)(nil),             // 78: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),  // 79: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil), // 80: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),  // 81: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil), // 82: journald.v1.ImportCheckpointResponse
+	(*PutAttachmentRequest)(nil),     // 83: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),    // 84: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),     // 85: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),    // 86: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),              // 87: journald.v1.ErrorDetail
+	nil,                              // 88: journald.v1.MetaPayload.LabelsEntry
+	nil,                              // 89: journald.v1.RunState.LabelsEntry
+	nil,                              // 90: journald.v1.OpenRequest.LabelsEntry
+	nil,                              // 91: journald.v1.RunInfo.LabelsEntry
+	nil,                              // 92: journald.v1.ForkRequest.LabelsEntry
+	nil,                              // 93: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	8,   // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	87,  // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	88,  // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	10,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	7,   // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	12,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
 	7,   // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
 	16,  // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
-	9,   // 7: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
-	11,  // 8: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
-	13,  // 9: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
-	14,  // 10: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
-	15,  // 11: journald.v1.Record.user:type_name -> journald.v1.UserPayload
-	17,  // 12: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
-	18,  // 13: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	19,  // 14: journald.v1.Record.state:type_name -> journald.v1.StatePayload
-	7,   // 15: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	22,  // 16: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	21,  // 17: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	8,   // 18: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	7,   // 19: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	23,  // 20: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	24,  // 21: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	18,  // 22: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	25,  // 23: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	10,  // 24: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	88,  // 25: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
-	26,  // 26: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
-	0,   // 27: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	8,   // 28: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	89,  // 29: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	29,  // 30: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	9,   // 31: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	27,  // 32: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	32,  // 33: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	31,  // 34: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	35,  // 35: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
-	30,  // 36: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
-	33,  // 37: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
-	31,  // 38: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
-	86,  // 39: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
-	34,  // 40: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
-	35,  // 41: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
-	1,   // 42: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	20,  // 43: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	39,  // 44: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	40,  // 45: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	40,  // 46: journald.v1.AppendStreamRequest.appends:type_name -> journald.v1.AppendRequest
-	41,  // 47: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	41,  // 48: journald.v1.AppendStreamResponse.responses:type_name -> journald.v1.AppendResponse
-	20,  // 49: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	27,  // 50: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	7,   // 51: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	28,  // 52: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	29,  // 53: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	90,  // 54: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
-	48,  // 55: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	65,  // 56: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	20,  // 57: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	56,  // 58: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	2,   // 59: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
-	7,   // 60: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	23,  // 61: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	63,  // 62: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
-	16,  // 63: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
-	3,   // 64: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	65,  // 65: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	65,  // 66: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	39,  // 67: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	32,  // 68: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	7,   // 69: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	4,   // 70: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	16,  // 71: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	39,  // 72: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	91,  // 73: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	27,  // 74: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	65,  // 75: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	92,  // 76: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	30,  // 77: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	33,  // 78: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	37,  // 79: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
-	40,  // 80: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	42,  // 81: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	44,  // 82: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	46,  // 83: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	49,  // 84: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	51,  // 85: journald.v1.JournalService.ListChanges:input_type -> journald.v1.ListChangesRequest
-	53,  // 86: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	55,  // 87: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	58,  // 88: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	66,  // 89: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	68,  // 90: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	70,  // 91: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	72,  // 92: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	74,  // 93: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	76,  // 94: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	78,  // 95: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	80,  // 96: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	60,  // 97: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	82,  // 98: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	84,  // 99: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	62,  // 100: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
-	36,  // 101: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	34,  // 102: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	38,  // 103: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
-	41,  // 104: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	43,  // 105: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	45,  // 106: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	47,  // 107: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	50,  // 108: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	52,  // 109: journald.v1.JournalService.ListChanges:output_type -> journald.v1.ListChangesResponse
-	54,  // 110: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	57,  // 111: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	59,  // 112: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	67,  // 113: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	69,  // 114: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	71,  // 115: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	73,  // 116: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	75,  // 117: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	77,  // 118: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	79,  // 119: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	81,  // 120: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	61,  // 121: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	83,  // 122: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	85,  // 123: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	64,  // 124: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
-	101, // [101:125] is the sub-list for method output_type
-	77,  // [77:101] is the sub-list for method input_type
-	77,  // [77:77] is the sub-list for extension type_name
-	77,  // [77:77] is the sub-list for extension extendee
-	0,   // [0:77] is the sub-list for field type_name
+	18,  // 7: journald.v1.RebasePayload.pages:type_name -> journald.v1.PageRef
+	9,   // 8: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
+	11,  // 9: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
+	13,  // 10: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
+	14,  // 11: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
+	15,  // 12: journald.v1.Record.user:type_name -> journald.v1.UserPayload
+	17,  // 13: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
+	19,  // 14: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
+	20,  // 15: journald.v1.Record.state:type_name -> journald.v1.StatePayload
+	7,   // 16: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	23,  // 17: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	22,  // 18: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	8,   // 19: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	7,   // 20: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	24,  // 21: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	25,  // 22: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	19,  // 23: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	26,  // 24: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	10,  // 25: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	89,  // 26: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	27,  // 27: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
+	0,   // 28: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
+	8,   // 29: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	90,  // 30: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	30,  // 31: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	9,   // 32: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	28,  // 33: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	33,  // 34: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	32,  // 35: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	36,  // 36: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	31,  // 37: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
+	34,  // 38: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
+	32,  // 39: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
+	87,  // 40: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
+	35,  // 41: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
+	36,  // 42: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
+	1,   // 43: journald.v1.Ack.durability:type_name -> journald.v1.Durability
+	21,  // 44: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	40,  // 45: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	41,  // 46: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	41,  // 47: journald.v1.AppendStreamRequest.appends:type_name -> journald.v1.AppendRequest
+	42,  // 48: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	42,  // 49: journald.v1.AppendStreamResponse.responses:type_name -> journald.v1.AppendResponse
+	21,  // 50: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	28,  // 51: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	7,   // 52: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	29,  // 53: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	30,  // 54: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
+	91,  // 55: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	49,  // 56: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	66,  // 57: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	21,  // 58: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	57,  // 59: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	2,   // 60: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
+	7,   // 61: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	24,  // 62: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
+	64,  // 63: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
+	16,  // 64: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
+	3,   // 65: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	66,  // 66: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	66,  // 67: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	40,  // 68: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	33,  // 69: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	7,   // 70: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	4,   // 71: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	16,  // 72: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	40,  // 73: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	92,  // 74: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	28,  // 75: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	66,  // 76: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	93,  // 77: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	31,  // 78: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	34,  // 79: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	38,  // 80: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
+	41,  // 81: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	43,  // 82: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	45,  // 83: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	47,  // 84: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	50,  // 85: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	52,  // 86: journald.v1.JournalService.ListChanges:input_type -> journald.v1.ListChangesRequest
+	54,  // 87: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	56,  // 88: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	59,  // 89: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	67,  // 90: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	69,  // 91: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	71,  // 92: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	73,  // 93: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	75,  // 94: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	77,  // 95: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	79,  // 96: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	81,  // 97: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	61,  // 98: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	83,  // 99: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	85,  // 100: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	63,  // 101: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	37,  // 102: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	35,  // 103: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	39,  // 104: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
+	42,  // 105: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	44,  // 106: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	46,  // 107: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	48,  // 108: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	51,  // 109: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	53,  // 110: journald.v1.JournalService.ListChanges:output_type -> journald.v1.ListChangesResponse
+	55,  // 111: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	58,  // 112: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	60,  // 113: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	68,  // 114: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	70,  // 115: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	72,  // 116: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	74,  // 117: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	76,  // 118: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	78,  // 119: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	80,  // 120: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	82,  // 121: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	62,  // 122: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	84,  // 123: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	86,  // 124: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	65,  // 125: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	102, // [102:126] is the sub-list for method output_type
+	78,  // [78:102] is the sub-list for method input_type
+	78,  // [78:78] is the sub-list for extension type_name
+	78,  // [78:78] is the sub-list for extension extendee
+	0,   // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -7443,7 +7528,7 @@ func file_journald_v1_journal_proto_init() {
 	if File_journald_v1_journal_proto != nil {
 		return
 	}
-	file_journald_v1_journal_proto_msgTypes[13].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[14].OneofWrappers = []any{
 		(*Record_Meta)(nil),
 		(*Record_Assistant)(nil),
 		(*Record_ToolResult)(nil),
@@ -7452,22 +7537,22 @@ func file_journald_v1_journal_proto_init() {
 		(*Record_Terminal)(nil),
 		(*Record_State)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[29].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[30].OneofWrappers = []any{
 		(*OpenResponse_Lease)(nil),
 		(*OpenResponse_Ended)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[30].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[31].OneofWrappers = []any{
 		(*LeasesRequest_Acquire)(nil),
 		(*LeasesRequest_Release)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[31].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[32].OneofWrappers = []any{
 		(*LeasesResponse_Lease)(nil),
 		(*LeasesResponse_Refused)(nil),
 		(*LeasesResponse_Released)(nil),
 		(*LeasesResponse_Ended)(nil),
 	}
-	file_journald_v1_journal_proto_msgTypes[41].OneofWrappers = []any{}
-	file_journald_v1_journal_proto_msgTypes[50].OneofWrappers = []any{
+	file_journald_v1_journal_proto_msgTypes[42].OneofWrappers = []any{}
+	file_journald_v1_journal_proto_msgTypes[51].OneofWrappers = []any{
 		(*WatchResponse_Record)(nil),
 		(*WatchResponse_Checkpoint)(nil),
 	}
@@ -7477,7 +7562,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   86,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

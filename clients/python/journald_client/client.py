@@ -38,6 +38,7 @@ from journald_client.pipelined import DEFAULT_WINDOW, PipelinedWriter
 from journald_client.state import (
     Ack,
     AttachmentRef,
+    CheckpointChange,
     CheckpointMeta,
     CompactResult,
     GovernedView,
@@ -536,17 +537,26 @@ def connect(
 
 
 class Watch:
-    """A live tail: iterate for records; ``cancel()`` (or leave the ``with``) to stop."""
+    """A live tail: iterate for records (``events()``: records and checkpoint changes, in
+    the order they happened); ``cancel()`` (or leave the ``with``) to stop."""
 
     def __init__(self, client: Client, call: Any) -> None:
         self._client = client
         self._call = call
 
     def __iter__(self) -> Iterator[JournalRecord]:
+        for event in self.events():
+            if isinstance(event, JournalRecord):
+                yield event
+
+    def events(self) -> Iterator[JournalRecord | CheckpointChange]:
         try:
             for msg in self._call:
                 if msg.HasField("record"):
                     yield codec.record_from_pb(msg.record)
+                elif msg.HasField("checkpoint"):
+                    meta = codec.checkpoint_meta_from_pb(msg.checkpoint.checkpoint)
+                    yield CheckpointChange(msg.checkpoint.kind, meta)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return

@@ -21,6 +21,7 @@ from journald_proto.conventions import now_ts as now_ts  # re-exported: one time
 
 from journald_client import errors, telemetry
 from journald_client.fingerprint import Fingerprint, canonical_json
+from journald_client.own_records import same_record as same_record  # the lost-ack compare
 from journald_client.state import (
     Ack,
     Anomaly,
@@ -288,19 +289,6 @@ def stamp(entries: Sequence[Entry], first_seq: int, next_iteration: int = 1) -> 
             next_iteration = rec.assistant.iteration + 1
         out.append(rec)
     return out
-
-
-def same_record(sent: pb.Record, stored: pb.Record) -> bool:
-    """Whether a stored record is the one we sent (ignoring the fields the daemon fills)."""
-
-    def norm(r: pb.Record) -> bytes:
-        c = pb.Record()
-        c.CopyFrom(r)
-        for name in ("prev", "type", "format_version", "canonical", "hash"):
-            c.ClearField(name)
-        return c.SerializeToString(deterministic=True)
-
-    return norm(sent) == norm(stored)
 
 
 # --- requests --------------------------------------------------------------------------

@@ -6,6 +6,7 @@ API accepts, ready to send.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,6 +167,33 @@ class Ack:
     duplicate: bool
 
 
+PAGE_FORMAT = "journald-page/1"
+
+
+@dataclass(frozen=True, slots=True)
+class PageRef:
+    """One message page a paged rebase references (docs/protocol.md#message-pages): the
+    page's SHA-256 address in the run's attachment store, how many messages it holds and
+    its size in bytes. ``GetAttachment(run_id, sha256)`` returns the page's bytes."""
+
+    sha256: str
+    count: int
+    size: int
+
+    def messages(self, data: bytes) -> list[Message]:
+        """The messages of this page from its bytes (``Client.get_attachment``), checked
+        against the reference; ``ValueError`` when they do not match it."""
+        if len(data) != self.size or hashlib.sha256(data).hexdigest() != self.sha256:
+            raise ValueError(f"message page {self.sha256}: the bytes do not match its reference")
+        obj = json.loads(data)
+        if not isinstance(obj, dict) or obj.get("format") != PAGE_FORMAT:
+            raise ValueError(f"message page {self.sha256}: not a {PAGE_FORMAT} page")
+        msgs = obj.get("messages")
+        if not isinstance(msgs, list) or len(msgs) != self.count:
+            raise ValueError(f"message page {self.sha256}: does not hold {self.count} messages")
+        return msgs
+
+
 @dataclass(frozen=True, slots=True)
 class JournalRecord:
     """A stored record as Load and Watch return it (``canonical`` = the exact bytes)."""
@@ -178,6 +206,23 @@ class JournalRecord:
     canonical: bytes
     trace: dict[str, str] | None
     payload: dict[str, Any]
+
+    @property
+    def pages(self) -> tuple[PageRef, ...]:
+        """A paged rebase's message pages, in order: its conversation is their messages,
+        then ``payload["messages"]`` (the tail). Empty for an inline rebase and any other
+        record. To read the whole conversation as of the rebase, fetch each page
+        (``PageRef.messages(client.get_attachment(run_id, ref.sha256))``); ``History`` and
+        ``fold`` return a run's current conversation with pages resolved."""
+        raw = self.payload.get("pages") if self.kind == "rebase" else None
+        if not isinstance(raw, list):
+            return ()
+        return tuple(PageRef(str(r["sha256"]), int(r["count"]), int(r["size"])) for r in raw)
+
+    @property
+    def paged_messages(self) -> int:
+        """How many messages the pages hold, before the inline tail (0 when not paged)."""
+        return sum(ref.count for ref in self.pages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +321,15 @@ class CheckpointMeta:
     model: str
     hash: str
     cwd: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointChange:
+    """A checkpoint event of a Watch (``Watch.events()``): ``kind`` is created, deleted or
+    evicted; ``checkpoint`` the checkpoint concerned."""
+
+    kind: str
+    checkpoint: CheckpointMeta
 
 
 @dataclass(frozen=True, slots=True)

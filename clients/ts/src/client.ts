@@ -52,6 +52,7 @@ import {
 } from "./gen/journald/v1/journal";
 import { spanIds, traceMetadata } from "./otel";
 import { LeaseSet } from "./lease_set";
+import { ListChange, listChanges, ListChangesOptions } from "./list_changes";
 import { PipelinedOptions, PipelinedWriter } from "./pipelined";
 import { checkSocket, defaultSocketPath, target } from "./socket";
 import { completeFold, completeState, DEFAULT_MESSAGE_WINDOW } from "./window";
@@ -284,6 +285,14 @@ export class Client {
   async list(limit = 0, opts?: CallOpts): Promise<RunInfo[]> {
     const resp: ListResponse = await this.unary(this.rpc.list, { limit }, opts);
     return resp.runs;
+  }
+
+  /**
+   * Follow which runs' listing rows change: an async iterable of notices, the ready one
+   * first; abort `opts.signal` (or break the loop) to stop (docs/protocol.md#list-changes).
+   */
+  listChanges(opts?: ListChangesOptions): AsyncGenerator<ListChange> {
+    return listChanges(this.rpc, opts);
   }
 
   /** Delete a run and everything it keeps; false when there was none. */

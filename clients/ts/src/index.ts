@@ -2,6 +2,7 @@ export * from "./canonical";
 export * from "./client";
 export * from "./entry";
 export * from "./lease_set";
+export type { ListChange, ListChangesOptions } from "./list_changes";
 export * from "./pipelined";
 export * from "./errors";
 export * from "./fingerprint";

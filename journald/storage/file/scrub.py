@@ -11,7 +11,8 @@ every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on 
 
 Each run gets the walk ``journald verify`` makes (``FileReads.verify``: framing, checksums,
 chain, manifest entries and digests, then ``journald.storage.verify``'s walk, then every
-message page its rebases reference: present, and hashing to its name; ``check_pages``), with
+message page its rebases reference: present, and hashing to its name; ``check_pages``; then
+every answered-id chunk its fold snapshot references, ``check_answered``), with
 every file read through a ``ReadBudget``. A process of its own, at the lowest CPU and I/O
 priority, so that its decoding never holds the daemon's interpreter lock while an append
 waits for it; after each run it rests as long as the CPU time the run's walk took, so it uses
@@ -33,10 +34,16 @@ import time
 from collections.abc import Iterable
 from typing import IO, Any
 
+from journald.core.answered import chunk_missing, decode_chunk
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
-from journald.core.pages import decode_page, page_missing, referenced_pages
+from journald.core.pages import PageRef, decode_page, page_missing, referenced_pages
 from journald.core.records import Record, validate_id
-from journald.storage.file.checkpoint_store import FileAttachmentStore
+from journald.core.snapshot import snapshot_answered_head
+from journald.storage.file.checkpoint_store import (
+    SNAPSHOT_FILE,
+    FileAttachmentStore,
+    FileCheckpointStore,
+)
 from journald.storage.file.segments import JOURNAL, MANIFEST, SEGMENTS
 from journald.storage.pages import named_page_error
 from journald.storage.scrub_budget import ReadBudget
@@ -78,6 +85,7 @@ def scrub_run(store: Any, run_id: str, budget: ReadBudget) -> dict[str, Any]:
         rebases: list[Record] = []
         rep = store.reads.verify(run_id, budget, rebases)
         check_pages(store.run_dir(run_id), run_id, rebases, budget)
+        check_answered(store.run_dir(run_id), run_id, budget)
     except SessionNotFound:
         return {"run_id": run_id, "gone": True}
     except StoreCorrupted as exc:
@@ -117,6 +125,33 @@ def check_pages(run_dir: str, run_id: str, rebases: list[Record], budget: ReadBu
         except StoreCorrupted as exc:
             raise named_page_error(exc, run_id) from None
     return len(refs)
+
+
+def check_answered(run_dir: str, run_id: str, budget: ReadBudget) -> int:
+    """Every answered-id chunk the run's fold snapshot references (its chain,
+    ``journald.core.answered``) is in the run's attachments and is the chunk its reference
+    names (``store_corrupted`` naming the first that is not, as ``Verify`` says it); how many
+    were checked. A snapshot that is missing or not JSON names none (it is a cache)."""
+    path = os.path.join(run_dir, FileCheckpointStore.KIND, SNAPSHOT_FILE)
+    try:
+        doc = json.loads(budget.read_file(path))
+    except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        return 0
+    ref: PageRef | None = snapshot_answered_head(
+        doc.get("snapshot") if isinstance(doc, dict) else None
+    )
+    seen: set[str] = set()
+    while ref is not None and ref.sha256 not in seen:
+        seen.add(ref.sha256)
+        try:
+            raw = budget.read_file(os.path.join(run_dir, FileAttachmentStore.KIND, ref.sha256))
+        except FileNotFoundError:
+            raise named_page_error(chunk_missing(ref), run_id) from None
+        try:
+            ref = decode_chunk(ref, raw).prev
+        except StoreCorrupted as exc:
+            raise named_page_error(exc, run_id) from None
+    return len(seen)
 
 
 def scrub_runs(data_dir: str, ids: Iterable[str], bytes_per_s: int, out: IO[str]) -> None:

@@ -799,6 +799,7 @@ class RebasePayload(_message.Message):
     CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     CHECKPOINT_HASH_FIELD_NUMBER: _builtins.int
     COVERED_FIELD_NUMBER: _builtins.int
+    PAGES_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
     history, e.g. a framework session removed its last item), "quarantine" (written by
@@ -811,11 +812,20 @@ class RebasePayload(_message.Message):
     """The content hash of that checkpoint."""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
-        """The conversation that replaces the folded history."""
+        """The conversation that replaces the folded history: the messages of `pages`, in order,
+        then these (the inline tail). Without `pages`, these are the whole conversation.
+        """
 
     @_builtins.property
     def covered(self) -> Global___SeqRange:
         """The seqs whose conversation this rebase covers."""
+
+    @_builtins.property
+    def pages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PageRef]:
+        """On reads: the message pages whose messages precede `messages` (docs/protocol.md, "Message
+        pages"); empty for a rebase held inline. The daemon writes them: an Append of a rebase
+        that sets them is refused (send the whole conversation in `messages`).
+        """
 
     def __init__(
         self,
@@ -825,14 +835,48 @@ class RebasePayload(_message.Message):
         checkpoint_id: _builtins.str = ...,
         checkpoint_hash: _builtins.str = ...,
         covered: Global___SeqRange | None = ...,
+        pages: _abc.Iterable[Global___PageRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["covered", b"covered"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_hash", b"checkpoint_hash", "checkpoint_id", b"checkpoint_id", "covered", b"covered", "messages", b"messages", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_hash", b"checkpoint_hash", "checkpoint_id", b"checkpoint_id", "covered", b"covered", "messages", b"messages", "pages", b"pages", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RebasePayload: _TypeAlias = RebasePayload  # noqa: Y015
+
+@_typing.final
+class PageRef(_message.Message):
+    """PageRef names one message page of a rebase: the canonical JSON bytes
+    {"format":"journald-page/1","messages":[...]} stored in the run's attachment store
+    (GetAttachment(run_id, sha256) returns them).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHA256_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    sha256: _builtins.str
+    """SHA-256 hex of the page's bytes (its attachment address)."""
+    count: _builtins.int
+    """How many messages the page holds (at least 1)."""
+    size: _builtins.int
+    """The page's length in bytes."""
+    def __init__(
+        self,
+        *,
+        sha256: _builtins.str = ...,
+        count: _builtins.int = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PageRef: _TypeAlias = PageRef  # noqa: Y015
 
 @_typing.final
 class TerminalPayload(_message.Message):

@@ -6,6 +6,9 @@ and at ``snapshot_after_write`` (the snapshot is durable, the fold marks are not
 After a clean restart: every acknowledged record is there byte for byte, ``Verify`` passes,
 the stored snapshot names no page that is missing or does not hash to its name, and the run
 folds (from the snapshot, or past a stale one) to the conversation that was acknowledged.
+The same for a run of answered tool calls whose ids are sealed in chunks
+(docs/design.md#answered-ids): the stored snapshot names no chunk that is missing or damaged,
+and a new chain continues the old one.
 """
 
 from __future__ import annotations
@@ -103,3 +106,68 @@ def test_a_kill_while_a_lease_end_writes_its_paged_snapshot_loses_no_record_and_
         assert len(json.dumps(want)) > 5 * READ_BYTES  # the early reads and the late ones
         with jc.connect(str(clean.socket)) as c, c.resume(RUN, FP) as run:
             assert run.last_seq == len(acked)  # a windowed Open continues from it
+
+
+CALLS_RUN = "called"
+
+
+def short_calls(run: jc.Run, prefix: str, n: int) -> None:
+    """``n`` answered calls with provider-length ids (~500 fill one answered-id chunk)."""
+    for i in range(n):
+        tid = f"toolu_{prefix}{i:020d}"
+        call = {"type": "tool_use", "id": tid, "name": "read", "input": "{}"}
+        run.assistant([call], stop_reason="tool_use")
+        run.tool_result(tid, f"r{i}")
+    run.assistant("done", stop_reason="end_turn")
+
+
+def snapshot_chunks(data: Path) -> list[str]:
+    """The answered-id chunks the stored snapshot of ``CALLS_RUN`` names, each read and
+    checked against its name (newest first)."""
+    run = data / "sessions" / CALLS_RUN
+    doc = json.loads((run / "checkpoints" / "fold-snapshot.json").read_bytes())["snapshot"]
+    ref = (doc.get("answered") or {}).get("head")
+    out = []
+    while ref is not None:
+        raw = (run / "attachments" / ref["sha256"]).read_bytes()
+        assert hashlib.sha256(raw).hexdigest() == ref["sha256"]
+        out.append(ref["sha256"])
+        ref = json.loads(raw)["prev"]
+    return out
+
+
+@pytest.mark.parametrize("point", ["snapshot_before_write", "snapshot_after_write"])
+def test_a_kill_while_a_lease_end_writes_answered_chunks_loses_no_record_and_no_chunk(
+    tmp_path: Path, point: str
+) -> None:
+    prep = tmp_path / "prep"
+    prep.mkdir()
+    with (
+        Daemon(prep, "file") as d,
+        jc.connect(str(d.socket)) as c,
+        c.start(CALLS_RUN, FP, "call tools") as run,
+    ):
+        short_calls(run, "a", 600)
+    data = tmp_path / "data"
+    shutil.copytree(prep / "data", data)
+    (data / "daemon.lock").unlink(missing_ok=True)
+    before = snapshot_chunks(data)
+    assert before, "the first lease end sealed no answered ids"
+    armed = Daemon(tmp_path, "file", data_dir=data, env={"JOURNALD_FAILPOINTS": f"{point}=kill"})
+    with armed, jc.connect(str(armed.socket)) as c:
+        run = c.resume(CALLS_RUN, FP)
+        short_calls(run, "b", 600)  # acknowledged, and more than one chunk's worth
+        acked = [r.canonical for r in c.load(CALLS_RUN)]
+        run.close()
+        armed.proc.wait(timeout=30)  # type: ignore[union-attr]  # it dies at the point
+    assert armed.proc.returncode == -9  # type: ignore[union-attr]
+    after = snapshot_chunks(data)  # every chunk the stored snapshot names is there, whole
+    if point == "snapshot_before_write":
+        assert after == before
+    else:
+        assert len(after) > len(before)
+        assert after[-len(before) :] == before  # the new chain continues the old one
+    with Daemon(tmp_path, "file", data_dir=data) as clean, jc.connect(str(clean.socket)) as c:
+        assert [r.canonical for r in c.load(CALLS_RUN)] == acked
+        c.verify(CALLS_RUN)
+        assert c.fold(CALLS_RUN).last_seq == len(acked)

@@ -66,6 +66,54 @@ def test_watch_tails_records_as_they_are_appended(daemon: Daemon) -> None:
         assert seen == [1, 2, 3, 4]
 
 
+def test_watch_events_carry_checkpoint_changes_between_the_records_in_order(
+    daemon: Daemon,
+) -> None:
+    with jc.connect(str(daemon.socket)) as client:
+        with client.start("marked", FP, "hi") as run:
+            run.user("one")
+        watch = client.watch("marked", from_seq=1)
+        events: list[jc.JournalRecord | jc.CheckpointChange] = []
+        got = threading.Condition()
+
+        def consume() -> None:
+            for event in watch.events():
+                with got:
+                    events.append(event)
+                    got.notify_all()
+
+        def count() -> int:
+            with got:
+                return len(events)
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        try:
+            wait_until(lambda: count() == 2, what="the stored records")
+            cp = client.checkpoint("marked", "between")
+            wait_until(lambda: count() == 3, what="the created event")
+            with client.resume("marked", FP) as run:
+                run.user("two")
+            assert client.delete_checkpoint("marked", cp.checkpoint_id)
+            wait_until(lambda: count() == 5, what="the record and the deleted event")
+        finally:
+            watch.cancel()
+            reader.join(10)
+        said = [
+            (e.kind, e.checkpoint.checkpoint_id)
+            if isinstance(e, jc.CheckpointChange)
+            else ("record", e.seq)
+            for e in events
+        ]
+        assert said == [
+            ("record", 1),
+            ("record", 2),
+            ("created", cp.checkpoint_id),
+            ("record", 3),
+            ("deleted", cp.checkpoint_id),
+        ]
+
+
 def test_the_governed_view_synthesizes_results_for_open_calls(daemon: Daemon) -> None:
     with jc.connect(str(daemon.socket)) as client, client.start("gov", FP, "hi") as run:
         run.assistant(

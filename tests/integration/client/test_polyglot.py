@@ -426,6 +426,24 @@ def test_go_and_typescript_hold_many_runs_over_one_lease_set_and_free_them_all_o
 
 
 @pytest.mark.parametrize("language", ["go", "ts"])
+def test_go_and_typescript_follow_list_changes_naming_a_run_written_and_deleted_until_stopped(
+    agents: dict[str, list[str]], daemon: Daemon, language: str
+) -> None:
+    # ready first, then the run written and the run deleted are named; a cancelled context
+    # (Go) or an aborted signal (TS) ends the stream without an error
+    # (clients/go/list_changes_test.go, clients/ts/test/list_changes.test.ts)
+    env = {**_env(), "JOURNALD_TEST_SOCKET": str(daemon.socket)}
+    _client_test(
+        agents,
+        language,
+        "TestListChangesNamesARunWrittenAndDeletedAndClosesOnCancel",
+        "list_changes.test.js",
+        env,
+        passes=2 if language == "ts" else 1,
+    )
+
+
+@pytest.mark.parametrize("language", ["go", "ts"])
 def test_go_and_typescript_surface_the_field_seq_and_run_of_a_refused_record(
     agents: dict[str, list[str]], daemon: Daemon, language: str
 ) -> None:

@@ -1,7 +1,7 @@
 """``journald view`` against a daemon on the JetStream backend (a real nats-server): the go-to
 prompt's seq and time forms (History ``at_seq``/``at_time`` read the stream's records and the
-fold marks in the run's bucket) and the runs table's delete (issue 28 Build: "keep
-``journald view`` working against the JetStream backend")."""
+fold marks in the run's bucket), the runs table's delete and a checkpoint's marker shown live
+(issue 28 Build: "keep ``journald view`` working against the JetStream backend")."""
 
 from __future__ import annotations
 
@@ -63,3 +63,26 @@ async def test_go_to_seq_and_time_and_delete_work_on_the_jetstream_backend(
             await pilot.click("#yes")
             await until(pilot, lambda: [r.info.run_id for r in screen.rows] == ["js-long"], "gone")
         assert [r.run_id for r in jd.list()] == ["js-long"]
+
+
+async def test_a_checkpoint_taken_while_the_transcript_is_open_shows_on_the_jetstream_backend(
+    tmp_path: Path,
+) -> None:
+    # the Watch on JetStream sends checkpoint events too (from the checkpoint bucket's meta
+    # subjects as well as the daemon's own hub): the marker follows without reopening
+    url, stream, _ = await fresh_stream()
+    sock = Path(f"/tmp/jd-vjs-{os.getpid()}-{stream}/s")
+    with (
+        Daemon(tmp_path, "jetstream", "--nats-url", url, "--stream", stream, socket=sock) as d,
+        jc.connect(str(d.socket)) as jd,
+    ):
+        with jd.start("js-marks", FP, "mark me") as run:
+            run.append_many(turns(2))
+        app = ViewerApp(Source(str(d.socket)), "js-marks")
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: shows(app, "output of step 1"), "the transcript")
+            with jd.resume("js-marks", FP) as run:  # the Watch is live once this shows
+                run.append_many(turns(1, first=2))
+            await until(pilot, lambda: shows(app, "output of step 2"), "the later turn")
+            cp = jd.checkpoint("js-marks", "on the stream")
+            await until(pilot, lambda: shows(app, f"checkpoint {cp.checkpoint_id}"), "the mark")

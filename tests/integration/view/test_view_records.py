@@ -197,3 +197,28 @@ async def test_a_checkpoint_shows_where_it_was_taken_and_forks_or_restores_from_
             await until(
                 pilot, lambda: len(jd.fold("marked").messages) == cp.message_count, "the restore"
             )
+
+
+async def test_a_checkpoint_taken_or_deleted_while_the_transcript_is_open_shows_without_reopening(
+    daemon: Daemon,
+) -> None:
+    with jc.connect(str(daemon.socket)) as jd:
+        with jd.start("live-marks", FP, "checkpoint me while I am read") as run:
+            run.append_many(turns(3))
+        app = ViewerApp(Source(str(daemon.socket)), "live-marks")
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: shows(app, "output of step 2"), "the transcript")
+            with jd.resume("live-marks", FP) as run:  # the Watch is live once this shows
+                run.append_many(turns(1, first=3))
+            await until(pilot, lambda: shows(app, "output of step 3"), "the later turn")
+            screen = transcript(app)
+            cp = jd.checkpoint("live-marks", "taken live")
+            await until(pilot, lambda: shows(app, f"checkpoint {cp.checkpoint_id}"), "the mark")
+            assert screen is transcript(app)  # the same screen: nothing was reopened
+            assert any("'taken live'" in t for t in screen.view.line_texts())
+            assert screen.view.at_bottom  # the reader still follows the end
+
+            assert jd.delete_checkpoint("live-marks", cp.checkpoint_id)
+            await until(
+                pilot, lambda: not shows(app, f"checkpoint {cp.checkpoint_id}"), "the mark gone"
+            )

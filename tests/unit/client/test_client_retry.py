@@ -13,6 +13,8 @@ from journald_client import retry
 from journald_client.codec import Entry, stamp
 from journald_client.pb import journal_pb2 as pb
 
+from tests.unit.client.test_own_records import stored_form
+
 WRITER = retry.Writer("run-1", "unix:///tmp/x.sock", lambda: False)
 RECORDS = stamp([Entry.user("a"), Entry.user("b")], 5)
 ACKS = [jc.Ack(5, "h5", "fsync_local", False), jc.Ack(6, "h6", "fsync_local", False)]
@@ -104,6 +106,27 @@ def test_a_completed_run_adopts_the_append_only_when_the_stored_records_are_ours
         return
     acks = retry.drive(retry.send(WRITER, RECORDS, 30.0), script)
     assert [(a.seq, a.hash, a.duplicate) for a in acks] == [(5, "h5", True), (6, "h6", True)]
+
+
+def test_a_completed_run_adopts_its_paged_edit_from_the_load_alone_without_reading_pages() -> None:
+    sent = stamp(
+        [
+            Entry.rebase([{"role": "user", "content": "x" * 100_000}] * 4),
+            Entry.terminal("completed"),
+        ],
+        5,
+    )
+    paged = [stored_form(r) for r in sent]
+    assert paged[0].rebase.pages  # held as page references and a tail, unlike what was sent
+    script = Script(
+        (retry.Call, jc.LeaseLost("gone")),
+        (retry.CancelLease, None),
+        (retry.Probe, True),
+        (retry.Reopen, jc.Completed("done")),
+        (retry.Load, paged),
+    )
+    acks = retry.drive(retry.send(WRITER, sent, 30.0), script)
+    assert [(a.seq, a.hash) for a in acks] == [(r.seq, r.hash) for r in paged]
 
 
 def test_the_retry_budget_ends_a_reconnect_that_never_succeeds() -> None:

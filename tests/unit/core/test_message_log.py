@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from journald.core.fold import append_message, fold
@@ -52,6 +52,18 @@ def _sealed(log: MessageLog, store: dict[str, list[Message]]) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(ops)
+# a user record carrying a tool result merges into the tail's first message after a seal:
+# the boundary before it must still be clean (``cut_open`` leaves two messages open)
+@example(
+    [
+        ("append", "user", "text"),
+        ("append", "assistant", "text"),
+        ("append", "user", "text"),
+        ("seal", "", ""),
+        ("append", "user", "result"),
+        ("read", 2, 0),
+    ]
+)
 def test_a_sealed_message_log_behaves_as_the_list_under_the_folds_operations(
     steps: list[tuple[str, Any, Any]],
 ) -> None:

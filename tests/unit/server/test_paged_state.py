@@ -26,7 +26,15 @@ from journald.server.convert import fingerprint_to_pb, message_from_pb
 from journald.server.service import JournalService
 from journald.storage.checkpoint_base import SNAPSHOT
 from journald.storage.memory import MemoryAttachmentStore, MemoryCheckpointStore, MemoryStore
-from tests.builders import FP, JournalBuilder, assistant_payload, text, user_payload
+from tests.builders import (
+    FP,
+    JournalBuilder,
+    assistant_payload,
+    result_payload,
+    text,
+    tool_use,
+    user_payload,
+)
 
 RUN = "long"
 MESSAGES = 5000
@@ -235,3 +243,48 @@ async def test_the_lease_end_snapshot_writes_only_the_pages_created_since_the_la
     st = await daemon.service.runs.marks.load_snapshot(RUN)
     assert st is not None
     assert st.last_seq == b.records[-1].seq
+
+
+def tool_id(i: int) -> str:
+    return f"toolu_{i:024d}"  # the length of a provider's ids (toolu_ and 24 characters)
+
+
+def tool_calls(b: JournalBuilder, first: int, n: int) -> list[Record]:
+    """``n`` answered tool calls (an assistant turn and its result each) added to ``b``."""
+    start = len(b.records)
+    for i in range(first, first + n):
+        b.add("assistant", assistant_payload([tool_use(tool_id(i))], i + 1, "tool_use"))
+        b.add("tool_result", result_payload(tool_id(i), f"read {i}"))
+    return b.records[start:]
+
+
+async def test_a_lease_end_of_a_run_of_thousands_of_answered_calls_costs_what_was_appended(
+    daemon: InProcess,
+) -> None:
+    b = JournalBuilder(RUN)
+    tool_calls(b, 0, 8000)
+    await stored_and_snapshotted(daemon, b)
+    daemon.attachments.new_bytes = 0
+    async with daemon.service.runs.daemon_lease(RUN) as lease:
+        late = tool_calls(b, 8000, 20)
+        await lease.writer.commit(late)
+    await daemon.service.runs.leases.wait_closed(RUN)
+    doc = await daemon.snapshot_doc()
+    appended = sum(len(r.raw) for r in late)
+    snapshot = len(canonical_json(doc))
+    written = daemon.attachments.new_bytes + snapshot
+    assert written <= 2 * appended + 64 * 1024, (written, snapshot, appended)
+    # a late copy of an old answer and an unknown id, written around the daemon after the
+    # snapshot: the fold from the snapshot reads the answered chunks and labels them as the
+    # fold of the whole journal does
+    b.add("tool_result", result_payload(tool_id(3), "again"))
+    b.add("tool_result", result_payload("toolu_never_called", "?"))
+    journal = await daemon.service.store.open(RUN)
+    await journal.append(b.records[-2:])
+    await journal.close()
+    folded = await daemon.stub.Fold(pb.FoldRequest(run_id=RUN, omit_messages=True))
+    want = fold(b.records).anomalies
+    assert [a.kind for a in want] == ["duplicate_result", "unknown_tool_use_id"]
+    assert [(a.seq, a.kind, a.detail) for a in folded.state.anomalies] == [
+        (a.seq, a.kind, a.detail) for a in want
+    ]

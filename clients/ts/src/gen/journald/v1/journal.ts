@@ -806,14 +806,39 @@ export interface RebasePayload {
    * conversation rebuilt from the records that survived).
    */
   reason: string;
-  /** The conversation that replaces the folded history. */
+  /**
+   * The conversation that replaces the folded history: the messages of `pages`, in order,
+   * then these (the inline tail). Without `pages`, these are the whole conversation.
+   */
   messages: Message[];
   /** The checkpoint it came from, if any. */
   checkpointId: string;
   /** The content hash of that checkpoint. */
   checkpointHash: string;
   /** The seqs whose conversation this rebase covers. */
-  covered: SeqRange | undefined;
+  covered:
+    | SeqRange
+    | undefined;
+  /**
+   * On reads: the message pages whose messages precede `messages` (docs/protocol.md, "Message
+   * pages"); empty for a rebase held inline. The daemon writes them: an Append of a rebase
+   * that sets them is refused (send the whole conversation in `messages`).
+   */
+  pages: PageRef[];
+}
+
+/**
+ * PageRef names one message page of a rebase: the canonical JSON bytes
+ * {"format":"journald-page/1","messages":[...]} stored in the run's attachment store
+ * (GetAttachment(run_id, sha256) returns them).
+ */
+export interface PageRef {
+  /** SHA-256 hex of the page's bytes (its attachment address). */
+  sha256: string;
+  /** How many messages the page holds (at least 1). */
+  count: number;
+  /** The page's length in bytes. */
+  size: number;
 }
 
 /** TerminalPayload is written once at the true end of a run (a resume may follow it). */
@@ -3174,7 +3199,7 @@ export const SeqRange: MessageFns<SeqRange> = {
 };
 
 function createBaseRebasePayload(): RebasePayload {
-  return { reason: "", messages: [], checkpointId: "", checkpointHash: "", covered: undefined };
+  return { reason: "", messages: [], checkpointId: "", checkpointHash: "", covered: undefined, pages: [] };
 }
 
 export const RebasePayload: MessageFns<RebasePayload> = {
@@ -3193,6 +3218,9 @@ export const RebasePayload: MessageFns<RebasePayload> = {
     }
     if (message.covered !== undefined) {
       SeqRange.encode(message.covered, writer.uint32(42).fork()).join();
+    }
+    for (const v of message.pages) {
+      PageRef.encode(v!, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -3250,6 +3278,14 @@ export const RebasePayload: MessageFns<RebasePayload> = {
             message.covered = SeqRange.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.pages.push(PageRef.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3277,6 +3313,7 @@ export const RebasePayload: MessageFns<RebasePayload> = {
         ? globalThis.String(object.checkpoint_hash)
         : "",
       covered: isSet(object.covered) ? SeqRange.fromJSON(object.covered) : undefined,
+      pages: globalThis.Array.isArray(object?.pages) ? object.pages.map((e: any) => PageRef.fromJSON(e)) : [],
     };
   },
 
@@ -3297,6 +3334,9 @@ export const RebasePayload: MessageFns<RebasePayload> = {
     if (message.covered !== undefined) {
       obj.covered = SeqRange.toJSON(message.covered);
     }
+    if (message.pages?.length) {
+      obj.pages = message.pages.map((e) => PageRef.toJSON(e));
+    }
     return obj;
   },
 
@@ -3312,6 +3352,108 @@ export const RebasePayload: MessageFns<RebasePayload> = {
     message.covered = (object.covered !== undefined && object.covered !== null)
       ? SeqRange.fromPartial(object.covered)
       : undefined;
+    message.pages = object.pages?.map((e) => PageRef.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBasePageRef(): PageRef {
+  return { sha256: "", count: 0, size: 0 };
+}
+
+export const PageRef: MessageFns<PageRef> = {
+  encode(message: PageRef, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sha256 !== "") {
+      writer.uint32(10).string(message.sha256);
+    }
+    if (message.count !== 0) {
+      writer.uint32(16).uint64(message.count);
+    }
+    if (message.size !== 0) {
+      writer.uint32(24).uint64(message.size);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PageRef {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePageRef();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.count = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.size = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PageRef {
+    return {
+      sha256: isSet(object.sha256) ? globalThis.String(object.sha256) : "",
+      count: isSet(object.count) ? globalThis.Number(object.count) : 0,
+      size: isSet(object.size) ? globalThis.Number(object.size) : 0,
+    };
+  },
+
+  toJSON(message: PageRef): unknown {
+    const obj: any = {};
+    if (message.sha256 !== "") {
+      obj.sha256 = message.sha256;
+    }
+    if (message.count !== 0) {
+      obj.count = Math.round(message.count);
+    }
+    if (message.size !== 0) {
+      obj.size = Math.round(message.size);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PageRef>, I>>(base?: I): PageRef {
+    return PageRef.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PageRef>, I>>(object: I): PageRef {
+    const message = createBasePageRef();
+    message.sha256 = object.sha256 ?? "";
+    message.count = object.count ?? 0;
+    message.size = object.size ?? 0;
     return message;
   },
 };
