@@ -41,6 +41,14 @@ TAIL_MARKS_TRIED = 4  # the newest usable marks a tail page tries before folding
 SEEK_TAIL_RECORDS = 5000  # a page by seq this near the end is folded from a mark
 
 
+def span_end(offset: int, limit: int) -> int:
+    """The end of the messages a page at ``offset`` reads (``core.paging.page``): its end
+    aligns forward from ``offset + limit``, looking at the message after it when that one
+    carries tool results; that next message may start the next page (a page ends at a
+    clean boundary), so it is read too. No messages: the start alone."""
+    return offset + 1 if limit <= 0 else offset + limit + 2
+
+
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """What History pages: the messages of a view, the seq they reflect, the open turn."""
@@ -172,7 +180,7 @@ class HistoryRpcs:
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
-            end = request.offset + max(0, request.limit) + 1  # align_forward looks at ``end``
+            end = span_end(request.offset, request.limit)
             conv = await self.conversation(run_id, view, (request.offset, end))
             p = page(conv.messages, request.offset, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
@@ -205,7 +213,7 @@ class HistoryRpcs:
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
-            end = found.index + max(0, request.limit) + 1
+            end = span_end(found.index, request.limit)
             conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE, (found.index, end))
             p = page(conv.messages, found.index, request.limit)
             last_seq, pending = conv.last_seq, conv.pending

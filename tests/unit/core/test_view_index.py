@@ -33,6 +33,7 @@ from journald.core.view_index import (
     named_fold_messages,
     view_log,
 )
+from journald.server.history import span_end
 from tests.profiles import SLOW_DATA, scaled
 from tests.unit.strategies import journals, message_lists
 
@@ -171,10 +172,11 @@ def test_the_views_from_view_pages_equal_their_whole_list_derivation_at_any_offs
         assert list(everything) == want, name
         limit = data.draw(st.integers(0, len(want) + 1))
         for offset in range(len(want) + 2):
-            # what History reads: the view pages holding [offset, offset + limit + 1) only
-            need = vlog.span_refs(offset, offset + limit + 1)
+            # what History reads: the view pages holding [offset, span_end) only
+            end = span_end(offset, limit)
+            need = vlog.span_refs(offset, end)
             got = {r.sha256: decode_page(r, stored[r.sha256]) for r in need}
-            part = vlog.span(offset, offset + limit + 1, got)
+            part = vlog.span(offset, end, got)
             assert page(part, offset, limit) == page(want, offset, limit), (name, offset, limit)
 
 
@@ -244,3 +246,36 @@ def test_the_view_pages_of_a_conversation_that_needs_no_repair_are_its_own_pages
     assert all(set(m) == {"fold"} for m in carried if m is not None)
     pages = {r.sha256: decode_page(r, paged.data[r.sha256]) for r in vlog.refs}
     assert list(vlog.span(0, len(vlog), pages)) == sanitize_before(msgs) == msgs
+
+
+def test_a_page_whose_end_lands_on_a_result_closing_a_page_reads_the_next_pages_first() -> None:
+    """Pages of tool turns whose results close them (large results: a turn per page): a
+    History page ending on a result looks at the message after it, the next page's first,
+    so the page reads that page too (``history.span_end``)."""
+    msgs: list[Message] = [{"role": "user", "content": [{"type": "text", "text": "go"}]}]
+    for i in range(6):
+        call = {"type": "tool_use", "id": f"t{i}", "name": "read", "input": "{}"}
+        result = {
+            "type": "tool_result",
+            "tool_use_id": f"t{i}",
+            "content": [{"type": "text", "text": "x" * 100}],
+            "is_error": False,
+        }
+        msgs += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    msgs.append({"role": "assistant", "content": [{"type": "text", "text": "done"}]})
+    fold_paged = cut(msgs, 50)
+    b = ViewBuilder(ViewIndex.empty(), 50)
+    stored = dict(fold_paged.data)
+    for ref in fold_paged.refs:
+        paged = b.add(decode_page(ref, fold_paged.data[ref.sha256]))
+        if paged is not None:
+            stored.update(paged.data)
+    fold_log = MessageLog(fold_paged.tail, fold_paged.refs)
+    for log in (view_log(b.index(fold_paged.refs), fold_paged.tail, None), fold_log):
+        assert len(log.refs) >= 5
+        for offset in range(len(msgs) + 1):
+            for limit in range(4):
+                end = span_end(offset, limit)
+                need = log.span_refs(offset, end)
+                got = {r.sha256: decode_page(r, stored[r.sha256]) for r in need}
+                assert page(log.span(offset, end, got), offset, limit) == page(msgs, offset, limit)
