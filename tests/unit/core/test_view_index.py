@@ -116,16 +116,29 @@ def roundtrip(index: ViewIndex, refs: list[PageRef], msgs: list[Message]) -> Vie
     return got
 
 
+def tool_turns(n: int, salt: int) -> list[Message]:
+    out: list[Message] = [{"role": "user", "content": [{"type": "text", "text": f"task {salt}"}]}]
+    for i in range(n):
+        tid = f"call{salt}_{i}"
+        call = {"type": "tool_use", "id": tid, "name": "read", "input": "{}"}
+        res = {"type": "tool_result", "tool_use_id": tid, "content": [], "is_error": False}
+        out += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [res]}]
+    return out
+
+
 @st.composite
 def conversations(draw: st.DrawFn) -> tuple[list[Message], Pending | None]:
     """A folded run's messages mixed with badly paired lists (as rebases bring), and the
     open turn of a folded journal (or none)."""
     parts: list[list[Message]] = []
     for _ in range(draw(st.integers(1, 4))):
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["journal", "messy", "tool turns"]))
+        if kind == "journal":
             parts.append(list(fold(draw(journals(max_steps=10))).messages))
-        else:
+        elif kind == "messy":
             parts.append(draw(message_lists(max_size=10)))
+        else:  # the shape of a coding agent: calls answered by the next message
+            parts.append(tool_turns(draw(st.integers(1, 6)), draw(st.integers(0, 99))))
     pending = fold(draw(journals(max_steps=8))).pending if draw(st.booleans()) else None
     return [m for p in parts for m in p], pending
 
