@@ -23,8 +23,9 @@ Pure core: no I/O imports.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from journald.core.fold import (
     Message,
@@ -71,17 +72,117 @@ def sanitize(
     messages: Sequence[Message], report: GovernanceReport | None = None
 ) -> tuple[list[Message], GovernanceReport]:
     """Repair any message list into an alternating, fully paired one (see module doc)."""
-    report = report if report is not None else GovernanceReport()
-    merged: list[Message] = []
+    s = Sanitizer(report)
     for m in messages:
-        append_message(merged, m["role"], m["content"])
-    # Cut back to a clean start: the first plain user message.
-    start = next((i for i, m in enumerate(merged) if _is_clean_start(m)), len(merged))
-    report.dropped_messages += start
-    merged = merged[start:]
-    out: list[Message] = []
-    open_ids: list[str] = []  # tool_use ids of the previous assistant message
-    for m in merged:
+        s.feed(m)
+    return s.finish(), s.report
+
+
+def _same(m: Any) -> Any:
+    return m
+
+
+class Sanitizer:
+    """``sanitize`` one message at a time: what it carries between messages is small (the
+    merged message that may still grow, whether the clean start was seen, the last output
+    and the calls it left open), so a conversation stored as pages is sanitized page by page
+    (``journald.core.view_index``). ``done`` collects the outputs that can no longer change;
+    ``finish`` ends the list. ``to_json``/``from_json`` carry the state between pages."""
+
+    __slots__ = ("done", "held", "open_ids", "out", "report", "started")
+
+    def __init__(self, report: GovernanceReport | None = None) -> None:
+        self.report = report if report is not None else GovernanceReport()
+        self.held: Message | None = None  # the merged message the next may merge into
+        self.started = False  # the first plain user message was seen
+        self.out: list[Message] = []  # the last output (the next message may change it)
+        self.open_ids: list[str] = []  # tool_use ids of the previous assistant message
+        self.done: list[Message] = []  # outputs before ``out``: final
+
+    def copy(self) -> Sanitizer:
+        """An independent carry (messages are never changed in place, lists are copied)."""
+        c = Sanitizer(GovernanceReport())
+        c.held, c.started, c.out = self.held, self.started, list(self.out)
+        c.open_ids, c.done = list(self.open_ids), list(self.done)
+        return c
+
+    def to_json(self, name: Callable[[Message], Any] = _same) -> dict[str, Any]:
+        """The carry as JSON; ``name`` writes each message (a stand-in the reader's
+        ``from_json`` resolves, or the message itself)."""
+        return {
+            "held": None if self.held is None else name(self.held),
+            "started": self.started,
+            "out": [name(m) for m in self.out],
+            "open_ids": self.open_ids,
+            "done": [name(m) for m in self.done],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, resolve: Callable[[Any], Any] = _same) -> Sanitizer:
+        """The carry ``to_json`` wrote (``resolve``: each message's stand-in back);
+        ``ValueError`` for anything else."""
+        if not isinstance(obj, dict) or set(obj) != {"held", "started", "out", "open_ids", "done"}:
+            raise ValueError("not a sanitizer carry")
+        s = cls()
+        held, out, done, ids = obj["held"], obj["out"], obj["done"], obj["open_ids"]
+        if not isinstance(out, list) or len(out) > 1 or not isinstance(done, list):
+            raise ValueError("its outputs are not lists")
+        held = None if held is None else resolve(held)
+        out, done = [resolve(m) for m in out], [resolve(m) for m in done]
+        if held is not None and not _is_message(held):
+            raise ValueError("its held message is malformed")
+        if not all(_is_message(m) for m in [*out, *done]):
+            raise ValueError("its outputs are malformed")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise ValueError("its open calls are malformed")
+        if type(obj["started"]) is not bool:
+            raise ValueError("its start flag is not a boolean")
+        s.held, s.started, s.out, s.open_ids, s.done = held, obj["started"], out, ids, done
+        return s
+
+    def messages(self) -> list[Message]:
+        """Every message the carry holds, in order (final outputs, the last, the held one)."""
+        return [*self.done, *self.out, *([self.held] if self.held is not None else [])]
+
+    def feed(self, m: Message) -> None:
+        """The next message (``append_message`` merging of consecutive same-role ones)."""
+        role, content = m["role"], m["content"]
+        held = self.held
+        if held is not None and held["role"] == role:
+            self.held = {**held, "content": [*held["content"], *content]}
+            return
+        if held is not None:
+            self._merged(held)
+        self.held = {"role": role, "content": list(content)}
+
+    def finish(self) -> list[Message]:
+        """Every output (``done`` with the rest), the list ended: this carry is spent."""
+        if self.held is not None:
+            self._merged(self.held)
+            self.held = None
+        if self.open_ids:
+            self.report.synthesized_results += len(self.open_ids)
+            synthetic = [abandoned_result(i) for i in self.open_ids]
+            self.out.append({"role": "user", "content": synthetic})
+            self.open_ids = []
+        self.done.extend(self.out)
+        self.out = []
+        return self.done
+
+    def _merged(self, m: Message) -> None:
+        # leading messages that are not a plain, non-empty user turn are cut
+        if not self.started:
+            if not _is_clean_start(m):
+                self.report.dropped_messages += 1
+                return
+            self.started = True
+        self._step(m)
+        if len(self.out) > 1:  # only the last output can still change
+            self.done.extend(self.out[:-1])
+            del self.out[:-1]
+
+    def _step(self, m: Message) -> None:
+        report, out, open_ids = self.report, self.out, self.open_ids
         if m["role"] == "assistant":
             # two assistant messages in a row are one turn (unless calls between them are open)
             merge = not open_ids and bool(out) and out[-1]["role"] == "assistant"
@@ -102,15 +203,15 @@ def sanitize(
                 # empty, or nothing but misplaced blocks: model APIs refuse an empty assistant
                 # message; the calls still open wait for the next message to answer them
                 report.dropped_messages += 1
-                continue
+                return
             if open_ids:  # the previous assistant's calls were never answered
                 report.synthesized_results += len(open_ids)
                 out.append({"role": "user", "content": [abandoned_result(i) for i in open_ids]})
             if merge:
                 out.pop()
             out.append({**base, "content": content})
-            open_ids = _tool_use_ids(out[-1])
-            continue
+            self.open_ids = _tool_use_ids(out[-1])
+            return
         kept, answered = [], set()
         for b in m["content"]:
             if b.get("type") == "tool_use":  # misplaced: only an assistant calls tools
@@ -128,15 +229,17 @@ def sanitize(
         content = [abandoned_result(i) for i in missing] + kept
         # Results must lead the user message that answers a tool_use turn.
         content.sort(key=lambda b: b.get("type") != "tool_result")
-        open_ids = []
+        self.open_ids = []
         if not content:
             report.dropped_messages += 1
-            continue
+            return
         if out and out[-1]["role"] == "user":
             out[-1] = {**out[-1], "content": [*out[-1]["content"], *content]}
         else:
             out.append({**m, "content": content})
-    if open_ids:
-        report.synthesized_results += len(open_ids)
-        out.append({"role": "user", "content": [abandoned_result(i) for i in open_ids]})
-    return out, report
+
+
+def _is_message(m: Any) -> bool:
+    if not isinstance(m, dict):
+        return False
+    return isinstance(m.get("role"), str) and isinstance(m.get("content"), list)

@@ -1,15 +1,18 @@
 """The History RPC: pages of a run's conversation in one of three views
 (docs/protocol.md#history).
 
-* ``UNSPECIFIED`` (the cleaned-up view): the governed, paired messages, derived once per state
-  and kept while a client pages through it;
+* ``UNSPECIFIED`` (the cleaned-up view): the governed, paired messages; a page reads the run's
+  view index and the view pages it returns (``journald.core.view_index``), or, while no index
+  serves the run, is derived from every page once per state and kept while a client pages;
 * ``STATE``: the fold's own messages; on a run no lease holds, a page is folded from the newest
   saved fold mark before it, so a tail page reads only the last segments;
-* ``GOVERNED``: what governance would send a model.
+* ``GOVERNED``: what governance would send a model (the same view pages, then the tail and
+  the open turn).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,10 +22,12 @@ from journald_proto import journal_pb2 as pb
 
 from journald.core import governance
 from journald.core.checkpoints import governed
-from journald.core.errors import InvalidRequest
+from journald.core.errors import InvalidRequest, StoreCorrupted
 from journald.core.fold import Message, Pending, RunState
+from journald.core.message_log import MessageLog
 from journald.core.paging import FoldMark, Page, Window, fold_window, page, page_window
 from journald.core.records import validate_id
+from journald.core.view_index import view_log
 from journald.server.convert import messages_to_pb, pending_to_pb
 from journald.server.edge import unary
 from journald.server.history_seek import parse_time, seek, seq_at_time, still_there
@@ -30,9 +35,18 @@ from journald.server.message_window import ASK_FOR_SMALLER_PAGE, check_fits
 from journald.server.runs import RunCache, Runs, stored_bytes
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+log = logging.getLogger(__name__)
 VIEW_CACHE_RUNS = 8  # (run, view) pairs whose derived message list is kept between pages
 TAIL_MARKS_TRIED = 4  # the newest usable marks a tail page tries before folding in full
 SEEK_TAIL_RECORDS = 5000  # a page by seq this near the end is folded from a mark
+
+
+def span_end(offset: int, limit: int) -> int:
+    """The end of the messages a page at ``offset`` reads (``core.paging.page``): its end
+    aligns forward from ``offset + limit``, looking at the message after it when that one
+    carries tool results; that next message may start the next page (a page ends at a
+    clean boundary), so it is read too. No messages: the start alone."""
+    return offset + 1 if limit <= 0 else offset + limit + 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +72,8 @@ class HistoryRpcs:
         """The message list History pages (``view``) with the seq it reflects and the open
         turn: from the lease's cached state when held, else from the dormant fold. The stored
         view reads only the pages holding messages ``span`` (``[start, end)``, -1: the end;
-        indexes outside it are not loaded); the others derive from the whole conversation."""
+        indexes outside it are not loaded), the others only the view pages holding them
+        while the run's view index serves it (else they derive from every page)."""
         lease = self.runs.leases.held(run_id)
         if lease is not None:
             st = lease.state
@@ -72,32 +87,69 @@ class HistoryRpcs:
                 run_id, st.messages, start, len(st.messages) if end < 0 else end
             )
             return Conversation(msgs, st.last_seq, pending)
-        return await self._view_of(run_id, view, key, st, pending)
+        return await self._view_of(run_id, view, key, st, pending, span)
 
     async def _view_of(
-        self, run_id: str, view: int, key: Any, st: RunState, pending: Pending | None
+        self,
+        run_id: str,
+        view: int,
+        key: Any,
+        st: RunState,
+        pending: Pending | None,
+        span: tuple[int, int],
     ) -> Conversation:
-        # a client pages a governed view in many calls: derive it once per state
+        # a client pages a view in many calls: its index and derived tail are kept per state
         hit = self._views.get((run_id, view), key) if key is not None else None
-        if hit is not None:
-            return Conversation(hit, st.last_seq, pending)
-        # the cleaned-up and governed views merge and drop messages across any page boundary,
-        # so they are derived from every page (docs/design.md#message-pages)
+        if hit is None:
+            hit = await self._derive(run_id, view, st)
+            if key is not None:  # no key: the store cannot say when the run changes
+                self._views.put((run_id, view), key, hit, stored_bytes(key))
+        if isinstance(hit, MessageLog):  # view pages: read only those the page returns
+            start, end = span
+            try:
+                msgs: Sequence[Message] = await self.runs.pages.span(
+                    run_id, hit, start, len(hit) if end < 0 else end
+                )
+            except StoreCorrupted as exc:  # the index is a cache: derive from every page
+                log.warning("run %s: a view page is unreadable (%s); deriving in full", run_id, exc)
+                self.runs.views.damaged(run_id)
+                msgs = await self._whole_view(run_id, view, st)
+                if key is not None:
+                    self._views.put((run_id, view), key, msgs, stored_bytes(key))
+            return Conversation(msgs, st.last_seq, pending)
+        return Conversation(hit, st.last_seq, pending)
+
+    async def _derive(self, run_id: str, view: int, st: RunState) -> Sequence[Message]:
+        """The view as view pages and a derived tail (``journald.core.view_index``) when the
+        run's view index serves its conversation, else the whole list."""
+        conversation = st.messages.copy()  # a held run's writer may seal more meanwhile
+        turn = st.pending.copy() if view == pb.HISTORY_VIEW_GOVERNED and st.pending else None
+        index = await self.runs.views.serving(run_id, conversation)
+        if index is None:
+            return await self._whole_view(run_id, view, st)
+        return view_log(index, conversation.tail, turn)
+
+    async def _whole_view(self, run_id: str, view: int, st: RunState) -> list[Message]:
+        # no index serves the conversation (none saved yet, or a rebase replaced it): the
+        # view is derived from every page (docs/design.md#view-pages)
         whole = await self.runs.pages.whole_state(run_id, st)
         if view == pb.HISTORY_VIEW_GOVERNED:
-            msgs = governance.governed_messages(whole)[0]
-        else:
-            msgs = governed(whole.messages)
-        if key is not None:  # no key: the store cannot say when the run changes
-            self._views.put((run_id, view), key, msgs, stored_bytes(key))
-        return Conversation(msgs, st.last_seq, pending)
+            return governance.governed_messages(whole)[0]
+        return governed(whole.messages)
 
     async def _tail_page(self, run_id: str, offset: int, limit: int) -> tuple[Page, Window] | None:
         """A page folded from the newest usable fold mark before it: reads only the segments
-        from that mark's seq to the end. None when no mark serves (the caller folds in full)."""
+        from that mark's seq to the end. None when no mark serves (the caller reads the
+        dormant state's pages instead), a mark more than ``SEEK_TAIL_RECORDS`` records before
+        the newest included: folding to the end from there costs more than the state (from
+        its snapshot) and the pages under the page."""
         marks = await self.runs.marks.load(run_id)
+        # the newest mark is where the last lease ended (no I/O: a stat of the run may read
+        # its first record)
+        newest = marks[-1]["seq"] if marks else 0
         if limit > 0:
             marks = [m for m in marks if m["messages"] < offset]
+        marks = [m for m in marks if newest - m["seq"] <= SEEK_TAIL_RECORDS]
         for m in reversed(marks[-TAIL_MARKS_TRIED:]):
             mark = FoldMark(m["seq"], m["messages"], m["last_role"], 0)
             records = [r async for r in self.runs.store.iter_records(run_id, mark.seq)]
@@ -128,7 +180,7 @@ class HistoryRpcs:
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
-            end = request.offset + max(0, request.limit) + 1  # align_forward looks at ``end``
+            end = span_end(request.offset, request.limit)
             conv = await self.conversation(run_id, view, (request.offset, end))
             p = page(conv.messages, request.offset, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
@@ -161,7 +213,7 @@ class HistoryRpcs:
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
-            end = found.index + max(0, request.limit) + 1
+            end = span_end(found.index, request.limit)
             conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE, (found.index, end))
             p = page(conv.messages, found.index, request.limit)
             last_seq, pending = conv.last_seq, conv.pending

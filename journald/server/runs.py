@@ -47,6 +47,7 @@ from journald.server.scrub import ScrubRecords
 from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.pages import PageStore, paged_checkpoints
+from journald.storage.view_pages import ViewPages
 from journald.writer.folding import fold_stored
 from journald.writer.gate import Gate
 from journald.writer.marks import FoldMarks
@@ -152,7 +153,9 @@ class Runs:
         self.attachments = attachments
         self.pages = PageStore(attachments)
         """Message pages of rebases, checkpoints and snapshots (docs/design.md#message-pages)."""
-        self.marks = FoldMarks(checkpoints, self.pages)
+        self.views = ViewPages(checkpoints, self.pages)
+        """The cleaned-up and governed views' page index (docs/design.md#view-pages)."""
+        self.marks = FoldMarks(checkpoints, self.pages, self.views)
         self.owners = Owners(checkpoints, store.exists)
         self.leases = LeaseTable()
         """The registry of writers: one lease, and its ``RunWriter``, per held run."""

@@ -36,7 +36,9 @@ SNAPSHOT = "snapshot"
 SCRUB = "scrub"
 """The damage the background scrubber found in the run (journald.server.scrub)."""
 OWNER = "owner"
-MARK_PARTS = (MARKS, SNAPSHOT, SCRUB, OWNER)
+VIEWS = "views"
+"""The page index of the cleaned-up and governed History views (journald.storage.view_pages)."""
+MARK_PARTS = (MARKS, SNAPSHOT, SCRUB, OWNER, VIEWS)
 """The parts of a run's index a checkpoint store keeps (``save_mark``). ``owner`` is not a
 cache: the uid that created the run on a shared daemon (``journald.server.owners``)."""
 

@@ -38,6 +38,7 @@ from journald.core.snapshot import (
 )
 from journald.storage.checkpoint_base import SNAPSHOT, CheckpointStore
 from journald.storage.pages import PageStore
+from journald.storage.view_pages import ViewPages
 
 log = logging.getLogger(__name__)
 MARK_EVERY = 1000  # records between the fold marks History pages from
@@ -112,9 +113,16 @@ class FoldMarks:
     """The index of the runs held now (in memory) and the saved ones (in the checkpoint
     store)."""
 
-    def __init__(self, checkpoints: CheckpointStore, pages: PageStore | None = None) -> None:
+    def __init__(
+        self,
+        checkpoints: CheckpointStore,
+        pages: PageStore | None = None,
+        views: ViewPages | None = None,
+    ) -> None:
         self.checkpoints = checkpoints
         self.pages = pages
+        self.views = views
+        """The views' page index, saved after the snapshot (docs/design.md#view-pages)."""
         """Where a snapshot's message pages go (docs/design.md#message-pages); None: inline."""
         self._writing: dict[str, _Writing] = {}
         # Only this daemon's lease ends write a run's marks (a prune keeps them), and each is
@@ -186,6 +194,10 @@ class FoldMarks:
         since the snapshot it was opened from."""
         w = self._writing.pop(run_id, None) or _Writing(await self.load(run_id), 0)
         if not state.last_seq or (w.snapshot_seq == state.last_seq and not w.new_marks):
+            if state.last_seq and self.views is not None:
+                # unchanged since its snapshot, whose view index may be missing (saved by a
+                # daemon before there was one): the state holds the snapshot's pages
+                await self.views.save(run_id, state.messages.refs)
             return
         new = w.new_marks
         if state.pending is None and (not new or new[-1]["seq"] != state.last_seq):
@@ -208,3 +220,8 @@ class FoldMarks:
         await self.checkpoints.save_mark(run_id, {"snapshot": doc}, SNAPSHOT)
         await self.checkpoints.save_mark(run_id, {"marks": saved})
         self._remember(run_id, saved)
+        if self.pages is not None and self.views is not None:
+            # the pages the snapshot names, less the last when its tail is empty (a read of
+            # the snapshot takes that page back into the tail)
+            refs = [*state.messages.refs, *paged.refs]
+            await self.views.save(run_id, refs if paged.tail else refs[:-1], paged.data)

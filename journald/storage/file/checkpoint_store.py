@@ -40,7 +40,7 @@ from journald.core.errors import (
     StoreCorrupted,
 )
 from journald.core.records import canonical_json, sha256_hex, validate_id
-from journald.storage.checkpoint_base import MARKS, OWNER, SCRUB, SNAPSHOT
+from journald.storage.checkpoint_base import MARKS, OWNER, SCRUB, SNAPSHOT, VIEWS
 from journald.storage.file.errors import data_dir_gone, disk_error, vanished
 from journald.storage.file.segments import DIR_MODE
 from journald.storage.seam import Disk, default_disk
@@ -50,7 +50,8 @@ MARK_FILE = "fold-mark.json"  # History's tail index (see ``CheckpointStore.save
 SNAPSHOT_FILE = "fold-snapshot.json"  # the fold snapshot Open continues from
 SCRUB_FILE = "scrub-finding.json"  # the damage the background scrubber found
 OWNER_FILE = "run-owner.json"  # the uid that created the run on a shared daemon
-_PART_FILES = {SNAPSHOT: SNAPSHOT_FILE, SCRUB: SCRUB_FILE, OWNER: OWNER_FILE}
+VIEWS_FILE = "view-index.json"  # the cleaned-up and governed views' page index
+_PART_FILES = {SNAPSHOT: SNAPSHOT_FILE, SCRUB: SCRUB_FILE, OWNER: OWNER_FILE, VIEWS: VIEWS_FILE}
 
 
 def mark_file(part: str) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import journald_client as jc
 import pytest
 
+from journald.core.checkpoints import governed
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.nats_server import NatsServer, create_stream
@@ -107,3 +108,42 @@ def test_six_800_kb_reads_checkpoint_restore_and_fork_on_jetstream_with_1_mib_pa
         jc.connect(str(d.socket)) as client,
     ):
         restore_and_fork(client, "reads")
+
+
+def cleaned_up_pages_match(client: jc.Client, run_id: str) -> None:
+    """Every page of the cleaned-up view (History's default) is the page of the whole
+    conversation's cleaned-up form (``governed``), read through the run's view index."""
+    want = governed(client.fold(run_id).messages)
+    offset = 0
+    while offset < len(want):
+        page = client.history(run_id, offset, 2)
+        assert page.total == len(want)
+        assert page.messages == want[page.offset : page.next_offset]
+        offset = page.next_offset
+
+
+@pytest.mark.slow
+def test_the_cleaned_up_view_of_six_800_kb_reads_is_paged_from_its_view_index_on_both_backends(
+    tmp_path: Path, small_payload_nats: NatsServer
+) -> None:
+    url = small_payload_nats.url
+    asyncio.run(create_stream(url, "VIEWS", "views"))
+    sock = Path(f"/tmp/jd-views-{os.getpid()}/s")
+    js = ("jetstream", "--nats-url", url, "--stream", "VIEWS")
+    for side in ("js", "file"):
+        (tmp_path / side).mkdir()
+    with Daemon(tmp_path / "js", *js, socket=sock) as d, jc.connect(str(d.socket)) as client:
+        six_file_reads(client, "reads")  # each 800 KB result is a page of its own
+    data = tmp_path / "file" / "data"
+    with Daemon(tmp_path / "file", "file", data_dir=data) as d, jc.connect(str(d.socket)) as c:
+        six_file_reads(c, "reads")
+    # restarted daemons: the index the lease end saved (its carry names the large results
+    # by fold index instead of copying them)
+    index = json.loads(
+        (data / "sessions" / "reads" / "checkpoints" / "view-index.json").read_bytes()
+    )
+    assert len(json.dumps(index)) < 16 * 1024
+    with Daemon(tmp_path / "js", *js, socket=sock) as d, jc.connect(str(d.socket)) as client:
+        cleaned_up_pages_match(client, "reads")
+    with Daemon(tmp_path / "file", "file", data_dir=data) as d, jc.connect(str(d.socket)) as c:
+        cleaned_up_pages_match(c, "reads")

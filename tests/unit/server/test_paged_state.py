@@ -217,7 +217,7 @@ async def test_a_held_runs_tail_stays_bounded_while_it_appends_many_messages(
         )
         assert as_messages(far.messages) == want[far.offset : far.next_offset]
         cleaned = await daemon.stub.History(pb.HistoryRequest(run_id=RUN, offset=0, limit=5))
-        assert cleaned.total == len(want)  # derived from every page
+        assert cleaned.total == len(want)  # the view index and the pages sealed since
 
 
 async def test_the_lease_end_snapshot_writes_only_the_pages_created_since_the_last_one(
