@@ -4,6 +4,8 @@ package is missing is skipped and named in the report, never a failure here."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,25 +15,42 @@ import pytest
 pytestmark = pytest.mark.slow  # ~45 s: every benchmark workload once, at its quick size
 
 ROOT = Path(__file__).resolve().parents[3]
+HANG_GUARD_S = 1200
+"""Only a guard against a hung benchmark, never a speed limit: ``--quick`` takes ~45 s on a quiet
+machine and outran 240 s with four suites on two cores."""
+
+
+def bench(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a benchmark script to its end in its own session, so that a hung one is stopped with
+    every daemon it started (a plain timeout kills only the script)."""
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    proc = subprocess.run(
+    proc = bench(
         [
-            sys.executable,
             str(ROOT / "bench" / "run_all.py"),
             "--quick",
             "--out",
             str(out),
             "--dir",
             str(tmp_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+        ]
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (out / "benchmarks.md").read_text()
@@ -43,9 +62,8 @@ def test_run_all_quick_writes_a_report(tmp_path: Path) -> None:
 
 def test_bench_adapters_runs_both_frameworks_against_their_sqlite_savers(tmp_path: Path) -> None:
     out = tmp_path / "adapters.json"
-    proc = subprocess.run(
+    proc = bench(
         [
-            sys.executable,
             str(ROOT / "bench" / "bench_adapters.py"),
             "--steps",
             "5",
@@ -53,12 +71,7 @@ def test_bench_adapters_runs_both_frameworks_against_their_sqlite_savers(tmp_pat
             "2",
             "--json",
             str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+        ]
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     import json
@@ -87,9 +100,8 @@ def test_a_full_report_keeps_the_adapters_section_measured_on_its_own(tmp_path: 
 
 def test_unary_ablation_measures_each_variant_beside_the_echo() -> None:
     variants = ["full", "noop", "no-write", "inline-write", "memory", "io-threads-1"]
-    proc = subprocess.run(
+    proc = bench(
         [
-            sys.executable,
             str(ROOT / "bench" / "unary_ablation.py"),
             "--variants",
             ",".join(variants),
@@ -97,12 +109,7 @@ def test_unary_ablation_measures_each_variant_beside_the_echo() -> None:
             "1",
             "--seconds",
             "0.5",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+        ]
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = proc.stdout.split("threads (")[0]  # the table, before the per-thread lines
