@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
@@ -127,7 +128,7 @@ def columns_fit_their_cells(table: DataTable[Any]) -> bool:
     )
 
 
-def screen_shows(app: ViewerApp, text: str) -> bool:
+def screen_shows(app: App[Any], text: str) -> bool:
     """Whether a capture taken now shows ``text``: a DataTable that has measured its rows can
     still be drawn from lines cut to the old widths until its next refresh, which four suites
     on two cores delayed past one ``pilot.pause()``."""
