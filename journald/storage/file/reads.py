@@ -64,6 +64,7 @@ from journald.storage.file.stream import (
     UNREAD,
     RewrittenWhileRead,
     check_sealed,
+    read_suffix,
     sealed_lines,
     sealed_whole,
     skip_to,
@@ -215,13 +216,15 @@ class FileReads:
                 self._tails.popitem(last=False)
 
     def snapshot(
-        self, run_id: str, from_seq: int, budget: ReadBudget | None = None
-    ) -> tuple[Manifest, Files, int, str]:
+        self, run_id: str, from_seq: int, budget: ReadBudget | None = None, whole: bool = False
+    ) -> tuple[Manifest, Files, int, str, int]:
         """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
         the active segment without its torn tail) and the chain state before the first. The
         sealed segments it does not read pass the structural check (``sealed_problem``: a
         stat against their manifest entries; the walk checks the others line by line).
-        ``budget``: the scrubber's paced reads."""
+        ``budget``: the scrubber's paced reads. The last figure: 0, or the seq of the active
+        segment's first line in ``files`` when only its end was read (``read_suffix``: a read
+        from a seq near its end; ``whole``: never)."""
         read = budget.read_file if budget is not None else read_file
         run_dir = self.run_dir(run_id)
         path = os.path.join(run_dir, JOURNAL)
@@ -239,6 +242,7 @@ class FileReads:
                     raise missing_active(run_id, path, m)
                 files: Files = []
                 start_seq, start_hash = 0, GENESIS
+                suffix_seq = 0
                 if m.pending:
                     staged = os.path.join(run_dir, m.pending)
                     try:
@@ -266,6 +270,7 @@ class FileReads:
                         self.segment_opens += 1
                         files.append((seg, data, s))
                     active = b""
+                    base = suffix_seq = 0  # the active segment read from its line of that seq
                     if afd is not None:
                         st = os.fstat(afd)
                         same = bool(segs) and any(
@@ -273,20 +278,32 @@ class FileReads:
                             for s_st in _stat_last(run_dir, segs)
                         )
                         if not same:
-                            with os.fdopen(os.dup(afd), "rb") as f:
-                                active = f.read()
+                            a_seq = m.active_start()[0]
+                            if (
+                                budget is None
+                                and not whole
+                                and idx == len(segs)
+                                and from_seq - 1 > a_seq + 1
+                                and not any(a.after_seq >= a_seq for a in m.anchors)
+                            ):
+                                base, active, suffix_seq = read_suffix(
+                                    afd, st.st_size, from_seq - 1
+                                )
+                            if not suffix_seq:
+                                with os.fdopen(os.dup(afd), "rb") as f:
+                                    active = f.read()
                             if budget is not None:
                                 budget.spend(len(active))
                             if not _still_at(path, st):
                                 continue  # sealed and replaced since it was opened: again
-                    files.append((path, active[: tail_end(active)], None))
+                    files.append((path, active[: tail_end(active, base)], None))
                 walked = {os.path.basename(n) for n, _, i in files if i is not None}
                 problem = None if m.pending else sealed_problem(run_id, run_dir, m, walked)
                 again = read_manifest(run_dir, run_id) or Manifest()
                 if again.generation == m.generation:
                     if problem is not None:
                         raise problem
-                    return m, files, start_seq, start_hash
+                    return m, files, start_seq, start_hash, suffix_seq
             finally:
                 if afd is not None:
                     self.disk.close(afd)
@@ -323,7 +340,18 @@ class FileReads:
         ``from_seq`` as its line is checked (a chunk of a sealed segment in memory at a time),
         then the checks of the whole run (listing floor, segments against the manifest)."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
-        m, files, start_seq, start_hash = self.snapshot(run_id, from_seq, budget)
+        m, files, start_seq, start_hash, suffix_seq = self.snapshot(run_id, from_seq, budget)
+        before = 0  # lines of the first file not in this read (only its end was read)
+        if suffix_seq:
+            first = files[0]
+            skip, rest, s_seq, s_hash = skip_to(m, first, from_seq, suffix_seq - 1, "")
+            if skip:
+                before = suffix_seq - start_seq - 1
+                files[0] = (first[0], rest, None)
+                start_seq, start_hash = s_seq, s_hash
+            else:  # not the line its seq says: the whole segment, walked as before
+                m, files, start_seq, start_hash, _ = self.snapshot(run_id, from_seq, whole=True)
+            del first, rest
         yield m, files
         sizes: dict[str, int] = {}
 
@@ -345,7 +373,10 @@ class FileReads:
             return file_lines(name, data_of(name, data, info))
 
         skip = 0
-        if where is None and from_seq > 1:  # the first file whole, to start inside it
+        if before:  # started inside it already: the line after that of seq from_seq - 1
+            skip = 1
+            head = file_lines(files[0][0], files[0][1], before + skip + 1)
+        elif where is None and from_seq > 1:  # the first file whole, to start inside it
             first = (files[0][0], data_of(*files[0]), files[0][2])
             skip, rest, start_seq, start_hash = skip_to(m, first, from_seq, start_seq, start_hash)
             head = file_lines(files[0][0], rest, skip + 1)
@@ -358,7 +389,7 @@ class FileReads:
         reader = self.chain(run_id, m, lines, start_seq, start_hash)
         first_info = files[0][2]
         if skip:
-            reader.pos = Line(files[0][0], skip, b"")
+            reader.pos = Line(files[0][0], before + skip, b"")
         elif first_info is not None and start_seq:
             prev = m.segments[m.segments.index(first_info) - 1]
             reader.pos = Line(self.seg_path(run_id, prev.file), prev.records, b"")
