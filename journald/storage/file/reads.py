@@ -319,11 +319,12 @@ class FileReads:
         where: dict[int, Line] | None = None,
         budget: ReadBudget | None = None,
         digests: dict[str, str] | None = None,
+        whole: bool = False,
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
         filled with the line each record was read from, and no line is skipped."""
         out: Records = []
-        walk = self.walk(run_id, from_seq, where, budget, digests)
+        walk = self.walk(run_id, from_seq, where, budget, digests, whole)
         m, files = next(walk)  # type: ignore[misc]
         out.extend(walk)  # type: ignore[arg-type]
         return m, files, out
@@ -335,12 +336,13 @@ class FileReads:
         where: dict[int, Line] | None = None,
         budget: ReadBudget | None = None,
         digests: dict[str, str] | None = None,
+        whole: bool = False,
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
         """``iter_checked`` a record at a time: (manifest, files), then each record from
         ``from_seq`` as its line is checked (a chunk of a sealed segment in memory at a time),
         then the checks of the whole run (listing floor, segments against the manifest)."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
-        m, files, start_seq, start_hash, suffix_seq = self.snapshot(run_id, from_seq, budget)
+        m, files, start_seq, start_hash, suffix_seq = self.snapshot(run_id, from_seq, budget, whole)
         before = 0  # lines of the first file not in this read (only its end was read)
         if suffix_seq:
             first = files[0]
@@ -450,7 +452,7 @@ class FileReads:
         return _stored(run_id, Line(path, 1, first.rstrip(b"\n")), 1)
 
     def info(self, run_id: str) -> RunInfo:
-        m, files, _ = self.iter_checked(run_id, 1 << 62)
+        m, files, _ = self.iter_checked(run_id, 1 << 62, whole=True)  # it counts the lines
         active_name, active, _ = files[-1]
         lines, _ = split_complete(active)  # the walk refused anything else
         last = first = None
