@@ -9,7 +9,9 @@ Format, layout and recovery rules: docs/design.md#file-backend (reads take no lo
   found there must carry that seq and its ``prev`` must be the hash of the line before it,
   else the whole segment is walked as before (so a damaged segment is reported as before).
   Like the earlier segments such a read never opens, the lines it skips are not checked by
-  it; a read from seq 1 (the fold of Open or Fold, Verify) walks and checks everything.
+  it; a read from seq 1 (the fold of Open or Fold, Verify) walks and checks everything. A
+  read from a seq in the active segment (no anchor inside it) reads only its end
+  (``read_suffix``: backwards from the end to the line before that seq), checked the same.
 * **An open right after a read** (``Open`` folds the run, checks its gates, then opens it
   for append): a read that walked the whole active segment leaves what an open needs of it
   (``ActiveTail``: its figures, first and last record) with the manifest it was read under

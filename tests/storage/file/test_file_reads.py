@@ -342,3 +342,15 @@ async def test_a_read_from_near_the_end_of_the_active_segment_still_refuses_a_re
     assert err.value.metadata["seq"] == str(line_no)
     assert err.value.metadata["line"] == str(line_no)
     assert err.value.metadata["file"].endswith(JOURNAL)
+
+
+@pytest.mark.parametrize("torn", [b'{"seq":3001,"ki', b"\0" * 700])
+async def test_a_read_from_near_the_end_of_the_active_segment_skips_its_torn_tail(
+    tmp_path: Path, torn: bytes
+) -> None:
+    recs = long_user_run(3000)
+    store = await write_run(tmp_path, recs, batch=500, segment_max_records=10_000)
+    with run_path(tmp_path).open("ab") as f:
+        f.write(torn)  # a write cut by a kill, or sectors a power cut left zeroed
+    got = await store.load(RUN, 2991)
+    assert [r.raw for r in got] == [r.raw for r in recs[2990:]]
