@@ -9,7 +9,9 @@ Format, layout and recovery rules: docs/design.md#file-backend (reads take no lo
   found there must carry that seq and its ``prev`` must be the hash of the line before it,
   else the whole segment is walked as before (so a damaged segment is reported as before).
   Like the earlier segments such a read never opens, the lines it skips are not checked by
-  it; a read from seq 1 (the fold of Open or Fold, Verify) walks and checks everything.
+  it; a read from seq 1 (the fold of Open or Fold, Verify) walks and checks everything. A
+  read from a seq in the active segment (no anchor inside it) reads only its end
+  (``read_suffix``: backwards from the end to the line before that seq), checked the same.
 * **An open right after a read** (``Open`` folds the run, checks its gates, then opens it
   for append): a read that walked the whole active segment leaves what an open needs of it
   (``ActiveTail``: its figures, first and last record) with the manifest it was read under
@@ -64,6 +66,7 @@ from journald.storage.file.stream import (
     UNREAD,
     RewrittenWhileRead,
     check_sealed,
+    read_suffix,
     sealed_lines,
     sealed_whole,
     skip_to,
@@ -215,13 +218,15 @@ class FileReads:
                 self._tails.popitem(last=False)
 
     def snapshot(
-        self, run_id: str, from_seq: int, budget: ReadBudget | None = None
-    ) -> tuple[Manifest, Files, int, str]:
+        self, run_id: str, from_seq: int, budget: ReadBudget | None = None, whole: bool = False
+    ) -> tuple[Manifest, Files, int, str, int]:
         """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
         the active segment without its torn tail) and the chain state before the first. The
         sealed segments it does not read pass the structural check (``sealed_problem``: a
         stat against their manifest entries; the walk checks the others line by line).
-        ``budget``: the scrubber's paced reads."""
+        ``budget``: the scrubber's paced reads. The last figure: 0, or the seq of the active
+        segment's first line in ``files`` when only its end was read (``read_suffix``: a read
+        from a seq near its end; ``whole``: never)."""
         read = budget.read_file if budget is not None else read_file
         run_dir = self.run_dir(run_id)
         path = os.path.join(run_dir, JOURNAL)
@@ -239,6 +244,7 @@ class FileReads:
                     raise missing_active(run_id, path, m)
                 files: Files = []
                 start_seq, start_hash = 0, GENESIS
+                suffix_seq = 0
                 if m.pending:
                     staged = os.path.join(run_dir, m.pending)
                     try:
@@ -266,6 +272,7 @@ class FileReads:
                         self.segment_opens += 1
                         files.append((seg, data, s))
                     active = b""
+                    base = suffix_seq = 0  # the active segment read from its line of that seq
                     if afd is not None:
                         st = os.fstat(afd)
                         same = bool(segs) and any(
@@ -273,20 +280,32 @@ class FileReads:
                             for s_st in _stat_last(run_dir, segs)
                         )
                         if not same:
-                            with os.fdopen(os.dup(afd), "rb") as f:
-                                active = f.read()
+                            a_seq = m.active_start()[0]
+                            if (
+                                budget is None
+                                and not whole
+                                and idx == len(segs)
+                                and from_seq - 1 > a_seq + 1
+                                and not any(a.after_seq >= a_seq for a in m.anchors)
+                            ):
+                                base, active, suffix_seq = read_suffix(
+                                    afd, st.st_size, from_seq - 1
+                                )
+                            if not suffix_seq:
+                                with os.fdopen(os.dup(afd), "rb") as f:
+                                    active = f.read()
                             if budget is not None:
                                 budget.spend(len(active))
                             if not _still_at(path, st):
                                 continue  # sealed and replaced since it was opened: again
-                    files.append((path, active[: tail_end(active)], None))
+                    files.append((path, active[: tail_end(active, base)], None))
                 walked = {os.path.basename(n) for n, _, i in files if i is not None}
                 problem = None if m.pending else sealed_problem(run_id, run_dir, m, walked)
                 again = read_manifest(run_dir, run_id) or Manifest()
                 if again.generation == m.generation:
                     if problem is not None:
                         raise problem
-                    return m, files, start_seq, start_hash
+                    return m, files, start_seq, start_hash, suffix_seq
             finally:
                 if afd is not None:
                     self.disk.close(afd)
@@ -302,11 +321,12 @@ class FileReads:
         where: dict[int, Line] | None = None,
         budget: ReadBudget | None = None,
         digests: dict[str, str] | None = None,
+        whole: bool = False,
     ) -> tuple[Manifest, Files, Records]:
         """Read and check a snapshot; records with seq >= ``from_seq``. ``where`` (verify):
         filled with the line each record was read from, and no line is skipped."""
         out: Records = []
-        walk = self.walk(run_id, from_seq, where, budget, digests)
+        walk = self.walk(run_id, from_seq, where, budget, digests, whole)
         m, files = next(walk)  # type: ignore[misc]
         out.extend(walk)  # type: ignore[arg-type]
         return m, files, out
@@ -318,12 +338,24 @@ class FileReads:
         where: dict[int, Line] | None = None,
         budget: ReadBudget | None = None,
         digests: dict[str, str] | None = None,
+        whole: bool = False,
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
         """``iter_checked`` a record at a time: (manifest, files), then each record from
         ``from_seq`` as its line is checked (a chunk of a sealed segment in memory at a time),
         then the checks of the whole run (listing floor, segments against the manifest)."""
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
-        m, files, start_seq, start_hash = self.snapshot(run_id, from_seq, budget)
+        m, files, start_seq, start_hash, suffix_seq = self.snapshot(run_id, from_seq, budget, whole)
+        before = 0  # lines of the first file not in this read (only its end was read)
+        if suffix_seq:
+            first = files[0]
+            skip, rest, s_seq, s_hash = skip_to(m, first, from_seq, suffix_seq - 1, "")
+            if skip:
+                before = suffix_seq - start_seq - 1
+                files[0] = (first[0], rest, None)
+                start_seq, start_hash = s_seq, s_hash
+            else:  # not the line its seq says: the whole segment, walked as before
+                m, files, start_seq, start_hash, _ = self.snapshot(run_id, from_seq, whole=True)
+            del first, rest
         yield m, files
         sizes: dict[str, int] = {}
 
@@ -345,7 +377,10 @@ class FileReads:
             return file_lines(name, data_of(name, data, info))
 
         skip = 0
-        if where is None and from_seq > 1:  # the first file whole, to start inside it
+        if before:  # started inside it already: the line after that of seq from_seq - 1
+            skip = 1
+            head = file_lines(files[0][0], files[0][1], before + skip + 1)
+        elif where is None and from_seq > 1:  # the first file whole, to start inside it
             first = (files[0][0], data_of(*files[0]), files[0][2])
             skip, rest, start_seq, start_hash = skip_to(m, first, from_seq, start_seq, start_hash)
             head = file_lines(files[0][0], rest, skip + 1)
@@ -358,7 +393,7 @@ class FileReads:
         reader = self.chain(run_id, m, lines, start_seq, start_hash)
         first_info = files[0][2]
         if skip:
-            reader.pos = Line(files[0][0], skip, b"")
+            reader.pos = Line(files[0][0], before + skip, b"")
         elif first_info is not None and start_seq:
             prev = m.segments[m.segments.index(first_info) - 1]
             reader.pos = Line(self.seg_path(run_id, prev.file), prev.records, b"")
@@ -419,7 +454,7 @@ class FileReads:
         return _stored(run_id, Line(path, 1, first.rstrip(b"\n")), 1)
 
     def info(self, run_id: str) -> RunInfo:
-        m, files, _ = self.iter_checked(run_id, 1 << 62)
+        m, files, _ = self.iter_checked(run_id, 1 << 62, whole=True)  # it counts the lines
         active_name, active, _ = files[-1]
         lines, _ = split_complete(active)  # the walk refused anything else
         last = first = None

@@ -259,8 +259,9 @@ def split_complete(data: bytes) -> tuple[list[bytes], int]:
     return (data[: end - 1].split(b"\n") if end else []), end
 
 
-def tail_end(data: bytes) -> int:
+def tail_end(data: bytes, base: int = 0) -> int:
     """How much of an active segment a reader walks; the bytes after it are a torn write.
+    ``base``: the file offset ``data`` starts at (a line start; sectors are file offsets).
 
     Torn means written after the last acknowledgement, as a crash leaves it: a kill leaves a
     prefix of the last write (``torn_prefix`` after the last newline), a power cut can leave
@@ -276,11 +277,12 @@ def tail_end(data: bytes) -> int:
         found = _NON_NUL.search(data, nul)
         run_end = found.start() if found else len(data)
         # a lone NUL inside the file is a changed byte, not a lost sector
-        lost = run_end == len(data) or (run_end % SECTOR == 0 and run_end - nul > 1)
+        lost = run_end == len(data) or ((base + run_end) % SECTOR == 0 and run_end - nul > 1)
         # a run of zeros longer than one byte is never one changed byte, so a whole record
         # (and checksum) before it is a write cut by a lost sector, not an acked line
         whole = run_end - nul > 1
-        if lost and (nul == start or nul % SECTOR == 0) and torn_prefix(data[start:nul], whole):
+        at_sector = (base + nul) % SECTOR == 0
+        if lost and (nul == start or at_sector) and torn_prefix(data[start:nul], whole):
             return start
         return len(data)
     last = data.rfind(b"\n") + 1

@@ -7,6 +7,7 @@ vanished because a prune or recovery rewrote the run meanwhile is ``backend_unav
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 
 from journald.core.errors import BackendUnavailable, JournaldError
@@ -140,3 +141,38 @@ def skip_to(
     if rec.seq != from_seq or rec.prev != sha256_hex(unframe(data[at : before_end - 1])[0]):
         return walk_all
     return k, data[before_end:], from_seq - 1, rec.prev
+
+
+TAIL_READ_BYTES = 64 * 1024  # a read from a seq near the active segment's end: its first try
+NO_SUFFIX = (0, b"", 0)
+
+
+def read_suffix(fd: int, size: int, before_seq: int) -> tuple[int, bytes, int]:
+    """For a read whose first record (``before_seq`` + 1) is near the end of the active
+    segment (open as ``fd``, ``size`` bytes, consecutive seqs): (offset, bytes from there to
+    the end, seq of the line there), the offset being the start of the line of seq
+    ``before_seq``, read backwards from the end in doubling pieces, so a read after a recent
+    snapshot costs the records after it, not the segment. ``NO_SUFFIX`` (read it whole, as
+    before) when the line is not found by its seq before the front of the file is reached,
+    or a line there is not a record: the whole walk then names any damage as it did."""
+    want = TAIL_READ_BYTES
+    while want < size:
+        at = size - want
+        data = os.pread(fd, size - at, at)
+        nl = data.find(b"\n")
+        end = data.find(b"\n", nl + 1)
+        if nl < 0 or end < 0:
+            want *= 2
+            continue
+        try:
+            seq = decode_stored(unframe(data[nl + 1 : end])[0]).seq
+        except JournaldError:
+            return NO_SUFFIX
+        if seq > before_seq:
+            want *= 2
+            continue
+        start = line_start(data[nl + 1 :], before_seq - seq)
+        if start < 0:
+            return NO_SUFFIX
+        return at + nl + 1 + start, data[nl + 1 + start :], before_seq
+    return NO_SUFFIX

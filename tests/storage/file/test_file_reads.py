@@ -296,3 +296,61 @@ async def test_a_batch_retried_right_after_an_open_is_acknowledged_as_duplicates
     ]
     assert loads == [20]
     await journal.close()
+
+
+def read_bytes_so_far() -> int:
+    """Bytes this process read through read(2)/pread(2) so far (``rchar``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def long_user_run(n: int) -> list[Record]:
+    b = JournalBuilder(RUN, prompt="the prompt")
+    for i in range(2, n + 1):
+        b.add("user", user_payload(f"u{i} " + "x" * 1000))
+    return b.records
+
+
+async def test_a_read_from_near_the_end_of_a_large_active_segment_reads_its_end_not_all_of_it(
+    tmp_path: Path,
+) -> None:
+    recs = long_user_run(3000)  # one active segment of ~3.2 MB
+    store = await write_run(tmp_path, recs, batch=500, segment_max_records=10_000)
+    assert await store.segments(RUN) == []
+    size = run_path(tmp_path).stat().st_size
+    for from_seq in (2991, 3000, 2001, 3):
+        before = read_bytes_so_far()
+        got = await store.load(RUN, from_seq)
+        read = read_bytes_so_far() - before
+        assert [r.raw for r in got] == [r.raw for r in recs[from_seq - 1 :]]
+        if from_seq > 2990:  # ~11 KB of records: the first 64 KiB try, the manifest, the listing
+            assert read < 128 * 1024 < size / 25, (from_seq, read, size)
+
+
+@pytest.mark.parametrize("line_no", [2992, 2995, 3000])
+async def test_a_read_from_near_the_end_of_the_active_segment_still_refuses_a_record_after_it(
+    tmp_path: Path, line_no: int
+) -> None:
+    recs = long_user_run(3000)
+    store = await write_run(tmp_path, recs, batch=500, segment_max_records=10_000)
+    alter(run_path(tmp_path), line_no, "whitespace added")
+    with pytest.raises(StoreCorrupted) as err:
+        await store.load(RUN, 2991)
+    # named at its own line and seq (lines of seq n: line n), as a whole read names it
+    assert err.value.metadata["seq"] == str(line_no)
+    assert err.value.metadata["line"] == str(line_no)
+    assert err.value.metadata["file"].endswith(JOURNAL)
+
+
+@pytest.mark.parametrize("torn", [b'{"seq":3001,"ki', b"\0" * 700])
+async def test_a_read_from_near_the_end_of_the_active_segment_skips_its_torn_tail(
+    tmp_path: Path, torn: bytes
+) -> None:
+    recs = long_user_run(3000)
+    store = await write_run(tmp_path, recs, batch=500, segment_max_records=10_000)
+    with run_path(tmp_path).open("ab") as f:
+        f.write(torn)  # a write cut by a kill, or sectors a power cut left zeroed
+    got = await store.load(RUN, 2991)
+    assert [r.raw for r in got] == [r.raw for r in recs[2990:]]
