@@ -544,9 +544,23 @@ class JetStreamLeases:
     def holds(self, run_id: str) -> bool:
         return run_id in self._held
 
+    def confirmed(self, run_id: str) -> bool:
+        """``confirm``'s answer when it needs no read and refuses nothing: this daemon holds
+        the run, its renewal is not overdue, and the current watch saw no change of the run's
+        entry since we took it. False: call ``confirm`` (it reads back, or raises)."""
+        revision = self._held.get(run_id)
+        return (
+            revision is not None
+            and self.valid()
+            and self._watch_current()
+            and self._latest.get(run_id, 0) <= revision
+        )
+
     async def confirm(self, run_id: str, doing: str) -> None:
         """Before a write: this daemon still holds the run at its revision (the fencing
         token) and its own renewal is not overdue."""
+        if self.confirmed(run_id):
+            return  # no change of the entry since we took it, and the watch is current
         revision = self._held.get(run_id)
         if revision is None:
             raise LeaseLost(
@@ -556,8 +570,6 @@ class JetStreamLeases:
             )
         if not self.valid():
             raise self._not_valid(run_id, doing)
-        if self._watch_current() and self._latest.get(run_id, 0) <= revision:
-            return  # no change of the entry since we took it, and the watch is current
         self.read_backs += 1
         now, entry = await self._entry(run_id)
         if now != revision:

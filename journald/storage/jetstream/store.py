@@ -155,6 +155,9 @@ class JetStreamJournal:
         self._store = store
         self._fence = fence
         self._nonce = secrets.token_hex(8)
+        self._subject_prefix = f"{store.prefix}.{run_id}."
+        self._run_subject = store.run_subject(run_id)
+        """The run's wildcard subject, the fence's scope (built once, not per publish)."""
         self.pipeline = AppendPipeline(
             run_id,
             last.seq if last else 0,
@@ -187,6 +190,19 @@ class JetStreamJournal:
     def msg_id(self, seq: int) -> str:
         return f"{self._nonce}.{seq}"
 
+    def subject(self, seq: int) -> str:
+        """``record_subject(run_id, seq)``, from the prefix this journal built once."""
+        return f"{self._subject_prefix}{seq}"
+
+    def fenced_headers(self, seq: int, fence: int) -> dict[str, str]:
+        """The headers of the fenced publish of the record at ``seq`` on ``fence``."""
+        return {
+            HDR_MSG_ID: f"{self._nonce}.{seq}",
+            HDR_WRITER: self._store.writer,
+            HDR_LAST_SUBJECT_SEQ: str(fence),
+            HDR_LAST_SUBJECT_SEQ_SUBJECT: self._run_subject,
+        }
+
     async def append(self, records: Sequence[Record]) -> list[AppendResult]:
         return await self.pipeline.append(records)
 
@@ -197,17 +213,24 @@ class JetStreamJournal:
         """Publish one group, fenced on the run's last stream sequence; the fence moves only
         once every record of it is acknowledged."""
         fence = self._fence
-        leases = self._store.leases
-        if leases is not None:  # the run's lease entry still carries our revision
+        store = self._store
+        leases = store.leases
+        # the run's lease entry still carries our revision (awaited only when the watch
+        # cannot tell: a coroutine per append costs more than the check itself)
+        if leases is not None and not leases.confirmed(self.run_id):
             await leases.confirm(self.run_id, f"appending seq {new[0].seq}")
         if failpoints.ARMED:
             failpoints.hit("before_write")
-        batch_fence = await self._store._publish_atomic(self, new, fence)
+        batch_fence = (
+            await store._publish_atomic(self, new, fence)
+            if store.atomic_batches and len(new) > 1
+            else None
+        )
         if batch_fence is not None:
             fence = batch_fence
         else:
             for rec in new:
-                fence = await self._store._publish(self, rec, fence)
+                fence = await store._publish(self, rec, fence)
         if failpoints.ARMED:
             failpoints.hit("after_fsync_before_advance")
         self._fence = fence
@@ -446,32 +469,41 @@ class JetStreamStore:
                     metadata={"seq": rec.seq, "limit": self.max_record_bytes},
                 )
 
+    async def _stored_ack(self, subject: str, data: bytes, headers: dict[str, str]) -> Any:
+        """Publish and wait for the stream's PubAck (parsed JSON), raising what nats-py's
+        ``js.publish`` raises (``NoStreamResponseError``, ``APIError`` for an error answer)
+        without building its ``PubAck`` object: the fields read here are two."""
+        try:
+            reply = await self._nc.request(
+                subject, data, timeout=self.ack_timeout_s, headers=headers
+            )
+        except nats.errors.NoRespondersError:
+            raise nats.js.errors.NoStreamResponseError from None
+        ack = json.loads(reply.data)
+        if "error" in ack:
+            raise nats.js.errors.APIError.from_error(ack["error"])
+        return ack
+
     async def _publish(self, journal: JetStreamJournal, rec: Record, fence: int) -> int:
         """Publish one record fenced on ``fence``; return the new fence (its stream seq)."""
         run_id = journal.run_id
-        subject = self.record_subject(run_id, rec.seq)
+        subject = journal.subject(rec.seq)
         msg_id = journal.msg_id(rec.seq)
-        headers = {
-            HDR_MSG_ID: msg_id,
-            HDR_WRITER: self.writer,
-            HDR_LAST_SUBJECT_SEQ: str(fence),
-            HDR_LAST_SUBJECT_SEQ_SUBJECT: self.run_subject(run_id),
-        }
         deadline = time.monotonic() + self.retry_window_s
         delay = 0.05
         with appending(self.scope, run_id, rec.seq):
             while True:
                 try:
-                    ack = await self._js.publish(
-                        subject, rec.raw, timeout=self.ack_timeout_s, headers=dict(headers)
+                    ack = await self._stored_ack(
+                        subject, rec.raw, journal.fenced_headers(rec.seq, fence)
                     )
-                    if ack.stream != self.stream:
+                    if ack.get("stream") != self.stream:
                         raise StoreCorrupted(
-                            f"subject {subject} was stored by stream {ack.stream}, not "
+                            f"subject {subject} was stored by stream {ack.get('stream')}, not "
                             f"{self.stream}; two streams overlap on the journald prefix",
                             metadata={"subject": subject},
                         )
-                    return int(ack.seq)
+                    return int(ack["seq"])
                 except nats.js.errors.APIError as exc:  # the fence refused it, or no leader
                     code = getattr(exc, "err_code", None)
                     if code in (WRONG_LAST_SEQUENCE, MAX_MSGS_PER_SUBJECT_EXCEEDED):

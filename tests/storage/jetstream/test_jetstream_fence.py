@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import nats
@@ -107,6 +108,42 @@ async def test_record_bodies_are_the_canonical_bytes_on_one_subject_each_with_fe
             assert msg.headers["Nats-Expected-Last-Subject-Sequence-Subject"] == (
                 f"{prefix}.raw-run.*"
             )
+    finally:
+        await nc.close()
+
+
+async def test_two_runs_appends_in_flight_at_once_are_each_fenced_on_their_own_run(
+    two_hosts: tuple[JetStreamStore, JetStreamStore, str, str],
+) -> None:
+    a, b, url, prefix = two_hosts
+    one, two = run_records("run-one"), run_records("run-two")
+    j1, j2 = await a.create(one.records[0]), await a.create(two.records[0])
+    for k in range(1, 4):  # both runs' publishes out before either's ack is awaited
+        await asyncio.gather(j1.append([one.records[k]]), j2.append([two.records[k]]))
+    assert (j1.last_seq, j2.last_seq) == (4, 4)
+    # another host moves run-two on: a's next write there is refused, run-one's still lands
+    jb = await b.open("run-two")
+    await jb.append([two.records[4]])
+    got = await asyncio.gather(
+        j1.append([one.records[4]]), j2.append([two.records[4]]), return_exceptions=True
+    )
+    landed, refused = got
+    assert not isinstance(landed, BaseException)
+    assert [r.seq for r in landed] == [5]
+    assert isinstance(refused, Locked)
+    assert "host-b pid 2 wrote seq 5" in refused.message
+    assert (j1.last_seq, j2.last_seq) == (5, 4)
+    nc = await nats.connect(url)
+    try:
+        jsm = nc.jsm()
+        for run_id, src in (("run-one", one), ("run-two", two)):
+            for rec in src.records[:5]:
+                msg = await jsm.get_msg(a.stream, subject=f"{prefix}.{run_id}.{rec.seq}")
+                assert msg.data == rec.raw  # run-two's seq 5: host b's copy, the same bytes
+                assert msg.headers is not None
+                assert msg.headers["Nats-Expected-Last-Subject-Sequence-Subject"] == (
+                    f"{prefix}.{run_id}.*"
+                )
     finally:
         await nc.close()
 
