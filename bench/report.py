@@ -658,7 +658,7 @@ def write(res: dict[str, Any], out: Path) -> Path:
     path = out / "benchmarks.md"
     text = markdown(res, images)
     before = path.read_text() if path.exists() else ""
-    for heading in KEPT_SECTIONS:
+    for heading in kept_headings(before, text):
         kept = kept_section(before, heading)
         if kept:  # measured by its own script, not by this run; a full run keeps it
             text = text.rstrip("\n") + "\n\n" + kept
@@ -670,6 +670,18 @@ ADAPTERS_SECTION = "## Framework adapters (bench/bench_adapters.py)"
 SCRUB_SECTION = "## Background scrubber"  # bench/scrub.py
 CPU_SECTION = "## Daemon CPU per record"  # bench/cpu_per_record.py
 KEPT_SECTIONS = (ADAPTERS_SECTION, SCRUB_SECTION, CPU_SECTION)
+
+
+def kept_headings(before: str, generated: str) -> list[str]:
+    """The ``## `` headings of the report before that this run did not write, in their order:
+    sections measured by their own scripts (``KEPT_SECTIONS`` among them), which a full run
+    must not drop."""
+    ours = {line for line in generated.splitlines() if line.startswith("## ")}
+    out: list[str] = []
+    for line in before.splitlines():
+        if line.startswith("## ") and line not in ours and line not in out:
+            out.append(line)
+    return out
 
 
 def kept_section(text: str, heading: str) -> str:

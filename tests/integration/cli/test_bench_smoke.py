@@ -134,3 +134,14 @@ def test_every_unary_ablation_patch_still_finds_what_it_replaces() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "patched" in proc.stdout
+
+
+def test_a_full_report_keeps_every_section_a_script_of_its_own_measured() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from report import kept_headings
+
+    before = "# old\n\n## Goals\nold\n\n## Long runs (bench/x.py)\nrows\n\n## Viewer\nv\n"
+    generated = "# new\n\n## Goals\nnew\n"
+    # the run's own sections are rewritten; the others are kept, in their order
+    assert kept_headings(before, generated) == ["## Long runs (bench/x.py)", "## Viewer"]
+    assert kept_headings("", generated) == []
