@@ -81,7 +81,7 @@ async def write_shaped(
     return store
 
 
-@settings(max_examples=scaled(60), deadline=None)
+@settings(max_examples=scaled(120), deadline=None)
 @given(
     n_before=st.integers(2, 60),
     pruned=st.booleans(),
