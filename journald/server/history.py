@@ -4,8 +4,10 @@
 * ``UNSPECIFIED`` (the cleaned-up view): the governed, paired messages; a page reads the run's
   view index and the view pages it returns (``journald.core.view_index``), or, while no index
   serves the run, is derived from every page once per state and kept while a client pages;
-* ``STATE``: the fold's own messages; on a run no lease holds, a page is folded from the newest
-  saved fold mark before it, so a tail page reads only the last segments;
+* ``STATE``: the fold's own messages; on a run no lease holds, a page reads the pages holding
+  it from the dormant state when that costs no fold from seq 1 (kept, or folded from a fold
+  snapshot that matches), else it is folded from the newest saved fold mark before it, so a
+  tail page reads only the last segments;
 * ``GOVERNED``: what governance would send a model (the same view pages, then the tail and
   the open turn).
 """
@@ -68,18 +70,20 @@ class HistoryRpcs:
         run_id: str,
         view: int = pb.HISTORY_VIEW_UNSPECIFIED,
         span: tuple[int, int] = (0, -1),
+        dormant: tuple[Any, RunState] | None = None,
     ) -> Conversation:
         """The message list History pages (``view``) with the seq it reflects and the open
         turn: from the lease's cached state when held, else from the dormant fold. The stored
         view reads only the pages holding messages ``span`` (``[start, end)``, -1: the end;
         indexes outside it are not loaded), the others only the view pages holding them
-        while the run's view index serves it (else they derive from every page)."""
+        while the run's view index serves it (else they derive from every page).
+        ``dormant``: the dormant state, when the caller has it already."""
         lease = self.runs.leases.held(run_id)
         if lease is not None:
             st = lease.state
             key: Any = (lease.lease_id, st.last_seq, st.last_hash)
         else:
-            key, st = await self.runs.dormant_state(run_id)
+            key, st = dormant if dormant is not None else await self.runs.dormant_state(run_id)
         pending = st.pending.copy() if st.pending is not None else None
         if view == pb.HISTORY_VIEW_STATE:
             start, end = span
@@ -137,6 +141,20 @@ class HistoryRpcs:
             return governance.governed_messages(whole)[0]
         return governed(whole.messages)
 
+    async def _stored_tail(
+        self, run_id: str, offset: int, limit: int
+    ) -> tuple[tuple[Any, RunState] | None, tuple[Page, Window] | None]:
+        """What a stored-view page of a dormant run starts from: the dormant state when it
+        costs no fold from seq 1 (kept, or folded from a matching snapshot: the page then
+        reads the snapshot, the records after it and the pages under the page, whatever the
+        run's length), else a page folded from a fold mark (``_tail_page``: the records from
+        the mark to the end, up to ``MARK_EVERY`` of them and the segment they are in), else
+        neither (the caller folds the run)."""
+        dormant = await self.runs.snapshot_state(run_id)
+        if dormant is not None:
+            return dormant, None
+        return None, await self._tail_page(run_id, offset, limit)
+
     async def _tail_page(self, run_id: str, offset: int, limit: int) -> tuple[Page, Window] | None:
         """A page folded from the newest usable fold mark before it: reads only the segments
         from that mark's seq to the end. None when no mark serves (the caller reads the
@@ -172,16 +190,16 @@ class HistoryRpcs:
         view = request.view
         if request.at_seq or request.at_time:
             return await self._at(request, context)
-        tail = None
+        tail = dormant = None
         # fold marks count the fold's own messages: they serve the stored view alone (the
         # cleaned-up and governed views can drop and merge messages, so their indexes differ)
         if view == pb.HISTORY_VIEW_STATE and self.runs.leases.held(run_id) is None:
-            tail = await self._tail_page(run_id, request.offset, request.limit)
+            dormant, tail = await self._stored_tail(run_id, request.offset, request.limit)
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
             end = span_end(request.offset, request.limit)
-            conv = await self.conversation(run_id, view, (request.offset, end))
+            conv = await self.conversation(run_id, view, (request.offset, end), dormant)
             p = page(conv.messages, request.offset, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
         return self._answer(run_id, p, last_seq, pending)
@@ -207,14 +225,15 @@ class HistoryRpcs:
         # the run is idle) is the cheaper read
         last = (await self.runs.store.info(run_id)).last_seq
         near_end = last - found.record.seq <= SEEK_TAIL_RECORDS
-        tail = None
+        tail = dormant = None
         if near_end and not held:
-            tail = await self._tail_page(run_id, found.index, request.limit)
+            dormant, tail = await self._stored_tail(run_id, found.index, request.limit)
         if tail is not None:
             p, last_seq, pending = tail[0], tail[1].last_seq, tail[1].pending
         else:
             end = span_end(found.index, request.limit)
-            conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE, (found.index, end))
+            span = (found.index, end)
+            conv = await self.conversation(run_id, pb.HISTORY_VIEW_STATE, span, dormant)
             p = page(conv.messages, found.index, request.limit)
             last_seq, pending = conv.last_seq, conv.pending
         in_page = p.messages if p.offset <= found.index < p.next_offset else []

@@ -48,7 +48,7 @@ from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.pages import PageStore, paged_checkpoints
 from journald.storage.view_pages import ViewPages
-from journald.writer.folding import fold_stored
+from journald.writer.folding import fold_from_snapshot, fold_stored
 from journald.writer.gate import Gate
 from journald.writer.marks import FoldMarks
 from journald.writer.run_writer import Acquire, Parts, Warnings, acquire
@@ -237,6 +237,17 @@ class Runs:
         folded every time). The key is what ``Store.info`` reports, so any append, prune or
         re-creation changes it. Writes nothing; refused while the scrubber's finding of
         damage holds (docs/design.md#scrubbing)."""
+        got = await self._dormant_state(run_id, full=True)
+        assert got is not None  # a full fold answers or raises
+        return got
+
+    async def snapshot_state(self, run_id: str) -> tuple[Any, RunState] | None:
+        """``dormant_state`` when it costs no fold from seq 1: kept, or folded from a fold
+        snapshot that still matches the run; None otherwise (no snapshot, or one the run no
+        longer matches), for a read that has a cheaper way than the full fold."""
+        return await self._dormant_state(run_id, full=False)
+
+    async def _dormant_state(self, run_id: str, full: bool) -> tuple[Any, RunState] | None:
         await self.scrubs.refuse_if_damaged(run_id)
         key = None
         try:
@@ -251,7 +262,15 @@ class Runs:
         # a read writes nothing: the run's index (fold marks, snapshot) is taken when a
         # writer (a lease, the daemon's own) folds it and saved when it ends
         snapshot = await self.marks.load_snapshot(run_id)
-        st = await fold_stored(self.store, run_id, None, snapshot, self.pages)
+        if full:
+            st = await fold_stored(self.store, run_id, None, snapshot, self.pages)
+        elif snapshot is None:
+            return None
+        else:
+            after = await fold_from_snapshot(self.store, run_id, snapshot, self.pages)
+            if after is None:
+                return None
+            st = after
         if key is not None:
             self._dormant.put(run_id, key, st, stored_bytes(key))
         return key, st

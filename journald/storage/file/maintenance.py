@@ -30,7 +30,7 @@ from journald.core.records import GENESIS, Record, decode, make_record, sha256_h
 from journald.core.schema import validate_record
 from journald.storage.base import QuarantineReport, RecordCheck, RepairReport
 from journald.storage.file.journal import unique_path
-from journald.storage.file.reads import listed_last_seq
+from journald.storage.file.run_info import listed_last_seq
 from journald.storage.file.segments import (
     BROKEN,
     DIR_MODE,

@@ -39,27 +39,39 @@ from journald.core.errors import (
     StoreCorrupted,
     VersionUnsupported,
 )
-from journald.core.records import GENESIS, Record, decode, sha256_hex, validate_id
+from journald.core.records import (
+    GENESIS,
+    Record,
+    sha256_hex,
+    validate_id,
+)
 from journald.storage.base import RunInfo, VerifyReport
+from journald.storage.file import run_info
 from journald.storage.file.errors import data_dir_gone, vanished
 from journald.storage.file.journal import RECENT, RECENT_BYTES, SegmentStats, read_file
+from journald.storage.file.run_info import (
+    Facts,
+    file_facts,
+    listed_last_seq,
+    stat_last,
+    still_at,
+    stored_record,
+)
 from journald.storage.file.segments import (
     JOURNAL,
+    MANIFEST,
     META_CACHE,
     SEGMENTS,
     ChainReader,
     Line,
     Manifest,
     SegmentInfo,
-    checksum_ok,
     corrupted,
     file_lines,
     message_count,
     read_manifest,
     sealed_problem,
-    split_complete,
     tail_end,
-    unframe,
 )
 from journald.storage.file.stream import (
     MISSING,
@@ -71,7 +83,7 @@ from journald.storage.file.stream import (
     sealed_whole,
     skip_to,
 )
-from journald.storage.info import corrupted_info, run_info_from
+from journald.storage.info import corrupted_info
 from journald.storage.io_pool import yield_to_foreground
 from journald.storage.scrub_budget import ReadBudget
 from journald.storage.seam import Disk
@@ -163,6 +175,7 @@ class FileReads:
         """Sealed segment files opened by reads (lets tests prove paging reads the tail)."""
         self._tails: OrderedDict[str, ActiveTail] = OrderedDict()
         self._tails_lock = threading.Lock()  # reads run on worker threads
+        self._damage = run_info.DamageSeen()  # what reads met: List and info show it
 
     def run_dir(self, run_id: str) -> str:
         return os.path.join(self.sessions_dir, validate_id(run_id))
@@ -277,7 +290,7 @@ class FileReads:
                         st = os.fstat(afd)
                         same = bool(segs) and any(
                             st.st_ino == s_st.st_ino and st.st_dev == s_st.st_dev
-                            for s_st in _stat_last(run_dir, segs)
+                            for s_st in stat_last(run_dir, segs)
                         )
                         if not same:
                             a_seq = m.active_start()[0]
@@ -296,7 +309,7 @@ class FileReads:
                                     active = f.read()
                             if budget is not None:
                                 budget.spend(len(active))
-                            if not _still_at(path, st):
+                            if not still_at(path, st):
                                 continue  # sealed and replaced since it was opened: again
                     files.append((path, active[: tail_end(active, base)], None))
                 walked = {os.path.basename(n) for n, _, i in files if i is not None}
@@ -342,7 +355,24 @@ class FileReads:
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
         """``iter_checked`` a record at a time: (manifest, files), then each record from
         ``from_seq`` as its line is checked (a chunk of a sealed segment in memory at a time),
-        then the checks of the whole run (listing floor, segments against the manifest)."""
+        then the checks of the whole run (listing floor, segments against the manifest).
+        Damage it meets is remembered for ``List`` and ``info`` (``saw_damage``)."""
+        manifest = file_facts(os.path.join(self.run_dir(run_id), MANIFEST))
+        try:
+            yield from self._walk(run_id, from_seq, where, budget, digests, whole)
+        except StoreCorrupted as exc:
+            self.saw_damage(run_id, manifest, exc)
+            raise
+
+    def _walk(
+        self,
+        run_id: str,
+        from_seq: int,
+        where: dict[int, Line] | None,
+        budget: ReadBudget | None,
+        digests: dict[str, str] | None,
+        whole: bool,
+    ) -> Generator[Record | tuple[Manifest, Files], None, None]:
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
         m, files, start_seq, start_hash, suffix_seq = self.snapshot(run_id, from_seq, budget, whole)
         before = 0  # lines of the first file not in this read (only its end was read)
@@ -451,39 +481,30 @@ class FileReads:
     def first_record(self, run_id: str, path: str) -> Record:
         with open(path, "rb") as f:
             first = f.readline()
-        return _stored(run_id, Line(path, 1, first.rstrip(b"\n")), 1)
+        return stored_record(run_id, Line(path, 1, first.rstrip(b"\n")), 1)
 
     def info(self, run_id: str) -> RunInfo:
-        m, files, _ = self.iter_checked(run_id, 1 << 62, whole=True)  # it counts the lines
-        active_name, active, _ = files[-1]
-        lines, _ = split_complete(active)  # the walk refused anything else
-        last = first = None
-        if lines:
-            last = _stored(run_id, Line(active_name, len(lines), lines[-1]), 0)
-            if m.pending or not m.segments:
-                first = _stored(run_id, Line(active_name, 1, lines[0]), 1)
-        if m.segments and not m.pending:
-            try:
-                first = self.first_record(run_id, self.seg_path(run_id, m.segments[0].file))
-                if last is None:
-                    s = m.segments[-1]
-                    seg = self.seg_path(run_id, s.file)
-                    last = _stored(
-                        run_id,
-                        Line(seg, s.records, split_complete(self.disk.read(seg))[0][-1]),
-                        s.last_seq,
-                    )
-            except FileNotFoundError as exc:
-                raise StoreCorrupted(
-                    f"run {run_id}: segment {os.path.basename(str(exc.filename))} is listed in "
-                    "the manifest but missing; restore the run from a backup",
-                    metadata={"run_id": run_id, "file": str(exc.filename)},
-                ) from exc
-        if first is None or last is None:
-            raise self.not_found(run_id)
-        count = sum(s.records for s in m.segments) + len(lines)
-        size = sum(s.bytes for s in m.segments) + len(active)
-        return run_info_from(run_id, first, last, count, size)
+        """The run's listing figures (``journald.storage.file.run_info``): the damage a read
+        of this store met in files that have not changed since is raised again, else the
+        figures from the ends of the active segment when the run's shape allows, else from
+        the whole walk."""
+        seen = self.damage_seen(run_id)
+        if seen is not None:
+            raise seen
+        cheap = run_info.info_from_end(self, run_id)
+        return cheap if cheap is not None else run_info.info_whole(self, run_id)
+
+    def info_from_end(self, run_id: str) -> RunInfo | None:
+        return run_info.info_from_end(self, run_id)
+
+    def info_whole(self, run_id: str) -> RunInfo:
+        return run_info.info_whole(self, run_id)
+
+    def saw_damage(self, run_id: str, manifest: Facts, exc: StoreCorrupted) -> None:
+        self._damage.saw(self.run_dir(run_id), run_id, manifest, exc)
+
+    def damage_seen(self, run_id: str) -> StoreCorrupted | None:
+        return self._damage.seen(self.run_dir(run_id), run_id)
 
     def list(self) -> Infos:
         self.disk.step("before_run_list")
@@ -496,7 +517,8 @@ class FileReads:
             run_dir = os.path.join(self.sessions_dir, name)
             if not os.path.isdir(run_dir) or not has_records(run_dir):
                 continue
-            cached = _cached_info(run_dir)
+            seen = self.damage_seen(name)  # a read met damage in these very files
+            cached = corrupted_info(name, seen) if seen is not None else _cached_info(run_dir)
             if cached is None:
                 try:
                     cached = self.info(name)
@@ -620,19 +642,6 @@ class FileReads:
         return walk.report(len(m.segments) + 1)
 
 
-def listed_last_seq(run_dir: str) -> int:
-    """The last seq the run's listing cache (``meta.json``) recorded, 0 if none. The writer
-    writes it only after those records were acknowledged and only a prune or a recovery
-    (which keep the run's last seq or raise it) removes it, so however stale, the run still
-    holds that seq: a floor that notices acknowledged records gone missing."""
-    try:
-        obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
-        seq = obj["info"]["last_seq"]
-    except (OSError, ValueError, TypeError, KeyError):
-        return 0
-    return seq if type(seq) is int else 0
-
-
 def records_missing(run_id: str, name: str, last_seq: int, floor: int) -> StoreCorrupted:
     return corrupted(
         run_id,
@@ -651,35 +660,6 @@ def missing_active(run_id: str, path: str, m: Manifest) -> StoreCorrupted:
         "the active segment is missing (the manifest lists the run's sealed segments; the "
         "records after them were in this file)",
     )
-
-
-def _still_at(path: str, st: os.stat_result) -> bool:
-    """Whether ``path`` is still the file ``st`` describes (not replaced since)."""
-    try:
-        now = os.stat(path)
-    except FileNotFoundError:
-        return False
-    return (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev)
-
-
-def _stat_last(run_dir: str, segs: list[SegmentInfo]) -> list[os.stat_result]:
-    try:
-        return [os.stat(os.path.join(run_dir, SEGMENTS, segs[-1].file))]
-    except FileNotFoundError:
-        return []
-
-
-def _stored(run_id: str, line: Line, seq: int) -> Record:
-    """One stored line decoded and checked against its checksum, or ``StoreCorrupted`` naming
-    the run, the file, the line and ``seq`` (the seq expected there, 0 when unknown)."""
-    body, check = unframe(line.raw)
-    try:
-        rec = decode(body)
-    except JournaldError as exc:
-        raise corrupted(run_id, line, seq, f"not a valid record ({exc.message})") from None
-    if not checksum_ok(rec, check):
-        raise corrupted(run_id, line, seq or rec.seq, "the line's checksum does not match")
-    return rec
 
 
 def _cached_info(run_dir: str) -> RunInfo | None:

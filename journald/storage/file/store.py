@@ -49,10 +49,10 @@ from journald.storage.file.reads import (
     FileReads,
     Records,
     has_records,
-    listed_last_seq,
     missing_active,
     records_missing,
 )
+from journald.storage.file.run_info import listed_last_seq
 from journald.storage.file.segments import (
     DIR_MODE,
     FILE_MODE,

@@ -176,3 +176,20 @@ def read_suffix(fd: int, size: int, before_seq: int) -> tuple[int, bytes, int]:
             return NO_SUFFIX
         return at + nl + 1 + start, data[nl + 1 + start :], before_seq
     return NO_SUFFIX
+
+
+def read_end(fd: int, size: int, lines: int = 2) -> tuple[int, bytes]:
+    """The end of a segment file (open as ``fd``, ``size`` bytes) from a line start: (its
+    offset, the bytes from there to the end), read backwards in doubling pieces until the
+    bytes before any torn tail (``tail_end``, applied by the caller to what this returns)
+    hold ``lines`` complete lines or the front of the file is reached. What ``Store.info``
+    needs of an active segment whose seqs are consecutive: its last lines, not its middle."""
+    want = TAIL_READ_BYTES
+    while True:
+        at = max(0, size - want)
+        data = os.pread(fd, size - at, at)
+        start = 0 if at == 0 else data.find(b"\n") + 1
+        if at == 0 or (start and data.count(b"\n", start) > lines):
+            # one line more than asked for: the last may be a torn write the caller cuts
+            return at + start, data[start:]
+        want *= 2

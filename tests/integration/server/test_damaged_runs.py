@@ -248,3 +248,27 @@ def test_recover_on_a_backend_without_recovery_is_refused_as_unsupported(tmp_pat
         res = cli(d, "recover", "mem")
         assert res.returncode == 1
         assert res.stderr.startswith("journald: unsupported: run mem: the memory backend keeps")
+
+
+def test_damage_in_the_middle_of_a_large_active_segment_a_read_met_lists_the_run_corrupted(
+    tmp_path: Path,
+) -> None:
+    """The listing reads the ends of a large active segment (docs/design.md#recovery): damage
+    in its middle is listed once a read met it (here a Fold from seq 1), for as long as the
+    files stay as they were."""
+    data = tmp_path / "data"
+    recs = run_records("long-bad", turns=600)  # ~1,200 records, an active segment over 64 KiB
+    write_runs(data, {"long-bad": recs})
+    flip(data, "long-bad", line=600)
+    (data / "sessions" / "long-bad" / META_CACHE).unlink()
+    with Daemon(tmp_path, "file", data_dir=data) as d:
+        s = stub(d.target)
+        with pytest.raises(grpc.RpcError) as folded:
+            s.Fold(pb.FoldRequest(run_id="long-bad", omit_messages=True))
+        assert error_of(folded.value).code == "store_corrupted"
+        [row] = [r for r in s.List(pb.ListRequest()).runs if r.run_id == "long-bad"]
+        assert row.status == "corrupted"
+        assert f"{JOURNAL} line 601 (seq 601)" in row.error
+        with pytest.raises(grpc.RpcError) as paged:
+            s.History(pb.HistoryRequest(run_id="long-bad", view=pb.HISTORY_VIEW_STATE, limit=5))
+        assert error_of(paged.value).code == "store_corrupted"
