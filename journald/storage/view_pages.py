@@ -77,14 +77,17 @@ class ViewPages:
         while len(self._stored) > 4 * VIEW_INDEX_RUNS:
             self._stored.popitem(last=False)
 
-    async def saved(self, run_id: str, conversation: MessageLog) -> ViewIndex | None:
+    async def saved(
+        self, run_id: str, conversation: MessageLog, refs: Sequence[PageRef] | None = None
+    ) -> ViewIndex | None:
         """The run's saved index when it serves ``conversation`` (None: none, unreadable, or
         for other pages). Reads the fold pages holding the messages its carry names (the
         last page or two it covers)."""
         try:
             doc = await self.checkpoints.load_mark(run_id, VIEWS)
             obj = doc.get("index") if doc else None
-            refs = conversation.refs
+            if refs is None:
+                refs = await self.pages.all_refs(run_id, conversation)
             if not isinstance(obj, dict) or type(obj.get("pages")) is not int:
                 return None
             covered = refs[: obj["pages"]]
@@ -101,12 +104,14 @@ class ViewPages:
             log.debug("run %s: its view index is unreadable (%s)", run_id, exc)
             return None
 
-    async def _start(self, run_id: str, conversation: MessageLog) -> ViewIndex | None:
+    async def _start(
+        self, run_id: str, conversation: MessageLog, refs: Sequence[PageRef]
+    ) -> ViewIndex | None:
         """The longest index at hand (kept, then saved) that serves ``refs``."""
         kept = self._kept.get(run_id)
-        if kept is not None and kept.serves(conversation.refs):
+        if kept is not None and kept.serves(refs):
             return kept
-        return await self.saved(run_id, conversation)
+        return await self.saved(run_id, conversation, refs)
 
     async def _extend(
         self,
@@ -141,10 +146,10 @@ class ViewPages:
 
     async def serving(self, run_id: str, conversation: MessageLog) -> ViewIndex | None:
         """An index covering every page of ``conversation`` (see the module doc), or None."""
-        refs = conversation.refs
-        if not refs:
+        if not conversation.has_pages:
             return ViewIndex.empty()
-        start = await self._start(run_id, conversation)
+        refs = await self.pages.all_refs(run_id, conversation)
+        start = await self._start(run_id, conversation, refs)
         if start is None:
             return None
         index = await self._extend(run_id, start, refs, seal=False)
