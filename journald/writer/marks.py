@@ -39,6 +39,7 @@ from journald.core.snapshot import (
     snapshot_chunks,
     snapshot_pages,
 )
+from journald.core.view_index import FoldPages
 from journald.storage.checkpoint_base import SNAPSHOT, CheckpointStore
 from journald.storage.pages import PageStore
 from journald.storage.view_pages import ViewPages
@@ -244,16 +245,13 @@ class FoldMarks:
     async def _save_views(self, run_id: str, state: RunState, paged: Paged | None) -> None:
         """The views' page index over the pages the snapshot names (``paged``: the ones it
         cut now), less the last when its tail is empty (a read of the snapshot takes that
-        page back into the tail). A cache: a chunk that cannot be read skips it."""
-        assert self.pages is not None
+        page back into the tail). Reads no chunk but those from the saved index's boundary
+        on (docs/design.md#view-pages)."""
         assert self.views is not None
-        try:
-            refs = [*await self.pages.all_refs(run_id, state.messages)]
-        except StoreCorrupted as exc:
-            log.warning("run %s: its view index was not saved (%s)", run_id, exc)
-            return
-        if paged is None:
-            await self.views.save(run_id, refs)
-            return
-        refs.extend(paged.refs)
-        await self.views.save(run_id, refs if paged.tail else refs[:-1], paged.data)
+        conversation = state.messages.copy()  # the held state keeps its own tail
+        pages = None
+        if paged is not None and paged.refs:  # ``cut_open`` leaves two messages open
+            conversation.seal(paged.refs)
+        elif paged is not None and not paged.tail and conversation.has_pages:
+            pages = FoldPages.of(conversation).count - 1
+        await self.views.save(run_id, conversation, paged.data if paged else None, pages)
