@@ -21,7 +21,7 @@ from journald_client.pb import journal_pb2 as pb
 from journald.server.convert import fingerprint_to_pb
 from tests.builders import FP, TS, text
 from tests.daemon import Daemon
-from tests.integration.rpc import Lease, assistant_pb, blocks, stub
+from tests.integration.rpc import Lease, assistant_pb, blocks, stub, until_unlocked
 from tests.integration.server.test_damaged_runs import cli
 from tests.integration.server.test_scrub import FAST_SCRUB, NO_SCRUB, statuses
 from tests.waiting import wait_until
@@ -141,3 +141,19 @@ def test_a_missing_chunk_is_found_by_scrub_and_verify_and_recover_drops_the_snap
         assert cli(d, "recover", RUN).returncode == 0
         assert cli(d, "verify", RUN).returncode == 0
         assert reads(s) == pristine[1]  # folded from its records: the same conversation
+
+
+def test_delete_removes_the_runs_chunks_with_its_pages(
+    pristine: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    data = Path(shutil.copytree(pristine[0], tmp_path / "data"))
+    (data / "daemon.lock").unlink(missing_ok=True)
+    chunk = data / "sessions" / RUN / "attachments" / snapshot(data)["page_chunks"][0]["sha256"]
+    assert chunk.exists()
+    with Daemon(tmp_path, "file", *NO_SCRUB, data_dir=data) as d:
+        s = stub(d.target)
+        reads(s)  # a dormant read leaves the chunk where it is
+        assert chunk.exists()
+        assert until_unlocked(lambda: s.Delete(pb.DeleteRequest(run_id=RUN))).deleted
+    assert not chunk.exists()
+    assert not (data / "sessions" / RUN).exists()
