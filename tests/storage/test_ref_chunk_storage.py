@@ -177,3 +177,35 @@ async def test_a_missing_chunk_is_store_corrupted_naming_it_for_verify_a_read_an
     assert await s.pages.drop_unreadable_snapshot(RUN, s.checkpoints)
     assert (await s.doc())["snapshot"] is None
     assert await s.pages.check_run(store, RUN, s.checkpoints) == 0
+
+
+async def test_a_history_page_of_the_cleaned_view_of_a_2000_page_run_reads_no_fold_chunk() -> None:
+    """The view index digests the fold's pages by chunk addresses: checking it against a
+    dormant run's conversation reads none of the fold's 15 chunks (its boundary is past the
+    last), and the page of the view reads the view pages under it."""
+    from journald.core.view_index import view_log
+    from journald.storage.view_pages import ViewPages
+
+    s = Stores()
+    s.marks.views = ViewPages(s.checkpoints, s.pages)
+    await held_state(s, 2000)  # the lease end saves the index (reading every page once)
+    doc = (await s.doc())["snapshot"]
+    fold_chunks = {r.sha256 for r in snapshot_chunks(doc)}
+    st = await FoldMarks(s.checkpoints, s.pages).load_snapshot(RUN)
+    assert st is not None
+    cold = ViewPages(s.checkpoints, s.pages)  # another daemon: nothing in memory
+    s.attachments.gets.clear()
+    index = await cold.serving(RUN, st.messages)
+    assert index is not None
+    assert not [d for d in s.attachments.gets if d in fold_chunks]
+    assert len(s.attachments.gets) <= 2  # the fold page (or two) its carry names
+    assert cold.extended_pages == 0
+    vlog = view_log(index, st.messages.tail, None)
+    s.attachments.gets.clear()
+    page = await s.pages.span(RUN, vlog, len(vlog) - 50, len(vlog))
+    # view pages are cut at 128 KiB (here a few for the whole view): the one or two under it
+    assert len(s.attachments.gets) <= 2
+    b = JournalBuilder(RUN)
+    chat(b, 2000)
+    whole = list(fold(b.records).messages)
+    assert page[len(vlog) - 50 : len(vlog)] == whole[len(whole) - 50 :]  # no repair needed
