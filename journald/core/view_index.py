@@ -33,7 +33,7 @@ Pure core: no I/O imports.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from journald.core import ref_chunks
@@ -49,6 +49,9 @@ VIEW_INDEX_FORMAT = "journald-view-index/2"
 """The index document's format, and the version of the rules its view pages were derived
 by: a change to ``sanitize`` changes it, and an index of another format is rebuilt (``/1``
 listed every view page and digested every fold page reference)."""
+VIEW_INDEX_FORMAT_1 = "journald-view-index/1"
+"""The format before: read once, with every fold reference (``index_from_json``'s
+``fold_refs``), and saved again as ``VIEW_INDEX_FORMAT`` (``ViewIndex.sealed``)."""
 
 Message = dict[str, Any]
 
@@ -166,6 +169,16 @@ class ViewIndex:
         fp = FoldPages.of(fold)
         return (fp.count if pages is None else pages) == self.pages and self.serves(fp)
 
+    def sealed(self) -> tuple[ViewIndex, list[RefChunk]]:
+        """This index with its loose view page references that fill a chunk sealed into
+        chunks (an index read from ``VIEW_INDEX_FORMAT_1``), and the chunks to store."""
+        chunks = full_chunks(self.view_pages)
+        if not chunks:
+            return self, []
+        rest = self.view_pages[sum(len(c.refs) for c in chunks) :]
+        more = (*self.view_chunks, *(c.ref for c in chunks))
+        return replace(self, view_chunks=more, view_pages=rest), chunks
+
     def as_json(self) -> dict[str, Any]:
         """The document a lease end saves. Short where it can be: a carried message equal to
         a fold message among the last covered ones is ``{"fold": its index}``."""
@@ -204,14 +217,18 @@ def _list(v: Any) -> list[Any]:
 
 
 def index_from_json(
-    obj: Any, fold: FoldLike, fold_messages: Mapping[int, Message]
+    obj: Any,
+    fold: FoldLike,
+    fold_messages: Mapping[int, Message],
+    fold_refs: Sequence[PageRef] | None = None,
 ) -> ViewIndex | None:
     """The index ``as_json`` wrote, for a conversation of pages ``fold`` (the chunk holding
     the covered boundary read) whose messages ``named_fold_messages`` names are in
     ``fold_messages``; None for anything else (a cache: it is rebuilt), an index that does
-    not serve these pages included."""
+    not serve these pages included. With ``fold_refs`` (every fold page reference), a
+    ``VIEW_INDEX_FORMAT_1`` index too (its view pages all loose: ``ViewIndex.sealed``)."""
     try:
-        if not isinstance(obj, dict) or obj.get("format") != VIEW_INDEX_FORMAT:
+        if not isinstance(obj, dict):
             return None
         fp = FoldPages.of(fold)
         pages, digest, count = obj.get("pages"), obj.get("digest"), obj.get("messages")
@@ -220,10 +237,29 @@ def index_from_json(
             return None
         if not isinstance(digest, str) or not isinstance(raw, list):
             return None
-        if fp.count < pages or fp.digest(pages) != digest or fp.messages(pages) != count:
+        if obj.get("format") == VIEW_INDEX_FORMAT_1 and fold_refs is not None:
+            covered = fold_refs[:pages]
+            if (
+                len(covered) != pages
+                or sha256_hex("".join(r.sha256 for r in covered).encode()) != digest
+            ):
+                return None
+            if not all(type(r) is not int or 0 <= r < pages for r in raw):
+                return None
+            chunks: tuple[PageRef, ...] = ()
+            views = tuple(covered[r] if type(r) is int else ref_from_json(r) for r in raw)
+            digest = fp.digest(pages)
+            if digest is None:
+                return None
+        elif obj.get("format") == VIEW_INDEX_FORMAT:
+            if fp.digest(pages) != digest:
+                return None
+            chunks = tuple(chunks_from_json(obj.get("view_chunks")))
+            views = tuple(ref_from_json(r) for r in raw)
+        else:
             return None
-        chunks = tuple(chunks_from_json(obj.get("view_chunks")))
-        views = tuple(ref_from_json(r) for r in raw)
+        if fp.count < pages or fp.messages(pages) != count:
+            return None
 
         def resolve(m: Any) -> Any:
             if isinstance(m, dict) and set(m) == {"fold"}:

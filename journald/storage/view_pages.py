@@ -33,6 +33,7 @@ from journald.core.message_log import MessageLog
 from journald.core.pages import Paged, decode_page
 from journald.core.view_index import (
     VIEW_INDEX_FORMAT,
+    VIEW_INDEX_FORMAT_1,
     FoldPages,
     Message,
     ViewBuilder,
@@ -101,16 +102,22 @@ class ViewPages:
 
     async def _saved(
         self, run_id: str, conversation: MessageLog
-    ) -> tuple[ViewIndex, FoldPages] | None:
+    ) -> tuple[ViewIndex, FoldPages, bool] | None:
+        """The saved index, its fold pages, and whether it was of the format before (read
+        with every fold reference: the upgrade's one read of every chunk)."""
         try:
             doc = await self.checkpoints.load_mark(run_id, VIEWS)
             obj = doc.get("index") if doc else None
             if not isinstance(obj, dict) or type(obj.get("pages")) is not int:
                 return None
-            if obj.get("format") != VIEW_INDEX_FORMAT:
-                return None  # an older format: rebuilt by the next lease end
+            old = obj.get("format") == VIEW_INDEX_FORMAT_1
+            if not old and obj.get("format") != VIEW_INDEX_FORMAT:
+                return None  # another format: rebuilt by the next lease end
             fold = await self._fold(run_id, conversation, obj["pages"])
-            if obj["pages"] > fold.count or fold.digest(obj["pages"]) != obj.get("digest"):
+            refs = await self.pages.all_refs(run_id, conversation) if old else None
+            if not old and (
+                obj["pages"] > fold.count or fold.digest(obj["pages"]) != obj.get("digest")
+            ):
                 return None  # for other pages: nothing to read
             named = named_fold_messages(obj)
             got: dict[int, Message] = {}
@@ -118,8 +125,8 @@ class ViewPages:
             if named and type(count) is int and 0 <= named[0] < count <= conversation.sealed:
                 span = await self.pages.span(run_id, conversation, named[0], count)
                 got = {i: span[i] for i in range(named[0], count)}
-            index = index_from_json(obj, fold, got)
-            return (index, fold) if index is not None else None
+            index = index_from_json(obj, fold, got, refs)
+            return (index, fold, old) if index is not None else None
         except (OSError, StoreCorrupted) as exc:
             log.debug("run %s: its view index is unreadable (%s)", run_id, exc)
             return None
@@ -134,7 +141,8 @@ class ViewPages:
             fold = await self._fold(run_id, conversation, kept.pages)
             if kept.serves(fold):
                 return kept, fold
-        return await self._saved(run_id, conversation)
+        got = await self._saved(run_id, conversation)
+        return got[:2] if got is not None else None
 
     async def _extend(
         self,
@@ -214,7 +222,10 @@ class ViewPages:
             self._damaged.discard(run_id)
             start = got[0] if got is not None else ViewIndex.empty()
             fold = got[1] if got is not None else await self._fold(run_id, conversation, 0)
-            if got is not None and start.covers(fold, end):
+            if got is not None and got[2]:  # the format before: saved again, chunked
+                start, chunks = start.sealed()
+                await self.pages.put_chunks(run_id, chunks)
+            elif got is not None and start.covers(fold, end):
                 self._note_stored(run_id, start)
                 return
             index = await self._extend(run_id, start, fold, True, known, end)

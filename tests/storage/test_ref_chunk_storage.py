@@ -209,3 +209,45 @@ async def test_a_history_page_of_the_cleaned_view_of_a_2000_page_run_reads_no_fo
     chat(b, 2000)
     whole = list(fold(b.records).messages)
     assert page[len(vlog) - 50 : len(vlog)] == whole[len(whole) - 50 :]  # no repair needed
+
+
+async def test_a_view_index_of_the_format_before_is_saved_again_without_reading_a_fold_page() -> (
+    None
+):
+    """An index a daemon before chunks saved (``journald-view-index/1``: every view page
+    listed, fold pages by number, the digest of every fold reference) is read once with
+    every chunk and saved in the chunked format: the upgrade reads no fold page again."""
+    from journald.core.records import sha256_hex
+    from journald.core.view_index import VIEW_INDEX_FORMAT, VIEW_INDEX_FORMAT_1
+    from journald.storage.checkpoint_base import VIEWS
+    from journald.storage.view_pages import ViewPages
+
+    s = Stores()
+    s.marks.views = ViewPages(s.checkpoints, s.pages)
+    held, _ = await held_state(s, 2000)
+    new = await s.checkpoints.load_mark(RUN, VIEWS)
+    assert new is not None
+    index = new["index"]
+    assert index["format"] == VIEW_INDEX_FORMAT
+    fold_refs = list(await s.pages.all_refs(RUN, held.messages))
+    number = {r.sha256: k for k, r in enumerate(fold_refs)}
+    views = [*index["view_pages"]]
+    assert not index["view_chunks"]  # (view pages of 128 KiB: a few, all loose here)
+    covered = fold_refs[: index["pages"]]
+    old = {
+        **index,
+        "format": VIEW_INDEX_FORMAT_1,
+        "digest": sha256_hex("".join(r.sha256 for r in covered).encode()),
+        "view_pages": [number.get(v["sha256"], v) for v in views],
+    }
+    del old["view_chunks"]
+    await s.checkpoints.save_mark(RUN, {"index": old}, VIEWS)
+    st = await FoldMarks(s.checkpoints, s.pages).load_snapshot(RUN)
+    assert st is not None
+    cold = ViewPages(s.checkpoints, s.pages)
+    assert await cold.serving(RUN, st.messages) is not None  # a read takes it as it is
+    await cold.save(RUN, st.messages)
+    assert cold.extended_pages == 0  # no fold page read again
+    again = await s.checkpoints.load_mark(RUN, VIEWS)
+    assert again is not None
+    assert again["index"] == index  # the document the chunked format would have written
