@@ -154,10 +154,12 @@ class FoldMarks:
                 refs: list[PageRef] = snapshot_pages(snap)[-1:]
                 last = snapshot_chunks(snap)[-1:]
                 if not refs and last:
-                    read = await self.pages.read_chunks(run_id, last)
-                    held = {sha: c.refs for sha, c in read.items()}
-                    refs = list(held[last[0].sha256][-1:])
-                    chunks = lambda r: held[r.sha256]  # noqa: E731  # one chunk, read now
+                    chunk = (await self.pages.read_chunks(run_id, last))[last[0].sha256]
+                    refs = list(chunk.refs[-1:])
+
+                    def chunks(ref: PageRef) -> tuple[PageRef, ...]:
+                        return chunk.refs  # the one chunk decoding asks for, read now
+
                 if refs:
                     resolve = bytes_resolver(await self.pages.read(run_id, refs))
             except StoreCorrupted as exc:  # a cache: fold the run in full instead

@@ -251,3 +251,24 @@ async def test_a_view_index_of_the_format_before_is_saved_again_without_reading_
     again = await s.checkpoints.load_mark(RUN, VIEWS)
     assert again is not None
     assert again["index"] == index  # the document the chunked format would have written
+
+
+async def test_a_snapshot_with_no_tail_and_no_loose_page_reads_its_last_chunk_and_page() -> None:
+    """A version 4 document whose cut ended on a chunk boundary (no loose reference, no
+    tail): decoding takes the last page back into the tail (the fold may merge into it),
+    reading the last chunk and that page, nothing else."""
+    s = Stores()
+    await held_state(s, 300)
+    doc = (await s.doc())["snapshot"]
+    chunks = snapshot_chunks(doc)
+    last = (await s.pages.read_chunks(RUN, chunks[-1:]))[chunks[-1].sha256]
+    total = sum(c.count for c in chunks)
+    edge = {**doc, "message_pages": [], "messages": []}  # what the chunks hold, nothing more
+    await s.checkpoints.save_mark(RUN, {"snapshot": edge}, SNAPSHOT)
+    s.attachments.gets.clear()
+    st = await FoldMarks(s.checkpoints, s.pages).load_snapshot(RUN)
+    assert st is not None
+    assert s.attachments.gets == [chunks[-1].sha256, last.refs[-1].sha256]
+    assert len(st.messages) == total
+    assert st.messages.tail == (await s.pages.messages(RUN, last.refs[-1:]))
+    assert len(st.messages.chunks) == len(chunks) - 1  # the last one's references loose again
