@@ -272,3 +272,41 @@ async def test_a_snapshot_with_no_tail_and_no_loose_page_reads_its_last_chunk_an
     assert len(st.messages) == total
     assert st.messages.tail == (await s.pages.messages(RUN, last.refs[-1:]))
     assert len(st.messages.chunks) == len(chunks) - 1  # the last one's references loose again
+
+
+async def test_every_backend_keeps_a_runs_chunks_and_reads_a_tail_through_one(
+    opened_backend: Any,
+) -> None:
+    """The chunks live in each backend's attachment store (file: the run's ``attachments/``;
+    JetStream: the attachments bucket; memory) with no code of its own: a lease end's
+    version 4 snapshot reads back, a tail read names one chunk, Verify checks them."""
+    from journald.storage.pages import paged_checkpoints
+
+    b = JournalBuilder(RUN)
+    chat(b, 300)
+    journal = await opened_backend.records.create(b.records[0])
+    await journal.append(b.records[1:])
+    await journal.close()
+    checkpoints = paged_checkpoints(opened_backend.checkpoints, opened_backend.attachments)
+    pages = PageStore(opened_backend.attachments)
+    marks = FoldMarks(checkpoints, pages)
+    st = fold(b.records)
+    paged = st.messages.sealable(TARGET)
+    assert paged is not None
+    await pages.put(RUN, paged)
+    st.messages.seal(paged.refs)
+    chunks = st.messages.chunkable()
+    await pages.put_chunks(RUN, chunks)
+    st.messages.seal_chunks(chunks)
+    await marks.save_on_close(RUN, st)
+    doc = await checkpoints.load_mark(RUN, SNAPSHOT)
+    assert doc is not None
+    assert doc["snapshot"]["v"] == CHUNKED_SNAPSHOT_VERSION
+    back = await FoldMarks(checkpoints, pages).load_snapshot(RUN)
+    assert back is not None
+    log = back.messages
+    assert log.missing_chunks(log.chunked - 5, log.chunked) == [log.chunks[-1]]
+    span = await pages.span(RUN, log, log.chunked - 5, log.chunked)
+    whole = list(fold(b.records).messages)
+    assert span[log.chunked - 5 : log.chunked] == whole[log.chunked - 5 : log.chunked]
+    assert await pages.check_run(opened_backend.records, RUN, checkpoints) >= len(chunks)
