@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from journald.clock import utc_ts
 from journald.core.errors import (
+    BackendUnavailable,
     InvalidRecord,
     JournaldError,
     Locked,
@@ -29,6 +30,7 @@ from journald.core.errors import (
 )
 from journald.core.records import GENESIS, Record, validate_id
 from journald.paths import default_data_dir
+from journald.storage import aio_sync
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
@@ -119,6 +121,7 @@ class FileStore:
         io_threads: int = DEFAULT_IO_THREADS,
         quarantine_dir: str | os.PathLike[str] | None = None,
         disk: Disk | None = None,
+        aio: aio_sync.Mode | aio_sync.AioSync | None = None,
     ) -> None:
         self.disk = disk if disk is not None else default_disk()
         """The disk I/O seam every write of the store and its journals goes through."""
@@ -141,9 +144,30 @@ class FileStore:
             if not os.path.isdir(d):
                 os.makedirs(d, DIR_MODE, exist_ok=True)
                 os.chmod(d, DIR_MODE)
+        self.aio_sync = self._aio_sync(aio)
+        """The journals' fdatasync through Linux AIO from the event loop, or None: the writer
+        threads sync (``aio``: a mode, None for ``JOURNALD_AIO_SYNC``; or a context, a
+        test's). A seam other than the plain ``Disk`` keeps the threads: its faults are
+        injected in its own ``fdatasync`` (docs/design.md#durable-writes-without-a-thread-hop)."""
         self._open: dict[str, FileJournal] = {}
         self._logged: OrderedDict[tuple[str, ...], None] = OrderedDict()
         self._logged_lock = threading.Lock()  # _list logs from a worker thread
+
+    def _aio_sync(self, aio: aio_sync.Mode | aio_sync.AioSync | None) -> aio_sync.AioSync | None:
+        if isinstance(aio, aio_sync.AioSync):
+            return aio
+        mode = aio_sync.mode_from_env() if aio is None else aio
+        if type(self.disk) is not Disk:  # even under "on": a fault test's seam stays whole
+            return None
+        try:
+            return aio_sync.open_for(self.sessions_dir, mode)
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"fdatasync through Linux AIO was asked for ({aio_sync.ENV}=on or "
+                f"--aio-sync on) and does not work in {self.sessions_dir}: {exc}; use "
+                "--aio-sync auto (it falls back to the writer threads) or off",
+                metadata={"path": self.sessions_dir},
+            ) from exc
 
     # -- damage is logged --------------------------------------------------------------------
 
@@ -537,6 +561,8 @@ class FileStore:
         for journal in list(self._open.values()):
             await journal.close()
         self.io_pool.stop()
+        if self.aio_sync is not None:
+            self.aio_sync.close()
 
     # -- explicit maintenance --------------------------------------------------------------
 

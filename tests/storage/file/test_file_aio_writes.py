@@ -1,0 +1,148 @@
+"""The file journal's group writes with their fdatasync through Linux AIO from the loop.
+
+What a client is promised does not depend on which path synced its records: a sync the
+device fails refuses the append with the same typed error and leaves the same file as the
+writer threads do; a kernel or filesystem that refuses AIO syncs makes the store fall back
+to the threads and work as before. The kernel's completion is real in every test here except
+where a test's context answers a failure through ``AioSync.result`` (the seam that stands for
+the device).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from journald.core.errors import BackendUnavailable
+from journald.storage.aio_sync import AioSync
+from journald.storage.file.journal import AIO_WRITE_MAX_BYTES
+from journald.storage.file.store import FileStore
+from tests.builders import JournalBuilder, text
+from tests.storage.file.test_aio_sync import AIO_UNAVAILABLE
+from tests.storage.file.test_disk_seam_faults import FaultyDisk, journal_bytes
+
+pytestmark = AIO_UNAVAILABLE
+
+
+class CountingSync(AioSync):
+    """A real context that counts its completions and can fail the next one like a device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synced = 0
+        self.fail_next = 0  # an errno the next completion reports instead of its own res
+
+    def result(self, fd: int, res: int) -> int:
+        self.synced += 1
+        if self.fail_next:
+            code, self.fail_next = self.fail_next, 0
+            return -code
+        return res
+
+
+def counting_store(tmp_path: Path) -> tuple[FileStore, CountingSync]:
+    sync = CountingSync()
+    return FileStore(tmp_path, aio=sync), sync
+
+
+@pytest.fixture
+def built() -> JournalBuilder:
+    b = JournalBuilder("aio")
+    b.turn(["t1", "t2"])
+    return b
+
+
+async def test_a_store_on_the_plain_disk_syncs_each_group_write_through_aio(
+    tmp_path: Path, built: JournalBuilder
+) -> None:
+    store, sync = counting_store(tmp_path)
+    journal = await store.create(built.records[0])  # the first write syncs the directories too
+    assert sync.synced == 0, "the run's first write (directory syncs) stays on the threads"
+    for rec in built.records[1:]:
+        await journal.append([rec])
+    assert sync.synced == len(built.records) - 1 == journal.commits - 1
+    await journal.close()
+    await store.close()
+    assert sync.closed
+    again = FileStore(tmp_path, aio="off")
+    assert [r.raw for r in await again.load("aio")] == [r.raw for r in built.records]
+    await again.close()
+
+
+async def test_a_group_larger_than_the_loop_bound_is_written_by_the_threads(
+    tmp_path: Path,
+) -> None:
+    b = JournalBuilder("big")
+    store, sync = counting_store(tmp_path)
+    journal = await store.create(b.records[0])
+    b.add("user", {"content": [text("y" * (AIO_WRITE_MAX_BYTES + 1))]})
+    await journal.append([b.records[1]])
+    assert (sync.synced, journal.commits) == (0, 2)
+    b.add("user", {"content": [text("small")]})
+    await journal.append([b.records[2]])
+    assert (sync.synced, journal.commits) == (1, 3)
+    await store.close()
+
+
+@pytest.mark.parametrize("path", ["aio", "writer threads"])
+async def test_a_sync_the_device_fails_refuses_the_append_and_leaves_the_file_as_before(
+    tmp_path: Path, built: JournalBuilder, path: str
+) -> None:
+    # the same assertions as test_disk_seam_faults' failed fdatasync, on both paths: the
+    # client sees the same typed error, and the bytes that reached only the page cache are
+    # cut off before anyone can read them back
+    sync: CountingSync | None = None
+    disk = FaultyDisk()
+    if path == "aio":
+        store, sync = counting_store(tmp_path)
+    else:
+        store = FileStore(tmp_path, disk=disk, aio="on")
+        assert store.aio_sync is None, "a fault test's seam keeps the writer threads"
+    journal = await store.create(built.records[0])
+    before = journal_bytes(store, "aio")
+
+    if sync is not None:
+        sync.fail_next = errno.EIO
+    else:
+        disk.fdatasync_errno = errno.EIO
+    with pytest.raises(BackendUnavailable, match=r"EIO.*nothing was acknowledged") as refused:
+        await journal.append(built.records[1:3])
+    assert refused.value.metadata["seq"] == "2"
+    assert journal_bytes(store, "aio") == before
+    assert journal.last_seq == 1
+    reader = FileStore(tmp_path, aio="off")
+    assert [r.seq for r in await reader.load("aio")] == [1]
+    await reader.close()
+
+    await journal.append(built.records[1:])  # the same seq, once the disk answers again
+    await journal.close()
+    await store.close()
+    if sync is not None:
+        assert sync.synced == 2
+    again = FileStore(tmp_path, aio="off")
+    assert [r.raw for r in await again.load("aio")] == [r.raw for r in built.records]
+    await again.close()
+
+
+async def test_a_failed_probe_falls_back_to_the_writer_threads_and_the_store_still_works(
+    tmp_path: Path, built: JournalBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a filesystem without fsync for AIO answers the probe's FDSYNC with EINVAL
+    monkeypatch.setattr(AioSync, "result", lambda self, fd, res: -errno.EINVAL)
+    store = FileStore(tmp_path, aio="auto")
+    assert store.aio_sync is None
+    assert not [n for n in os.listdir(store.sessions_dir) if n.startswith(".aio-probe")]
+    journal = await store.create(built.records[0])
+    await journal.append(built.records[1:])
+    assert journal.commits == 2
+    await store.close()
+
+    with pytest.raises(BackendUnavailable, match=r"AIO was asked for .*Invalid argument"):
+        FileStore(tmp_path, aio="on")
+    monkeypatch.undo()
+    again = FileStore(tmp_path)
+    assert [r.raw for r in await again.load("aio")] == [r.raw for r in built.records]
+    await again.close()
