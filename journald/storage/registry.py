@@ -175,6 +175,8 @@ async def _open_file(opts: BackendOptions) -> OpenedBackend:
         io_threads=opts.io_threads,
         aio=opts.aio_sync,
     )
+    if not opts.read_only:
+        records.aio_sync()  # probed now: a daemon knows its write path (or refuses) at start
     sessions = records.sessions_dir
     return OpenedBackend(
         records,

@@ -148,7 +148,6 @@ class FileJournal:
         # first byte (else a seal reads the file back for it)
         self._digest = hashlib.sha256() if st.size == 0 else None
         self._io = store.io_pool.lane()  # this journal's writes, in order, on shared threads
-        self._aio: AioSync | None = store.aio_sync  # fdatasync without a thread, when proven
         self.pipeline = AppendPipeline(
             run_id,
             st.last_seq,
@@ -201,8 +200,10 @@ class FileJournal:
 
     async def _write_group(self, new: list[Record]) -> None:
         data = b"".join(frame(r) for r in new)
-        aio = self._aio
-        if aio is None or aio.closed or self._first_write or len(data) > AIO_WRITE_MAX_BYTES:
+        aio = None
+        if not self._first_write and len(data) <= AIO_WRITE_MAX_BYTES:
+            aio = self._store.aio_sync()  # fdatasync without a thread, when proven
+        if aio is None or aio.closed:
             await self._io.run(self._write_durable, data, new[0].seq)
             return
         async with self._io.turn:  # never beside a seal or a listing write of the lane

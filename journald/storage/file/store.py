@@ -30,7 +30,8 @@ from journald.core.errors import (
 )
 from journald.core.records import GENESIS, Record, validate_id
 from journald.paths import default_data_dir
-from journald.storage import aio_sync
+from journald.storage.aio_sync import ENV as AIO_ENV
+from journald.storage.aio_sync import AioSync, Mode, mode_from_env, open_for
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
@@ -121,7 +122,7 @@ class FileStore:
         io_threads: int = DEFAULT_IO_THREADS,
         quarantine_dir: str | os.PathLike[str] | None = None,
         disk: Disk | None = None,
-        aio: aio_sync.Mode | aio_sync.AioSync | None = None,
+        aio: Mode | AioSync | None = None,
     ) -> None:
         self.disk = disk if disk is not None else default_disk()
         """The disk I/O seam every write of the store and its journals goes through."""
@@ -144,26 +145,37 @@ class FileStore:
             if not os.path.isdir(d):
                 os.makedirs(d, DIR_MODE, exist_ok=True)
                 os.chmod(d, DIR_MODE)
-        self.aio_sync = self._aio_sync(aio)
-        """The journals' fdatasync through Linux AIO from the event loop, or None: the writer
-        threads sync (``aio``: a mode, None for ``JOURNALD_AIO_SYNC``; or a context, a
-        test's). A seam other than the plain ``Disk`` keeps the threads: its faults are
-        injected in its own ``fdatasync`` (docs/design.md#durable-writes-without-a-thread-hop)."""
+        self._aio_choice = aio  # a mode (None: JOURNALD_AIO_SYNC), or a test's context
+        self._aio: AioSync | None = None
+        self._aio_chosen = False  # probed on first use: a store that only reads never probes
         self._open: dict[str, FileJournal] = {}
         self._logged: OrderedDict[tuple[str, ...], None] = OrderedDict()
         self._logged_lock = threading.Lock()  # _list logs from a worker thread
 
-    def _aio_sync(self, aio: aio_sync.Mode | aio_sync.AioSync | None) -> aio_sync.AioSync | None:
-        if isinstance(aio, aio_sync.AioSync):
+    def aio_sync(self) -> AioSync | None:
+        """The journals' fdatasync through Linux AIO from the event loop, or None: the writer
+        threads sync. Chosen at the first call (the daemon's start, else the first write that
+        could use it) by the store's ``aio`` (a mode, None for ``JOURNALD_AIO_SYNC``; or a
+        test's context) and the probe. A seam other than the plain ``Disk`` keeps the
+        threads: its faults are injected in its own ``fdatasync``
+        (docs/design.md#durable-writes-without-a-thread-hop). Under ``on``, a failed probe
+        raises ``BackendUnavailable``."""
+        if not self._aio_chosen:
+            self._aio = self._choose_aio(self._aio_choice)
+            self._aio_chosen = True
+        return self._aio
+
+    def _choose_aio(self, aio: Mode | AioSync | None) -> AioSync | None:
+        if isinstance(aio, AioSync):
             return aio
-        mode = aio_sync.mode_from_env() if aio is None else aio
+        mode = mode_from_env() if aio is None else aio
         if type(self.disk) is not Disk:  # even under "on": a fault test's seam stays whole
             return None
         try:
-            return aio_sync.open_for(self.sessions_dir, mode)
+            return open_for(self.sessions_dir, mode)
         except OSError as exc:
             raise BackendUnavailable(
-                f"fdatasync through Linux AIO was asked for ({aio_sync.ENV}=on or "
+                f"fdatasync through Linux AIO was asked for ({AIO_ENV}=on or "
                 f"--aio-sync on) and does not work in {self.sessions_dir}: {exc}; use "
                 "--aio-sync auto (it falls back to the writer threads) or off",
                 metadata={"path": self.sessions_dir},
@@ -561,8 +573,9 @@ class FileStore:
         for journal in list(self._open.values()):
             await journal.close()
         self.io_pool.stop()
-        if self.aio_sync is not None:
-            self.aio_sync.close()
+        if self._aio is not None:
+            self._aio.close()
+        self._aio_chosen = True  # a closed store never probes again
 
     # -- explicit maintenance --------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from journald.core.errors import BackendUnavailable
+from journald.storage import aio_sync
 from journald.storage.aio_sync import AioSync
 from journald.storage.file.journal import AIO_WRITE_MAX_BYTES
 from journald.storage.file.store import FileStore
@@ -100,7 +101,7 @@ async def test_a_sync_the_device_fails_refuses_the_append_and_leaves_the_file_as
         store, sync = counting_store(tmp_path)
     else:
         store = FileStore(tmp_path, disk=disk, aio="on")
-        assert store.aio_sync is None, "a fault test's seam keeps the writer threads"
+        assert store.aio_sync() is None, "a fault test's seam keeps the writer threads"
     journal = await store.create(built.records[0])
     before = journal_bytes(store, "aio")
 
@@ -133,16 +134,45 @@ async def test_a_failed_probe_falls_back_to_the_writer_threads_and_the_store_sti
     # a filesystem without fsync for AIO answers the probe's FDSYNC with EINVAL
     monkeypatch.setattr(AioSync, "result", lambda self, fd, res: -errno.EINVAL)
     store = FileStore(tmp_path, aio="auto")
-    assert store.aio_sync is None
-    assert not [n for n in os.listdir(store.sessions_dir) if n.startswith(".aio-probe")]
     journal = await store.create(built.records[0])
-    await journal.append(built.records[1:])
+    await journal.append(built.records[1:])  # the first write that could use AIO probes
+    assert store.aio_sync() is None
+    assert not [n for n in os.listdir(store.sessions_dir) if n.startswith(".aio-probe")]
     assert journal.commits == 2
     await store.close()
 
+    refusing = FileStore(tmp_path, aio="on")
+    journal = await refusing.open("aio")
+    more = JournalBuilder("aio")
+    more.records = list(built.records)
+    more.add("user", {"content": [text("one more")]})
     with pytest.raises(BackendUnavailable, match=r"AIO was asked for .*Invalid argument"):
-        FileStore(tmp_path, aio="on")
+        await journal.append(more.records[-1:])
+    assert journal.last_seq == len(built.records)
+    await refusing.close()
     monkeypatch.undo()
     again = FileStore(tmp_path)
     assert [r.raw for r in await again.load("aio")] == [r.raw for r in built.records]
     await again.close()
+
+
+async def test_a_store_that_only_reads_never_probes(
+    tmp_path: Path, built: JournalBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = FileStore(tmp_path, aio="off")
+    journal = await writer.create(built.records[0])
+    await journal.append(built.records[1:])
+    await writer.close()
+    probes: list[str] = []
+    real = aio_sync.probe
+
+    def counted(directory: str) -> AioSync:
+        probes.append(directory)
+        return real(directory)
+
+    monkeypatch.setattr(aio_sync, "probe", counted)
+    reader = FileStore(tmp_path, aio="on")
+    assert [r.seq for r in await reader.load("aio")] == [r.seq for r in built.records]
+    await reader.verify("aio")
+    await reader.close()
+    assert probes == []
