@@ -175,8 +175,8 @@ async def _open_file(opts: BackendOptions) -> OpenedBackend:
         io_threads=opts.io_threads,
         aio=opts.aio_sync,
     )
-    if not opts.read_only:
-        records.aio_sync()  # probed now: a daemon knows its write path (or refuses) at start
+    if not opts.read_only and records.aio_sync() is not None:  # probed now, not at a write
+        log.info("file backend: a group write's fdatasync goes through Linux AIO from the loop")
     sessions = records.sessions_dir
     return OpenedBackend(
         records,

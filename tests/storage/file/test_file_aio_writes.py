@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from journald.core.errors import BackendUnavailable
+from journald.core.errors import BackendUnavailable, StorageFull
 from journald.storage import aio_sync
 from journald.storage.aio_sync import AioSync
 from journald.storage.file.journal import AIO_WRITE_MAX_BYTES
@@ -176,3 +176,40 @@ async def test_a_store_that_only_reads_never_probes(
     await reader.verify("aio")
     await reader.close()
     assert probes == []
+
+
+async def test_short_pwrites_and_a_write_cut_by_a_full_disk_are_handled_on_the_loop_as_before(
+    tmp_path: Path, built: JournalBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the loop's pwrite is the plain Disk's, so os.pwrite itself stands for the device here
+    real = os.pwrite
+    state = {"max": 7, "cut": 0, "calls": 0}
+
+    def device(fd: int, data: bytes | memoryview, offset: int) -> int:
+        state["calls"] += 1
+        if state["cut"] and len(data) > 1:
+            state["cut"] = 0
+            real(fd, data[: len(data) // 2], offset)  # half of it reached the file
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data[: state["max"]], offset)
+
+    store, sync = counting_store(tmp_path)
+    journal = await store.create(built.records[0])
+    monkeypatch.setattr(os, "pwrite", device)
+    await journal.append(built.records[1:2])
+    assert state["calls"] > 1, "the short pwrites were not exercised"
+    before = journal_bytes(store, "aio")
+
+    state["cut"] = 1
+    with pytest.raises(StorageFull, match=r"ENOSPC.*retry the append at seq 3"):
+        await journal.append(built.records[2:])
+    assert journal_bytes(store, "aio") == before, "half a write was left in the journal"
+    assert journal.last_seq == 2
+    await journal.append(built.records[2:])
+    monkeypatch.undo()
+    assert sync.synced == 2, "the cut write never reached its fdatasync"
+    await store.close()
+    again = FileStore(tmp_path, aio="off")
+    assert [r.raw for r in await again.load("aio")] == [r.raw for r in built.records]
+    assert (await again.verify("aio")).last_seq == built.records[-1].seq
+    await again.close()
