@@ -157,6 +157,7 @@ class AioSync:
             self._calls.call(self._calls.nr_destroy, ctypes.c_ulong(self._ctx))
             raise
         self._pending: dict[int, _Op] = {}
+        self._orphans: list[_Op] = []  # refused while in flight: kept until io_destroy
         self._room: deque[asyncio.Future[None]] = deque()  # callers waiting for a slot
         self._keys = itertools.count(1)
         self._events = (IoEvent * capacity)()
@@ -165,7 +166,7 @@ class AioSync:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
         self._finalizer = weakref.finalize(
-            self, _destroy, self._calls, self._ctx, self._efd, self._pending
+            self, _destroy, self._calls, self._ctx, self._efd, (self._pending, self._orphans)
         )
 
     @property
@@ -239,6 +240,10 @@ class AioSync:
                 )
             except InterruptedError:
                 continue
+            except OSError as exc:  # the context itself failed: nothing can be confirmed
+                log.error("io_getevents failed (%s): the syncs in flight are refused", exc)
+                self._refuse_pending(exc.errno or errno.EIO)
+                return
             now = time.perf_counter()
             for i in range(n):
                 ev = self._events[i]
@@ -254,6 +259,16 @@ class AioSync:
             self._wake_room()
             if n < self.capacity:
                 return
+
+    def _refuse_pending(self, code: int, why: str = "") -> None:
+        """Fail every sync in flight with ``code``; their iocbs stay alive until the context
+        is destroyed (the kernel may still complete them)."""
+        pending = list(self._pending.values())
+        self._pending.clear()
+        self._orphans.extend(pending)
+        for op in pending:
+            if not op.fut.done():
+                op.fut.set_exception(OSError(code, why or os.strerror(code)))
 
     def _wake_room(self) -> None:
         free = self.capacity - len(self._pending)
@@ -272,14 +287,9 @@ class AioSync:
         if self._loop is not None:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._efd)
-        pending = list(self._pending.values())
         self._finalizer()  # io_destroy (waits for the kernel), then the eventfd is closed
-        self._pending.clear()
-        for op in pending:
-            if not op.fut.done():
-                op.fut.set_exception(
-                    OSError(errno.EIO, "the store closed before the fdatasync completed")
-                )
+        self._refuse_pending(errno.EIO, "the store closed before the fdatasync completed")
+        self._orphans.clear()
         while self._room:
             room = self._room.popleft()
             if not room.done():
