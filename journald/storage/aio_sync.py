@@ -34,6 +34,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
+from journald.core.errors import BackendUnavailable
+
 log = logging.getLogger("journald.storage.aio")
 
 ENV = "JOURNALD_AIO_SYNC"
@@ -366,3 +368,24 @@ def open_for(directory: str, mode: Mode | None = None) -> AioSync | None:
             exc,
         )
         return None
+
+
+def for_store(directory: str, choice: Mode | AioSync | None, *, plain_disk: bool) -> AioSync | None:
+    """A file store's context: ``choice`` itself when it is one (a test's), else per its
+    mode (None: ``JOURNALD_AIO_SYNC``). None for a store on a seam other than the plain
+    ``Disk``, even under ``on``: a fault test's seam injects in its own ``fdatasync``. Under
+    ``on``, a failed probe is ``BackendUnavailable``."""
+    if isinstance(choice, AioSync):
+        return choice
+    mode = mode_from_env() if choice is None else choice
+    if not plain_disk:
+        return None
+    try:
+        return open_for(directory, mode)
+    except OSError as exc:
+        raise BackendUnavailable(
+            f"fdatasync through Linux AIO was asked for ({ENV}=on or --aio-sync on) and "
+            f"does not work in {directory}: {exc}; use --aio-sync auto (it falls back to "
+            "the writer threads) or off",
+            metadata={"path": directory},
+        ) from exc

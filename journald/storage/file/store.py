@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 from journald.clock import utc_ts
 from journald.core.errors import (
-    BackendUnavailable,
     InvalidRecord,
     JournaldError,
     Locked,
@@ -30,8 +29,7 @@ from journald.core.errors import (
 )
 from journald.core.records import GENESIS, Record, validate_id
 from journald.paths import default_data_dir
-from journald.storage.aio_sync import ENV as AIO_ENV
-from journald.storage.aio_sync import AioSync, Mode, mode_from_env, open_for
+from journald.storage.aio_sync import AioSync, Mode, for_store
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
@@ -153,33 +151,14 @@ class FileStore:
         self._logged_lock = threading.Lock()  # _list logs from a worker thread
 
     def aio_sync(self) -> AioSync | None:
-        """The journals' fdatasync through Linux AIO from the event loop, or None: the writer
-        threads sync. Chosen at the first call (the daemon's start, else the first write that
-        could use it) by the store's ``aio`` (a mode, None for ``JOURNALD_AIO_SYNC``; or a
-        test's context) and the probe. A seam other than the plain ``Disk`` keeps the
-        threads: its faults are injected in its own ``fdatasync``
-        (docs/design.md#durable-writes-without-a-thread-hop). Under ``on``, a failed probe
-        raises ``BackendUnavailable``."""
+        """The journals' fdatasync through Linux AIO from the loop, or None: the writer threads
+        sync (``aio_sync.for_store``). Chosen at the first call: the daemon's start, else the
+        first write that could use it (docs/design.md#durable-writes-without-a-thread-hop)."""
         if not self._aio_chosen:
-            self._aio = self._choose_aio(self._aio_choice)
+            plain = type(self.disk) is Disk
+            self._aio = for_store(self.sessions_dir, self._aio_choice, plain_disk=plain)
             self._aio_chosen = True
         return self._aio
-
-    def _choose_aio(self, aio: Mode | AioSync | None) -> AioSync | None:
-        if isinstance(aio, AioSync):
-            return aio
-        mode = mode_from_env() if aio is None else aio
-        if type(self.disk) is not Disk:  # even under "on": a fault test's seam stays whole
-            return None
-        try:
-            return open_for(self.sessions_dir, mode)
-        except OSError as exc:
-            raise BackendUnavailable(
-                f"fdatasync through Linux AIO was asked for ({AIO_ENV}=on or "
-                f"--aio-sync on) and does not work in {self.sessions_dir}: {exc}; use "
-                "--aio-sync auto (it falls back to the writer threads) or off",
-                metadata={"path": self.sessions_dir},
-            ) from exc
 
     # -- damage is logged --------------------------------------------------------------------
 
