@@ -10,12 +10,14 @@ the device).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from pathlib import Path
 
 import pytest
 
+from journald import failpoints
 from journald.core.errors import BackendUnavailable, StorageFull
 from journald.storage import aio_sync
 from journald.storage.aio_sync import AioSync
@@ -24,6 +26,7 @@ from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, text
 from tests.storage.file.test_aio_sync import AIO_UNAVAILABLE
 from tests.storage.file.test_disk_seam_faults import FaultyDisk, journal_bytes
+from tests.waiting import wait_until_async
 
 pytestmark = AIO_UNAVAILABLE
 
@@ -213,3 +216,32 @@ async def test_short_pwrites_and_a_write_cut_by_a_full_disk_are_handled_on_the_l
     assert [r.raw for r in await again.load("aio")] == [r.raw for r in built.records]
     assert (await again.verify("aio")).last_seq == built.records[-1].seq
     await again.close()
+
+
+async def test_a_failpoint_that_holds_a_write_on_the_loop_holds_that_write_only(
+    tmp_path: Path,
+) -> None:
+    # a wait (or sleep) failpoint fires on a thread: the held run's write waits, another
+    # run's append is served meanwhile, as when every write ran on a writer thread
+    store, sync = counting_store(tmp_path)
+    held_b, other_b = JournalBuilder("held"), JournalBuilder("other")
+    held_b.turn(["t1"])
+    other_b.turn(["t1"])
+    held = await store.create(held_b.records[0])
+    other = await store.create(other_b.records[0])
+    release = tmp_path / "release"
+    failpoints.arm(f"before_write=wait:{release}@1")
+    try:
+        writing = asyncio.ensure_future(held.append(held_b.records[1:]))
+        await wait_until_async(
+            lambda: Path(f"{release}.reached").exists(), what="the held write's failpoint"
+        )
+        await other.append(other_b.records[1:])
+        assert not writing.done(), "the held write went on before it was released"
+        release.touch()
+        await writing
+    finally:
+        failpoints.disarm()
+    assert (held.last_seq, other.last_seq) == (3, 3)
+    assert sync.synced == 2
+    await store.close()
