@@ -180,6 +180,15 @@ def is_on(name: str) -> bool:
         return point is not None and point.action == "on"
 
 
+def blocks(name: str) -> bool:
+    """Whether ``name`` is armed to hold its caller (``sleep``, ``wait``): a step made on the
+    event loop (a group write whose fdatasync goes through AIO) fires such a point on a
+    thread, so that it holds that write and not every call (call only behind ``ARMED``)."""
+    with _lock:
+        point = _points.get(name)
+        return point is not None and point.action in ("sleep", "wait")
+
+
 def hit(name: str) -> None:
     """Fire ``name`` if it is armed (call only behind ``if failpoints.ARMED``)."""
     with _lock:
