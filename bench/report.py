@@ -37,11 +37,11 @@ STYLE: dict[str, tuple[str, str]] = {
 
 # What History did when this report's run was made (checked against the code of that run).
 HISTORY_WHY = (
-    "`History` of a run without a lease pages from fold marks (a mark every 1,000 records, "
-    "taken as records are committed, saved beside the run when the lease ends or while a run "
-    "is first folded): a tail page folds only the records after the newest mark before it. A "
-    "run never indexed (written outside the daemon, as these were) is folded in full once, "
-    "the first call in the table."
+    "`History` of a run without a lease reads the run's fold snapshot (saved at every lease "
+    "end) and the message pages the page needs, and folds only the records after the "
+    "snapshot. A run never opened by a writer (written outside the daemon, as these were) "
+    "has no snapshot: each daemon's first read of it folds it in full (reads never write), "
+    "until its first writer's lease end indexes it, the two calls shown apart in the table."
 )
 
 
@@ -173,7 +173,8 @@ def goals(res: dict[str, Any]) -> list[dict[str, Any]]:
         small = min(hist, key=lambda h: h["messages"])
         big = max(hist, key=lambda h: h["messages"])
         add(
-            f"History tail page (restarted daemon) at {big['messages']:,} messages <= 1.5 x at "
+            f"History tail page (restarted daemon, after the run's first fold) at "
+            f"{big['messages']:,} messages <= 1.5 x at "
             f"{small['messages']:,} [ms]",
             big["page_ms"],
             1.5 * small["page_ms"],
@@ -456,24 +457,28 @@ def markdown(res: dict[str, Any], images: list[str]) -> str:
         L += ["", "## History: tail page", ""]
         L += [
             f"`History(run, offset=total-{rs.get('page', 50)}, limit={rs.get('page', 50)})` on "
-            "a run the daemon holds no lease on. These runs were written with the file "
-            "backend's writer, outside the daemon, so a freshly started daemon first folds each "
-            "in full once to index it (fold marks saved beside the run; a run written through "
-            "the daemon is indexed as it is written): that first call is shown apart. The "
-            "tail page is then measured on a restarted daemon (nothing of the run in its "
-            "memory; the OS page cache warm), first call, then the median of the repeats.",
+            "a run the daemon holds no lease on, after the run's first fold. These runs were "
+            "written with the file backend's writer, outside the daemon, so they have no fold "
+            "snapshot: a freshly started daemon's first read folds each in full, and since "
+            "reads never write, every restarted daemon would do so again until a writer opens "
+            "the run. The run's first writer (one windowed Open and its release) indexes it: "
+            "its lease end saves the fold snapshot and marks that a run written through the "
+            "daemon has from its first lease. Both calls are shown apart. The tail page is "
+            "then measured on a restarted daemon (nothing of the run in its memory; the OS "
+            "page cache warm), first call, then the median of the repeats.",
             "",
-            "| messages | first call ever: indexing fold (ms) | tail page, restarted daemon "
-            "(ms) | repeats (ms, median) | page messages |",
-            "|---:|---:|---:|---:|---:|",
+            "| messages | first read ever: a full fold (ms) | first writer's Open + release "
+            "(ms) | tail page, restarted daemon (ms) | repeats (ms, median) | page messages |",
+            "|---:|---:|---:|---:|---:|---:|",
         ]
+
+        def ms(v: Any) -> str:
+            return "–" if v is None else f"{v:,.1f}"
+
         for h in rs["history"]:
-            warm = h.get("warm_ms")
-            first = h.get("first_ms")
             L.append(
-                f"| {h['messages']:,} | {'–' if first is None else f'{first:,.1f}'} | "
-                f"{h['page_ms']:,.1f} | {'–' if warm is None else f'{warm:,.1f}'} | "
-                f"{h['page_messages']} |"
+                f"| {h['messages']:,} | {ms(h.get('first_ms'))} | {ms(h.get('index_ms'))} | "
+                f"{h['page_ms']:,.1f} | {ms(h.get('warm_ms'))} | {h['page_messages']} |"
             )
     for note in rs.get("notes", []):
         L += ["", note]
@@ -856,7 +861,7 @@ def analysis(res: dict[str, Any]) -> list[str]:
         )
         if big.get("first_ms") is not None:
             head += (
-                f"; the one-off indexing fold of a run written outside the daemon took "
+                f"; a first read of the run written outside the daemon, a full fold, took "
                 f"{big['first_ms']:,.0f} ms at {big['messages']:,}"
             )
         text = head + "). " + HISTORY_WHY

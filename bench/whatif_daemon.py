@@ -118,7 +118,7 @@ def _instrument_writer(out: str) -> None:
 
         # the pool settles ``done`` itself; ``fut`` is settled by ``call`` with the timings
         done = ev_loop.create_future()
-        self._submit((call, args, ev_loop, done))
+        self._submit((call, args, ev_loop, done), io_pool._FOREGROUND)
         return await fut
 
     io_pool.IOPool.run = run  # type: ignore[method-assign]
