@@ -45,6 +45,7 @@ from journald.storage.file.journal import (
     SegmentStats,
 )
 from journald.storage.file.maintenance import FileMaintenance, PrePrune, PruneReport
+from journald.storage.file.open_end import open_from_end
 from journald.storage.file.reads import (
     FileReads,
     Records,
@@ -335,6 +336,9 @@ class FileStore:
         problem = sealed_problem(run_id, run_dir, m) if not m.pending else None
         if problem is not None:
             raise problem
+        cheap = open_from_end(self, run_id, run_dir, m, floor)
+        if cheap is not None:
+            return cheap
         path = os.path.join(run_dir, JOURNAL)
         try:
             data = self.disk.read(path)
@@ -352,7 +356,9 @@ class FileStore:
             raise records_missing(run_id, path, last_seq, floor)
         report = None
         if end < len(data):
-            report = self.maintenance.repair_tail(run_id, run_dir, data, end)
+            report = self.maintenance.repair_tail(
+                run_id, run_dir, data[end:], end, data.count(b"\n", 0, end)
+            )
             report = RepairReport(report.file, report.dropped_bytes, report.broken_copy, last_seq)
         meta = None
         if m.segments:
