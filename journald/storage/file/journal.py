@@ -110,17 +110,20 @@ def read_file(path: str) -> bytes:
 
 
 def messages_in(path: str, size: int) -> int:
-    """The messages the first ``size`` bytes of a segment hold (complete lines, written and
-    acknowledged by this store: a line that does not decode is counted as none; Verify names
-    it)."""
+    """The messages the first ``size`` bytes of a segment hold (complete lines written and
+    acknowledged by this store, read a chunk at a time: a line that does not decode counts
+    none; Verify names it)."""
+    n, rest, left = 0, b"", size
     with open(path, "rb") as f:
-        data = f.read(size)
-    n = 0
-    for raw in data.split(b"\n")[:-1]:
-        try:
-            n += message_count(decode_stored(unframe(raw)[0]))
-        except JournaldError:
-            continue
+        while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+            left -= len(chunk)
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for raw in lines:
+                try:
+                    n += message_count(decode_stored(unframe(raw)[0]))
+                except JournaldError:
+                    continue
     return n
 
 

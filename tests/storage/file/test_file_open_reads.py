@@ -22,7 +22,7 @@ from journald.storage.file import store as store_module
 from journald.storage.file.journal import OpenState
 from journald.storage.file.segments import read_manifest
 from journald.storage.file.store import FileStore
-from tests.builders import JournalBuilder, user_payload
+from tests.builders import JournalBuilder, text, user_payload
 from tests.profiles import scaled
 from tests.storage.file.test_file_info_reads import TORN, write_shaped
 from tests.storage.file.test_file_reads import (
@@ -182,15 +182,17 @@ async def test_appends_after_an_open_from_the_end_chain_seal_and_pass_a_whole_re
     assert not journal._stats.counted  # opened from the end
     b = JournalBuilder(RUN, prompt="the prompt")
     b.records = list(recs)
-    for i in range(10):
+    for i in range(9):
         b.add("user", user_payload(f"after {i}"))
+    two = [{"role": "user", "content": [text("summary")]}, {"role": "user", "content": [text("s")]}]
+    b.add("rebase", {"reason": "compaction", "messages": two})  # two messages, one record
     more = b.records[3000:]
     await journal.append(more[:3])
     await journal.append([recs[10]])  # a retry of a seq the open did not keep: idempotent
     await journal.append(more[3:])  # seals (>= 3005): the seal counts the segment's messages
     await journal.close()
     [sealed] = await store.segments(RUN)
-    assert (sealed.records, sealed.messages) == (3010, 3010)  # meta has a prompt: 1 + 3009
+    assert (sealed.records, sealed.messages) == (3010, 3011)  # the prompt, 3008 users, 2
     whole = open_whole(FileStore(tmp_path), tmp_path)
     assert (whole.last_seq, whole.last_hash) == (3010, more[-1].hash)
     report = await FileStore(tmp_path).verify(RUN)
