@@ -243,9 +243,20 @@ VARIANTS: dict[str, tuple[str, Callable[[], None] | None]] = {
     "servicer-off": ("budget, admit, fold, schema, seal and write all off", _servicer_off),
     "memory": ("memory backend", None),
     "io-threads-1": ("one writer thread (--io-threads 1)", None),
+    "aio-off": ("fdatasync on a writer thread (--aio-sync off: the path before AIO)", None),
 }
-ARGS = {"memory": ["--backend", "memory"], "io-threads-1": ["--io-threads", "1"]}
-"""Daemon flags of the variants that are a flag, not a patch."""
+_THREADS = ["--aio-sync", "off"]
+ARGS = {
+    "memory": ["--backend", "memory"],
+    "io-threads-1": ["--io-threads", "1", *_THREADS],
+    "aio-off": _THREADS,
+    # the patches of the writer threads' path measure that path
+    "no-fdatasync": _THREADS,
+    "no-fstat": _THREADS,
+    "dsync-write": _THREADS,
+    "inline-write": _THREADS,
+}
+"""Daemon flags of the variants that are a flag, not a patch (or that a patch needs)."""
 DEFAULT_VARIANTS = ",".join(VARIANTS)
 
 

@@ -54,9 +54,9 @@ pre-operation checkpoint is durable, no rebase yet), ``op_after_pages`` (restore
 compaction: the rebase's message pages are stored, the rebase record not yet written),
 ``op_after_rebase`` (compaction, restore, fork: the rebase is durable, the response not yet
 sent). Of a lease end's fold snapshot (``journald.storage.file.checkpoint_store``):
-``snapshot_before_write`` (the snapshot's new message pages and answered-id chunks are
-stored, the snapshot not yet written) and ``snapshot_after_write`` (the snapshot renamed in,
-the fold marks not yet saved).
+``snapshot_before_write`` (the snapshot's new message pages, page-reference chunks and
+answered-id chunks are stored, the snapshot not yet written) and ``snapshot_after_write``
+(the snapshot renamed in, the fold marks not yet saved).
 
 Point of the daemon's threads (``journald.storage.io_pool``): ``background_call`` (a
 blocking call of the background class, a read or a lease close, is about to run on a read
@@ -178,6 +178,15 @@ def is_on(name: str) -> bool:
     with _lock:
         point = _points.get(name)
         return point is not None and point.action == "on"
+
+
+def blocks(name: str) -> bool:
+    """Whether ``name`` is armed to hold its caller (``sleep``, ``wait``): a step made on the
+    event loop (a group write whose fdatasync goes through AIO) fires such a point on a
+    thread, so that it holds that write and not every call (call only behind ``ARMED``)."""
+    with _lock:
+        point = _points.get(name)
+        return point is not None and point.action in ("sleep", "wait")
 
 
 def hit(name: str) -> None:

@@ -116,6 +116,7 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S, DEFAULT_SCRUB_INTERVAL_S
     from journald.server.startup import EXIT_CODES
     from journald.storage import registry
+    from journald.storage.aio_sync import MODES
     from journald.storage.io_pool import DEFAULT_EXECUTOR_THREADS, DEFAULT_IO_THREADS
 
     p = sub.add_parser(
@@ -195,6 +196,15 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_IO_THREADS,
         help="threads that write and fdatasync the file backend's runs, shared by every open "
         f"run (default {DEFAULT_IO_THREADS})",
+    )
+    p.add_argument(
+        "--aio-sync",
+        choices=MODES,
+        default=None,
+        help="file backend: fdatasync a run's group writes through Linux AIO from the event "
+        "loop instead of a writer thread: auto (the default) when a probe at start-up proves "
+        "it works in the data directory, else the writer threads; on: refuse to start "
+        "without it; off: always the writer threads (default: $JOURNALD_AIO_SYNC, else auto)",
     )
     p.add_argument(
         "--blocking-threads",
@@ -280,6 +290,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         checkpoint_max=args.checkpoint_max,
         shared_runs=args.shared_runs,
         io_threads=args.io_threads,
+        aio_sync=args.aio_sync,
         blocking_threads=args.blocking_threads,
         shares=fairness.from_args(args),
         lease_ttl_s=float(args.lease_ttl),

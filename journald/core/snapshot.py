@@ -26,6 +26,17 @@ all in its tail is still written as version 1 or 2; an older release ignores ver
 ``answered_ever`` would be incomplete) and folds the run in full. A version 3 document decodes
 with its chunks unread: the fold asks for them only on a duplicate or unknown result.
 
+Version 4 is version 3 whose message page references are sealed too
+(``journald.core.ref_chunks``): ``page_chunks`` names the full chunks of 128 page references
+(each ``{"sha256", "count": messages, "size"}``), ``message_pages`` only the references after
+the last chunk (fewer than 128), and ``answered`` is as in version 3 (its head may be null).
+So the document holds at most 127 page references and one chunk reference per 128 pages
+(~52 at 1M records) whatever the run's length, and a lease end writes the chunks that became
+full since the last one (``new_chunks``, stored before the document). A lazy decode reads no
+chunk (the last chunk and its last page only when the tail and the loose references are
+empty); a non-lazy one resolves every chunk through the ``chunks`` resolver. An older
+release ignores version 4 and folds the run in full; versions 1 to 3 decode as before.
+
 Pure core: no I/O imports.
 """
 
@@ -50,11 +61,18 @@ from journald.core.fold import (
 )
 from journald.core.message_log import MessageLog
 from journald.core.pages import Paged, PageRef, PageResolver, conversation, page_refs
+from journald.core.ref_chunks import (
+    ChunkResolver,
+    RefChunk,
+    chunks_from_json,
+    full_chunks,
+)
 
 SNAPSHOT_VERSION = 1
 PAGED_SNAPSHOT_VERSION = 2
 ANSWERED_SNAPSHOT_VERSION = 3
-PAGED_VERSIONS = (PAGED_SNAPSHOT_VERSION, ANSWERED_SNAPSHOT_VERSION)
+CHUNKED_SNAPSHOT_VERSION = 4
+PAGED_VERSIONS = (PAGED_SNAPSHOT_VERSION, ANSWERED_SNAPSHOT_VERSION, CHUNKED_SNAPSHOT_VERSION)
 _COUNTERS = tuple(f.name for f in fields(Counters))
 
 
@@ -75,8 +93,18 @@ def paged_state(st: RunState, tail: Paged) -> dict[str, Any]:
     cut of the log's tail, ``cut_open(st.messages.tail)``): what it costs to write is the tail's
     new pages, never the sealed ones (they are stored already). Version 1 when there are no
     pages at all; version 3 when answered ids are sealed (their chunks are stored already,
-    and the document names them by the head of their chain)."""
-    refs = [*st.messages.refs, *tail.refs]
+    and the document names them by the head of their chain); version 4 when the page
+    references fill a chunk (``new_chunks`` are the ones the caller stores first)."""
+    log = st.messages
+    refs = [*log.loose, *tail.refs]
+    new = full_chunks(refs)
+    if log.chunks or new:
+        out = _encode(st, list(tail.tail), answered=False)
+        out["v"] = CHUNKED_SNAPSHOT_VERSION
+        out["page_chunks"] = [r.as_json() for r in (*log.chunks, *(c.ref for c in new))]
+        out["message_pages"] = [r.as_json() for r in refs[sum(len(c.refs) for c in new) :]]
+        out["answered"] = st.answered_ever.as_json()
+        return out
     if st.answered_ever.head is not None:
         out = _encode(st, list(tail.tail), answered=False)
         out["v"] = ANSWERED_SNAPSHOT_VERSION
@@ -89,6 +117,12 @@ def paged_state(st: RunState, tail: Paged) -> dict[str, Any]:
     out["v"] = PAGED_SNAPSHOT_VERSION
     out["message_pages"] = [r.as_json() for r in refs]
     return out
+
+
+def new_chunks(st: RunState, tail: Paged) -> list[RefChunk]:
+    """The page-reference chunks ``paged_state(st, tail)`` names that ``st``'s log does not
+    (the loose references and the tail's pages that fill one): stored before the document."""
+    return full_chunks([*st.messages.loose, *tail.refs])
 
 
 def _encode(st: RunState, messages: list[Message], answered: bool = True) -> dict[str, Any]:
@@ -154,10 +188,24 @@ def snapshot_pages(doc: object) -> list[PageRef]:
         return []
 
 
+def snapshot_chunks(doc: object) -> list[PageRef]:
+    """The page-reference chunks a snapshot document names (version 4; none for others or
+    damage): what scrub, Verify and Recover check beside its pages."""
+    if not isinstance(doc, Mapping) or doc.get("v") != CHUNKED_SNAPSHOT_VERSION:
+        return []
+    try:
+        return chunks_from_json(doc.get("page_chunks"))
+    except (ValueError, StoreCorrupted):
+        return []
+
+
 def snapshot_answered_head(doc: object) -> PageRef | None:
     """The head of the answered-id chunks a snapshot document references (None: none, or
     damage)."""
-    if not isinstance(doc, Mapping) or doc.get("v") != ANSWERED_SNAPSHOT_VERSION:
+    if not isinstance(doc, Mapping) or doc.get("v") not in (
+        ANSWERED_SNAPSHOT_VERSION,
+        CHUNKED_SNAPSHOT_VERSION,
+    ):
         return None
     try:
         return answered_from_json(doc.get("answered")).head
@@ -165,7 +213,12 @@ def snapshot_answered_head(doc: object) -> PageRef | None:
         return None
 
 
-def decode_state(doc: object, pages: PageResolver | None = None, lazy: bool = False) -> RunState:
+def decode_state(
+    doc: object,
+    pages: PageResolver | None = None,
+    lazy: bool = False,
+    chunks: ChunkResolver | None = None,
+) -> RunState:
     """The state ``encode_state`` (or ``paged_snapshot``/``paged_state``, read through
     ``pages``) wrote; ``SnapshotUnreadable`` for anything else, a page that cannot be read
     included. Every list and dict of the result is new (the caller folds into it).
@@ -175,8 +228,12 @@ def decode_state(doc: object, pages: PageResolver | None = None, lazy: bool = Fa
     tail is empty (the fold may merge into the last message).
 
     A version 3 document's answered-id chunks are never read here: the result's
-    ``answered_ever`` names them (``journald.core.answered``)."""
+    ``answered_ever`` names them (``journald.core.answered``). A version 4 document's
+    page-reference chunks are read through ``chunks`` (lazy: none, or the last one only when
+    it holds the last page to read)."""
     try:
+        if isinstance(doc, Mapping) and doc.get("v") == CHUNKED_SNAPSHOT_VERSION:
+            return _decode_chunked(doc, pages, lazy, chunks)
         answered = None
         if isinstance(doc, Mapping) and doc.get("v") == ANSWERED_SNAPSHOT_VERSION:
             answered = answered_from_json(doc.get("answered"))
@@ -233,6 +290,46 @@ def _decode_lazy(doc: Mapping[str, Any], pages: PageResolver | None) -> RunState
         _need(pages is not None, "its last page was not read")
         assert pages is not None
         st.messages = MessageLog(_messages(pages(refs[-1]), "the last page"), refs[:-1])
+    return st
+
+
+def _decode_chunked(
+    doc: Mapping[str, Any], pages: PageResolver | None, lazy: bool, chunks: ChunkResolver | None
+) -> RunState:
+    answered = answered_from_json(doc.get("answered"))
+    chunk_refs = chunks_from_json(doc.get("page_chunks"))
+    _need(bool(chunk_refs), "a version 4 snapshot without page chunks")
+    loose = page_refs({"pages": doc.get("message_pages")})
+    drop = ("answered", "page_chunks", "message_pages")
+    st = _decode(
+        {k: v for k, v in doc.items() if k not in drop}
+        | {"v": SNAPSHOT_VERSION, "answered_ever": []}
+    )
+    st.answered_ever = answered
+    if not lazy:
+        _need(pages is not None and chunks is not None, "its chunks and pages were not read")
+        assert pages is not None
+        assert chunks is not None
+        msgs: list[Message] = []
+        for c in chunk_refs:
+            for ref in chunks(c):
+                msgs.extend(_messages(pages(ref), "a page"))
+        for ref in loose:
+            msgs.extend(_messages(pages(ref), "a page"))
+        st.messages = MessageLog([*msgs, *st.messages.tail])
+        return st
+    log = MessageLog(st.messages.tail, loose, chunks=chunk_refs)
+    if not log.tail:  # the last page becomes the tail: the fold may merge into its last message
+        _need(pages is not None, "its last page was not read")
+        assert pages is not None
+        if not loose:
+            _need(chunks is not None, "its last chunk was not read")
+            assert chunks is not None
+            log.provide_chunk(chunk_refs[-1], chunks(chunk_refs[-1]))
+        ref = log.span_refs(log.sealed - 1, log.sealed)[0]
+        log.provide(ref, _messages(pages(ref), "the last page"))
+        log[-1] = log[-1]  # takes the last page back into the tail
+    st.messages = log
     return st
 
 

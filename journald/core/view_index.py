@@ -9,10 +9,15 @@ view, stored in the same content-addressed store; a page of a conversation that 
 repair is byte for byte the fold's page, so it is stored once), and the index is:
 
 * ``pages``/``digest``/``messages``: how many of the fold's pages (and messages) it covers
-  and the SHA-256 of their addresses joined (it serves a conversation whose pages start
-  with those);
-* ``view_pages``: the view pages, each with its message count (a History page bisects
-  them and reads only the ones it returns); saved as the fold page's number when it is one;
+  and the digest of that prefix (``FoldPages.digest``: the addresses of the fold's
+  page-reference chunks it covers whole, ``journald.core.ref_chunks``, then of the pages
+  after them; it serves a conversation whose pages start with those). Checking it needs no
+  reference before the covered boundary's chunk: a read of a long run reads at most the
+  chunk holding the boundary, never every fold reference;
+* ``view_chunks``/``view_pages``: the view pages, each with its message count (a History
+  page bisects them and reads only the ones it returns), their references sealed into
+  chunks of 128 the same way as the fold's (a view page that is a fold page is that page,
+  and a view chunk of such pages is the fold's chunk: stored once), then the loose ones;
 * ``carry``: the sanitizer after the covered pages (with the outputs not yet cut); a
   carried message equal to one of the last covered fold messages is saved as
   ``{"fold": index}`` (``named_fold_messages`` says which to read back).
@@ -28,26 +33,107 @@ Pure core: no I/O imports.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from journald.core import ref_chunks
 from journald.core.errors import StoreCorrupted
 from journald.core.fold import Pending, pending_blocks
 from journald.core.governance import Sanitizer
 from journald.core.message_log import MessageLog
 from journald.core.pages import PAGE_TARGET_BYTES, Paged, PageRef, cut, ref_from_json
 from journald.core.records import sha256_hex
+from journald.core.ref_chunks import RefChunk, chunks_from_json, full_chunks
 
-VIEW_INDEX_FORMAT = "journald-view-index/1"
+VIEW_INDEX_FORMAT = "journald-view-index/2"
 """The index document's format, and the version of the rules its view pages were derived
-by: a change to ``sanitize`` changes it, and an index of another format is rebuilt."""
+by: a change to ``sanitize`` changes it, and an index of another format is rebuilt (``/1``
+listed every view page and digested every fold page reference)."""
+VIEW_INDEX_FORMAT_1 = "journald-view-index/1"
+"""The format before: read once, with every fold reference (``index_from_json``'s
+``fold_refs``), and saved again as ``VIEW_INDEX_FORMAT`` (``ViewIndex.sealed``)."""
 
 Message = dict[str, Any]
 
 
-def covered_digest(refs: Sequence[PageRef]) -> str:
-    """The SHA-256 of the pages' addresses joined: which conversation prefix an index covers."""
-    return sha256_hex("".join(r.sha256 for r in refs).encode())
+@dataclass(frozen=True, slots=True)
+class FoldPages:
+    """A conversation's fold pages as an index needs them: its page-reference chunks, the
+    loose references after them, and the references of the chunks read so far (those from
+    an index's covered boundary on are enough; ``need`` names them)."""
+
+    chunks: tuple[PageRef, ...]
+    loose: tuple[PageRef, ...]
+    read: Mapping[str, Sequence[PageRef]]
+
+    @classmethod
+    def of(cls, pages: FoldPages | MessageLog | Sequence[PageRef]) -> FoldPages:
+        """The pages of a log (its loaded chunks read) or of a list of every reference,
+        with loose references that fill a chunk sealed into one (as the writer would)."""
+        if isinstance(pages, FoldPages):
+            return pages
+        if isinstance(pages, MessageLog):
+            chunks, loose = pages.chunks, pages.loose
+            read = dict(pages.loaded_chunks(0, pages.chunked))
+        else:
+            chunks, loose, read = (), tuple(pages), {}
+        more = full_chunks(loose)
+        if more:
+            chunks = (*chunks, *(c.ref for c in more))
+            loose = loose[sum(len(c.refs) for c in more) :]
+            read |= {c.ref.sha256: c.refs for c in more}
+        return cls(chunks, loose, read)
+
+    def with_read(self, read: Mapping[str, Sequence[PageRef]]) -> FoldPages:
+        return FoldPages(self.chunks, self.loose, {**self.read, **read})
+
+    @property
+    def count(self) -> int:
+        return ref_chunks.REFS_PER_CHUNK * len(self.chunks) + len(self.loose)
+
+    def need(self, start: int) -> list[PageRef]:
+        """The chunks holding pages ``[start, count)`` that are not read."""
+        first = start // ref_chunks.REFS_PER_CHUNK
+        return [c for c in self.chunks[first:] if c.sha256 not in self.read]
+
+    def refs(self, start: int, end: int) -> list[PageRef] | None:
+        """Page references ``[start, end)`` (None: a chunk holding them is not read)."""
+        n = ref_chunks.REFS_PER_CHUNK
+        out: list[PageRef] = []
+        for k in range(start // n, min(len(self.chunks), -(-end // n))):
+            got = self.read.get(self.chunks[k].sha256)
+            if got is None:
+                return None
+            out.extend(got[max(0, start - k * n) : end - k * n])
+        base = n * len(self.chunks)
+        out.extend(self.loose[max(0, start - base) : max(0, end - base)])
+        return out
+
+    def _prefix(self, pages: int) -> tuple[tuple[PageRef, ...], list[PageRef]] | None:
+        full = min(pages // ref_chunks.REFS_PER_CHUNK, len(self.chunks))
+        rest = self.refs(full * ref_chunks.REFS_PER_CHUNK, pages)
+        return None if rest is None else (self.chunks[:full], rest)
+
+    def digest(self, pages: int) -> str | None:
+        """Which prefix of ``pages`` pages this is: the SHA-256 of the addresses of the
+        chunks it holds whole, then of the pages after them (None: the chunk holding its
+        boundary is not read)."""
+        got = self._prefix(pages) if 0 <= pages <= self.count else None
+        if got is None:
+            return None
+        whole, rest = got
+        joined = "".join(c.sha256 for c in whole) + "/" + "".join(r.sha256 for r in rest)
+        return sha256_hex(joined.encode())
+
+    def messages(self, pages: int) -> int | None:
+        """The messages the first ``pages`` pages hold (None: as ``digest``)."""
+        got = self._prefix(pages) if 0 <= pages <= self.count else None
+        if got is None:
+            return None
+        return sum(c.count for c in got[0]) + sum(r.count for r in got[1])
+
+
+FoldLike = FoldPages | MessageLog | Sequence[PageRef]
 
 
 RECENT_PAGES = 2
@@ -58,31 +144,44 @@ it holds unchanged by their fold index instead of copying them into the saved do
 @dataclass(frozen=True, slots=True)
 class ViewIndex:
     pages: int  # fold pages covered: the conversation's first ``pages`` pages
-    digest: str  # ``covered_digest`` of them
+    digest: str  # ``FoldPages.digest`` of them
     messages: int  # the fold messages they hold
-    view_pages: tuple[PageRef, ...]
+    view_chunks: tuple[PageRef, ...]  # chunks of the first view pages' references
+    view_pages: tuple[PageRef, ...]  # the view pages after them
     carry: Sanitizer  # after the covered pages
     recent_base: int = 0  # fold index of ``recent[0]``
     recent: tuple[Message, ...] = ()  # the last covered fold messages (not saved)
 
     @classmethod
     def empty(cls) -> ViewIndex:
-        return cls(0, covered_digest(()), 0, (), Sanitizer())
+        digest = FoldPages((), (), {}).digest(0)
+        assert digest is not None
+        return cls(0, digest, 0, (), (), Sanitizer())
 
-    def serves(self, refs: Sequence[PageRef]) -> bool:
-        """Whether ``refs`` (a conversation's pages) start with the pages this index covers."""
-        return len(refs) >= self.pages and covered_digest(refs[: self.pages]) == self.digest
+    def serves(self, fold: FoldLike) -> bool:
+        """Whether ``fold`` (a conversation's pages) starts with the pages this index covers
+        (False too when the chunk holding the covered boundary is not read)."""
+        fp = FoldPages.of(fold)
+        return fp.count >= self.pages and fp.digest(self.pages) == self.digest
 
-    def covers(self, refs: Sequence[PageRef]) -> bool:
-        return len(refs) == self.pages and self.serves(refs)
+    def covers(self, fold: FoldLike, pages: int | None = None) -> bool:
+        """Whether it serves ``fold`` and covers its pages (its first ``pages``)."""
+        fp = FoldPages.of(fold)
+        return (fp.count if pages is None else pages) == self.pages and self.serves(fp)
 
-    def as_json(self, fold_refs: Sequence[PageRef]) -> dict[str, Any]:
-        """The document a lease end saves (``fold_refs``: the conversation's pages, the
-        first ``pages`` of them covered). Short where it can be: a view page that is a fold
-        page is that page's number, and a carried message equal to a fold message among
-        the last covered ones is ``{"fold": its index}``."""
-        number = {r.sha256: k for k, r in enumerate(fold_refs[: self.pages])}
-        views = [number.get(r.sha256, r.as_json()) for r in self.view_pages]
+    def sealed(self) -> tuple[ViewIndex, list[RefChunk]]:
+        """This index with its loose view page references that fill a chunk sealed into
+        chunks (an index read from ``VIEW_INDEX_FORMAT_1``), and the chunks to store."""
+        chunks = full_chunks(self.view_pages)
+        if not chunks:
+            return self, []
+        rest = self.view_pages[sum(len(c.refs) for c in chunks) :]
+        more = (*self.view_chunks, *(c.ref for c in chunks))
+        return replace(self, view_chunks=more, view_pages=rest), chunks
+
+    def as_json(self) -> dict[str, Any]:
+        """The document a lease end saves. Short where it can be: a carried message equal to
+        a fold message among the last covered ones is ``{"fold": its index}``."""
         names: dict[int, int] = {}
         at = self.recent_base + len(self.recent) - 1
         for m in reversed(self.carry.messages()):  # in order, from the end
@@ -98,7 +197,8 @@ class ViewIndex:
             "pages": self.pages,
             "digest": self.digest,
             "messages": self.messages,
-            "view_pages": views,
+            "view_chunks": [r.as_json() for r in self.view_chunks],
+            "view_pages": [r.as_json() for r in self.view_pages],
             "carry": self.carry.to_json(name),
         }
 
@@ -117,32 +217,49 @@ def _list(v: Any) -> list[Any]:
 
 
 def index_from_json(
-    obj: Any, fold_refs: Sequence[PageRef], fold_messages: Mapping[int, Message]
+    obj: Any,
+    fold: FoldLike,
+    fold_messages: Mapping[int, Message],
+    fold_refs: Sequence[PageRef] | None = None,
 ) -> ViewIndex | None:
-    """The index ``as_json`` wrote, for a conversation of pages ``fold_refs`` whose messages
-    ``named_fold_messages`` names are in ``fold_messages``; None for anything else (a
-    cache: it is rebuilt), an index that does not serve these pages included."""
+    """The index ``as_json`` wrote, for a conversation of pages ``fold`` (the chunk holding
+    the covered boundary read) whose messages ``named_fold_messages`` names are in
+    ``fold_messages``; None for anything else (a cache: it is rebuilt), an index that does
+    not serve these pages included. With ``fold_refs`` (every fold page reference), a
+    ``VIEW_INDEX_FORMAT_1`` index too (its view pages all loose: ``ViewIndex.sealed``)."""
     try:
-        if not isinstance(obj, dict) or obj.get("format") != VIEW_INDEX_FORMAT:
+        if not isinstance(obj, dict):
             return None
+        fp = FoldPages.of(fold)
         pages, digest, count = obj.get("pages"), obj.get("digest"), obj.get("messages")
         raw = obj.get("view_pages")
         if type(pages) is not int or pages < 0 or type(count) is not int:
             return None
         if not isinstance(digest, str) or not isinstance(raw, list):
             return None
-        if len(fold_refs) < pages or covered_digest(fold_refs[:pages]) != digest:
+        if obj.get("format") == VIEW_INDEX_FORMAT_1 and fold_refs is not None:
+            covered = fold_refs[:pages]
+            if (
+                len(covered) != pages
+                or sha256_hex("".join(r.sha256 for r in covered).encode()) != digest
+            ):
+                return None
+            if not all(type(r) is not int or 0 <= r < pages for r in raw):
+                return None
+            chunks: tuple[PageRef, ...] = ()
+            views = tuple(covered[r] if type(r) is int else ref_from_json(r) for r in raw)
+            digest = fp.digest(pages)
+            if digest is None:
+                return None
+        elif obj.get("format") == VIEW_INDEX_FORMAT:
+            if fp.digest(pages) != digest:
+                return None
+            chunks = tuple(chunks_from_json(obj.get("view_chunks")))
+            views = tuple(ref_from_json(r) for r in raw)
+        else:
             return None
-        if sum(r.count for r in fold_refs[:pages]) != count:
+        if fp.count < pages or fp.messages(pages) != count:
             return None
-        views: list[PageRef] = []
-        for r in raw:
-            if type(r) is int:
-                if not 0 <= r < pages:
-                    return None
-                views.append(fold_refs[r])
-            else:
-                views.append(ref_from_json(r))
 
         def resolve(m: Any) -> Any:
             if isinstance(m, dict) and set(m) == {"fold"}:
@@ -156,7 +273,7 @@ def index_from_json(
         if len(recent) != count - base:
             recent = ()
             base = count
-        return ViewIndex(pages, digest, count, tuple(views), carry, base, recent)
+        return ViewIndex(pages, digest, count, chunks, views, carry, base, recent)
     except (StoreCorrupted, ValueError, TypeError, KeyError, AttributeError):
         return None  # any damage: not an index
 
@@ -167,7 +284,11 @@ class ViewBuilder:
 
     def __init__(self, start: ViewIndex, target_bytes: int = PAGE_TARGET_BYTES) -> None:
         self.carry = start.carry.copy()
+        self.view_chunks = list(start.view_chunks)
         self.view_pages = list(start.view_pages)
+        self.new_chunks: list[RefChunk] = []
+        """View chunks sealed by ``add``: the caller stores them (after their pages) before
+        it saves the index."""
         self.target_bytes = target_bytes
         self.messages = start.messages
         self._recent: list[list[Message]] = [list(start.recent)] if start.recent else []
@@ -193,15 +314,27 @@ class ViewBuilder:
         count = sum(r.count for r in refs)
         self.carry.done = done[count:]
         self.view_pages.extend(refs)
+        sealed = full_chunks(self.view_pages)
+        if sealed:
+            self.view_chunks.extend(c.ref for c in sealed)
+            del self.view_pages[: sum(len(c.refs) for c in sealed)]
+            self.new_chunks.extend(sealed)
         return Paged(refs, [], {r.sha256: paged.data[r.sha256] for r in refs}, done[:count])
 
-    def index(self, refs: Sequence[PageRef]) -> ViewIndex:
-        """The index after ``refs`` (every fold page added so far, from the first)."""
+    def index(self, fold: FoldLike, pages: int | None = None) -> ViewIndex:
+        """The index after the first ``pages`` (all) pages of ``fold``: every fold page
+        added so far, from the first."""
+        fp = FoldPages.of(fold)
+        pages = fp.count if pages is None else pages
+        digest = fp.digest(pages)
+        if digest is None:
+            raise ValueError("the chunk holding the covered boundary was not read")
         recent = tuple(m for page in self._recent for m in page)
         return ViewIndex(
-            len(refs),
-            covered_digest(refs),
+            pages,
+            digest,
             self.messages,
+            tuple(self.view_chunks),
             tuple(self.view_pages),
             self.carry.copy(),
             self.messages - len(recent),
@@ -226,4 +359,4 @@ def view_log(index: ViewIndex, tail: Sequence[Message], pending: Pending | None)
         s.feed(m)
     for m in open_turn(pending) if pending is not None else ():
         s.feed(m)
-    return MessageLog(s.finish(), index.view_pages)
+    return MessageLog(s.finish(), index.view_pages, chunks=index.view_chunks)

@@ -53,6 +53,7 @@ from journald.server.startup import (
     refusal,
     shares_socket,
 )
+from journald.storage.aio_sync import Mode
 from journald.storage.checkpoint_base import seed_ids
 from journald.storage.io_pool import (
     DEFAULT_EXECUTOR_THREADS,
@@ -88,6 +89,7 @@ class ServeConfig:
     checkpoint_max: int = 0
     shared_runs: bool = False
     io_threads: int = DEFAULT_IO_THREADS
+    aio_sync: Mode | None = None
     blocking_threads: int = DEFAULT_EXECUTOR_THREADS
     shares: FairShares = field(default_factory=FairShares)
     lease_ttl_s: float = 3.0
@@ -109,6 +111,7 @@ def backend_options(cfg: ServeConfig) -> BackendOptions:
         nats=cfg.nats,
         check_fsync=True,
         io_threads=cfg.io_threads,
+        aio_sync=cfg.aio_sync,
         lease_ttl_s=cfg.lease_ttl_s,
         leader_wait_s=cfg.leader_wait_s,
     )

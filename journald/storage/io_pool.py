@@ -192,6 +192,12 @@ class IOLane:
         self._pool = pool
         self._turn = asyncio.Lock()  # FIFO: a waiter is never overtaken by a later caller
 
+    @property
+    def turn(self) -> asyncio.Lock:
+        """The lane's turn: held by a call of the lane, or by loop code (a group write whose
+        fdatasync goes through AIO) that must not overlap the lane's calls."""
+        return self._turn
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._turn:
             call = asyncio.ensure_future(self._pool.run(fn, *args))

@@ -5,7 +5,12 @@ A page's address is the SHA-256 of its bytes, which is exactly how the attachmen
 addresses what it keeps, so every backend stores pages without code of its own (file: the
 run's ``attachments/``; JetStream: ``<STREAM>_ATTACHMENTS``; memory: memory), once per run,
 and they go with the run (``Delete``) like attachments do. The chunks of a run's answered
-tool_use ids (``journald.core.answered``) live there too, the same way.
+tool_use ids (``journald.core.answered``) and of its page references
+(``journald.core.ref_chunks``) live there too, the same way.
+
+A sealed conversation (``MessageLog``) is read two levels down: a read of ``[start, end)``
+loads the reference chunks holding that range (one for a tail read), then the pages; only
+the whole-conversation paths (``whole``, ``all_refs``) read every chunk.
 
 ``PageStore`` writes a conversation's pages (before the record or checkpoint that references
 them: a crash in between leaves pages no one references, never a reference without its page)
@@ -24,7 +29,7 @@ from journald.core.answered import AnsweredIds, Chunk, chunk_missing, decode_chu
 from journald.core.checkpoints import Checkpoint, CheckpointMeta, Message, resolved
 from journald.core.errors import AttachmentNotFound, StoreCorrupted
 from journald.core.fold import RunState
-from journald.core.message_log import MessageLog, Span
+from journald.core.message_log import ChunkPages, MessageLog, Span
 from journald.core.pages import (
     Paged,
     PageRef,
@@ -36,7 +41,8 @@ from journald.core.pages import (
     referenced_pages,
 )
 from journald.core.records import Record
-from journald.core.snapshot import snapshot_answered_head
+from journald.core.ref_chunks import RefChunk, decode_ref_chunk, ref_chunk_missing
+from journald.core.snapshot import snapshot_answered_head, snapshot_chunks
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import MARKS, SNAPSHOT, AttachmentStore, CheckpointStore
 
@@ -105,30 +111,80 @@ class PageStore:
             out.extend(resolve(ref))
         return out
 
+    # --- page-reference chunks (``journald.core.ref_chunks``) -----------------------------
+
+    async def put_chunks(self, run_id: str, chunks: Iterable[RefChunk]) -> None:
+        """Store the chunks (before anything names them; those the run holds are kept)."""
+        for chunk in chunks:
+            _, existed = await self.attachments.put(run_id, chunk.raw)
+            self.written.pages += 1
+            if not existed:
+                self.written.new_pages += 1
+                self.written.new_bytes += chunk.ref.size
+
+    async def read_chunks(self, run_id: str, refs: Iterable[PageRef]) -> dict[str, RefChunk]:
+        """Each chunk, checked; a missing or damaged one is ``store_corrupted`` naming it."""
+        out: dict[str, RefChunk] = {}
+        for ref in refs:
+            if ref.sha256 in out:
+                continue
+            try:
+                raw = await self.attachments.get(run_id, ref.sha256)
+            except AttachmentNotFound:
+                raise named_page_error(ref_chunk_missing(ref), run_id) from None
+            except StoreCorrupted as exc:
+                raise named_ref_chunk_error(exc, run_id, ref) from None
+            try:
+                out[ref.sha256] = decode_ref_chunk(ref, raw)
+            except StoreCorrupted as exc:
+                raise named_page_error(exc, run_id) from None
+        return out
+
+    async def load_chunks(
+        self, run_id: str, log: MessageLog, start: int = 0, end: int | None = None
+    ) -> ChunkPages:
+        """Read the chunks holding ``[start, end)`` that ``log`` has not loaded, and hand them
+        over (its cache is shared with its copies); every chunk of the range, for the same
+        call's reads (a wide or concurrent read may push them out of the small cache)."""
+        held = log.loaded_chunks(start, end)
+        got = await self.read_chunks(run_id, log.missing_chunks(start, end))
+        for chunk in got.values():
+            log.provide_chunk(chunk.ref, chunk.refs)
+        return held | {sha: c.refs for sha, c in got.items()}
+
+    async def all_refs(self, run_id: str, log: MessageLog) -> tuple[PageRef, ...]:
+        """Every page reference of ``log`` (every chunk read that it has not loaded; none
+        kept): the whole-conversation paths."""
+        got = await self.read_chunks(run_id, log.missing_chunks(0, log.chunked))
+        return log.all_refs({sha: c.refs for sha, c in got.items()})
+
     # --- a sealed conversation (``journald.core.message_log``): read what a caller needs ----
 
     async def load(self, run_id: str, log: MessageLog, start: int = 0, end: int = -1) -> None:
-        """Load (into the log's small page cache) the pages holding ``[start, end)``
-        (``end`` -1: the end), so the fold and small reads of them work."""
-        refs = log.missing(start, len(log) if end < 0 else end)
+        """Load (into the log's small caches) the chunks, then the pages, holding
+        ``[start, end)`` (``end`` -1: the end), so the fold and small reads of them work."""
+        end = len(log) if end < 0 else end
+        chunks = await self.load_chunks(run_id, log, start, end)
+        refs = log.missing(start, end, chunks)
         raw = await self.read(run_id, refs)
         for ref in refs:
             log.provide(ref, decode_page(ref, raw[ref.sha256]))
 
     async def span(self, run_id: str, log: MessageLog, start: int, end: int) -> Span:
-        """Messages ``[start, end)`` widened to whole pages, reading only those pages: what a
-        window or a History page reads (page boundaries are clean, so alignment stays
-        inside them). Reads a copy taken first: a held run's writer may seal more of its
-        tail while the pages are read."""
+        """Messages ``[start, end)`` widened to whole pages, reading only the chunks and
+        pages holding them: what a window or a History page reads (page boundaries are
+        clean, so alignment stays inside them). Reads a copy taken first: a held run's writer
+        may seal more of its tail while the pages are read."""
         log = log.copy()
-        refs = log.missing(start, end)
+        chunks = await self.load_chunks(run_id, log, start, end)
+        refs = log.missing(start, end, chunks)
         raw = await self.read(run_id, refs)
         got = {r.sha256: decode_page(r, raw[r.sha256]) for r in refs}
-        return log.span(start, end, got)
+        return log.span(start, end, got, chunks)
 
     async def window(self, run_id: str, log: MessageLog, window: int) -> Sequence[Message]:
         """What a message window of ``window`` trailing messages (0: all) reads."""
-        if not log.refs:
+        if not log.has_pages:
             return log
         if window <= 0:
             return await self.whole(run_id, log)
@@ -136,31 +192,37 @@ class PageStore:
 
     async def whole(self, run_id: str, log: MessageLog) -> list[Message]:
         """Every message (governance of a whole conversation, a whole Fold, a checkpoint):
-        every page read, none kept in the log's cache (a copy taken first, as ``span``)."""
-        if not log.refs:
+        every chunk and page read, none kept in the log's cache (a copy taken first, as
+        ``span``)."""
+        if not log.has_pages:
             return list(log)
         log = log.copy()
-        out = await self.messages(run_id, list(log.refs))
+        out = await self.messages(run_id, list(await self.all_refs(run_id, log)))
         out.extend(log.tail)
         return out
 
     async def whole_state(self, run_id: str, st: RunState) -> RunState:
         """``st`` with every message in memory (``st`` itself when none is sealed): for
         code that walks a whole conversation. A copy: folding into it changes nothing."""
-        if not st.messages.refs:
+        if not st.messages.has_pages:
             return st
         out = st.copy()
         out.messages = MessageLog(await self.whole(run_id, st.messages))
         return out
 
     async def seal(self, run_id: str, log: MessageLog) -> int:
-        """Seal the front of a held run's tail into pages once it exceeds two pages (the
-        pages stored first, then referenced): how many pages were sealed."""
+        """Seal the front of a held run's tail into pages once it exceeds two pages, and the
+        loose page references into a chunk once they fill one (each stored first, then
+        referenced): how many pages were sealed."""
         paged = log.sealable()
         if paged is None:
             return 0
         await self.put(run_id, paged)
         log.seal(paged.refs)
+        chunks = log.chunkable()
+        if chunks:
+            await self.put_chunks(run_id, chunks)
+            log.seal_chunks(chunks)
         return len(paged.refs)
 
     # --- answered tool_use ids (``journald.core.answered``): a chain of chunks -----------------
@@ -206,14 +268,17 @@ class PageStore:
         answered.load(t for c in chunks for t in c.ids)
 
     async def check_snapshot(self, run_id: str, doc: Mapping[str, Any] | None) -> int:
-        """Every answered-id chunk the run's fold snapshot document (the index part, as
-        ``load_mark(run_id, SNAPSHOT)`` returns it) references exists and hashes right
+        """Every page-reference chunk and answered-id chunk the run's fold snapshot document
+        (the index part, as ``load_mark(run_id, SNAPSHOT)`` returns it) names exists and
+        hashes right
         (``store_corrupted`` naming the first that does not); how many were checked."""
         snap = doc.get("snapshot") if doc else None
-        return len(await self.chain(run_id, snapshot_answered_head(snap)))
+        chunks = await self.read_chunks(run_id, snapshot_chunks(snap))
+        return len(chunks) + len(await self.chain(run_id, snapshot_answered_head(snap)))
 
     async def drop_unreadable_snapshot(self, run_id: str, checkpoints: CheckpointStore) -> bool:
-        """Drop the run's fold snapshot when an answered-id chunk it names cannot be read
+        """Drop the run's fold snapshot when a chunk (page references, answered ids) it names
+        cannot be read
         (``Recover``: the snapshot is a cache, and the next fold starts from seq 1 and the
         next lease end writes a new one); whether it was dropped."""
         try:
@@ -234,7 +299,8 @@ class PageStore:
         self, store: Store, run_id: str, checkpoints: CheckpointStore | None = None
     ) -> int:
         """``check`` for every rebase of a stored run (``Verify``), and with ``checkpoints``
-        (where its fold snapshot is kept) every answered-id chunk the snapshot references."""
+        (where its fold snapshot is kept) every chunk (page references, answered ids) the
+        snapshot names."""
         rebases = [r async for r in store.iter_records(run_id) if r.kind == "rebase"]
         n = await self.check(run_id, rebases)
         if checkpoints is not None:
@@ -260,6 +326,14 @@ def named_chunk_error(exc: StoreCorrupted, run_id: str, ref: PageRef) -> StoreCo
     exc.metadata.setdefault("run_id", run_id)
     exc.metadata.setdefault("chunk", ref.sha256)
     exc.message = f"answered-id chunk {ref.sha256} of run {run_id}: {exc.message}"
+    return exc
+
+
+def named_ref_chunk_error(exc: StoreCorrupted, run_id: str, ref: PageRef) -> StoreCorrupted:
+    """``exc`` (reading a page-reference chunk) naming the run and the chunk."""
+    exc.metadata.setdefault("run_id", run_id)
+    exc.metadata.setdefault("chunk", ref.sha256)
+    exc.message = f"message-page reference chunk {ref.sha256} of run {run_id}: {exc.message}"
     return exc
 
 

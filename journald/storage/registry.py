@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from journald.core.errors import BackendUnavailable, InvalidArgumentError
+from journald.storage.aio_sync import Mode
 from journald.storage.base import DEFAULT_GAP_WAIT_S, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
 from journald.storage.file.checkpoint_store import FileAttachmentStore, FileCheckpointStore
@@ -56,6 +57,10 @@ class BackendOptions:
     io_threads: int = DEFAULT_IO_THREADS
     """File: the writer threads every open run shares
     (docs/design.md#io-threads-and-file-descriptors)."""
+    aio_sync: Mode | None = None
+    """File: a group write's fdatasync through Linux AIO from the event loop (``auto``: when
+    the probe at open proves it; None: ``JOURNALD_AIO_SYNC``, else ``auto``;
+    docs/design.md#durable-writes-without-a-thread-hop)."""
     read_only: bool = False
     """Open to copy runs out (``migrate``'s source): JetStream binds an unsafe stream and
     refuses writes."""
@@ -168,7 +173,10 @@ async def _open_file(opts: BackendOptions) -> OpenedBackend:
         segmentation=opts.segmentation,
         gap_wait_s=opts.gap_wait_s,
         io_threads=opts.io_threads,
+        aio=opts.aio_sync,
     )
+    if not opts.read_only and records.aio_sync() is not None:  # probed now, not at a write
+        log.info("file backend: a group write's fdatasync goes through Linux AIO from the loop")
     sessions = records.sessions_dir
     return OpenedBackend(
         records,

@@ -28,14 +28,18 @@ from typing import Any
 
 from journald.core.errors import StoreCorrupted
 from journald.core.fold import RunState
-from journald.core.pages import PageResolver, bytes_resolver, cut_open
+from journald.core.pages import Paged, PageRef, PageResolver, bytes_resolver, cut_open
+from journald.core.ref_chunks import ChunkResolver
 from journald.core.snapshot import (
     SnapshotUnreadable,
     decode_state,
     encode_state,
+    new_chunks,
     paged_state,
+    snapshot_chunks,
     snapshot_pages,
 )
+from journald.core.view_index import FoldPages
 from journald.storage.checkpoint_base import SNAPSHOT, CheckpointStore
 from journald.storage.pages import PageStore
 from journald.storage.view_pages import ViewPages
@@ -87,14 +91,15 @@ def snapshot_in(
     run_id: str,
     pages: PageResolver | None = None,
     lazy: bool = False,
+    chunks: ChunkResolver | None = None,
 ) -> RunState | None:
     """The snapshot of an index document, None when there is none or it is unreadable
-    (a paged one whose pages ``pages`` cannot read included); ``lazy``: its pages stay
-    sealed (``journald.core.snapshot.decode_state``)."""
+    (a paged one whose pages ``pages`` or chunks ``chunks`` cannot read included); ``lazy``:
+    its pages and chunks stay sealed (``journald.core.snapshot.decode_state``)."""
     if not doc or doc.get("snapshot") is None:
         return None
     try:
-        return decode_state(doc["snapshot"], pages, lazy)
+        return decode_state(doc["snapshot"], pages, lazy, chunks)
     except SnapshotUnreadable as exc:
         log.debug("run %s: ignoring its fold snapshot (%s); folding it in full", run_id, exc)
         return None
@@ -131,23 +136,36 @@ class FoldMarks:
         self._saved: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
 
     async def load_snapshot(self, run_id: str) -> RunState | None:
-        """The run's saved fold snapshot (None: none, or unreadable). Its message pages stay
-        sealed (``journald.core.message_log``): a read loads the pages it returns, so this
-        costs the counters, the tail and at most the last page, not the conversation."""
+        """The run's saved fold snapshot (None: none, or unreadable). Its message pages and
+        page-reference chunks stay sealed (``journald.core.message_log``): a read loads the
+        chunks and pages it returns, so this costs the counters, the tail, the loose page
+        references and the chunk references (fewer than 128 plus one per 128 pages), and at
+        most the last page (and its chunk), not the conversation."""
         doc = await self.checkpoints.load_mark(run_id, SNAPSHOT)
         snap = doc.get("snapshot") if doc else None
         # with a tail, decoding reads no page; without one, the last page (it becomes the
-        # tail: the fold may merge into its last message)
+        # tail: the fold may merge into its last message), through the last chunk when no
+        # page reference is loose
         tail = isinstance(snap, Mapping) and bool(snap.get("messages"))
-        refs = [] if tail else snapshot_pages(snap)[-1:]
-        resolve = None
-        if refs and self.pages is not None:
+        resolve: PageResolver | None = None
+        chunks: ChunkResolver | None = None
+        if not tail and self.pages is not None:
             try:
-                resolve = bytes_resolver(await self.pages.read(run_id, refs))
+                refs: list[PageRef] = snapshot_pages(snap)[-1:]
+                last = snapshot_chunks(snap)[-1:]
+                if not refs and last:
+                    chunk = (await self.pages.read_chunks(run_id, last))[last[0].sha256]
+                    refs = list(chunk.refs[-1:])
+
+                    def chunks(ref: PageRef) -> tuple[PageRef, ...]:
+                        return chunk.refs  # the one chunk decoding asks for, read now
+
+                if refs:
+                    resolve = bytes_resolver(await self.pages.read(run_id, refs))
             except StoreCorrupted as exc:  # a cache: fold the run in full instead
                 log.debug("run %s: its fold snapshot's pages (%s); folding it in full", run_id, exc)
                 return None
-        return snapshot_in(doc, run_id, resolve, lazy=True)
+        return snapshot_in(doc, run_id, resolve, lazy=True, chunks=chunks)
 
     async def load_index(self, run_id: str) -> dict[str, Any] | None:
         """The run's saved fold marks document (None: none)."""
@@ -194,10 +212,10 @@ class FoldMarks:
         since the snapshot it was opened from."""
         w = self._writing.pop(run_id, None) or _Writing(await self.load(run_id), 0)
         if not state.last_seq or (w.snapshot_seq == state.last_seq and not w.new_marks):
-            if state.last_seq and self.views is not None:
+            if state.last_seq and self.views is not None and self.pages is not None:
                 # unchanged since its snapshot, whose view index may be missing (saved by a
                 # daemon before there was one): the state holds the snapshot's pages
-                await self.views.save(run_id, state.messages.refs)
+                await self._save_views(run_id, state, None)
             return
         new = w.new_marks
         if state.pending is None and (not new or new[-1]["seq"] != state.last_seq):
@@ -209,8 +227,11 @@ class FoldMarks:
         if self.pages is not None:
             # the pages first, and only the tail's: the sealed ones are stored already, so
             # the save costs what was appended since the last one (docs/design.md#fold-snapshots)
+            # then the reference chunks they fill (what a save adds: about one chunk per 128
+            # pages appended, never the conversation's list of page references)
             paged = cut_open(state.messages.tail)
             await self.pages.put(run_id, paged)
+            await self.pages.put_chunks(run_id, new_chunks(state, paged))
             # a copy: the held state (if any) keeps its own tail; the chunks are stored first
             state = replace(state, answered_ever=state.answered_ever.copy())
             await self.pages.seal_answered(run_id, state.answered_ever)
@@ -221,7 +242,18 @@ class FoldMarks:
         await self.checkpoints.save_mark(run_id, {"marks": saved})
         self._remember(run_id, saved)
         if self.pages is not None and self.views is not None:
-            # the pages the snapshot names, less the last when its tail is empty (a read of
-            # the snapshot takes that page back into the tail)
-            refs = [*state.messages.refs, *paged.refs]
-            await self.views.save(run_id, refs if paged.tail else refs[:-1], paged.data)
+            await self._save_views(run_id, state, paged)
+
+    async def _save_views(self, run_id: str, state: RunState, paged: Paged | None) -> None:
+        """The views' page index over the pages the snapshot names (``paged``: the ones it
+        cut now), less the last when its tail is empty (a read of the snapshot takes that
+        page back into the tail). Reads no chunk but those from the saved index's boundary
+        on (docs/design.md#view-pages)."""
+        assert self.views is not None
+        conversation = state.messages.copy()  # the held state keeps its own tail
+        pages = None
+        if paged is not None and paged.refs:  # ``cut_open`` leaves two messages open
+            conversation.seal(paged.refs)
+        elif paged is not None and not paged.tail and conversation.has_pages:
+            pages = FoldPages.of(conversation).count - 1
+        await self.views.save(run_id, conversation, paged.data if paged else None, pages)

@@ -5,6 +5,7 @@ Format, fsync order and recovery rules: docs/design.md#file-backend (#fsync-orde
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from journald import telemetry
+from journald import failpoints, telemetry
 from journald.core.errors import BackendUnavailable, JournaldError, SeqConflict
 from journald.core.records import Record, decode_stored
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
@@ -39,6 +40,7 @@ from journald.storage.info import run_info_from
 from journald.storage.pipeline import AppendPipeline
 
 if TYPE_CHECKING:
+    from journald.storage.aio_sync import AioSync
     from journald.storage.file.store import FileStore
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,10 @@ RECENT = 1024  # records kept in memory per journal for idempotent-retry compari
 RECENT_BYTES = 4 * 1024 * 1024
 """...and at most this many of their stored bytes (beyond one record): a retry of an older
 seq reads it back from the disk instead."""
+AIO_WRITE_MAX_BYTES = 256 * 1024
+"""A group write of at most this many bytes is written on the event loop (a buffered
+``pwrite`` into the page cache, ~1 µs a KiB) and synced through AIO; a larger one keeps the
+writer threads, so that copying it never holds the loop for long."""
 
 
 # --- per-run state -----------------------------------------------------------------------
@@ -215,7 +221,15 @@ class FileJournal:
         return out
 
     async def _write_group(self, new: list[Record]) -> None:
-        await self._io.run(self._write_durable, b"".join(frame(r) for r in new), new[0].seq)
+        data = b"".join(frame(r) for r in new)
+        aio = None
+        if not self._first_write and len(data) <= AIO_WRITE_MAX_BYTES:
+            aio = self._store.aio_sync()  # fdatasync without a thread, when proven
+        if aio is None or aio.closed:
+            await self._io.run(self._write_durable, data, new[0].seq)
+            return
+        async with self._io.turn:  # never beside a seal or a listing write of the lane
+            await self._write_durable_aio(aio, data, new[0].seq)
 
     async def _written(self, new: list[Record]) -> None:
         for r in new:
@@ -254,11 +268,7 @@ class FileJournal:
                 raise self._unlinked(seq)
             disk.step("after_fsync_before_advance")
         except OSError as exc:
-            try:
-                disk.ftruncate(self._fd, pre)
-                disk.fdatasync(self._fd)
-            except OSError:
-                pass
+            self._take_back(pre)
             raise storage_error(
                 exc, self.run_id, self._path, seq, root=self._store.sessions_dir
             ) from exc
@@ -266,6 +276,44 @@ class FileJournal:
         if self._digest is not None:
             self._digest.update(data)
         self.commits += 1
+
+    async def _write_durable_aio(self, aio: AioSync, data: bytes, seq: int) -> None:
+        """``_write_durable`` with the pwrite on the loop and the fdatasync through AIO: the
+        same steps, failpoints, telemetry and taking back of a failed write (docs/design.md
+        #durable-writes-without-a-thread-hop). Only for a store on the plain ``Disk``."""
+        pre = self._size
+        disk = self._disk
+        try:
+            await self._step("before_write")
+            end = disk.write_all(self._fd, data, pre)
+            await self._step("after_write_before_fsync")
+            fsync_s = await aio.fdatasync(self._fd)
+            telemetry.fsync_took(fsync_s, self.run_id, seq, len(data))
+            if disk.fstat(self._fd).st_nlink == 0:
+                raise self._unlinked(seq)  # as in _write_durable
+            await self._step("after_fsync_before_advance")
+        except OSError as exc:
+            # rare: the cut back and its own sync on a writer thread (the lane's turn is ours)
+            await self._store.io_pool.run(self._take_back, pre)
+            raise storage_error(
+                exc, self.run_id, self._path, seq, root=self._store.sessions_dir
+            ) from exc
+        self._size = end
+        if self._digest is not None:
+            self._digest.update(data)
+        self.commits += 1
+
+    async def _step(self, name: str) -> None:
+        if failpoints.ARMED:
+            if failpoints.blocks(name):  # a sleep or wait holds this write, not the loop
+                await asyncio.to_thread(self._disk.step, name)
+            else:
+                self._disk.step(name)
+
+    def _take_back(self, pre: int) -> None:
+        with contextlib.suppress(OSError):
+            self._disk.ftruncate(self._fd, pre)
+            self._disk.fdatasync(self._fd)
 
     def _unlinked(self, seq: int) -> BackendUnavailable:
         root = self._store.sessions_dir

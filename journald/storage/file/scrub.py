@@ -12,7 +12,8 @@ every run directory of ``DATA_DIR`` in turn and writes one JSON line per run on 
 Each run gets the walk ``journald verify`` makes (``FileReads.verify``: framing, checksums,
 chain, manifest entries and digests, then ``journald.storage.verify``'s walk, then every
 message page its rebases reference: present, and hashing to its name; ``check_pages``; then
-every answered-id chunk its fold snapshot references, ``check_answered``), with
+every chunk its fold snapshot names, page references and answered ids, ``check_answered``),
+with
 every file read through a ``ReadBudget``. A process of its own, at the lowest CPU and I/O
 priority, so that its decoding never holds the daemon's interpreter lock while an append
 waits for it; after each run it rests as long as the CPU time the run's walk took, so it uses
@@ -38,7 +39,8 @@ from journald.core.answered import chunk_missing, decode_chunk
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
 from journald.core.pages import PageRef, decode_page, page_missing, referenced_pages
 from journald.core.records import Record, validate_id
-from journald.core.snapshot import snapshot_answered_head
+from journald.core.ref_chunks import decode_ref_chunk, ref_chunk_missing
+from journald.core.snapshot import snapshot_answered_head, snapshot_chunks
 from journald.storage.file.checkpoint_store import (
     SNAPSHOT_FILE,
     FileAttachmentStore,
@@ -128,7 +130,8 @@ def check_pages(run_dir: str, run_id: str, rebases: list[Record], budget: ReadBu
 
 
 def check_answered(run_dir: str, run_id: str, budget: ReadBudget) -> int:
-    """Every answered-id chunk the run's fold snapshot references (its chain,
+    """Every chunk the run's fold snapshot names (its page-reference chunks,
+    ``journald.core.ref_chunks``, then the chain of its answered ids,
     ``journald.core.answered``) is in the run's attachments and is the chunk its reference
     names (``store_corrupted`` naming the first that is not, as ``Verify`` says it); how many
     were checked. A snapshot that is missing or not JSON names none (it is a cache)."""
@@ -137,9 +140,18 @@ def check_answered(run_dir: str, run_id: str, budget: ReadBudget) -> int:
         doc = json.loads(budget.read_file(path))
     except (FileNotFoundError, ValueError, UnicodeDecodeError):
         return 0
-    ref: PageRef | None = snapshot_answered_head(
-        doc.get("snapshot") if isinstance(doc, dict) else None
-    )
+    snap = doc.get("snapshot") if isinstance(doc, dict) else None
+    chunks = snapshot_chunks(snap)
+    for chunk in chunks:
+        try:
+            raw = budget.read_file(os.path.join(run_dir, FileAttachmentStore.KIND, chunk.sha256))
+        except FileNotFoundError:
+            raise named_page_error(ref_chunk_missing(chunk), run_id) from None
+        try:
+            decode_ref_chunk(chunk, raw)
+        except StoreCorrupted as exc:
+            raise named_page_error(exc, run_id) from None
+    ref: PageRef | None = snapshot_answered_head(snap)
     seen: set[str] = set()
     while ref is not None and ref.sha256 not in seen:
         seen.add(ref.sha256)
@@ -151,7 +163,7 @@ def check_answered(run_dir: str, run_id: str, budget: ReadBudget) -> int:
             ref = decode_chunk(ref, raw).prev
         except StoreCorrupted as exc:
             raise named_page_error(exc, run_id) from None
-    return len(seen)
+    return len(chunks) + len(seen)
 
 
 def scrub_runs(data_dir: str, ids: Iterable[str], bytes_per_s: int, out: IO[str]) -> None:

@@ -29,6 +29,7 @@ from journald.core.errors import (
 )
 from journald.core.records import GENESIS, Record, validate_id
 from journald.paths import default_data_dir
+from journald.storage.aio_sync import AioSync, Mode, for_store
 from journald.storage.base import (
     DEFAULT_GAP_WAIT_S,
     FSYNC_LOCAL,
@@ -120,6 +121,7 @@ class FileStore:
         io_threads: int = DEFAULT_IO_THREADS,
         quarantine_dir: str | os.PathLike[str] | None = None,
         disk: Disk | None = None,
+        aio: Mode | AioSync | None = None,
     ) -> None:
         self.disk = disk if disk is not None else default_disk()
         """The disk I/O seam every write of the store and its journals goes through."""
@@ -142,9 +144,22 @@ class FileStore:
             if not os.path.isdir(d):
                 os.makedirs(d, DIR_MODE, exist_ok=True)
                 os.chmod(d, DIR_MODE)
+        self._aio_choice = aio  # a mode (None: JOURNALD_AIO_SYNC), or a test's context
+        self._aio: AioSync | None = None
+        self._aio_chosen = False  # probed on first use: a store that only reads never probes
         self._open: dict[str, FileJournal] = {}
         self._logged: OrderedDict[tuple[str, ...], None] = OrderedDict()
         self._logged_lock = threading.Lock()  # _list logs from a worker thread
+
+    def aio_sync(self) -> AioSync | None:
+        """The journals' fdatasync through Linux AIO from the loop, or None: the writer threads
+        sync (``aio_sync.for_store``). Chosen at the first call: the daemon's start, else the
+        first write that could use it (docs/design.md#durable-writes-without-a-thread-hop)."""
+        if not self._aio_chosen:
+            plain = type(self.disk) is Disk
+            self._aio = for_store(self.sessions_dir, self._aio_choice, plain_disk=plain)
+            self._aio_chosen = True
+        return self._aio
 
     # -- damage is logged --------------------------------------------------------------------
 
@@ -543,6 +558,9 @@ class FileStore:
         for journal in list(self._open.values()):
             await journal.close()
         self.io_pool.stop()
+        if self._aio is not None:
+            self._aio.close()
+        self._aio_chosen = True  # a closed store never probes again
 
     # -- explicit maintenance --------------------------------------------------------------
 

@@ -99,7 +99,7 @@ def test_a_full_report_keeps_the_adapters_section_measured_on_its_own(tmp_path: 
 
 
 def test_unary_ablation_measures_each_variant_beside_the_echo() -> None:
-    variants = ["full", "noop", "no-write", "inline-write", "memory", "io-threads-1"]
+    variants = ["full", "noop", "no-write", "inline-write", "memory", "io-threads-1", "aio-off"]
     proc = bench(
         [
             str(ROOT / "bench" / "unary_ablation.py"),

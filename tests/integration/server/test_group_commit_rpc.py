@@ -4,8 +4,9 @@ The daemon's own service runs in-process on a real gRPC server bound to a temp u
 over a real ``FileStore``, so the test can read the journal's count of durable writes
 (``FileJournal.commits``: one ``write`` + ``fdatasync`` each). The counts are counted, never
 timed. To make "concurrent" deterministic on a loaded machine, the first write of the burst is
-held (in the writer thread, before it touches the file) until every append of the burst is
-queued behind it, or a bound passes; the write itself is the real one.
+held (before it touches the file: in the writer thread, or on the loop when its fdatasync goes
+through AIO) until every append of the burst is queued behind it, or a bound passes; the write
+itself is the real one. Each test runs on both write paths (``aio``: ``off`` and ``auto``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from journald.server import edge
 from journald.server.convert import fingerprint_to_pb, state_to_pb
 from journald.server.runs import Limits, fold_stored
 from journald.server.service import JournalService
+from journald.storage.aio_sync import AioSync
 from journald.storage.file.journal import FileJournal
 from journald.storage.file.store import FileStore
 from tests.builders import FP, TS, text, tool_use
 from tests.integration.rpc import blocks
-from tests.waiting import NotYet, eventually
+from tests.waiting import NotYet, eventually, wait_until_async
 
 RUN = "group-commit-run"
 HOLD_BOUND_S = 10.0
@@ -51,11 +53,12 @@ class InProcessDaemon:
         return lease.journal
 
 
-@pytest.fixture
-async def daemon(tmp_path: Path) -> AsyncIterator[InProcessDaemon]:
+@pytest.fixture(params=["off", "auto"], ids=["writer-threads", "aio"])
+async def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[InProcessDaemon]:
     gap_wait_s = 3 * HOLD_BOUND_S  # a seq ahead of the held write waits for it, not fails
     service = JournalService(
-        FileStore(tmp_path / "data", gap_wait_s=gap_wait_s), Limits(gap_wait_s=gap_wait_s)
+        FileStore(tmp_path / "data", gap_wait_s=gap_wait_s, aio=request.param),
+        Limits(gap_wait_s=gap_wait_s),
     )
     server = grpc.aio.server()
     edge.add_service(server, service.parts(), 4 * 1024 * 1024)
@@ -77,6 +80,16 @@ def hold_first_write_until(
     write goes ahead, and the count shows what the code does without the burst queued)."""
     held = threading.Event()
     real = FileJournal._write_durable
+    real_aio = FileJournal._write_durable_aio
+
+    async def write_aio(journal: FileJournal, aio: AioSync, data: bytes, seq: int) -> None:
+        if not held.is_set():
+            held.set()
+            with contextlib.suppress(AssertionError):  # the loop is the writer: it keeps running
+                await wait_until_async(
+                    queued, what="the burst to be queued", timeout_s=HOLD_BOUND_S
+                )
+        await real_aio(journal, aio, data, seq)
 
     def write(journal: FileJournal, data: bytes, seq: int) -> None:
         if not held.is_set():
@@ -92,6 +105,7 @@ def hold_first_write_until(
         real(journal, data, seq)
 
     monkeypatch.setattr(FileJournal, "_write_durable", write)
+    monkeypatch.setattr(FileJournal, "_write_durable_aio", write_aio)
     return held
 
 

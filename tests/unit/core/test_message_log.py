@@ -5,11 +5,13 @@ pages (docs/design.md#message-pages)."""
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from journald.core import ref_chunks
 from journald.core.fold import append_message, fold
 from journald.core.message_log import MessageLog, PagesNotLoaded
 from journald.core.pages import decode_page
@@ -41,6 +43,10 @@ ops = st.lists(
 )
 
 
+CHUNKS: dict[str, Any] = {}
+"""Page-reference chunks the tests' logs sealed (content-addressed: shared is harmless)."""
+
+
 def _sealed(log: MessageLog, store: dict[str, list[Message]]) -> None:
     paged = log.sealable(TARGET)
     if paged is None:
@@ -48,6 +54,10 @@ def _sealed(log: MessageLog, store: dict[str, list[Message]]) -> None:
     for ref in paged.refs:  # "stored" before the log names them, as the writer does
         store[ref.sha256] = decode_page(ref, paged.data[ref.sha256])
     log.seal(paged.refs)
+    chunks = log.chunkable()  # and the references into chunks once they fill one
+    for chunk in chunks:
+        CHUNKS[chunk.ref.sha256] = chunk.refs
+    log.seal_chunks(chunks)
 
 
 @settings(max_examples=200, deadline=None)
@@ -64,9 +74,25 @@ def _sealed(log: MessageLog, store: dict[str, list[Message]]) -> None:
         ("read", 2, 0),
     ]
 )
+# a long conversation sealed often: its page references fill chunks (two pages a chunk here)
+@example(
+    [
+        step
+        for i in range(40)
+        for step in (
+            [("seal", "", ""), ("read", i // 2, 4), ("copy", "", "")] if i % 5 == 0 else []
+        )
+        + [("append", ("assistant", "user")[i % 2], "text")]
+    ]
+)
 def test_a_sealed_message_log_behaves_as_the_list_under_the_folds_operations(
     steps: list[tuple[str, Any, Any]],
 ) -> None:
+    with mock.patch.object(ref_chunks, "REFS_PER_CHUNK", 2):  # a chunk every two pages
+        _run_ops(steps)
+
+
+def _run_ops(steps: list[tuple[str, Any, Any]]) -> None:
     want: list[Message] = [{"role": "user", "content": [text("hello")]}]
     log = MessageLog(want)
     store: dict[str, list[Message]] = {}
@@ -81,16 +107,16 @@ def test_a_sealed_message_log_behaves_as_the_list_under_the_folds_operations(
             other = log.copy()
             append_message(other, "user", [text("only in the copy")])
             assert len(log) == len(before)
-            assert log.span(0, len(log), store)[0 : len(log)] == before
+            assert log.span(0, len(log), store, CHUNKS)[0 : len(log)] == before
         elif op == "read":
             offset, limit = a, b
             # a History page through a span of only the pages it needs
-            span = log.span(offset, offset + limit + 1, store)
+            span = log.span(offset, offset + limit + 1, store, CHUNKS)
             assert page(span, offset, limit) == page(want, offset, limit)
         assert len(log) == len(want)  # never reads a page
         assert log[-1] == want[-1]  # the last message is always in memory
         assert not log.tail or log.tail[-1] is log[-1]
-    assert log.span(0, len(log), store)[0 : len(log)] == want
+    assert log.span(0, len(log), store, CHUNKS)[0 : len(log)] == want
 
 
 def test_a_sealed_message_is_not_read_without_its_page() -> None:

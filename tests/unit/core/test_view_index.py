@@ -108,7 +108,7 @@ def fold_pages(msgs: list[Message], cuts: list[int]) -> tuple[list[PageRef], dic
 def roundtrip(index: ViewIndex, refs: list[PageRef], msgs: list[Message]) -> ViewIndex:
     """The index as a lease end saves it and a read loads it (with the fold messages from
     the first its carry names to the last it covers, as ``ViewPages.saved`` reads them)."""
-    doc = json.loads(canonical_json(index.as_json(refs)))
+    doc = json.loads(canonical_json(index.as_json()))
     named = named_fold_messages(doc)
     lo = named[0] if named else index.messages
     got = index_from_json(doc, refs, {i: msgs[i] for i in range(lo, index.messages)})
@@ -213,7 +213,7 @@ def test_a_view_index_that_is_damaged_of_another_format_or_for_other_pages_is_no
     b = ViewBuilder(ViewIndex.empty())
     b.add(msgs[:2])
     b.add(msgs[2:])
-    good = json.loads(canonical_json(b.index(refs).as_json(refs)))
+    good = json.loads(canonical_json(b.index(refs).as_json()))
     named = {i: msgs[i] for i in range(4)}
     assert index_from_json(good, refs, named) is not None
     assert good["carry"]["held"] == {"fold": 3}  # carried messages are named, not copied
@@ -252,9 +252,9 @@ def test_the_view_pages_of_a_conversation_that_needs_no_repair_are_its_own_pages
     # every view page but the last one or two is byte for byte a fold page: stored once
     assert len(vlog.refs) >= len(paged.refs) - 2
     assert set(vlog.refs) <= set(paged.refs)
-    # saved as page numbers and fold indexes: no message copied into the document
-    doc = b.index(paged.refs).as_json(paged.refs)
-    assert all(type(v) is int for v in doc["view_pages"])
+    # saved as the fold pages' references and fold indexes: no message copied into it
+    doc = b.index(paged.refs).as_json()
+    assert {PageRef(**v) for v in doc["view_pages"]} <= set(paged.refs)
     carried = [doc["carry"]["held"], *doc["carry"]["out"], *doc["carry"]["done"]]
     assert all(set(m) == {"fold"} for m in carried if m is not None)
     pages = {r.sha256: decode_page(r, paged.data[r.sha256]) for r in vlog.refs}
@@ -292,3 +292,45 @@ def test_a_page_whose_end_lands_on_a_result_closing_a_page_reads_the_next_pages_
                 need = log.span_refs(offset, end)
                 got = {r.sha256: decode_page(r, stored[r.sha256]) for r in need}
                 assert page(log.span(offset, end, got), offset, limit) == page(msgs, offset, limit)
+
+
+def test_a_long_runs_index_is_checked_and_saved_with_only_the_chunk_at_its_boundary_read() -> None:
+    """The fold's page references in chunks (``journald.core.ref_chunks``, here 4 a chunk):
+    the index digests its covered prefix by chunk addresses, so a read checks it with none
+    of the chunks before its boundary read, and the view pages of a conversation that needs
+    no repair are sealed into the fold's own chunks (stored once)."""
+    from unittest import mock
+
+    from journald.core import ref_chunks
+    from journald.core.view_index import FoldPages
+
+    msgs: list[dict[str, Any]] = [
+        {"role": ("user", "assistant")[i % 2], "content": [{"type": "text", "text": f"m{i}"}]}
+        for i in range(60)
+    ]
+    with mock.patch.object(ref_chunks, "REFS_PER_CHUNK", 4):
+        paged = cut(msgs, 30)
+        assert len(paged.refs) >= 20
+        b = ViewBuilder(ViewIndex.empty(), 30)
+        for ref in paged.refs:
+            b.add(decode_page(ref, paged.data[ref.sha256]))
+        index = b.index(paged.refs)
+        every = FoldPages.of(list(paged.refs))
+        assert set(index.view_chunks) <= set(every.chunks)  # the fold's own chunks
+        doc = json.loads(canonical_json(index.as_json()))
+        assert len(doc["view_chunks"]) == len(index.view_chunks) >= 3
+        # a dormant read: chunk references only, the loose references, nothing read
+        cold = FoldPages(every.chunks, every.loose, {})
+        assert cold.need(index.pages) == []
+        named = {i: msgs[i] for i in range(index.recent_base, index.messages)}
+        back = index_from_json(doc, cold, named)
+        assert back is not None
+        assert back.covers(cold)
+        # a boundary inside a chunk needs that chunk alone
+        inside = index.pages - len(every.loose) - 1
+        assert cold.need(inside) == [every.chunks[-1]]
+        assert cold.digest(inside) is None
+        last = every.chunks[-1].sha256
+        warm = cold.with_read({last: every.read[last]})
+        assert warm.digest(inside) == every.digest(inside)
+        assert index.serves(warm)
