@@ -1,5 +1,5 @@
 """An open for append of a file-backed run from the end of its active segment
-(docs/design.md#file-backend, "What an open for append checks").
+(docs/design.md#recovery, "What an open for append checks").
 
 The writer needs of the active segment: where its complete lines end (the torn-tail cut,
 repaired), its figures (``SegmentStats``: count, first and last seq and hash), the run's

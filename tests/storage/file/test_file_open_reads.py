@@ -1,6 +1,6 @@
 """An open for append of a file-backed run reads the end of its active segment, not all of
 it, and starts the writer where the whole read starts it; damage a read met still refuses
-the open (docs/design.md#file-backend, "What an open for append checks")."""
+the open (docs/design.md#recovery, "What an open for append checks")."""
 
 from __future__ import annotations
 
