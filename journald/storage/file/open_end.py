@@ -11,7 +11,7 @@ doubling) and its first line, with the checks ``run_info.info_from_end`` makes, 
 checksum and chain of every line read from the end. The message count, which only a walk of
 the whole segment gives, is left to the seal (``SegmentStats.counted``), which reads the
 segment for its digest anyway. Anything unexpected (or a segment of at most 64 KiB): None,
-and the caller reads the segment whole, as before, which names any damage.
+and ``open_whole`` reads the segment whole, as before, which names any damage.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from journald.core.records import Record
 from journald.storage.base import RepairReport
 from journald.storage.file import run_info
 from journald.storage.file.journal import RECENT, RECENT_BYTES, OpenState, SegmentStats
+from journald.storage.file.reads import missing_active, records_missing
 from journald.storage.file.run_info import (
     checked_end,
     first_of_active,
@@ -112,6 +113,42 @@ def open_from_end(
         m = Manifest(m.generation + 1, m.segments, m.anchors)
         write_manifest(disk, run_dir, m)
     return OpenState(m, base + cut, stats, last.seq, last.hash, meta, recent, report)
+
+
+def open_whole(store: FileStore, run_id: str, run_dir: str, m: Manifest, floor: int) -> OpenState:
+    """``FileStore.open_state`` from the whole active segment, read and walked line by line
+    (or the walk a read of these very bytes just made, ``FileReads.active_tail``): any damage
+    in it refuses the open."""
+    path = os.path.join(run_dir, JOURNAL)
+    try:
+        data = store.disk.read(path)
+    except FileNotFoundError:
+        if m.segments:
+            raise missing_active(run_id, path, m) from None
+        data = b""
+    end = tail_end(data)
+    tail = store.reads.active_tail(run_id, m, path, data[:end])  # damage refuses here, unchanged
+    stats = tail.stats
+    last_seq, last_hash = (stats.last_seq, stats.last_hash) if stats.records else m.active_start()
+    if last_seq < floor:
+        raise records_missing(run_id, path, last_seq, floor)
+    report = None
+    if end < len(data):
+        report = store.maintenance.repair_tail(
+            run_id, run_dir, data[end:], end, data.count(b"\n", 0, end)
+        )
+        report = RepairReport(report.file, report.dropped_bytes, report.broken_copy, last_seq)
+    meta = None
+    if m.segments:
+        meta = store.reads.first_record(run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file))
+    elif tail.first is not None and tail.first.seq == 1:
+        meta = tail.first
+    if m.run_format < RUN_FORMAT and last_seq > 0:
+        # the run's format, before this writer's first framed line (a run made before
+        # format identity, or before line framing, that an older journald may also serve)
+        m = Manifest(m.generation + 1, m.segments, m.anchors)
+        write_manifest(store.disk, run_dir, m)
+    return OpenState(m, end, stats, last_seq, last_hash, meta, tail.recent, report)
 
 
 def chained(run_id: str, path: str, lines: list[bytes], last: Record) -> list[Record] | None:
