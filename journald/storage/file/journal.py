@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from journald import failpoints, telemetry
-from journald.core.errors import BackendUnavailable, SeqConflict
-from journald.core.records import Record
+from journald.core.errors import BackendUnavailable, JournaldError, SeqConflict
+from journald.core.records import Record, decode_stored
 from journald.storage.base import FSYNC_LOCAL, AppendResult, RepairReport, RunInfo
 from journald.storage.file.errors import storage_error, vanished
 from journald.storage.file.segments import (
@@ -33,6 +33,7 @@ from journald.storage.file.segments import (
     frame,
     message_count,
     sealed_facts,
+    unframe,
     write_manifest,
 )
 from journald.storage.info import run_info_from
@@ -67,6 +68,9 @@ class SegmentStats:
     first_prev: str = ""
     last_seq: int = 0
     last_hash: str = ""
+    counted: bool = True
+    """Whether ``messages`` counts the whole segment: False after an open that read only its
+    end (``open_end``); the seal then counts them from the file (``messages_in``)."""
 
     def add(self, rec: Record) -> None:
         if not self.records:
@@ -109,6 +113,24 @@ class OpenState:
 def read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def messages_in(path: str, size: int) -> int:
+    """The messages the first ``size`` bytes of a segment hold (complete lines written and
+    acknowledged by this store, read a chunk at a time: a line that does not decode counts
+    none; Verify names it)."""
+    n, rest, left = 0, b"", size
+    with open(path, "rb") as f:
+        while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+            left -= len(chunk)
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for raw in lines:
+                try:
+                    n += message_count(decode_stored(unframe(raw)[0]))
+                except JournaldError:
+                    continue
+    return n
 
 
 def unique_path(path: str) -> str:
@@ -333,6 +355,8 @@ class FileJournal:
             if self._digest is not None
             else sealed_facts(seg)
         )
+        if not self._stats.counted:
+            self._stats.messages, self._stats.counted = messages_in(seg, self._size), True
         nm = Manifest(
             m.generation + 1,
             [*m.segments, self._stats.segment(name, self._size, facts)],

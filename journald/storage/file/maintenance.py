@@ -217,7 +217,7 @@ class FileMaintenance:
         end = tail_end(data)
         report = QuarantineReport(run_id)
         if end < len(data):
-            rep = self.repair_tail(run_id, run_dir, data, end)
+            rep = self.repair_tail(run_id, run_dir, data[end:], end, data.count(b"\n", 0, end))
             report.repaired = rep.sentence()
         lines: Lines = []
         for s in m.segments:
@@ -363,12 +363,16 @@ class FileMaintenance:
         report.quarantined = len(bad)
         report.directory = out
 
-    def repair_tail(self, run_id: str, run_dir: str, data: bytes, end: int) -> RepairReport:
+    def repair_tail(
+        self, run_id: str, run_dir: str, torn: bytes, end: int, lines: int
+    ) -> RepairReport:
+        """Cut the active segment's torn tail (``torn``, the bytes after offset ``end``,
+        which ``lines`` complete lines precede), keeping a copy of it beside the run."""
         path = os.path.join(run_dir, JOURNAL)
         broken = unique_path(os.path.join(run_dir, BROKEN))
         fd = self.store.disk.open(broken, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
-            self.store.disk.write_all(fd, data[end:], 0)
+            self.store.disk.write_all(fd, torn, 0)
             self.store.disk.fsync(fd)
         finally:
             self.store.disk.close(fd)
@@ -384,12 +388,12 @@ class FileMaintenance:
             "run %s: repaired a torn write: cut %d bytes after line %d of %s (written after "
             "the last acknowledgement: a crash mid-write) and kept them in %s",
             run_id,
-            len(data) - end,
-            data.count(b"\n", 0, end),
+            len(torn),
+            lines,
             path,
             broken,
         )
-        return RepairReport(path, len(data) - end, broken, 0)
+        return RepairReport(path, len(torn), broken, 0)
 
 
 def _decoded(line: Line) -> Record | None:

@@ -35,7 +35,6 @@ from journald.storage.base import (
     FSYNC_LOCAL,
     QuarantineReport,
     RecordCheck,
-    RepairReport,
     RunInfo,
     VerifyReport,
 )
@@ -46,12 +45,11 @@ from journald.storage.file.journal import (
     SegmentStats,
 )
 from journald.storage.file.maintenance import FileMaintenance, PrePrune, PruneReport
+from journald.storage.file.open_end import open_from_end, open_whole
 from journald.storage.file.reads import (
     FileReads,
     Records,
     has_records,
-    missing_active,
-    records_missing,
 )
 from journald.storage.file.run_info import listed_last_seq
 from journald.storage.file.segments import (
@@ -60,7 +58,6 @@ from journald.storage.file.segments import (
     JOURNAL,
     LOCK,
     MANIFEST,
-    RUN_FORMAT,
     SEGMENTS,
     STAGED,
     Line,
@@ -73,7 +70,6 @@ from journald.storage.file.segments import (
     sealed_facts,
     sealed_problem,
     split_complete,
-    tail_end,
     unmake_run_dir,
     write_manifest,
 )
@@ -350,38 +346,8 @@ class FileStore:
         problem = sealed_problem(run_id, run_dir, m) if not m.pending else None
         if problem is not None:
             raise problem
-        path = os.path.join(run_dir, JOURNAL)
-        try:
-            data = self.disk.read(path)
-        except FileNotFoundError:
-            if m.segments:
-                raise missing_active(run_id, path, m) from None
-            data = b""
-        end = tail_end(data)
-        tail = self.reads.active_tail(run_id, m, path, data[:end])  # damage refuses here, unchanged
-        stats = tail.stats
-        last_seq, last_hash = (
-            (stats.last_seq, stats.last_hash) if stats.records else m.active_start()
-        )
-        if last_seq < floor:
-            raise records_missing(run_id, path, last_seq, floor)
-        report = None
-        if end < len(data):
-            report = self.maintenance.repair_tail(run_id, run_dir, data, end)
-            report = RepairReport(report.file, report.dropped_bytes, report.broken_copy, last_seq)
-        meta = None
-        if m.segments:
-            meta = self.reads.first_record(
-                run_id, os.path.join(run_dir, SEGMENTS, m.segments[0].file)
-            )
-        elif tail.first is not None and tail.first.seq == 1:
-            meta = tail.first
-        if m.run_format < RUN_FORMAT and last_seq > 0:
-            # the run's format, before this writer's first framed line (a run made before
-            # format identity, or before line framing, that an older journald may also serve)
-            m = Manifest(m.generation + 1, m.segments, m.anchors)
-            write_manifest(self.disk, run_dir, m)
-        return OpenState(m, end, stats, last_seq, last_hash, meta, tail.recent, report)
+        cheap = open_from_end(self, run_id, run_dir, m, floor)
+        return cheap if cheap is not None else open_whole(self, run_id, run_dir, m, floor)
 
     # -- Store protocol --------------------------------------------------------------------
 
