@@ -612,6 +612,13 @@ def history_runs(
             stub = pbg.JournalServiceStub(ch)
             await resume_mem._open_once(stub, pb, run_id, OPEN_WINDOW)
             await resume_mem._wait_released(stub, pb, run_id)
+        # the lease end saves the view index last, after the run is listed free (at 1M
+        # messages it sanitizes every page, ~20 s here): a daemon stopped before then loses it
+        saved = data / "sessions" / run_id / "checkpoints" / "view-index.json"
+        for _ in range(3000):  # <= 300 s
+            if saved.exists():
+                break
+            await asyncio.sleep(0.1)
         return (time.perf_counter() - t0) * 1e3
 
     first: dict[int, float] = {}
