@@ -22,13 +22,12 @@ from typing import TYPE_CHECKING
 from journald.core.errors import JournaldError
 from journald.core.records import Record
 from journald.storage.base import RepairReport
-from journald.storage.file import run_info
 from journald.storage.file.journal import RECENT, RECENT_BYTES, OpenState, SegmentStats
 from journald.storage.file.reads import missing_active, records_missing
 from journald.storage.file.run_info import (
     checked_end,
     first_of_active,
-    stat_last,
+    read_active_ends,
     stored_record,
 )
 from journald.storage.file.segments import (
@@ -41,7 +40,6 @@ from journald.storage.file.segments import (
     tail_end,
     write_manifest,
 )
-from journald.storage.file.stream import read_end
 
 if TYPE_CHECKING:
     from journald.storage.file.store import FileStore
@@ -61,25 +59,10 @@ def open_from_end(
     if store.reads.damage_seen(run_id) is not None:
         return None
     path = os.path.join(run_dir, JOURNAL)
-    disk = store.disk
-    try:
-        fd = disk.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if m.segments and any(
-            (st.st_ino, st.st_dev) == (s.st_ino, s.st_dev) for s in stat_last(run_dir, m.segments)
-        ):
-            return None  # a seal in progress: the active file is the last sealed one
-        base, end = read_end(fd, st.st_size)
-        head = b""
-        if base:
-            head = os.pread(fd, min(st.st_size, run_info.HEAD_READ_BYTES), 0)
-            while b"\n" not in head and len(head) < st.st_size:
-                head = os.pread(fd, min(st.st_size, 2 * len(head)), 0)
-    finally:
-        disk.close(fd)
+    ends = read_active_ends(store.disk, run_dir, path, m, head_when_whole=False)
+    if ends is None:
+        return None  # no active file (the whole read says so), or a seal in progress
+    base, end, head, _ = ends
     if not base:
         return None  # at most 64 KiB: walked whole and checked line by line, as before
     cut = tail_end(end, base)
@@ -111,7 +94,7 @@ def open_from_end(
     if m.run_format < RUN_FORMAT:
         # as the whole read: the run's format, before this writer's first framed line
         m = Manifest(m.generation + 1, m.segments, m.anchors)
-        write_manifest(disk, run_dir, m)
+        write_manifest(store.disk, run_dir, m)
     return OpenState(m, base + cut, stats, last.seq, last.hash, meta, recent, report)
 
 

@@ -48,12 +48,41 @@ from journald.storage.info import run_info_from
 
 if TYPE_CHECKING:
     from journald.storage.file.reads import FileReads
+    from journald.storage.seam import Disk
 
 HEAD_READ_BYTES = 4096  # the active segment's first line, read from its front (doubling)
 DAMAGE_KEPT = 1024  # runs whose damage a read met, kept while their files stay unchanged
 
 Facts = tuple[int, int, int] | None  # a file's inode, size and mtime; None: not there
 DamageKey = tuple[Facts, Facts, tuple[tuple[str, Facts], ...]]
+
+
+def read_active_ends(
+    disk: Disk, run_dir: str, path: str, m: Manifest, head_when_whole: bool = True
+) -> tuple[int, bytes, bytes, os.stat_result] | None:
+    """The active segment's end (``stream.read_end``: its file offset and bytes), its first
+    line's bytes (read from the front, doubling; skipped when the end read is the whole file
+    and not ``head_when_whole``) and its stat. None: no active file, or a seal in progress
+    (the active file is the last sealed one)."""
+    try:
+        fd = disk.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if m.segments and any(
+            (st.st_ino, st.st_dev) == (s.st_ino, s.st_dev) for s in stat_last(run_dir, m.segments)
+        ):
+            return None
+        base, end = read_end(fd, st.st_size)
+        head = b""
+        if base or head_when_whole:
+            head = os.pread(fd, min(st.st_size, HEAD_READ_BYTES), 0)
+            while b"\n" not in head and len(head) < st.st_size:
+                head = os.pread(fd, min(st.st_size, 2 * len(head)), 0)
+    finally:
+        disk.close(fd)
+    return base, end, head, st
 
 
 def info_from_end(reads: FileReads, run_id: str) -> RunInfo | None:
@@ -74,22 +103,10 @@ def info_from_end(reads: FileReads, run_id: str) -> RunInfo | None:
     a_seq, a_hash = m.active_start()
     if m.pending or any(a.after_seq >= a_seq for a in m.anchors):
         return None
-    try:
-        fd = reads.disk.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    ends = read_active_ends(reads.disk, run_dir, path, m)
+    if ends is None:
         return None
-    try:
-        st = os.fstat(fd)
-        if m.segments and any(
-            (st.st_ino, st.st_dev) == (s.st_ino, s.st_dev) for s in stat_last(run_dir, m.segments)
-        ):
-            return None  # a seal in progress: the active file is the last sealed one
-        base, end = read_end(fd, st.st_size)
-        head = os.pread(fd, min(st.st_size, HEAD_READ_BYTES), 0)
-        while b"\n" not in head and len(head) < st.st_size:
-            head = os.pread(fd, min(st.st_size, 2 * len(head)), 0)
-    finally:
-        reads.disk.close(fd)
+    base, end, head, st = ends
     if not base:
         return None  # read whole anyway (at most 64 KiB): walked and checked line by line
     end = end[: tail_end(end, base)]
