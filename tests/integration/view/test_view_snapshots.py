@@ -140,17 +140,26 @@ def test_details_screen(demo: Daemon, snap_compare: Snap) -> None:
         await transcript_loaded(pilot)
         await pilot.press("d")
         app = pilot.app
-        await until(
-            pilot,
-            lambda: (
-                isinstance(app.screen, DetailsScreen)
-                and app.screen.details is not None
-                and app.screen.verified is not None
-                and columns_fit_their_cells(app.screen.query_one("#checkpoints", DataTable))
-                and screen_shows(app, "(none yet: c takes one)")
-            ),
-            "details, verify and the checkpoints table drawn at its column widths",
-        )
+        held: dict[str, bool] = {}
+
+        def drawn() -> bool:
+            # each part on its own, so a timeout says which one never held (CI saw one)
+            screen = app.screen
+            held["details screen"] = isinstance(screen, DetailsScreen)
+            if not isinstance(screen, DetailsScreen):
+                return False
+            held["details"] = screen.details is not None
+            held["verified"] = screen.verified is not None
+            held["widths measured"] = columns_fit_their_cells(
+                screen.query_one("#checkpoints", DataTable)
+            )
+            held["capture shows the row"] = screen_shows(app, "(none yet: c takes one)")
+            return all(held.values())
+
+        try:
+            await until(pilot, drawn, "details, verify and the checkpoints table drawn")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; held at the end: {held}") from None
         await pilot.pause()  # the table's new widths reach the screen on the next refresh
 
     app = at_noon(Source(str(demo.socket)), "demo-research")
