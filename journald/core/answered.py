@@ -29,13 +29,12 @@ Pure core: no I/O imports.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from journald.core.errors import StoreCorrupted
-from journald.core.pages import PageRef, ref_from_json
+from journald.core.pages import PageRef, addressed_json, ref_from_json
 from journald.core.records import canonical_json, sha256_hex
 
 ANSWERED_FORMAT = "journald-answered/1"
@@ -95,12 +94,7 @@ def chunk_missing(ref: PageRef) -> StoreCorrupted:
 
 def decode_chunk(ref: PageRef, raw: bytes) -> Chunk:
     """The chunk ``raw``, checked against ``ref`` (address, size, format, count)."""
-    if sha256_hex(raw) != ref.sha256 or len(raw) != ref.size:
-        raise _chunk_error(ref, "does not match its SHA-256 or size (damaged)")
-    try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise _chunk_error(ref, "is not JSON") from None
+    obj = addressed_json(ref, raw, _chunk_error)
     ids = obj.get("ids") if isinstance(obj, dict) else None
     try:
         ok = (

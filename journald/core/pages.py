@@ -165,14 +165,22 @@ def page_missing(ref: PageRef) -> StoreCorrupted:
     return _page_error(ref, "is referenced but missing from the run's store")
 
 
+def addressed_json(
+    ref: PageRef, raw: bytes, error: Callable[[PageRef, str], StoreCorrupted]
+) -> Any:
+    """The JSON value of content-addressed bytes (a page, a reference chunk, an answered-id
+    chunk), once they match ``ref``'s address and size; ``error(ref, what)`` otherwise."""
+    if sha256_hex(raw) != ref.sha256 or len(raw) != ref.size:
+        raise error(ref, "does not match its SHA-256 or size (damaged)")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise error(ref, "is not JSON") from None
+
+
 def decode_page(ref: PageRef, raw: bytes) -> list[Message]:
     """The messages of page ``raw``, checked against ``ref`` (address, size, format, count)."""
-    if sha256_hex(raw) != ref.sha256 or len(raw) != ref.size:
-        raise _page_error(ref, "does not match its SHA-256 or size (damaged)")
-    try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise _page_error(ref, "is not JSON") from None
+    obj = addressed_json(ref, raw, _page_error)
     msgs = obj.get("messages") if isinstance(obj, dict) else None
     if (
         not isinstance(obj, dict)

@@ -26,12 +26,11 @@ Pure core: no I/O imports; ``journald.storage.pages.PageStore`` reads and stores
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from journald.core.errors import StoreCorrupted
-from journald.core.pages import PageRef, ref_from_json
+from journald.core.pages import PageRef, addressed_json, ref_from_json
 from journald.core.records import canonical_json, sha256_hex
 
 PAGEREFS_FORMAT = "journald-pagerefs/1"
@@ -80,12 +79,7 @@ def ref_chunk_missing(ref: PageRef) -> StoreCorrupted:
 
 def decode_ref_chunk(ref: PageRef, raw: bytes) -> RefChunk:
     """The chunk ``raw``, checked against ``ref`` (address, size, format, count)."""
-    if sha256_hex(raw) != ref.sha256 or len(raw) != ref.size:
-        raise _chunk_error(ref, "does not match its SHA-256 or size (damaged)")
-    try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise _chunk_error(ref, "is not JSON") from None
+    obj = addressed_json(ref, raw, _chunk_error)
     refs: list[PageRef] = []
     ok = (
         isinstance(obj, dict)
