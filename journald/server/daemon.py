@@ -261,8 +261,7 @@ async def serve(
         if abandoned:
             bound_s = f"the {cfg.shutdown_save_s:g} s bound (--shutdown-save-s)"
             log.warning(ABANDONED, len(abandoned), bound_s, ", ".join(abandoned))
-            service.leases.abandon()
-            await asyncio.sleep(0)  # the cancelled closes leave the store before it closes
+            await service.leases.abandon()  # they leave the store before it closes
         await opened.close()
         if still_ours(cfg.socket_path, bound):
             cfg.socket_path.unlink()

@@ -88,6 +88,10 @@ class Lease:
                 self.on_end(self)
 
 
+ABANDON_WAIT_S = 1.0
+"""How long cancelled lease closes get to unwind before a shutdown closes the store."""
+
+
 class LeaseTable:
     def __init__(self) -> None:
         self._by_run: dict[str, Lease] = {}
@@ -214,10 +218,15 @@ class LeaseTable:
             await asyncio.wait(running, timeout=left)
         return self.closing()
 
-    def abandon(self) -> None:
-        """Cancel every lease close still running (the shutdown's bound passed)."""
-        for task in self._closing.values():
+    async def abandon(self, timeout_s: float = ABANDON_WAIT_S) -> None:
+        """Cancel every lease close still running (the shutdown's bound passed) and give them
+        ``timeout_s`` to unwind (a cross-host lease is freed as a close ends) before the
+        store closes under them."""
+        tasks = [t for t in self._closing.values() if not t.done()]
+        for task in tasks:
             task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
 
 
 MAX_HOLDER_NAME_BYTES = 256
