@@ -22,6 +22,7 @@ import pytest
 from journald.core.checkpoints import governed
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.waiting import wait_until
 
 RUN = "long-reads"
 READ_BYTES = 300 * 1024  # each tool turn is a page of its own
@@ -139,4 +140,25 @@ def test_a_save_held_past_the_bound_is_abandoned_by_run_and_the_next_start_reads
         assert not index_of(data).exists()  # a read writes nothing
         lease_end(client)  # the next lease end saves what the shutdown abandoned
         assert index_of(data).exists()
+        default_view_reads_whole(client)
+
+
+def test_a_second_signal_exits_at_once_naming_the_run_whose_save_it_abandons(
+    tmp_path: Path, data: Path
+) -> None:
+    hold = tmp_path / "hold"  # never created: the save stays held until the process ends
+    held = {"JOURNALD_FAILPOINTS": f"lease_end_before_view_index=wait:{hold}"}
+    daemon = Daemon(tmp_path, "file", data_dir=data, env=held).start()
+    assert daemon.proc is not None
+    try:
+        with jc.connect(str(daemon.socket)) as client, client.start(RUN, FP, "read") as run:
+            read_turns(run, "read")
+            daemon.proc.send_signal(signal.SIGTERM)
+            wait_until(Path(f"{hold}.reached").exists, what="the lease end to be held")
+            daemon.proc.send_signal(signal.SIGTERM)
+            assert daemon.proc.wait(EXIT_WAIT_S) == 130
+    finally:
+        daemon.stop()
+    assert f"abandoned the lease-end saves of 1 run(s) at a second signal: {RUN}" in daemon.log()
+    with Daemon(tmp_path, "file", data_dir=data) as d, jc.connect(str(d.socket)) as client:
         default_view_reads_whole(client)
