@@ -56,7 +56,10 @@ compaction: the rebase's message pages are stored, the rebase record not yet wri
 sent). Of a lease end's fold snapshot (``journald.storage.file.checkpoint_store``):
 ``snapshot_before_write`` (the snapshot's new message pages, page-reference chunks and
 answered-id chunks are stored, the snapshot not yet written) and ``snapshot_after_write``
-(the snapshot renamed in, the fold marks not yet saved).
+(the snapshot renamed in, the fold marks not yet saved). Of a lease end's view index
+(``journald.writer.marks``): ``lease_end_before_view_index`` (the snapshot and fold marks are
+saved, the view index not yet extended or saved; ``sleep`` and ``wait`` hold that lease end
+on a thread, not the event loop: ``reach``).
 
 Point of the daemon's threads (``journald.storage.io_pool``): ``background_call`` (a
 blocking call of the background class, a read or a lease close, is about to run on a read
@@ -73,6 +76,7 @@ the production write path has no branch for it.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import signal
@@ -104,6 +108,7 @@ POINTS = (
     "op_after_rebase",
     "snapshot_before_write",
     "snapshot_after_write",
+    "lease_end_before_view_index",
     "bug_ack_before_fsync",
     "background_call",
 )
@@ -210,6 +215,16 @@ def hit(name: str) -> None:
         _wait_for_release(point.arg)
     else:
         time.sleep(float(point.arg) / 1000.0)
+
+
+async def reach(name: str) -> None:
+    """``hit`` from a coroutine (call only behind ``ARMED``): a ``sleep`` or ``wait`` holds
+    the caller on a thread of the default executor, not the event loop, so the daemon goes
+    on serving (and shutting down) around it."""
+    if blocks(name):
+        await asyncio.to_thread(hit, name)
+    else:
+        hit(name)
 
 
 def _wait_for_release(path: str) -> None:

@@ -112,7 +112,7 @@ def nats_options(args: argparse.Namespace) -> NatsOptions:
 
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from journald.server import fairness
+    from journald.server import DEFAULT_SHUTDOWN_SAVE_S, fairness
     from journald.server.scrub import DEFAULT_SCRUB_BYTES_PER_S, DEFAULT_SCRUB_INTERVAL_S
     from journald.server.startup import EXIT_CODES
     from journald.storage import registry
@@ -247,6 +247,15 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "this many seconds after its last renewal (renewed every third of it; default 3)",
     )
     p.add_argument(
+        "--shutdown-save-s",
+        type=float,
+        default=DEFAULT_SHUTDOWN_SAVE_S,
+        metavar="SECONDS",
+        help="how long a shutdown waits, from the signal on, for the lease ends' saves (fold "
+        "snapshot, marks, view index) before abandoning them: each run's next lease end saves "
+        f"it again (default {DEFAULT_SHUTDOWN_SAVE_S:.0f})",
+    )
+    p.add_argument(
         "--nats-leader-wait",
         type=float,
         default=30.0,
@@ -297,5 +306,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         leader_wait_s=max(args.nats_leader_wait, 0.0),
         scrub_bytes_per_s=args.scrub_bytes_per_s,
         scrub_interval_s=args.scrub_interval_s,
+        shutdown_save_s=max(args.shutdown_save_s, 0.0),
     )
     return run(cfg)

@@ -8,8 +8,12 @@ health and reflection services on a uvloop event loop; start the background scru
 (``journald.server.scrub``), which verifies every run at its I/O budget.
 
 Shutdown: the first SIGTERM/SIGINT stops accepting calls, ends every lease stream with a
-``shutdown`` event, lets in-flight appends reach the disk, closes the store and exits 0; a
-second signal exits at once.
+``shutdown`` event, lets in-flight appends reach the disk (calls get ``shutdown_grace_s``),
+waits for the lease ends' saves (fold snapshot, fold marks, view index) of every lease
+released, before or by the shutdown, for at most ``shutdown_save_s`` from the signal, closes
+the store and exits 0; a save still running then is abandoned (logged by run id; it is a
+cache, every part written atomically, and the run's next lease end saves it). A second
+signal exits at once (logging the saves it abandons).
 
 A start-up refusal is printed as one paragraph on stderr (what is wrong, then the fix), never
 as a traceback, and exits with a code that says what kind of problem it is (``EXIT_CODES``).
@@ -37,7 +41,12 @@ from journald_proto import journal_pb2 as pb
 
 from journald import telemetry
 from journald.core.errors import JournaldError
-from journald.server import DEFAULT_MAX_MESSAGE_BYTES, edge, malloc_trim
+from journald.server import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_SHUTDOWN_SAVE_S,
+    edge,
+    malloc_trim,
+)
 from journald.server.fairness import FairShares, PeerBudget, server_options
 from journald.server.peers import PeerGate
 from journald.server.runs import Limits
@@ -85,6 +94,7 @@ class ServeConfig:
     segment_max_records: int = 5000
     segmentation: bool = True
     shutdown_grace_s: float = 10.0
+    shutdown_save_s: float = DEFAULT_SHUTDOWN_SAVE_S
     checkpoint_dir: Path | None = None
     checkpoint_max: int = 0
     shared_runs: bool = False
@@ -118,9 +128,15 @@ def backend_options(cfg: ServeConfig) -> BackendOptions:
 
 
 async def serve(
-    cfg: ServeConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
+    cfg: ServeConfig,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+    exit_if_abandoned: bool = False,
 ) -> int:
-    """Serve until SIGTERM/SIGINT (or until ``stop`` is set, for in-process use)."""
+    """Serve until SIGTERM/SIGINT (or until ``stop`` is set, for in-process use);
+    ``exit_if_abandoned``: when the shutdown abandoned a save, end the process here (``run``:
+    a thread still in that save's disk call would hold the interpreter's exit)."""
+    abandoned: list[str] = []
     check_socket_place(cfg.socket_path, cfg.socket_group)
     lock = lock_data_dir(cfg.data_dir)
     # Reads, lock files and every other asyncio.to_thread queue on a fixed number of threads
@@ -202,6 +218,9 @@ async def serve(
             nonlocal signals
             signals += 1
             if signals > 1:
+                closing = service.leases.closing()
+                if closing:
+                    log.warning(ABANDONED, len(closing), "a second signal", ", ".join(closing))
                 os._exit(130)  # second signal: now
             stop.set()
 
@@ -221,24 +240,44 @@ async def serve(
         scrubbing = loop.create_task(scrubber.run())
         watching = loop.create_task(watch_socket(cfg.socket_path, bound))
         await stop.wait()
+        began = loop.time()
         trimming.cancel()
         scrubbing.cancel()
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await scrubbing
-        log.info("shutting down: ending leases, finishing in-flight appends")
+        log.info("shutting down: ending leases, finishing in-flight appends and lease-end saves")
         if gate is not None:
             await gate.close()
         for _, health in servers:
             await health.enter_graceful_shutdown()
-        await service.shutdown()
+        await service.shutdown(wait_closes=False)
         await asyncio.gather(*(server.stop(cfg.shutdown_grace_s) for server, _ in servers))
+        # every lease is released by now (an Open stream releases its own as it ends, after
+        # ``service.shutdown``): their closes save what the next read needs, so the store
+        # stays open for them, within the bound
+        left = max(0.0, began + cfg.shutdown_save_s - loop.time())
+        abandoned = await service.leases.closed(left)
+        if abandoned:
+            bound_s = f"the {cfg.shutdown_save_s:g} s bound (--shutdown-save-s)"
+            log.warning(ABANDONED, len(abandoned), bound_s, ", ".join(abandoned))
+            await service.leases.abandon()  # they leave the store before it closes
         await opened.close()
         if still_ours(cfg.socket_path, bound):
             cfg.socket_path.unlink()
         return 0
     finally:
         lock.close()
+        if abandoned and exit_if_abandoned:
+            telemetry.shutdown()
+            logging.shutdown()
+            os._exit(0)  # a clean shutdown: what was abandoned is a cache
+
+
+ABANDONED = (
+    "shutdown: abandoned the lease-end saves of %d run(s) at %s: %s (their fold snapshot, "
+    "fold marks or view index is kept as it was; each run's next lease end saves it again)"
+)
 
 
 SWITCH_INTERVAL_S = 0.001
@@ -334,7 +373,7 @@ def run(cfg: ServeConfig) -> int:
     before, now = raise_fd_limit()
     log.info("open files limit (RLIMIT_NOFILE soft): %s, was %s", now, before)
     try:
-        return uvloop.run(serve(cfg))
+        return uvloop.run(serve(cfg, exit_if_abandoned=True))
     except (StartupRefused, NatsOptionsError, JournaldError) as exc:
         code, text = refusal(exc)
         print(f"journald: {text}", file=sys.stderr, flush=True)

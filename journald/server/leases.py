@@ -88,6 +88,10 @@ class Lease:
                 self.on_end(self)
 
 
+ABANDON_WAIT_S = 1.0
+"""How long cancelled lease closes get to unwind before a shutdown closes the store."""
+
+
 class LeaseTable:
     def __init__(self) -> None:
         self._by_run: dict[str, Lease] = {}
@@ -191,11 +195,38 @@ class LeaseTable:
     def all(self) -> list[Lease]:
         return list(self._by_run.values())
 
-    async def end_all(self, reason: str) -> None:
+    async def end_all(self, reason: str, wait: bool = True) -> None:
+        """End every lease; ``wait``: and wait for every close (``closed``, unbounded)."""
         for lease in self.all():
             lease.end(reason)
-        for task in list(self._closing.values()):
-            await asyncio.shield(task)
+        if wait:
+            await self.closed(None)
+
+    def closing(self) -> list[str]:
+        """The runs whose lease close (marks, snapshot, view index, journal) is running."""
+        return sorted(r for r, t in self._closing.items() if not t.done())
+
+    async def closed(self, timeout_s: float | None) -> list[str]:
+        """Wait for every lease close running, and those that start meanwhile, for at most
+        ``timeout_s`` (None: no bound); the runs whose close was still running then."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while running := [t for t in self._closing.values() if not t.done()]:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                break
+            await asyncio.wait(running, timeout=left)
+        return self.closing()
+
+    async def abandon(self, timeout_s: float = ABANDON_WAIT_S) -> None:
+        """Cancel every lease close still running (the shutdown's bound passed) and give them
+        ``timeout_s`` to unwind (a cross-host lease is freed as a close ends) before the
+        store closes under them."""
+        tasks = [t for t in self._closing.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
 
 
 MAX_HOLDER_NAME_BYTES = 256

@@ -584,11 +584,13 @@ class JournalService:
             self.hub.unsubscribe(run_id, queue)
             await stop_following()
 
-    async def shutdown(self) -> None:
-        """End every lease stream and tail; wait for in-flight appends to reach the disk."""
+    async def shutdown(self, wait_closes: bool = True) -> None:
+        """End every lease stream and tail; wait for in-flight appends to reach the disk
+        (``wait_closes``: and for the lease closes then running; the daemon waits for them
+        itself, bounded, once its Open streams have released theirs)."""
         self.hub.close_all()
         self.runs.changes.close_all()
-        await self.leases.end_all("shutdown")
+        await self.leases.end_all("shutdown", wait=wait_closes)
         for stream in list(self.lease_streams):
             stream.finish()  # after the `ended` of each of its leases
         await asyncio.sleep(0)

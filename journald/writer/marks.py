@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from journald import failpoints
 from journald.core.errors import StoreCorrupted
 from journald.core.fold import RunState
 from journald.core.pages import Paged, PageRef, PageResolver, bytes_resolver, cut_open
@@ -215,6 +216,8 @@ class FoldMarks:
             if state.last_seq and self.views is not None and self.pages is not None:
                 # unchanged since its snapshot, whose view index may be missing (saved by a
                 # daemon before there was one): the state holds the snapshot's pages
+                if failpoints.ARMED:
+                    await failpoints.reach("lease_end_before_view_index")
                 await self._save_views(run_id, state, None)
             return
         new = w.new_marks
@@ -242,6 +245,8 @@ class FoldMarks:
         await self.checkpoints.save_mark(run_id, {"marks": saved})
         self._remember(run_id, saved)
         if self.pages is not None and self.views is not None:
+            if failpoints.ARMED:
+                await failpoints.reach("lease_end_before_view_index")
             await self._save_views(run_id, state, paged)
 
     async def _save_views(self, run_id: str, state: RunState, paged: Paged | None) -> None:
