@@ -16,9 +16,12 @@ from pathlib import Path
 import journald_client as jc
 import pytest
 
+from journald.cli.migrate import main
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.integration.jetstream.test_jetstream_side_data import objects_of
 from tests.nats_server import NatsServer, create_stream
+from tests.storage.backend_jetstream import fresh_stream
 
 RESULT_BYTES = 128 * 1024  # each tool turn closes a page of its own
 TURNS = 260  # two full chunks of 128 page references and a few loose ones
@@ -99,7 +102,7 @@ def test_a_restore_and_a_fork_of_260_pages_succeed_on_jetstream_with_1_mib_paylo
 
 
 @pytest.mark.slow
-def test_verify_of_a_rebase_whose_chunk_is_missing_is_store_corrupted_naming_the_chunk(
+def test_verify_and_recover_of_a_rebase_whose_chunk_is_missing_name_the_chunk(
     tmp_path: Path,
 ) -> None:
     with Daemon(tmp_path, "file") as d, jc.connect(str(d.socket)) as client:
@@ -108,8 +111,38 @@ def test_verify_of_a_rebase_whose_chunk_is_missing_is_store_corrupted_naming_the
         client.restore("reads", cp.checkpoint_id)
         chunk = chunked_rebase(client, "reads").page_chunks[0].sha256
         [path] = list(d.data_dir.rglob(f"attachments/{chunk}"))
+        raw = path.read_bytes()
         path.unlink()
         with pytest.raises(jc.StoreCorrupted) as err:
             client.verify("reads")
         assert err.value.metadata["chunk"] == chunk
         assert chunk in str(err.value)
+        with pytest.raises(jc.StoreCorrupted) as err:  # it cannot rebuild what it lacks
+            client.recover("reads")
+        assert err.value.metadata["chunk"] == chunk
+        path.write_bytes(raw)
+        client.verify("reads")
+
+
+@pytest.mark.slow
+def test_migrate_to_jetstream_carries_the_chunks_a_rebase_names(tmp_path: Path) -> None:
+    url, stream, _ = asyncio.run(fresh_stream())
+    src = tmp_path / "a"
+    for name in ("d1", "d2"):
+        (tmp_path / name).mkdir()
+    with Daemon(tmp_path / "d1", "file", data_dir=src) as d, jc.connect(str(d.socket)) as client:
+        long_reads(client, "moving")
+        client.restore("moving", client.checkpoint("moving").checkpoint_id)
+        want = client.fold("moving").messages
+        chunks = {f"moving/{c.sha256}" for c in chunked_rebase(client, "moving").page_chunks}
+    assert main(["--quiet", "--from", f"file:{src}", "--to", f"jetstream:{url}/{stream}"]) == 0
+    sock = Path(f"/tmp/jd-chunks-{os.getpid()}-{stream}/s")
+    with (
+        Daemon(
+            tmp_path / "d2", "jetstream", "--nats-url", url, "--stream", stream, socket=sock
+        ) as d,
+        jc.connect(str(d.socket)) as client,
+    ):
+        assert chunks <= set(asyncio.run(objects_of(url, stream, "moving")))
+        client.verify("moving")
+        assert client.fold("moving").messages == want
