@@ -566,7 +566,8 @@ def record_summary(rec: JournalRecord, width: int) -> str:
         cov = p.get("covered") or {}
         tail = len(p.get("messages", []))
         # a paged rebase's conversation is its pages' messages, then the inline tail
-        held = f" ({len(rec.pages)} pages, {tail} inline)" if rec.pages else ""
+        pages = 128 * len(rec.page_chunks) + len(rec.pages)  # a chunk names 128 pages
+        held = f" ({pages} pages, {tail} inline)" if pages else ""
         what = (
             f"{p.get('reason', '')}: {rec.paged_messages + tail} messages{held} replace seq "
             f"{cov.get('from_seq', '?')}..{cov.get('to_seq', '?')}"

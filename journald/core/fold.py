@@ -48,7 +48,8 @@ from journald.core.answered import AnsweredIds
 from journald.core.errors import InvalidRecord, StoreCorrupted
 from journald.core.fingerprint import Fingerprint
 from journald.core.message_log import MessageLog
-from journald.core.pages import PageResolver, conversation
+from journald.core.pages import PageResolver
+from journald.core.rebase_chunks import rebase_conversation
 from journald.core.records import GENESIS, Record
 
 Message = dict[str, Any]
@@ -417,7 +418,7 @@ def _apply(st: RunState, rec: Record, pages: PageResolver | None = None) -> None
         append_message(st.messages, "user", content)
     elif rec.kind == "rebase":
         try:
-            msgs = conversation(p, pages)  # a missing page is store_corrupted naming it
+            msgs = rebase_conversation(p, pages)  # a missing page or chunk: store_corrupted
         except StoreCorrupted as exc:
             exc.metadata.setdefault("seq", str(rec.seq))
             raise

@@ -233,7 +233,8 @@ def page_refs(payload: Mapping[str, Any]) -> list[PageRef]:
 
 
 def is_paged(payload: Mapping[str, Any]) -> bool:
-    return bool(payload.get("pages"))
+    """Whether a rebase payload names pages (or chunks of them: ``journald.core.rebase_chunks``)."""
+    return bool(payload.get("pages") or payload.get("page_chunks"))
 
 
 def conversation(payload: Mapping[str, Any], resolve: PageResolver | None) -> list[Message] | None:

@@ -41,8 +41,9 @@ from journald.core.errors import (
     TurnRunning,
 )
 from journald.core.fold import Message, RunState, StateValue
-from journald.core.pages import Paged, cut, paged_payload
+from journald.core.pages import cut
 from journald.core.paging import tail_start
+from journald.core.rebase_chunks import PagedRebase, rebase_payload
 from journald.core.records import GENESIS, Record, make_record, validate_id
 from journald.core.schema import validate_payload
 from journald.server.attachments import copy_attachments, copy_referenced
@@ -175,10 +176,11 @@ class CheckpointRpcs:
         messages: Sequence[Message],
         cp: Checkpoint | None,
         covered: tuple[int, int] | None,
-    ) -> tuple[Record, Paged]:
+    ) -> tuple[Record, PagedRebase]:
         """The rebase after record ``after`` (seq, hash) holding ``messages`` as page
         references and a short tail, checked against the limits; nothing is written yet
-        (the pages are stored by ``_write_pages``, before the record)."""
+        (the pages, and from 128 pages the chunks of their references, are stored by
+        ``_write_pages``, before the record)."""
         paged = cut(messages)
         base: dict[str, Any] = {"reason": reason}
         if cp is not None:
@@ -186,14 +188,15 @@ class CheckpointRpcs:
             base["checkpoint_hash"] = cp.meta.hash
         if covered is not None:
             base["covered"] = {"from_seq": covered[0], "to_seq": covered[1]}
-        rec = make_record(after[0] + 1, "rebase", paged_payload(base, paged), after[1], utc_ts())
+        payload, rebase = rebase_payload(base, paged)
+        rec = make_record(after[0] + 1, "rebase", payload, after[1], utc_ts())
         self.runs.gate.record(rec)  # refused here, before anything is written
-        return rec, paged
+        return rec, rebase
 
-    async def _write_pages(self, run_id: str, paged: Paged) -> None:
+    async def _write_pages(self, run_id: str, paged: PagedRebase) -> None:
         """The pages before the record that references them: a crash in between leaves
         pages nothing references, never a reference to a page that is not there."""
-        await self.runs.pages.put(run_id, paged)
+        await self.runs.pages.put_rebase(run_id, paged)
         if failpoints.ARMED:
             failpoints.hit("op_after_pages")
 

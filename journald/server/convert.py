@@ -28,6 +28,7 @@ from journald.core.fingerprint import Fingerprint
 from journald.core.fold import Message, Pending, RunState
 from journald.core.governance import GovernanceReport
 from journald.core.pages import PageRef, page_refs
+from journald.core.rebase_chunks import chunk_refs
 from journald.core.records import (
     KINDS,
     TYPE_OF,
@@ -157,6 +158,8 @@ def payload_from_pb(rec: pb.Record) -> tuple[str, dict[str, Any]]:
         }
         if r.pages:
             out["pages"] = [page_ref_from_pb(p).as_json() for p in r.pages]
+        if r.page_chunks:  # refused on Append (journald.server.paged_edits), as pages are
+            out["page_chunks"] = [page_ref_from_pb(p).as_json() for p in r.page_chunks]
         if r.checkpoint_id:
             out["checkpoint_id"] = r.checkpoint_id
         if r.checkpoint_hash:
@@ -241,6 +244,7 @@ def payload_to_pb(kind: str, p: Mapping[str, Any], rec: pb.Record) -> None:
                 reason=p["reason"],
                 messages=[message_to_pb(m) for m in p["messages"]],
                 pages=[page_ref_to_pb(r) for r in page_refs(p)],
+                page_chunks=[page_ref_to_pb(r) for r in chunk_refs(p)],
                 checkpoint_id=p.get("checkpoint_id", ""),
                 checkpoint_hash=p.get("checkpoint_hash", ""),
                 covered=pb.SeqRange(**cov) if cov else None,

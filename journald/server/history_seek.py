@@ -19,8 +19,9 @@ from datetime import datetime
 from typing import Any
 
 from journald.core.errors import InvalidRequest
-from journald.core.pages import page_refs
+from journald.core.pages import is_paged
 from journald.core.paging import MessageCounter
+from journald.core.rebase_chunks import chunk_map_resolver, last_page, sealed_count
 from journald.core.records import Record
 from journald.server.runs import Runs
 
@@ -124,12 +125,14 @@ async def seek(runs: Runs, run_id: str, seq: int, *, held: bool) -> Seek:
                     continue
                 counter.add(rec.kind, rec.seq, rec.payload)
                 if rec.kind == "rebase":  # a paged rebase: its pages' messages come first
-                    refs = page_refs(rec.payload)
-                    counter.count += sum(r.count for r in refs)
-                    if refs and not rec.payload.get("messages"):
+                    counter.count += sealed_count(rec.payload)
+                    if is_paged(rec.payload) and not rec.payload.get("messages"):
                         # no inline tail: the last message (whose role decides whether the
-                        # next one merges into it) is the last page's
-                        last = await runs.pages.messages(run_id, refs[-1:])
+                        # next one merges into it) is the last page's (in its last chunk
+                        # when no page is loose)
+                        got = await runs.pages.rebase_chunks(run_id, [rec.payload])
+                        refs = last_page(rec.payload, chunk_map_resolver(got))
+                        last = await runs.pages.messages(run_id, refs)
                         counter.last_role = str(last[-1]["role"]) if last else ""
                 if rec.seq >= seq:  # a rebase starts a new conversation: its first message
                     return Seek(0 if rec.kind == "rebase" else _index_of(counter), rec)

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from journald.core.errors import InvalidRecord
-from journald.core.pages import PageResolver, bytes_resolver, cut, paged_payload
+from journald.core.pages import PageResolver, bytes_resolver, cut
+from journald.core.rebase_chunks import FIELD, rebase_payload, with_chunks
+from journald.core.ref_chunks import RefChunk
 from journald.storage.pages import PageStore
 from journald.writer.gate import Incoming, at_index
 
@@ -31,25 +33,32 @@ async def page_rebases(
     a resolver for them (None when no rebase was paged)."""
     out: list[Incoming] = []
     data: dict[str, bytes] = {}
+    chunks: list[RefChunk] = []
     for item in items:
-        if item.kind == "rebase" and "pages" in item.payload:
-            raise _sent_pages(item)
+        for name in ("pages", FIELD):
+            if item.kind == "rebase" and name in item.payload:
+                raise _sent_pages(item, name)
         msgs = item.payload.get("messages") if item.kind == "rebase" else None
         paged = cut(msgs) if isinstance(msgs, list) else None
         if paged is None or not paged.refs:
             out.append(item)  # short enough to stay inline as the tail alone
             continue
-        await pages.put(run_id, paged)
-        data.update(paged.data)
         base = {k: v for k, v in item.payload.items() if k != "messages"}
-        out.append(replace(item, payload=paged_payload(base, paged)))
-    return out, (bytes_resolver(data) if data else None)
+        payload, rebase = rebase_payload(base, paged)
+        await pages.put_rebase(run_id, rebase)  # pages, then chunks, before the record
+        data.update(paged.data)
+        chunks.extend(rebase.chunks)
+        out.append(replace(item, payload=payload))
+    if not data:
+        return out, None
+    return out, (with_chunks(bytes_resolver(data), chunks) if chunks else bytes_resolver(data))
 
 
-def _sent_pages(item: Incoming) -> InvalidRecord:
-    field = f"records[{item.index}].rebase.pages"
+def _sent_pages(item: Incoming, name: str) -> InvalidRecord:
+    field = f"records[{item.index}].rebase.{name}"
+    what = "message page references" if name == "pages" else "page-reference chunks"
     err = InvalidRecord(
-        "field rebase.pages: message page references are written by the daemon; send the "
+        f"field rebase.{name}: {what} are written by the daemon; send the "
         "whole conversation in rebase.messages (the daemon stores a long one as pages)",
         metadata={"field": field},
     )

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 from journald.core.checkpoints import content_hash, encode_file
 from journald.core.errors import AttachmentNotFound, SessionExists, StoreCorrupted
-from journald.core.pages import referenced_pages
+from journald.core.rebase_chunks import chunk_map_resolver, referenced_pages
 from journald.core.records import GENESIS, Record, sha256_hex, validate_id
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import OWNER, AttachmentStore, CheckpointStore
@@ -111,7 +111,11 @@ async def _copy_side(
         # message pages go with the records that reference them, as do the attachments
         # their messages name (docs/design.md#message-pages)
         rebases = [r.payload for r in records if r.kind == "rebase"]
-        pages = await PageStore(src.attachments).read(run_id, referenced_pages(rebases))
+        store = PageStore(src.attachments)
+        chunks = await store.rebase_chunks(run_id, rebases)  # named by rebases of 128+ pages
+        digests |= set(chunks)
+        refs = referenced_pages(rebases, chunk_map_resolver(chunks))
+        pages = await store.read(run_id, refs)
         for digest, raw in pages.items():
             digests.add(digest)
             digests |= referenced_digests(json.loads(raw))

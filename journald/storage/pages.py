@@ -38,7 +38,13 @@ from journald.core.pages import (
     cut,
     decode_page,
     page_missing,
+)
+from journald.core.rebase_chunks import (
+    PagedRebase,
+    chunk_map_resolver,
+    referenced_chunks,
     referenced_pages,
+    with_chunks,
 )
 from journald.core.records import Record
 from journald.core.ref_chunks import RefChunk, decode_ref_chunk, ref_chunk_missing
@@ -97,9 +103,27 @@ class PageStore:
             out[ref.sha256] = raw
         return out
 
+    async def rebase_chunks(
+        self, run_id: str, payloads: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Sequence[PageRef]]:
+        """The page references of every chunk the rebase payloads name
+        (``journald.core.rebase_chunks``), each read and checked; a missing or damaged one is
+        ``store_corrupted`` naming it (metadata ``chunk``)."""
+        got = await self.read_chunks(run_id, referenced_chunks(payloads))
+        return {sha: c.refs for sha, c in got.items()}
+
     async def resolver(self, run_id: str, payloads: Sequence[Mapping[str, Any]]) -> PageResolver:
-        """A resolver for every page the payloads reference (read now, checked)."""
-        return bytes_resolver(await self.read(run_id, referenced_pages(payloads)))
+        """A resolver for every page the payloads reference, through the chunks they name
+        (read now, checked)."""
+        chunks = await self.rebase_chunks(run_id, payloads)
+        refs = referenced_pages(payloads, chunk_map_resolver(chunks))
+        pages = bytes_resolver(await self.read(run_id, refs))
+        return with_chunks(pages, chunks) if chunks else pages
+
+    async def put_rebase(self, run_id: str, rebase: PagedRebase) -> None:
+        """A rebase's pages, then the page-reference chunks naming them, before the record."""
+        await self.put(run_id, rebase.paged)
+        await self.put_chunks(run_id, rebase.chunks)
 
     async def for_records(self, run_id: str, records: Sequence[Record]) -> PageResolver:
         return await self.resolver(run_id, [r.payload for r in records if r.kind == "rebase"])
@@ -289,11 +313,13 @@ class PageStore:
         return False
 
     async def check(self, run_id: str, records: Sequence[Record]) -> int:
-        """Every page the records reference exists and hashes right (``store_corrupted``
-        naming the first that does not); how many were checked."""
-        refs = referenced_pages([r.payload for r in records if r.kind == "rebase"])
+        """Every page-reference chunk and page the records reference exists and hashes right
+        (``store_corrupted`` naming the first that does not); how many were checked."""
+        payloads = [r.payload for r in records if r.kind == "rebase"]
+        chunks = await self.rebase_chunks(run_id, payloads)
+        refs = referenced_pages(payloads, chunk_map_resolver(chunks))
         await self.read(run_id, refs)
-        return len(refs)
+        return len(refs) + len(chunks)
 
     async def check_run(
         self, store: Store, run_id: str, checkpoints: CheckpointStore | None = None

@@ -1309,7 +1309,15 @@ type RebasePayload struct {
 	// On reads: the message pages whose messages precede `messages` (docs/protocol.md, "Message
 	// pages"); empty for a rebase held inline. The daemon writes them: an Append of a rebase
 	// that sets them is refused (send the whole conversation in `messages`).
-	Pages         []*PageRef `protobuf:"bytes,6,rep,name=pages,proto3" json:"pages,omitempty"`
+	Pages []*PageRef `protobuf:"bytes,6,rep,name=pages,proto3" json:"pages,omitempty"`
+	// On reads: the page-reference chunks whose pages precede `pages` (docs/protocol.md, "Page-
+	// reference chunks"): a rebase of 128 pages or more names its full chunks of 128 page
+	// references here and only the pages after the last full chunk in `pages`. Each is a
+	// {"format":"journald-pagerefs/1","refs":[...]} document in the run's attachment store
+	// (GetAttachment(run_id, sha256)); `count` is the number of messages its pages hold. The
+	// conversation is: every chunk's pages in order, then `pages`, then `messages`. Written by
+	// the daemon only, as `pages` is.
+	PageChunks    []*PageRef `protobuf:"bytes,7,rep,name=page_chunks,json=pageChunks,proto3" json:"page_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1382,6 +1390,13 @@ func (x *RebasePayload) GetCovered() *SeqRange {
 func (x *RebasePayload) GetPages() []*PageRef {
 	if x != nil {
 		return x.Pages
+	}
+	return nil
+}
+
+func (x *RebasePayload) GetPageChunks() []*PageRef {
+	if x != nil {
+		return x.PageChunks
 	}
 	return nil
 }
@@ -6772,14 +6787,16 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\fcontent_json\x18\x01 \x01(\fR\vcontentJson\"<\n" +
 	"\bSeqRange\x12\x19\n" +
 	"\bfrom_seq\x18\x01 \x01(\x04R\afromSeq\x12\x15\n" +
-	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\"\x84\x02\n" +
+	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\"\xbb\x02\n" +
 	"\rRebasePayload\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x120\n" +
 	"\bmessages\x18\x02 \x03(\v2\x14.journald.v1.MessageR\bmessages\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\tR\fcheckpointId\x12'\n" +
 	"\x0fcheckpoint_hash\x18\x04 \x01(\tR\x0echeckpointHash\x12/\n" +
 	"\acovered\x18\x05 \x01(\v2\x15.journald.v1.SeqRangeR\acovered\x12*\n" +
-	"\x05pages\x18\x06 \x03(\v2\x14.journald.v1.PageRefR\x05pages\"K\n" +
+	"\x05pages\x18\x06 \x03(\v2\x14.journald.v1.PageRefR\x05pages\x125\n" +
+	"\vpage_chunks\x18\a \x03(\v2\x14.journald.v1.PageRefR\n" +
+	"pageChunks\"K\n" +
 	"\aPageRef\x12\x16\n" +
 	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x12\n" +
@@ -7398,129 +7415,130 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	7,   // 5: journald.v1.RebasePayload.messages:type_name -> journald.v1.Message
 	16,  // 6: journald.v1.RebasePayload.covered:type_name -> journald.v1.SeqRange
 	18,  // 7: journald.v1.RebasePayload.pages:type_name -> journald.v1.PageRef
-	9,   // 8: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
-	11,  // 9: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
-	13,  // 10: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
-	14,  // 11: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
-	15,  // 12: journald.v1.Record.user:type_name -> journald.v1.UserPayload
-	17,  // 13: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
-	19,  // 14: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
-	20,  // 15: journald.v1.Record.state:type_name -> journald.v1.StatePayload
-	7,   // 16: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
-	23,  // 17: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
-	22,  // 18: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
-	8,   // 19: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
-	7,   // 20: journald.v1.RunState.messages:type_name -> journald.v1.Message
-	24,  // 21: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
-	25,  // 22: journald.v1.RunState.counters:type_name -> journald.v1.Counters
-	19,  // 23: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
-	26,  // 24: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
-	10,  // 25: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	89,  // 26: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
-	27,  // 27: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
-	0,   // 28: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
-	8,   // 29: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	90,  // 30: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
-	30,  // 31: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
-	9,   // 32: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
-	28,  // 33: journald.v1.Lease.state:type_name -> journald.v1.RunState
-	33,  // 34: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
-	32,  // 35: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
-	36,  // 36: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
-	31,  // 37: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
-	34,  // 38: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
-	32,  // 39: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
-	87,  // 40: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
-	35,  // 41: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
-	36,  // 42: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
-	1,   // 43: journald.v1.Ack.durability:type_name -> journald.v1.Durability
-	21,  // 44: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
-	40,  // 45: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
-	41,  // 46: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
-	41,  // 47: journald.v1.AppendStreamRequest.appends:type_name -> journald.v1.AppendRequest
-	42,  // 48: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
-	42,  // 49: journald.v1.AppendStreamResponse.responses:type_name -> journald.v1.AppendResponse
-	21,  // 50: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
-	28,  // 51: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
-	7,   // 52: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
-	29,  // 53: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
-	30,  // 54: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	91,  // 55: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
-	49,  // 56: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
-	66,  // 57: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
-	21,  // 58: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
-	57,  // 59: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
-	2,   // 60: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
-	7,   // 61: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
-	24,  // 62: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
-	64,  // 63: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
-	16,  // 64: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
-	3,   // 65: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
-	66,  // 66: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	66,  // 67: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
-	40,  // 68: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
-	33,  // 69: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
-	7,   // 70: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
-	4,   // 71: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
-	16,  // 72: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
-	40,  // 73: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	92,  // 74: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
-	28,  // 75: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
-	66,  // 76: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	93,  // 77: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	31,  // 78: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	34,  // 79: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	38,  // 80: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
-	41,  // 81: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	43,  // 82: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	45,  // 83: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	47,  // 84: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	50,  // 85: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	52,  // 86: journald.v1.JournalService.ListChanges:input_type -> journald.v1.ListChangesRequest
-	54,  // 87: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	56,  // 88: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	59,  // 89: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	67,  // 90: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	69,  // 91: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	71,  // 92: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	73,  // 93: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	75,  // 94: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	77,  // 95: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	79,  // 96: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	81,  // 97: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	61,  // 98: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	83,  // 99: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	85,  // 100: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	63,  // 101: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
-	37,  // 102: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	35,  // 103: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	39,  // 104: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
-	42,  // 105: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	44,  // 106: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	46,  // 107: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	48,  // 108: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	51,  // 109: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	53,  // 110: journald.v1.JournalService.ListChanges:output_type -> journald.v1.ListChangesResponse
-	55,  // 111: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	58,  // 112: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	60,  // 113: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	68,  // 114: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	70,  // 115: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	72,  // 116: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	74,  // 117: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	76,  // 118: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	78,  // 119: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	80,  // 120: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	82,  // 121: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	62,  // 122: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	84,  // 123: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	86,  // 124: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	65,  // 125: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
-	102, // [102:126] is the sub-list for method output_type
-	78,  // [78:102] is the sub-list for method input_type
-	78,  // [78:78] is the sub-list for extension type_name
-	78,  // [78:78] is the sub-list for extension extendee
-	0,   // [0:78] is the sub-list for field type_name
+	18,  // 8: journald.v1.RebasePayload.page_chunks:type_name -> journald.v1.PageRef
+	9,   // 9: journald.v1.Record.trace:type_name -> journald.v1.TraceContext
+	11,  // 10: journald.v1.Record.meta:type_name -> journald.v1.MetaPayload
+	13,  // 11: journald.v1.Record.assistant:type_name -> journald.v1.AssistantPayload
+	14,  // 12: journald.v1.Record.tool_result:type_name -> journald.v1.ToolResultPayload
+	15,  // 13: journald.v1.Record.user:type_name -> journald.v1.UserPayload
+	17,  // 14: journald.v1.Record.rebase:type_name -> journald.v1.RebasePayload
+	19,  // 15: journald.v1.Record.terminal:type_name -> journald.v1.TerminalPayload
+	20,  // 16: journald.v1.Record.state:type_name -> journald.v1.StatePayload
+	7,   // 17: journald.v1.PendingTurn.message:type_name -> journald.v1.Message
+	23,  // 18: journald.v1.PendingTurn.results:type_name -> journald.v1.PendingResult
+	22,  // 19: journald.v1.PendingTurn.unanswered:type_name -> journald.v1.ToolCall
+	8,   // 20: journald.v1.RunState.fingerprint:type_name -> journald.v1.Fingerprint
+	7,   // 21: journald.v1.RunState.messages:type_name -> journald.v1.Message
+	24,  // 22: journald.v1.RunState.pending:type_name -> journald.v1.PendingTurn
+	25,  // 23: journald.v1.RunState.counters:type_name -> journald.v1.Counters
+	19,  // 24: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
+	26,  // 25: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
+	10,  // 26: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
+	89,  // 27: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	27,  // 28: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
+	0,   // 29: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
+	8,   // 30: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
+	90,  // 31: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	30,  // 32: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
+	9,   // 33: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
+	28,  // 34: journald.v1.Lease.state:type_name -> journald.v1.RunState
+	33,  // 35: journald.v1.Lease.warnings:type_name -> journald.v1.Warning
+	32,  // 36: journald.v1.OpenResponse.lease:type_name -> journald.v1.Lease
+	36,  // 37: journald.v1.OpenResponse.ended:type_name -> journald.v1.LeaseEnded
+	31,  // 38: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
+	34,  // 39: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
+	32,  // 40: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
+	87,  // 41: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
+	35,  // 42: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
+	36,  // 43: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
+	1,   // 44: journald.v1.Ack.durability:type_name -> journald.v1.Durability
+	21,  // 45: journald.v1.AppendRequest.records:type_name -> journald.v1.Record
+	40,  // 46: journald.v1.AppendResponse.acks:type_name -> journald.v1.Ack
+	41,  // 47: journald.v1.AppendStreamRequest.append:type_name -> journald.v1.AppendRequest
+	41,  // 48: journald.v1.AppendStreamRequest.appends:type_name -> journald.v1.AppendRequest
+	42,  // 49: journald.v1.AppendStreamResponse.response:type_name -> journald.v1.AppendResponse
+	42,  // 50: journald.v1.AppendStreamResponse.responses:type_name -> journald.v1.AppendResponse
+	21,  // 51: journald.v1.LoadResponse.record:type_name -> journald.v1.Record
+	28,  // 52: journald.v1.FoldResponse.state:type_name -> journald.v1.RunState
+	7,   // 53: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
+	29,  // 54: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
+	30,  // 55: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
+	91,  // 56: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	49,  // 57: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
+	66,  // 58: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
+	21,  // 59: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
+	57,  // 60: journald.v1.WatchResponse.checkpoint:type_name -> journald.v1.CheckpointEvent
+	2,   // 61: journald.v1.HistoryRequest.view:type_name -> journald.v1.HistoryView
+	7,   // 62: journald.v1.HistoryResponse.messages:type_name -> journald.v1.Message
+	24,  // 63: journald.v1.HistoryResponse.pending:type_name -> journald.v1.PendingTurn
+	64,  // 64: journald.v1.RecoverResponse.records:type_name -> journald.v1.QuarantinedRecord
+	16,  // 65: journald.v1.RecoverResponse.hole:type_name -> journald.v1.SeqRange
+	3,   // 66: journald.v1.CheckpointMeta.trigger:type_name -> journald.v1.CheckpointTrigger
+	66,  // 67: journald.v1.CheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	66,  // 68: journald.v1.ListCheckpointsResponse.checkpoints:type_name -> journald.v1.CheckpointMeta
+	40,  // 69: journald.v1.RestoreResponse.ack:type_name -> journald.v1.Ack
+	33,  // 70: journald.v1.RestoreResponse.warnings:type_name -> journald.v1.Warning
+	7,   // 71: journald.v1.CompactRequest.summary:type_name -> journald.v1.Message
+	4,   // 72: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
+	16,  // 73: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
+	40,  // 74: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
+	92,  // 75: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	28,  // 76: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
+	66,  // 77: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	93,  // 78: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	31,  // 79: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	34,  // 80: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	38,  // 81: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
+	41,  // 82: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	43,  // 83: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	45,  // 84: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	47,  // 85: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	50,  // 86: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	52,  // 87: journald.v1.JournalService.ListChanges:input_type -> journald.v1.ListChangesRequest
+	54,  // 88: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	56,  // 89: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	59,  // 90: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	67,  // 91: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	69,  // 92: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	71,  // 93: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	73,  // 94: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	75,  // 95: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	77,  // 96: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	79,  // 97: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	81,  // 98: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	61,  // 99: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	83,  // 100: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	85,  // 101: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	63,  // 102: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	37,  // 103: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	35,  // 104: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	39,  // 105: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
+	42,  // 106: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	44,  // 107: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	46,  // 108: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	48,  // 109: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	51,  // 110: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	53,  // 111: journald.v1.JournalService.ListChanges:output_type -> journald.v1.ListChangesResponse
+	55,  // 112: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	58,  // 113: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	60,  // 114: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	68,  // 115: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	70,  // 116: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	72,  // 117: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	74,  // 118: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	76,  // 119: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	78,  // 120: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	80,  // 121: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	82,  // 122: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	62,  // 123: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	84,  // 124: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	86,  // 125: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	65,  // 126: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	103, // [103:127] is the sub-list for method output_type
+	79,  // [79:103] is the sub-list for method input_type
+	79,  // [79:79] is the sub-list for extension type_name
+	79,  // [79:79] is the sub-list for extension extendee
+	0,   // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,6 +169,8 @@ class Ack:
 
 
 PAGE_FORMAT = "journald-page/1"
+PAGEREFS_FORMAT = "journald-pagerefs/1"
+REFS_PER_CHUNK = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +196,30 @@ class PageRef:
             raise ValueError(f"message page {self.sha256}: does not hold {self.count} messages")
         return msgs
 
+    def page_refs(self, data: bytes) -> tuple[PageRef, ...]:
+        """The page references of this page-reference chunk (a rebase's ``page_chunks``)
+        from its bytes, checked against the reference (address, size, format, 128
+        references whose pages hold ``count`` messages); ``ValueError`` when they do not."""
+        what = f"page-reference chunk {self.sha256}"
+        if len(data) != self.size or hashlib.sha256(data).hexdigest() != self.sha256:
+            raise ValueError(f"{what}: the bytes do not match its reference")
+        obj = json.loads(data)
+        if not isinstance(obj, dict) or obj.get("format") != PAGEREFS_FORMAT:
+            raise ValueError(f"{what}: not a {PAGEREFS_FORMAT} chunk")
+        raw = obj.get("refs")
+        if not isinstance(raw, list) or len(raw) != REFS_PER_CHUNK:
+            raise ValueError(f"{what}: does not hold {REFS_PER_CHUNK} page references")
+        refs = _page_refs(raw)
+        if sum(r.count for r in refs) != self.count:
+            raise ValueError(f"{what}: its pages do not hold {self.count} messages")
+        return refs
+
+
+def _page_refs(raw: object) -> tuple[PageRef, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(PageRef(str(r["sha256"]), int(r["count"]), int(r["size"])) for r in raw)
+
 
 @dataclass(frozen=True, slots=True)
 class JournalRecord:
@@ -214,15 +241,41 @@ class JournalRecord:
         record. To read the whole conversation as of the rebase, fetch each page
         (``PageRef.messages(client.get_attachment(run_id, ref.sha256))``); ``History`` and
         ``fold`` return a run's current conversation with pages resolved."""
-        raw = self.payload.get("pages") if self.kind == "rebase" else None
-        if not isinstance(raw, list):
-            return ()
-        return tuple(PageRef(str(r["sha256"]), int(r["count"]), int(r["size"])) for r in raw)
+        return _page_refs(self.payload.get("pages") if self.kind == "rebase" else None)
+
+    @property
+    def page_chunks(self) -> tuple[PageRef, ...]:
+        """A rebase of 128 pages or more names its pages through chunks of 128 page
+        references (docs/protocol.md#page-reference-chunks), in order: its conversation is
+        every chunk's pages' messages, then ``pages``', then the tail. Each chunk's
+        ``count`` is the number of messages its pages hold. Empty otherwise."""
+        return _page_refs(self.payload.get("page_chunks") if self.kind == "rebase" else None)
 
     @property
     def paged_messages(self) -> int:
-        """How many messages the pages hold, before the inline tail (0 when not paged)."""
-        return sum(ref.count for ref in self.pages)
+        """How many messages the chunks and pages hold, before the inline tail (0 when not
+        paged); no chunk is read."""
+        return sum(ref.count for ref in (*self.page_chunks, *self.pages))
+
+    def all_pages(self, fetch: Callable[[str], bytes]) -> tuple[PageRef, ...]:
+        """Every page of a rebase's conversation, in order: each chunk's pages (the chunk
+        read with ``fetch(sha256)``, e.g. ``lambda d: client.get_attachment(run_id, d)``,
+        and checked), then ``pages``."""
+        out: list[PageRef] = []
+        for chunk in self.page_chunks:
+            out.extend(chunk.page_refs(fetch(chunk.sha256)))
+        return (*out, *self.pages)
+
+    def conversation(self, fetch: Callable[[str], bytes]) -> list[Message]:
+        """The whole conversation a rebase set, its chunks and pages read with
+        ``fetch(sha256)`` and checked (``ValueError`` when one does not match its
+        reference): chunks first, then pages, then the inline tail."""
+        out: list[Message] = []
+        for ref in self.all_pages(fetch):
+            out.extend(ref.messages(fetch(ref.sha256)))
+        tail = self.payload.get("messages") if self.kind == "rebase" else None
+        out.extend(tail if isinstance(tail, list) else [])
+        return out
 
 
 @dataclass(frozen=True, slots=True)

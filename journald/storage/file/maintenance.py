@@ -19,14 +19,18 @@ from journald.core.fold import QUARANTINE, fold, rebuilt_after_quarantine
 from journald.core.pages import (
     Paged,
     PageRef,
-    PageResolver,
     cut,
     decode_page,
     page_missing,
-    paged_payload,
+)
+from journald.core.rebase_chunks import (
+    PagedRebase,
+    RebaseResolver,
+    rebase_payload,
     referenced_pages,
 )
 from journald.core.records import GENESIS, Record, decode, make_record, sha256_hex
+from journald.core.ref_chunks import decode_ref_chunk, ref_chunk_missing
 from journald.core.schema import validate_record
 from journald.storage.base import QuarantineReport, RecordCheck, RepairReport
 from journald.storage.file.journal import unique_path
@@ -76,8 +80,9 @@ class PruneReport:
     kept_records: int = 0
 
 
-def run_pages(disk: Disk, run_dir: str) -> PageResolver:
-    """Pages read from the run's attachment directory (docs/design.md#message-pages)."""
+def run_pages(disk: Disk, run_dir: str) -> RebaseResolver:
+    """Pages, and the page-reference chunks a rebase names, read from the run's attachment
+    directory (docs/design.md#message-pages)."""
 
     def resolve(ref: PageRef) -> list[dict[str, Any]]:
         try:
@@ -86,20 +91,31 @@ def run_pages(disk: Disk, run_dir: str) -> PageResolver:
             raise page_missing(ref) from None
         return decode_page(ref, raw)
 
-    return resolve
+    def chunk(ref: PageRef) -> tuple[PageRef, ...]:
+        try:
+            raw = disk.read(os.path.join(run_dir, ATTACHMENTS, ref.sha256))
+        except FileNotFoundError:
+            raise ref_chunk_missing(ref) from None
+        return decode_ref_chunk(ref, raw).refs
+
+    return RebaseResolver(resolve, chunk)
 
 
-def store_pages(disk: Disk, run_dir: str, paged: Paged) -> None:
-    """Write ``paged``'s pages into the run's attachment directory (the ones it lacks)."""
-    if not paged.refs:
+def store_pages(disk: Disk, run_dir: str, paged: Paged | PagedRebase) -> None:
+    """Write ``paged``'s pages (and a rebase's chunks, after them) into the run's attachment
+    directory (the ones it lacks)."""
+    rebase = paged if isinstance(paged, PagedRebase) else PagedRebase(paged, ())
+    blobs = [(r.sha256, rebase.paged.data[r.sha256]) for r in rebase.paged.refs]
+    blobs += [(c.ref.sha256, c.raw) for c in rebase.chunks]
+    if not blobs:
         return
     d = os.path.join(run_dir, ATTACHMENTS)
     if not os.path.isdir(d):
         disk.mkdir(d, DIR_MODE)
-    for ref in paged.refs:
-        path = os.path.join(d, ref.sha256)
+    for sha, raw in blobs:
+        path = os.path.join(d, sha)
         if not os.path.exists(path):
-            disk.atomic_write(path, paged.data[ref.sha256])
+            disk.atomic_write(path, raw)
 
 
 def holds_live_state(records: Sequence[Record], cut_seq: int) -> bool:
@@ -238,12 +254,13 @@ class FileMaintenance:
         # every page a surviving rebase references must be there and whole (a missing one
         # is store_corrupted naming it: recovery cannot rebuild what it does not have)
         resolve = run_pages(self.store.disk, run_dir)
-        for ref in referenced_pages([r.payload for r in survivors if r.kind == "rebase"]):
-            try:
+        try:  # the chunks a rebase names first, then every page
+            rebases = [r.payload for r in survivors if r.kind == "rebase"]
+            for ref in referenced_pages(rebases, resolve.chunks):
                 resolve(ref)
-            except StoreCorrupted as exc:
-                exc.metadata["run_id"] = run_id
-                raise
+        except StoreCorrupted as exc:
+            exc.metadata["run_id"] = run_id
+            raise
         if not gone:
             report.last_seq = end_seq
             return report
@@ -258,15 +275,12 @@ class FileMaintenance:
         report.hole_from, report.hole_to = min(gone), max(gone + taken)
         rebuilt = cut(rebuilt_after_quarantine(survivors, resolve))
         covered = {"from_seq": report.hole_from, "to_seq": report.hole_to}
+        payload, paged = rebase_payload({"reason": QUARANTINE, "covered": covered}, rebuilt)
         rebase = make_record(
-            max(last.seq, report.hole_to) + 1,
-            "rebase",
-            paged_payload({"reason": QUARANTINE, "covered": covered}, rebuilt),
-            last.hash,
-            utc_ts(),
+            max(last.seq, report.hole_to) + 1, "rebase", payload, last.hash, utc_ts()
         )
         check(rebase)
-        store_pages(self.store.disk, run_dir, rebuilt)  # before the rebase that references them
+        store_pages(self.store.disk, run_dir, paged)  # before the rebase that references them
         if rebase.seq != last.seq + 1:  # the run ended in the hole: jump it to the rebase
             anchors[last.seq] = Anchor(
                 last.seq, last.hash, rebase.seq, last.hash, QUARANTINE, last.seq + 1, rebase.seq - 1

@@ -37,7 +37,8 @@ from typing import IO, Any
 
 from journald.core.answered import chunk_missing, decode_chunk
 from journald.core.errors import JournaldError, SessionNotFound, StoreCorrupted
-from journald.core.pages import PageRef, decode_page, page_missing, referenced_pages
+from journald.core.pages import PageRef, decode_page, page_missing
+from journald.core.rebase_chunks import chunk_map_resolver, referenced_chunks, referenced_pages
 from journald.core.records import Record, validate_id
 from journald.core.ref_chunks import decode_ref_chunk, ref_chunk_missing
 from journald.core.snapshot import snapshot_answered_head, snapshot_chunks
@@ -115,7 +116,17 @@ def check_pages(run_dir: str, run_id: str, rebases: list[Record], budget: ReadBu
     """Every message page the rebases reference is in the run's attachments and is the page
     its reference names (``store_corrupted`` naming the first that is not, as ``Verify``
     says it); how many were checked. Read at the budget's pace, like the records."""
-    refs = referenced_pages([r.payload for r in rebases])
+    payloads = [r.payload for r in rebases]
+    chunks: dict[str, tuple[PageRef, ...]] = {}
+    for ref in referenced_chunks(payloads):  # the chunks a rebase names, then their pages
+        path = os.path.join(run_dir, FileAttachmentStore.KIND, ref.sha256)
+        try:
+            chunks[ref.sha256] = decode_ref_chunk(ref, budget.read_file(path)).refs
+        except FileNotFoundError:
+            raise named_page_error(ref_chunk_missing(ref), run_id) from None
+        except StoreCorrupted as exc:
+            raise named_page_error(exc, run_id) from None
+    refs = referenced_pages(payloads, chunk_map_resolver(chunks))
     for ref in refs:
         path = os.path.join(run_dir, FileAttachmentStore.KIND, ref.sha256)
         try:
@@ -126,7 +137,7 @@ def check_pages(run_dir: str, run_id: str, rebases: list[Record], budget: ReadBu
             decode_page(ref, raw)
         except StoreCorrupted as exc:
             raise named_page_error(exc, run_id) from None
-    return len(refs)
+    return len(refs) + len(chunks)
 
 
 def check_answered(run_dir: str, run_id: str, budget: ReadBudget) -> int:

@@ -800,6 +800,7 @@ class RebasePayload(_message.Message):
     CHECKPOINT_HASH_FIELD_NUMBER: _builtins.int
     COVERED_FIELD_NUMBER: _builtins.int
     PAGES_FIELD_NUMBER: _builtins.int
+    PAGE_CHUNKS_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """One of "compaction", "restore", "fork", "import", "edit" (the writer rewrote its own
     history, e.g. a framework session removed its last item), "quarantine" (written by
@@ -827,6 +828,17 @@ class RebasePayload(_message.Message):
         that sets them is refused (send the whole conversation in `messages`).
         """
 
+    @_builtins.property
+    def page_chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___PageRef]:
+        """On reads: the page-reference chunks whose pages precede `pages` (docs/protocol.md, "Page-
+        reference chunks"): a rebase of 128 pages or more names its full chunks of 128 page
+        references here and only the pages after the last full chunk in `pages`. Each is a
+        {"format":"journald-pagerefs/1","refs":[...]} document in the run's attachment store
+        (GetAttachment(run_id, sha256)); `count` is the number of messages its pages hold. The
+        conversation is: every chunk's pages in order, then `pages`, then `messages`. Written by
+        the daemon only, as `pages` is.
+        """
+
     def __init__(
         self,
         *,
@@ -836,10 +848,11 @@ class RebasePayload(_message.Message):
         checkpoint_hash: _builtins.str = ...,
         covered: Global___SeqRange | None = ...,
         pages: _abc.Iterable[Global___PageRef] | None = ...,
+        page_chunks: _abc.Iterable[Global___PageRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["covered", b"covered"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_hash", b"checkpoint_hash", "checkpoint_id", b"checkpoint_id", "covered", b"covered", "messages", b"messages", "pages", b"pages", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_hash", b"checkpoint_hash", "checkpoint_id", b"checkpoint_id", "covered", b"covered", "messages", b"messages", "page_chunks", b"page_chunks", "pages", b"pages", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

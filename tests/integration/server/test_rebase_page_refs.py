@@ -128,3 +128,25 @@ def test_an_append_of_a_rebase_that_sends_page_references_is_refused(daemon: Dae
     rebase.rebase.ClearField("pages")  # the same rebase, its conversation inline: accepted
     assert [a.seq for a in lease.append(rebase).acks] == [2]
     lease.close()
+
+
+def test_an_append_of_a_rebase_that_sends_page_reference_chunks_is_refused(
+    daemon: Daemon,
+) -> None:
+    s = stub(daemon.target)
+    lease = Lease(s, "sent-chunks")
+    ref = pb.PageRef(sha256="b" * 64, count=256, size=13_000)
+    rebase = record_to_pb(decode(GOLDEN.read_bytes().split(b"\n")[7]))
+    rebase.seq = 2
+    rebase.rebase.reason = "edit"
+    rebase.rebase.ClearField("covered")
+    rebase.rebase.page_chunks.append(ref)
+    with pytest.raises(grpc.RpcError) as refused:
+        lease.append(rebase)
+    err = error_of(refused.value)
+    assert err.code == "invalid_record"
+    assert err.metadata["field"] == "records[0].rebase.page_chunks"
+    assert "written by the daemon" in err.message
+    rebase.rebase.ClearField("page_chunks")  # the same rebase, its conversation inline
+    assert [a.seq for a in lease.append(rebase).acks] == [2]
+    lease.close()

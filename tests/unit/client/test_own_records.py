@@ -14,6 +14,7 @@ from journald_client import codec, own_records
 from journald_client.pb import journal_pb2 as pb
 
 from journald.core.pages import Paged
+from journald.core.rebase_chunks import PagedRebase
 from journald.server import convert
 from journald.server.paged_edits import page_rebases
 from journald.storage.pages import PageStore
@@ -23,6 +24,9 @@ class Discarded:
     """A page store that keeps nothing: only the stored record is looked at here."""
 
     async def put(self, run_id: str, paged: Paged) -> None:
+        return None
+
+    async def put_rebase(self, run_id: str, rebase: PagedRebase) -> None:
         return None
 
 

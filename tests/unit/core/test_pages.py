@@ -3,6 +3,7 @@ rebases that reference pages (docs/design.md#message-pages)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -15,15 +16,18 @@ from journald.core.errors import StoreCorrupted
 from journald.core.fold import fold
 from journald.core.pages import (
     PAGE_FORMAT,
+    PageRef,
+    PageResolver,
     bytes_resolver,
-    conversation,
     cut,
     decode_page,
     encode_page,
-    paged_payload,
+    ref_from_json,
 )
 from journald.core.paging import is_clean
+from journald.core.rebase_chunks import rebase_conversation, rebase_payload, with_chunks
 from journald.core.records import GENESIS, Record, canonical_json, make_record, sha256_hex
+from journald.core.ref_chunks import REFS_PER_CHUNK
 from journald.core.snapshot import (
     SnapshotUnreadable,
     decode_state,
@@ -47,11 +51,40 @@ def _relinked(records: list[Record]) -> list[Record]:
 
 
 def _paged_rebase(rec: Record, target: int, store: dict[str, bytes]) -> Record:
-    """``rec`` (an inline rebase) holding its messages as pages, the pages added to ``store``."""
+    """``rec`` (an inline rebase) holding its messages as pages, the pages added to ``store``
+    (and from 128 pages the chunks of their references, journald.core.rebase_chunks)."""
     paged = cut(rec.payload["messages"], target)
     store.update(paged.data)
     base = {k: v for k, v in rec.payload.items() if k != "messages"}
-    return make_record(rec.seq, "rebase", paged_payload(base, paged), rec.prev, rec.ts, rec.trace)
+    payload, rebase = rebase_payload(base, paged)
+    store.update({c.ref.sha256: c.raw for c in rebase.chunks})
+    return make_record(rec.seq, "rebase", payload, rec.prev, rec.ts, rec.trace)
+
+
+FILLER = [
+    {"role": "user" if i % 2 == 0 else "assistant", "content": [{"type": "text", "text": f"f{i}"}]}
+    for i in range(2 * REFS_PER_CHUNK + 5)
+]
+"""A long conversation before a rebase's own: one page per message at a 1-byte target, so
+the rebase names two chunks of page references and a few loose ones."""
+
+
+def _long(rec: Record) -> Record:
+    """``rec`` (an inline rebase) with ``FILLER`` before its messages."""
+    payload = dict(rec.payload)
+    payload["messages"] = [*FILLER, *payload["messages"]]
+    return make_record(rec.seq, "rebase", payload, rec.prev, rec.ts, rec.trace)
+
+
+def _store_resolver(store: dict[str, bytes]) -> PageResolver:
+    """Pages and page-reference chunks read from ``store`` (what a run's store holds)."""
+    chunks: dict[str, tuple[PageRef, ...]] = {}
+    for raw in store.values():
+        if raw.startswith(b'{"format":"journald-pagerefs/1"'):
+            ref = PageRef(sha256_hex(raw), 0, len(raw))
+            refs = tuple(ref_from_json(r) for r in json.loads(raw)["refs"])
+            chunks[ref.sha256] = refs
+    return with_chunks(bytes_resolver(store), chunks)
 
 
 @settings(max_examples=scaled(60))
@@ -164,12 +197,15 @@ def test_restore_then_fold_equals_the_checkpoint_conversation_with_paged_and_inl
     restore's) hold pages and whichever hold their messages inline."""
     store: dict[str, bytes] = {}
     target = data.draw(TARGETS, "page target")
+    if data.draw(st.booleans(), "long rebases"):  # some rebases name chunks of page refs
+        recs = _relinked([_long(r) if r.kind == "rebase" else r for r in recs])
+        target = data.draw(st.sampled_from([1, 10**9]), "page target of long rebases")
     mixed = [
         _paged_rebase(r, target, store) if r.kind == "rebase" and data.draw(st.booleans()) else r
         for r in recs
     ]
     mixed = _relinked(mixed)
-    resolve = bytes_resolver(store)
+    resolve = _store_resolver(store)
     whole = fold(recs)
     assert fold(mixed, pages=resolve).messages == whole.messages  # paging is transparent
     k = data.draw(st.integers(1, len(recs)), "checkpoint seq")
@@ -186,11 +222,15 @@ def test_restore_then_fold_equals_the_checkpoint_conversation_with_paged_and_inl
         last.hash,
         last.ts,
     )
+    if data.draw(st.booleans(), "restore of a long checkpoint"):
+        restore = _long(restore)
+        cp_messages = [*FILLER, *cp_messages]
     if data.draw(st.booleans(), "restore paged"):
         restore = _paged_rebase(restore, target, store)
+    resolve = _store_resolver(store)
     after = fold([*mixed, restore], pages=resolve)
     assert after.messages == cp_messages
-    assert conversation(restore.payload, resolve) == cp_messages
+    assert rebase_conversation(restore.payload, resolve) == cp_messages
     assert after.state == whole.state  # a rebase leaves framework state alone
 
 

@@ -825,6 +825,16 @@ export interface RebasePayload {
    * that sets them is refused (send the whole conversation in `messages`).
    */
   pages: PageRef[];
+  /**
+   * On reads: the page-reference chunks whose pages precede `pages` (docs/protocol.md, "Page-
+   * reference chunks"): a rebase of 128 pages or more names its full chunks of 128 page
+   * references here and only the pages after the last full chunk in `pages`. Each is a
+   * {"format":"journald-pagerefs/1","refs":[...]} document in the run's attachment store
+   * (GetAttachment(run_id, sha256)); `count` is the number of messages its pages hold. The
+   * conversation is: every chunk's pages in order, then `pages`, then `messages`. Written by
+   * the daemon only, as `pages` is.
+   */
+  pageChunks: PageRef[];
 }
 
 /**
@@ -3199,7 +3209,15 @@ export const SeqRange: MessageFns<SeqRange> = {
 };
 
 function createBaseRebasePayload(): RebasePayload {
-  return { reason: "", messages: [], checkpointId: "", checkpointHash: "", covered: undefined, pages: [] };
+  return {
+    reason: "",
+    messages: [],
+    checkpointId: "",
+    checkpointHash: "",
+    covered: undefined,
+    pages: [],
+    pageChunks: [],
+  };
 }
 
 export const RebasePayload: MessageFns<RebasePayload> = {
@@ -3221,6 +3239,9 @@ export const RebasePayload: MessageFns<RebasePayload> = {
     }
     for (const v of message.pages) {
       PageRef.encode(v!, writer.uint32(50).fork()).join();
+    }
+    for (const v of message.pageChunks) {
+      PageRef.encode(v!, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -3286,6 +3307,14 @@ export const RebasePayload: MessageFns<RebasePayload> = {
             message.pages.push(PageRef.decode(reader, reader.uint32()));
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.pageChunks.push(PageRef.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3314,6 +3343,11 @@ export const RebasePayload: MessageFns<RebasePayload> = {
         : "",
       covered: isSet(object.covered) ? SeqRange.fromJSON(object.covered) : undefined,
       pages: globalThis.Array.isArray(object?.pages) ? object.pages.map((e: any) => PageRef.fromJSON(e)) : [],
+      pageChunks: globalThis.Array.isArray(object?.pageChunks)
+        ? object.pageChunks.map((e: any) => PageRef.fromJSON(e))
+        : globalThis.Array.isArray(object?.page_chunks)
+        ? object.page_chunks.map((e: any) => PageRef.fromJSON(e))
+        : [],
     };
   },
 
@@ -3337,6 +3371,9 @@ export const RebasePayload: MessageFns<RebasePayload> = {
     if (message.pages?.length) {
       obj.pages = message.pages.map((e) => PageRef.toJSON(e));
     }
+    if (message.pageChunks?.length) {
+      obj.pageChunks = message.pageChunks.map((e) => PageRef.toJSON(e));
+    }
     return obj;
   },
 
@@ -3353,6 +3390,7 @@ export const RebasePayload: MessageFns<RebasePayload> = {
       ? SeqRange.fromPartial(object.covered)
       : undefined;
     message.pages = object.pages?.map((e) => PageRef.fromPartial(e)) || [];
+    message.pageChunks = object.pageChunks?.map((e) => PageRef.fromPartial(e)) || [];
     return message;
   },
 };
