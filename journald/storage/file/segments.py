@@ -15,7 +15,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,11 +59,12 @@ def unmake_run_dir(run_dir: str) -> None:
 # --- manifest ----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class SegmentInfo:
     """One sealed segment: ``segments/<file>`` holds seqs first_seq..last_seq. ``sha256`` (of
     the whole file) and ``mtime_ns`` (its modification time when sealed) are empty/0 in
-    manifests written before they were recorded."""
+    manifests written before they were recorded. Frozen: parsed manifests are cached and
+    share their entries (``manifest_cache``)."""
 
     file: str
     first_seq: int
@@ -78,7 +79,7 @@ class SegmentInfo:
     mtime_ns: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Anchor:
     """A legitimate break in the seq/hash chain: the record after ``after_seq`` (whose hash is
     ``after_hash``) is ``resume_seq``, whose ``prev`` is ``resume_prev``. Written by prune
@@ -131,14 +132,29 @@ class Manifest:
             return self.segments[-1].last_seq, self.segments[-1].last_hash
         return 0, GENESIS
 
+    def copy(self) -> Manifest:
+        """A manifest of its own lists (the entries are frozen, so they are shared)."""
+        return Manifest(
+            self.generation, list(self.segments), list(self.anchors), self.pending, self.run_format
+        )
+
 
 def read_manifest(run_dir: str, run_id: str) -> Manifest | None:
+    """The manifest parsed from its bytes, always (writers, Verify, the scrubber); reads of a
+    dormant run take ``manifest_cache.MANIFESTS`` instead."""
     path = os.path.join(run_dir, MANIFEST)
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return None
+    return parse_manifest(data, path, run_id)
+
+
+def parse_manifest(data: bytes, path: str, run_id: str) -> Manifest:
+    """The manifest in ``data`` (the bytes of ``path``), or ``StoreCorrupted`` /
+    ``VersionUnsupported`` naming it."""
+    run_dir = os.path.dirname(path)
     try:
         obj = json.loads(data)
         version = manifest_version(obj.get("format"))
@@ -197,10 +213,21 @@ def check_format(run_dir: str, run_id: str) -> None:
         raise format_too_new(run_id, run_dir, version)
 
 
+MANIFEST_WRITTEN: list[Callable[[str], None]] = []
+"""Called with a manifest's path before and after this process writes it: the parsed-manifest
+cache forgets it, so a new file that happens to get the old one's inode, size and times (a
+write within one clock tick) is never taken for it."""
+
+
 def write_manifest(disk: Disk, run_dir: str, manifest: Manifest) -> None:
-    disk.atomic_write(
-        os.path.join(run_dir, MANIFEST), manifest.encode(), failpoint="mid_manifest_write"
-    )
+    path = os.path.join(run_dir, MANIFEST)
+    for forget in MANIFEST_WRITTEN:
+        forget(path)
+    try:
+        disk.atomic_write(path, manifest.encode(), failpoint="mid_manifest_write")
+    finally:
+        for forget in MANIFEST_WRITTEN:
+            forget(path)
 
 
 def message_count(rec: Record) -> int:
