@@ -10,10 +10,12 @@ no record (docs/design.md#segments-and-manifest, "What a read parses and stats")
   gets an old one's inode within one clock tick is never taken for it. Writers, ``Verify`` and
   the scrubber parse the bytes themselves (``segments.read_manifest``).
 * **Sealed segments stat-checked once per manifest stamp** (``SealedChecked``, one per store):
-  a read that finds them all as sealed (``segments.sealed_problem``) remembers the stamp of the
+  a read that finds them all as sealed (``sealed_problem``) remembers the stamp of the
   manifest it checked them against; later reads under the same manifest skip the stats, until
   a read of the store meets damage in the run. The open for append, Verify and the scrubber
   always check.
+* **The structural check** (``sealed_problem``): a stat of each sealed segment against its
+  manifest entry, the digest read only when the mtime is not the one sealed.
 * The checks a verify and a listing make of the files (``check_segment_files``,
   ``earlier_sealed_damage``, ``cached_info``, ``has_records``).
 """
@@ -47,7 +49,7 @@ from journald.storage.file.segments import (
     corrupted,
     parse_manifest,
     read_manifest,
-    sealed_problem,
+    sealed_facts,
 )
 
 if TYPE_CHECKING:
@@ -156,6 +158,77 @@ class SealedChecked:
     def forget(self, run_dir: str) -> None:
         with self._lock:
             self._kept.pop(run_dir, None)
+
+
+def sealed_problem(
+    run_id: str, run_dir: str, m: Manifest, skip: Collection[str] = (), *, digests: bool = True
+) -> StoreCorrupted | None:
+    """What a stat of every sealed segment (but those in ``skip``: a read that walks them
+    checks them line by line) finds wrong against its manifest entry, without reading
+    segment bodies: a segment missing, or of another size than sealed (cut, extended,
+    replaced). A segment whose mtime is not the one sealed was written to since: its bytes
+    are read and compared with the digest sealed. Sealed segments never change, so any of
+    these is damage (docs/design.md#segments-and-manifest). ``digests=False``: presence and
+    size only (a walk that reads the bytes next names a changed record at its own line)."""
+    for s in m.segments:
+        if s.file in skip:
+            continue
+        path = os.path.join(run_dir, SEGMENTS, s.file)
+        pos = Line(path, 0, b"")
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return corrupted(
+                run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
+            )
+        if st.st_size != s.bytes:
+            return corrupted(
+                run_id,
+                pos,
+                s.first_seq,
+                f"the sealed segment is {st.st_size} bytes, its manifest entry says {s.bytes} "
+                "(a sealed segment never changes: it was cut, extended or replaced)",
+            )
+        seen = (path, st.st_ino, st.st_size, st.st_mtime_ns, s.sha256)
+        if not digests:
+            continue
+        if s.sha256 and s.mtime_ns and st.st_mtime_ns != s.mtime_ns and not _vouched(seen):
+            try:
+                digest = sealed_facts(path)[0]
+            except FileNotFoundError:
+                return corrupted(
+                    run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
+                )
+            if digest == s.sha256:  # a copy (a restore keeps the bytes, not the mtime)
+                _vouch(seen)
+            else:
+                return corrupted(
+                    run_id,
+                    pos,
+                    s.first_seq,
+                    "the sealed segment was written to since it was sealed: its bytes no "
+                    "longer have the digest its manifest entry recorded",
+                )
+    return None
+
+
+_VOUCHED: OrderedDict[tuple[str, int, int, int, str], None] = OrderedDict()
+_VOUCHED_LOCK = threading.Lock()  # reads run on worker threads
+VOUCHED_KEPT = 65536
+"""Segment files (path, inode, size, mtime) whose digest was read and matched although their
+mtime is not the one sealed (restored from a backup): read once per process, not per open."""
+
+
+def _vouched(seen: tuple[str, int, int, int, str]) -> bool:
+    with _VOUCHED_LOCK:
+        return seen in _VOUCHED
+
+
+def _vouch(seen: tuple[str, int, int, int, str]) -> None:
+    with _VOUCHED_LOCK:
+        _VOUCHED[seen] = None
+        while len(_VOUCHED) > VOUCHED_KEPT:
+            _VOUCHED.popitem(last=False)
 
 
 def has_records(run_dir: str) -> bool:

@@ -224,8 +224,8 @@ class FileReads:
     ) -> tuple[Manifest, Files, int, str, int]:
         """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
         the active segment without its torn tail) and the chain state before the first. The
-        sealed segments it does not read pass the structural check (``sealed_problem``: a
-        stat against their manifest entries; the walk checks the others line by line).
+        sealed segments it does not read pass the structural check (``SealedChecked``: a stat
+        against their manifest entries; the walk checks the others line by line).
         ``budget``: the scrubber's paced reads. The last figure: 0, or the seq of the active
         segment's first line in ``files`` when only its end was read (``read_suffix``: a read
         from a seq near its end; ``whole``: never). ``fresh`` (Verify, the scrubber): the
@@ -541,9 +541,6 @@ class FileReads:
             out.append(cached)
         return sorted(out, key=lambda i: i.updated, reverse=True)
 
-    def check_segment_files(self, run_id: str) -> None:
-        manifest_checks.check_segment_files(self, run_id)
-
     def verify(
         self,
         run_id: str,
@@ -564,7 +561,7 @@ class FileReads:
             raise self.not_found(run_id)
         if rebases is not None:
             rebases.extend(r for r in recs if r.kind == "rebase")
-        self.check_segment_files(run_id)
+        manifest_checks.check_segment_files(self, run_id)
         seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
         digests = {os.path.basename(n): d for n, d in read.items()}
         for s in m.segments:

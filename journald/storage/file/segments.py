@@ -13,9 +13,7 @@ import hashlib
 import json
 import os
 import re
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -527,74 +525,3 @@ def sealed_facts(path: str) -> tuple[str, int]:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
         return digest.hexdigest(), os.fstat(f.fileno()).st_mtime_ns
-
-
-def sealed_problem(
-    run_id: str, run_dir: str, m: Manifest, skip: Collection[str] = (), *, digests: bool = True
-) -> StoreCorrupted | None:
-    """What a stat of every sealed segment (but those in ``skip``: a read that walks them
-    checks them line by line) finds wrong against its manifest entry, without reading
-    segment bodies: a segment missing, or of another size than sealed (cut, extended,
-    replaced). A segment whose mtime is not the one sealed was written to since: its bytes
-    are read and compared with the digest sealed. Sealed segments never change, so any of
-    these is damage (docs/design.md#segments-and-manifest). ``digests=False``: presence and
-    size only (a walk that reads the bytes next names a changed record at its own line)."""
-    for s in m.segments:
-        if s.file in skip:
-            continue
-        path = os.path.join(run_dir, SEGMENTS, s.file)
-        pos = Line(path, 0, b"")
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return corrupted(
-                run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
-            )
-        if st.st_size != s.bytes:
-            return corrupted(
-                run_id,
-                pos,
-                s.first_seq,
-                f"the sealed segment is {st.st_size} bytes, its manifest entry says {s.bytes} "
-                "(a sealed segment never changes: it was cut, extended or replaced)",
-            )
-        seen = (path, st.st_ino, st.st_size, st.st_mtime_ns, s.sha256)
-        if not digests:
-            continue
-        if s.sha256 and s.mtime_ns and st.st_mtime_ns != s.mtime_ns and not _vouched(seen):
-            try:
-                digest = sealed_facts(path)[0]
-            except FileNotFoundError:
-                return corrupted(
-                    run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
-                )
-            if digest == s.sha256:  # a copy (a restore keeps the bytes, not the mtime)
-                _vouch(seen)
-            else:
-                return corrupted(
-                    run_id,
-                    pos,
-                    s.first_seq,
-                    "the sealed segment was written to since it was sealed: its bytes no "
-                    "longer have the digest its manifest entry recorded",
-                )
-    return None
-
-
-_VOUCHED: OrderedDict[tuple[str, int, int, int, str], None] = OrderedDict()
-_VOUCHED_LOCK = threading.Lock()  # reads run on worker threads
-VOUCHED_KEPT = 65536
-"""Segment files (path, inode, size, mtime) whose digest was read and matched although their
-mtime is not the one sealed (restored from a backup): read once per process, not per open."""
-
-
-def _vouched(seen: tuple[str, int, int, int, str]) -> bool:
-    with _VOUCHED_LOCK:
-        return seen in _VOUCHED
-
-
-def _vouch(seen: tuple[str, int, int, int, str]) -> None:
-    with _VOUCHED_LOCK:
-        _VOUCHED[seen] = None
-        while len(_VOUCHED) > VOUCHED_KEPT:
-            _VOUCHED.popitem(last=False)

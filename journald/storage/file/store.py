@@ -45,7 +45,7 @@ from journald.storage.file.journal import (
     SegmentStats,
 )
 from journald.storage.file.maintenance import FileMaintenance, PrePrune, PruneReport
-from journald.storage.file.manifest_checks import MANIFESTS, has_records
+from journald.storage.file.manifest_checks import MANIFESTS, has_records, sealed_problem
 from journald.storage.file.open_end import open_from_end, open_whole
 from journald.storage.file.reads import FileReads, Records
 from journald.storage.file.run_info import listed_last_seq
@@ -65,7 +65,6 @@ from journald.storage.file.segments import (
     file_lines,
     read_manifest,
     sealed_facts,
-    sealed_problem,
     split_complete,
     unmake_run_dir,
     write_manifest,
