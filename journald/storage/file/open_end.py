@@ -23,7 +23,7 @@ from journald.core.errors import JournaldError
 from journald.core.records import Record
 from journald.storage.base import RepairReport
 from journald.storage.file.journal import RECENT, RECENT_BYTES, OpenState, SegmentStats
-from journald.storage.file.reads import missing_active, records_missing
+from journald.storage.file.manifest_checks import missing_active, records_missing
 from journald.storage.file.run_info import (
     checked_end,
     first_of_active,

@@ -22,9 +22,7 @@ Format, layout and recovery rules: docs/design.md#file-backend (reads take no lo
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import json
 import os
 import threading
 from collections import OrderedDict
@@ -46,9 +44,15 @@ from journald.core.records import (
     validate_id,
 )
 from journald.storage.base import RunInfo, VerifyReport
-from journald.storage.file import run_info
+from journald.storage.file import manifest_checks, run_info
 from journald.storage.file.errors import data_dir_gone, vanished
 from journald.storage.file.journal import RECENT, RECENT_BYTES, SegmentStats, read_file
+from journald.storage.file.manifest_checks import (
+    MANIFESTS,
+    SealedChecked,
+    missing_active,
+    records_missing,
+)
 from journald.storage.file.run_info import (
     Facts,
     file_facts,
@@ -60,7 +64,6 @@ from journald.storage.file.run_info import (
 from journald.storage.file.segments import (
     JOURNAL,
     MANIFEST,
-    META_CACHE,
     SEGMENTS,
     ChainReader,
     Line,
@@ -70,7 +73,6 @@ from journald.storage.file.segments import (
     file_lines,
     message_count,
     read_manifest,
-    sealed_problem,
     tail_end,
 )
 from journald.storage.file.stream import (
@@ -138,25 +140,6 @@ def active_key(m: Manifest) -> tuple[Any, ...]:
     return (m.generation, m.pending, *m.active_start(), anchors)
 
 
-def has_records(run_dir: str) -> bool:
-    """Whether the run ever held records: a listing cache (written after its first
-    record, see ``listed_last_seq``), a non-empty journal, or a manifest that says more
-    than the run's format (which a create writes before its first record). A run whose
-    journal went missing still exists, and reads report the damage."""
-    if os.path.exists(os.path.join(run_dir, META_CACHE)):
-        return True
-    try:
-        if os.path.getsize(os.path.join(run_dir, JOURNAL)) > 0:
-            return True
-    except FileNotFoundError:
-        pass
-    try:
-        m = read_manifest(run_dir, os.path.basename(run_dir))
-    except JournaldError:
-        return True  # unreadable or of a newer format: there, and reads say why
-    return m is not None and not m.bare
-
-
 class FileReads:
     """The read half of the file backend: built by ``FileStore`` with the run directories'
     root, the disk seam and how the store logs damage, and shared by its journals and
@@ -176,6 +159,7 @@ class FileReads:
         self._tails: OrderedDict[str, ActiveTail] = OrderedDict()
         self._tails_lock = threading.Lock()  # reads run on worker threads
         self._damage = run_info.DamageSeen()  # what reads met: List and info show it
+        self.sealed = SealedChecked()  # runs whose sealed segments a read stat-checked
 
     def run_dir(self, run_id: str) -> str:
         return os.path.join(self.sessions_dir, validate_id(run_id))
@@ -231,15 +215,22 @@ class FileReads:
                 self._tails.popitem(last=False)
 
     def snapshot(
-        self, run_id: str, from_seq: int, budget: ReadBudget | None = None, whole: bool = False
+        self,
+        run_id: str,
+        from_seq: int,
+        budget: ReadBudget | None = None,
+        whole: bool = False,
+        fresh: bool = False,
     ) -> tuple[Manifest, Files, int, str, int]:
         """A consistent view: the files to read (sealed segments needed for ``from_seq`` and
         the active segment without its torn tail) and the chain state before the first. The
-        sealed segments it does not read pass the structural check (``sealed_problem``: a
-        stat against their manifest entries; the walk checks the others line by line).
+        sealed segments it does not read pass the structural check (``SealedChecked``: a stat
+        against their manifest entries; the walk checks the others line by line).
         ``budget``: the scrubber's paced reads. The last figure: 0, or the seq of the active
         segment's first line in ``files`` when only its end was read (``read_suffix``: a read
-        from a seq near its end; ``whole``: never)."""
+        from a seq near its end; ``whole``: never). ``fresh`` (Verify, the scrubber): the
+        manifest parsed from its bytes and every sealed segment it does not walk stat-checked,
+        not what an earlier read left (``manifest_checks``)."""
         read = budget.read_file if budget is not None else read_file
         run_dir = self.run_dir(run_id)
         path = os.path.join(run_dir, JOURNAL)
@@ -251,7 +242,11 @@ class FileReads:
             except FileNotFoundError:
                 afd = None
             try:
-                listed = read_manifest(run_dir, run_id)
+                # Verify and the scrubber parse the bytes; every other read reuses the parse
+                if fresh:
+                    listed, stamp = read_manifest(run_dir, run_id), None
+                else:
+                    listed, stamp = MANIFESTS.read(run_dir, run_id)
                 m = listed or Manifest()
                 if listed is not None and not m.pending and afd is None:
                     raise missing_active(run_id, path, m)
@@ -313,8 +308,12 @@ class FileReads:
                                 continue  # sealed and replaced since it was opened: again
                     files.append((path, active[: tail_end(active, base)], None))
                 walked = {os.path.basename(n) for n, _, i in files if i is not None}
-                problem = None if m.pending else sealed_problem(run_id, run_dir, m, walked)
-                again = read_manifest(run_dir, run_id) or Manifest()
+                problem = None
+                if not m.pending:
+                    problem = self.sealed.problem(run_id, run_dir, m, stamp, walked)
+                again = (
+                    read_manifest(run_dir, run_id) if fresh else MANIFESTS.manifest(run_dir, run_id)
+                ) or Manifest()
                 if again.generation == m.generation:
                     if problem is not None:
                         raise problem
@@ -374,7 +373,10 @@ class FileReads:
         whole: bool,
     ) -> Generator[Record | tuple[Manifest, Files], None, None]:
         floor = listed_last_seq(self.run_dir(run_id))  # before the files: it only grows
-        m, files, start_seq, start_hash, suffix_seq = self.snapshot(run_id, from_seq, budget, whole)
+        fresh = where is not None or budget is not None
+        m, files, start_seq, start_hash, suffix_seq = self.snapshot(
+            run_id, from_seq, budget, whole, fresh
+        )
         before = 0  # lines of the first file not in this read (only its end was read)
         if suffix_seq:
             first = files[0]
@@ -384,7 +386,9 @@ class FileReads:
                 files[0] = (first[0], rest, None)
                 start_seq, start_hash = s_seq, s_hash
             else:  # not the line its seq says: the whole segment, walked as before
-                m, files, start_seq, start_hash, _ = self.snapshot(run_id, from_seq, whole=True)
+                m, files, start_seq, start_hash, _ = self.snapshot(
+                    run_id, from_seq, whole=True, fresh=fresh
+                )
             del first, rest
         yield m, files
         sizes: dict[str, int] = {}
@@ -501,6 +505,7 @@ class FileReads:
         return run_info.info_whole(self, run_id)
 
     def saw_damage(self, run_id: str, manifest: Facts, exc: StoreCorrupted) -> None:
+        self.sealed.forget(self.run_dir(run_id))  # stat them again, also where it was not
         self._damage.saw(self.run_dir(run_id), run_id, manifest, exc)
 
     def damage_seen(self, run_id: str) -> StoreCorrupted | None:
@@ -515,10 +520,14 @@ class FileReads:
             except JournaldError:
                 continue
             run_dir = os.path.join(self.sessions_dir, name)
-            if not os.path.isdir(run_dir) or not has_records(run_dir):
+            if not os.path.isdir(run_dir) or not manifest_checks.has_records(run_dir):
                 continue
             seen = self.damage_seen(name)  # a read met damage in these very files
-            cached = corrupted_info(name, seen) if seen is not None else _cached_info(run_dir)
+            cached = (
+                corrupted_info(name, seen)
+                if seen is not None
+                else manifest_checks.cached_info(run_dir, self.sealed)
+            )
             if cached is None:
                 try:
                     cached = self.info(name)
@@ -531,61 +540,6 @@ class FileReads:
                     cached = corrupted_info(name, exc)
             out.append(cached)
         return sorted(out, key=lambda i: i.updated, reverse=True)
-
-    def check_segment_files(self, run_id: str) -> None:
-        """Every file in ``segments/`` is listed in the manifest or is a seal in progress
-        (the active file linked under the next name), checked against one manifest: a seal
-        by another writer between the reads makes the manifest change, and the check runs
-        again."""
-        run_dir = self.run_dir(run_id)
-        seg_dir = os.path.join(run_dir, SEGMENTS)
-        active = os.path.join(run_dir, JOURNAL)
-        for _ in range(16):
-            m = read_manifest(run_dir, run_id) or Manifest()
-            if m.pending:
-                return  # the segments are being removed: the staged volume is the run
-            listed = {s.file for s in m.segments}
-            unlisted = None
-            for name in sorted(self.disk.listdir(seg_dir)) if os.path.isdir(seg_dir) else ():
-                seg = os.path.join(seg_dir, name)
-                with contextlib.suppress(FileNotFoundError):
-                    sealing = name == f"{len(m.segments) + 1:06d}.jsonl" and os.path.samefile(
-                        seg, active
-                    )
-                    if name not in listed and not sealing:
-                        unlisted = seg
-                        break
-            again = read_manifest(run_dir, run_id) or Manifest()
-            if again.generation != m.generation:
-                continue
-            if unlisted is not None:
-                raise corrupted(
-                    run_id, Line(unlisted, 0, b""), 0, "a segment file not listed in the manifest"
-                )
-            return
-        raise BackendUnavailable(
-            f"run {run_id} kept changing while it was verified; retry",
-            metadata={"run_id": run_id},
-        )
-
-    def earlier_sealed_damage(self, run_id: str, found: StoreCorrupted) -> StoreCorrupted:
-        """``found``, or a sealed segment before its file that is missing or of another size:
-        a segment cut at a line boundary reads as whole lines, and the walk names the next
-        file's seq gap instead of the segment that was cut."""
-        run_dir = self.run_dir(run_id)
-        listed = read_manifest(run_dir, run_id)
-        if listed is None or listed.pending:
-            return found
-        problem = sealed_problem(run_id, run_dir, listed, digests=False)
-        if problem is None:
-            return found
-
-        def place(err: StoreCorrupted) -> tuple[int, str]:
-            path = str(err.metadata.get("file", ""))
-            in_segments = os.path.basename(os.path.dirname(path)) == SEGMENTS
-            return (0, os.path.basename(path)) if in_segments else (1, path)
-
-        return problem if place(problem) < place(found) else found
 
     def verify(
         self,
@@ -602,12 +556,12 @@ class FileReads:
         try:
             m, _, recs = self.iter_checked(run_id, 1, where, budget, read)
         except StoreCorrupted as found:
-            raise self.earlier_sealed_damage(run_id, found) from None
+            raise manifest_checks.earlier_sealed_damage(self, run_id, found) from None
         if not recs:
             raise self.not_found(run_id)
         if rebases is not None:
             rebases.extend(r for r in recs if r.kind == "rebase")
-        self.check_segment_files(run_id)
+        manifest_checks.check_segment_files(self, run_id)
         seg_dir = os.path.join(self.run_dir(run_id), SEGMENTS)
         digests = {os.path.basename(n): d for n, d in read.items()}
         for s in m.segments:
@@ -640,45 +594,3 @@ class FileReads:
             )
             walk.add(rec, jumped)
         return walk.report(len(m.segments) + 1)
-
-
-def records_missing(run_id: str, name: str, last_seq: int, floor: int) -> StoreCorrupted:
-    return corrupted(
-        run_id,
-        Line(name, 0, b""),
-        last_seq + 1,
-        f"acknowledged records are missing: the run's listing recorded seq {floor}, its "
-        f"files end at seq {last_seq}",
-    )
-
-
-def missing_active(run_id: str, path: str, m: Manifest) -> StoreCorrupted:
-    return corrupted(
-        run_id,
-        Line(path, 0, b""),
-        m.active_start()[0] + 1,
-        "the active segment is missing (the manifest lists the run's sealed segments; the "
-        "records after them were in this file)",
-    )
-
-
-def _cached_info(run_dir: str) -> RunInfo | None:
-    """The listing row from ``meta.json`` if it still describes the files (and the sealed
-    segments pass the structural check), else None."""
-    try:
-        obj = json.loads(read_file(os.path.join(run_dir, META_CACHE)))
-        st = os.stat(os.path.join(run_dir, JOURNAL))
-        m = read_manifest(run_dir, "")
-        gen = m.generation if m else 0
-        if (
-            obj["journal_ino"] != st.st_ino
-            or obj["journal_size"] != st.st_size
-            or obj.get("journal_mtime_ns") != st.st_mtime_ns  # a write since, of any size
-            or obj["generation"] != gen
-        ):
-            return None
-        if m is not None and not m.pending and sealed_problem("", run_dir, m) is not None:
-            return None  # listed afresh: the read names the damage
-        return RunInfo(**obj["info"])
-    except (OSError, ValueError, TypeError, KeyError, StoreCorrupted, VersionUnsupported):
-        return None

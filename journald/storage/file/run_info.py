@@ -27,6 +27,7 @@ from journald.core.errors import JournaldError, StoreCorrupted
 from journald.core.records import Record, decode, decode_stored
 from journald.storage.base import RunInfo
 from journald.storage.file.journal import read_file
+from journald.storage.file.manifest_checks import MANIFESTS
 from journald.storage.file.segments import (
     JOURNAL,
     MANIFEST,
@@ -37,8 +38,6 @@ from journald.storage.file.segments import (
     SegmentInfo,
     checksum_ok,
     corrupted,
-    read_manifest,
-    sealed_problem,
     split_complete,
     tail_end,
     unframe,
@@ -99,7 +98,8 @@ def info_from_end(reads: FileReads, run_id: str) -> RunInfo | None:
     if not os.path.isdir(run_dir):
         raise reads.not_found(run_id)
     floor = listed_last_seq(run_dir)
-    m = read_manifest(run_dir, run_id) or Manifest()
+    listed, stamp = MANIFESTS.read(run_dir, run_id)
+    m = listed or Manifest()
     a_seq, a_hash = m.active_start()
     if m.pending or any(a.after_seq >= a_seq for a in m.anchors):
         return None
@@ -124,9 +124,9 @@ def info_from_end(reads: FileReads, run_id: str) -> RunInfo | None:
             return None
     if first.seq != 1 or last.seq < floor:
         return None
-    if sealed_problem(run_id, run_dir, m, set()) is not None:
+    if reads.sealed.problem(run_id, run_dir, m, stamp) is not None:
         return None
-    again = read_manifest(run_dir, run_id) or Manifest()
+    again = MANIFESTS.manifest(run_dir, run_id) or Manifest()
     if again.generation != m.generation or not still_at(path, st):
         return None
     count = sum(s.records for s in m.segments) + (last.seq - a_seq)

@@ -13,9 +13,7 @@ import hashlib
 import json
 import os
 import re
-import threading
-from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,11 +57,12 @@ def unmake_run_dir(run_dir: str) -> None:
 # --- manifest ----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class SegmentInfo:
     """One sealed segment: ``segments/<file>`` holds seqs first_seq..last_seq. ``sha256`` (of
     the whole file) and ``mtime_ns`` (its modification time when sealed) are empty/0 in
-    manifests written before they were recorded."""
+    manifests written before they were recorded. Frozen: parsed manifests are cached and
+    share their entries (``manifest_cache``)."""
 
     file: str
     first_seq: int
@@ -78,7 +77,7 @@ class SegmentInfo:
     mtime_ns: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Anchor:
     """A legitimate break in the seq/hash chain: the record after ``after_seq`` (whose hash is
     ``after_hash``) is ``resume_seq``, whose ``prev`` is ``resume_prev``. Written by prune
@@ -131,14 +130,29 @@ class Manifest:
             return self.segments[-1].last_seq, self.segments[-1].last_hash
         return 0, GENESIS
 
+    def copy(self) -> Manifest:
+        """A manifest of its own lists (the entries are frozen, so they are shared)."""
+        return Manifest(
+            self.generation, list(self.segments), list(self.anchors), self.pending, self.run_format
+        )
+
 
 def read_manifest(run_dir: str, run_id: str) -> Manifest | None:
+    """The manifest parsed from its bytes, always (writers, Verify, the scrubber); reads of a
+    dormant run take ``manifest_cache.MANIFESTS`` instead."""
     path = os.path.join(run_dir, MANIFEST)
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return None
+    return parse_manifest(data, path, run_id)
+
+
+def parse_manifest(data: bytes, path: str, run_id: str) -> Manifest:
+    """The manifest in ``data`` (the bytes of ``path``), or ``StoreCorrupted`` /
+    ``VersionUnsupported`` naming it."""
+    run_dir = os.path.dirname(path)
     try:
         obj = json.loads(data)
         version = manifest_version(obj.get("format"))
@@ -197,10 +211,21 @@ def check_format(run_dir: str, run_id: str) -> None:
         raise format_too_new(run_id, run_dir, version)
 
 
+MANIFEST_WRITTEN: list[Callable[[str], None]] = []
+"""Called with a manifest's path before and after this process writes it: the parsed-manifest
+cache forgets it, so a new file that happens to get the old one's inode, size and times (a
+write within one clock tick) is never taken for it."""
+
+
 def write_manifest(disk: Disk, run_dir: str, manifest: Manifest) -> None:
-    disk.atomic_write(
-        os.path.join(run_dir, MANIFEST), manifest.encode(), failpoint="mid_manifest_write"
-    )
+    path = os.path.join(run_dir, MANIFEST)
+    for forget in MANIFEST_WRITTEN:
+        forget(path)
+    try:
+        disk.atomic_write(path, manifest.encode(), failpoint="mid_manifest_write")
+    finally:
+        for forget in MANIFEST_WRITTEN:
+            forget(path)
 
 
 def message_count(rec: Record) -> int:
@@ -500,74 +525,3 @@ def sealed_facts(path: str) -> tuple[str, int]:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
         return digest.hexdigest(), os.fstat(f.fileno()).st_mtime_ns
-
-
-def sealed_problem(
-    run_id: str, run_dir: str, m: Manifest, skip: Collection[str] = (), *, digests: bool = True
-) -> StoreCorrupted | None:
-    """What a stat of every sealed segment (but those in ``skip``: a read that walks them
-    checks them line by line) finds wrong against its manifest entry, without reading
-    segment bodies: a segment missing, or of another size than sealed (cut, extended,
-    replaced). A segment whose mtime is not the one sealed was written to since: its bytes
-    are read and compared with the digest sealed. Sealed segments never change, so any of
-    these is damage (docs/design.md#segments-and-manifest). ``digests=False``: presence and
-    size only (a walk that reads the bytes next names a changed record at its own line)."""
-    for s in m.segments:
-        if s.file in skip:
-            continue
-        path = os.path.join(run_dir, SEGMENTS, s.file)
-        pos = Line(path, 0, b"")
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return corrupted(
-                run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
-            )
-        if st.st_size != s.bytes:
-            return corrupted(
-                run_id,
-                pos,
-                s.first_seq,
-                f"the sealed segment is {st.st_size} bytes, its manifest entry says {s.bytes} "
-                "(a sealed segment never changes: it was cut, extended or replaced)",
-            )
-        seen = (path, st.st_ino, st.st_size, st.st_mtime_ns, s.sha256)
-        if not digests:
-            continue
-        if s.sha256 and s.mtime_ns and st.st_mtime_ns != s.mtime_ns and not _vouched(seen):
-            try:
-                digest = sealed_facts(path)[0]
-            except FileNotFoundError:
-                return corrupted(
-                    run_id, pos, s.first_seq, "a segment listed in the manifest is missing"
-                )
-            if digest == s.sha256:  # a copy (a restore keeps the bytes, not the mtime)
-                _vouch(seen)
-            else:
-                return corrupted(
-                    run_id,
-                    pos,
-                    s.first_seq,
-                    "the sealed segment was written to since it was sealed: its bytes no "
-                    "longer have the digest its manifest entry recorded",
-                )
-    return None
-
-
-_VOUCHED: OrderedDict[tuple[str, int, int, int, str], None] = OrderedDict()
-_VOUCHED_LOCK = threading.Lock()  # reads run on worker threads
-VOUCHED_KEPT = 65536
-"""Segment files (path, inode, size, mtime) whose digest was read and matched although their
-mtime is not the one sealed (restored from a backup): read once per process, not per open."""
-
-
-def _vouched(seen: tuple[str, int, int, int, str]) -> bool:
-    with _VOUCHED_LOCK:
-        return seen in _VOUCHED
-
-
-def _vouch(seen: tuple[str, int, int, int, str]) -> None:
-    with _VOUCHED_LOCK:
-        _VOUCHED[seen] = None
-        while len(_VOUCHED) > VOUCHED_KEPT:
-            _VOUCHED.popitem(last=False)

@@ -45,12 +45,9 @@ from journald.storage.file.journal import (
     SegmentStats,
 )
 from journald.storage.file.maintenance import FileMaintenance, PrePrune, PruneReport
+from journald.storage.file.manifest_checks import MANIFESTS, has_records, sealed_problem
 from journald.storage.file.open_end import open_from_end, open_whole
-from journald.storage.file.reads import (
-    FileReads,
-    Records,
-    has_records,
-)
+from journald.storage.file.reads import FileReads, Records
 from journald.storage.file.run_info import listed_last_seq
 from journald.storage.file.segments import (
     DIR_MODE,
@@ -68,7 +65,6 @@ from journald.storage.file.segments import (
     file_lines,
     read_manifest,
     sealed_facts,
-    sealed_problem,
     split_complete,
     unmake_run_dir,
     write_manifest,
@@ -506,7 +502,7 @@ class FileStore:
         paging walks this from the tail to pick ``from_seq`` without reading old segments."""
         run_dir = self.run_dir(run_id)
         m = await self.checked(
-            read_manifest, run_dir, run_id, run_id=run_id, action="reading the run's manifest"
+            MANIFESTS.manifest, run_dir, run_id, run_id=run_id, action="reading the run's manifest"
         )
         if m is None or m.pending:
             if not await self.exists(run_id):
@@ -541,6 +537,8 @@ class FileStore:
             self.disk.fsync_dir(self.sessions_dir)
         finally:
             self.disk.close(lock)
+        MANIFESTS.forget_run(run_dir)  # a run created under the id later is read afresh
+        self.reads.sealed.forget(run_dir)
         shutil.rmtree(trash, ignore_errors=True)
         return True
 
