@@ -23,24 +23,15 @@ from journald_client.pb import journal_pb2 as pb
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.integration.rpc import stub
+from tests.long_reads import read_turns
 
 RUN = "paged"
-READ_BYTES = 300 * 1024  # each tool turn is a page of its own
 pytestmark = pytest.mark.slow
 
 
 class Prepared:
     def __init__(self, data: Path, records: list[bytes], cp: str, at_cp: list[Any]) -> None:
         self.data, self.records, self.cp, self.at_cp = data, records, cp, at_cp
-
-
-def read_turns(run: jc.Run, prefix: str, n: int) -> None:
-    for i in range(n):
-        tid = f"{prefix}{i}"
-        call = {"type": "tool_use", "id": tid, "name": "read_file", "input": "{}"}
-        run.assistant([call], stop_reason="tool_use")
-        run.tool_result(tid, f"{prefix} {i} " + "r" * READ_BYTES)
-    run.assistant(f"read {n} files", stop_reason="end_turn")
 
 
 @pytest.fixture(scope="module")

@@ -26,19 +26,10 @@ from journald_client.pb import journal_pb2 as pb
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.integration.rpc import stub
+from tests.long_reads import READ_BYTES, read_turns
 
 RUN = "snapshotted"
-READ_BYTES = 300 * 1024  # each tool turn is a page of its own
 pytestmark = pytest.mark.slow
-
-
-def read_turns(run: jc.Run, prefix: str, n: int) -> None:
-    for i in range(n):
-        tid = f"{prefix}{i}"
-        call = {"type": "tool_use", "id": tid, "name": "read_file", "input": "{}"}
-        run.assistant([call], stop_reason="tool_use")
-        run.tool_result(tid, f"{prefix} {i} " + "r" * READ_BYTES)
-    run.assistant(f"read {n} files", stop_reason="end_turn")
 
 
 @pytest.fixture(scope="module")

@@ -17,32 +17,12 @@ import grpc
 import journald_client as jc
 import pytest
 
-from journald.core.checkpoints import governed
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.long_reads import default_view_reads_whole, read_turns
 
 RUN = "indexed"
-READ_BYTES = 300 * 1024  # each tool turn is a page of its own
 pytestmark = pytest.mark.slow
-
-
-def read_turns(run: jc.Run, n: int) -> None:
-    for i in range(n):
-        tid = f"read{i}"
-        call = {"type": "tool_use", "id": tid, "name": "read_file", "input": "{}"}
-        run.assistant([call], stop_reason="tool_use")
-        run.tool_result(tid, f"read {i} " + "r" * READ_BYTES)
-    run.assistant(f"read {n} files", stop_reason="end_turn")
-
-
-def default_view_reads_whole(client: jc.Client) -> None:
-    want = governed(client.fold(RUN).messages)
-    offset = 0
-    while offset < len(want):
-        page = client.history(RUN, offset, 2)
-        assert page.total == len(want)
-        assert page.messages == want[page.offset : page.next_offset]
-        offset = page.next_offset
 
 
 def test_a_kill_before_the_view_index_loses_no_record_and_leaves_no_index_to_trust(
@@ -59,7 +39,7 @@ def test_a_kill_before_the_view_index_loses_no_record_and_leaves_no_index_to_tru
     try:
         with jc.connect(str(armed.socket)) as client:
             with client.start(RUN, FP, "read the repository") as run:
-                read_turns(run, 4)
+                read_turns(run, "read", 4)
                 acked = [r.canonical for r in client.load(RUN)]
             armed.proc.wait(60)  # the lease end (the Release above) reached the failpoint
     except grpc.RpcError:
@@ -75,9 +55,9 @@ def test_a_kill_before_the_view_index_loses_no_record_and_leaves_no_index_to_tru
     with Daemon(tmp_path, "file", data_dir=data) as d, jc.connect(str(d.socket)) as client:
         assert [r.canonical for r in client.load(RUN)] == acked  # nothing acknowledged lost
         client.verify(RUN)
-        default_view_reads_whole(client)
+        default_view_reads_whole(client, RUN)
         assert not (checkpoints / "view-index.json").exists()  # a read writes nothing
         with client.resume(RUN, FP):
             pass
         assert (checkpoints / "view-index.json").exists()  # the next lease end saves it
-        default_view_reads_whole(client)
+        default_view_reads_whole(client, RUN)

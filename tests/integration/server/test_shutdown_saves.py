@@ -19,13 +19,12 @@ from pathlib import Path
 import journald_client as jc
 import pytest
 
-from journald.core.checkpoints import governed
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.long_reads import default_view_reads_whole, read_turns
 from tests.waiting import wait_until
 
 RUN = "long-reads"
-READ_BYTES = 300 * 1024  # each tool turn is a page of its own
 READS = 4
 EXIT_WAIT_S = 60.0
 """A bound on the daemon's exit, generous for a loaded machine (not a timing assertion)."""
@@ -33,26 +32,6 @@ EXIT_WAIT_S = 60.0
 
 def index_of(data: Path, part: str = "view-index.json") -> Path:
     return data / "sessions" / RUN / "checkpoints" / part
-
-
-def read_turns(run: jc.Run, prefix: str) -> None:
-    for i in range(READS):
-        tid = f"{prefix}{i}"
-        call = {"type": "tool_use", "id": tid, "name": "read_file", "input": "{}"}
-        run.assistant([call], stop_reason="tool_use")
-        run.tool_result(tid, f"{prefix} {i} " + "r" * READ_BYTES)
-    run.assistant(f"read {READS} files", stop_reason="end_turn")
-
-
-def default_view_reads_whole(client: jc.Client) -> None:
-    """Every page of History's default (cleaned-up) view is that of the whole conversation."""
-    want = governed(client.fold(RUN).messages)
-    offset = 0
-    while offset < len(want):
-        page = client.history(RUN, offset, 2)
-        assert page.total == len(want)
-        assert page.messages == want[page.offset : page.next_offset]
-        offset = page.next_offset
 
 
 def lease_end(client: jc.Client) -> None:
@@ -65,7 +44,7 @@ def stop_while_held(daemon: Daemon) -> int:
     """Write the run and send SIGTERM while its lease is still held: the shutdown ends it."""
     assert daemon.proc is not None
     with jc.connect(str(daemon.socket)) as client, client.start(RUN, FP, "read it all") as run:
-        read_turns(run, "read")
+        read_turns(run, "read", READS)
         daemon.proc.send_signal(signal.SIGTERM)
         return daemon.proc.wait(EXIT_WAIT_S)
 
@@ -88,7 +67,7 @@ def test_a_lease_the_shutdown_ends_has_its_view_index_saved_before_the_daemon_ex
     assert index_of(data).exists()  # before: lost with the daemon's exit
     saved = index_of(data).read_bytes()
     with Daemon(tmp_path, "file", data_dir=data) as d, jc.connect(str(d.socket)) as client:
-        default_view_reads_whole(client)
+        default_view_reads_whole(client, RUN)
         lease_end(client)
     # the index was current: the next lease end found nothing to add (a read of the default
     # view needs no derivation of the view from every page)
@@ -107,7 +86,7 @@ def test_a_lease_released_just_before_the_shutdown_has_its_view_index_saved(
     try:
         with jc.connect(str(daemon.socket)) as client:
             with client.start(RUN, FP, "read it all") as run:
-                read_turns(run, "read")
+                read_turns(run, "read", READS)
             daemon.proc.send_signal(signal.SIGTERM)
         assert daemon.proc.wait(EXIT_WAIT_S) == 0
     finally:
@@ -115,7 +94,7 @@ def test_a_lease_released_just_before_the_shutdown_has_its_view_index_saved(
     assert index_of(data).exists()
     saved = index_of(data).read_bytes()
     with Daemon(tmp_path, "file", data_dir=data) as d, jc.connect(str(d.socket)) as client:
-        default_view_reads_whole(client)
+        default_view_reads_whole(client, RUN)
         lease_end(client)
     assert index_of(data).read_bytes() == saved
 
@@ -136,11 +115,11 @@ def test_a_save_held_past_the_bound_is_abandoned_by_run_and_the_next_start_reads
     assert not index_of(data).exists()  # never half-written: absent until a save renames it in
     assert not [p.name for p in checkpoints.iterdir() if ".tmp-" in p.name]
     with Daemon(tmp_path, "file", data_dir=data) as d, jc.connect(str(d.socket)) as client:
-        default_view_reads_whole(client)  # derived from the pages, read-only
+        default_view_reads_whole(client, RUN)  # derived from the pages, read-only
         assert not index_of(data).exists()  # a read writes nothing
         lease_end(client)  # the next lease end saves what the shutdown abandoned
         assert index_of(data).exists()
-        default_view_reads_whole(client)
+        default_view_reads_whole(client, RUN)
 
 
 def test_a_second_signal_exits_at_once_naming_the_run_whose_save_it_abandons(
@@ -152,7 +131,7 @@ def test_a_second_signal_exits_at_once_naming_the_run_whose_save_it_abandons(
     assert daemon.proc is not None
     try:
         with jc.connect(str(daemon.socket)) as client, client.start(RUN, FP, "read") as run:
-            read_turns(run, "read")
+            read_turns(run, "read", READS)
             daemon.proc.send_signal(signal.SIGTERM)
             wait_until(Path(f"{hold}.reached").exists, what="the lease end to be held")
             daemon.proc.send_signal(signal.SIGTERM)
@@ -161,4 +140,4 @@ def test_a_second_signal_exits_at_once_naming_the_run_whose_save_it_abandons(
         daemon.stop()
     assert f"abandoned the lease-end saves of 1 run(s) at a second signal: {RUN}" in daemon.log()
     with Daemon(tmp_path, "file", data_dir=data) as d, jc.connect(str(d.socket)) as client:
-        default_view_reads_whole(client)
+        default_view_reads_whole(client, RUN)
