@@ -19,9 +19,9 @@ from pathlib import Path
 import journald_client as jc
 import pytest
 
-from journald.core.checkpoints import governed
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.long_reads import default_view_reads_whole
 from tests.nats_server import NatsServer, create_stream
 
 READ_BYTES = 800 * 1024
@@ -110,18 +110,6 @@ def test_six_800_kb_reads_checkpoint_restore_and_fork_on_jetstream_with_1_mib_pa
         restore_and_fork(client, "reads")
 
 
-def cleaned_up_pages_match(client: jc.Client, run_id: str) -> None:
-    """Every page of the cleaned-up view (History's default) is the page of the whole
-    conversation's cleaned-up form (``governed``), read through the run's view index."""
-    want = governed(client.fold(run_id).messages)
-    offset = 0
-    while offset < len(want):
-        page = client.history(run_id, offset, 2)
-        assert page.total == len(want)
-        assert page.messages == want[page.offset : page.next_offset]
-        offset = page.next_offset
-
-
 @pytest.mark.slow
 def test_the_cleaned_up_view_of_six_800_kb_reads_is_paged_from_its_view_index_on_both_backends(
     tmp_path: Path, small_payload_nats: NatsServer
@@ -144,6 +132,6 @@ def test_the_cleaned_up_view_of_six_800_kb_reads_is_paged_from_its_view_index_on
     )
     assert len(json.dumps(index)) < 16 * 1024
     with Daemon(tmp_path / "js", *js, socket=sock) as d, jc.connect(str(d.socket)) as client:
-        cleaned_up_pages_match(client, "reads")
+        default_view_reads_whole(client, "reads")
     with Daemon(tmp_path / "file", "file", data_dir=data) as d, jc.connect(str(d.socket)) as c:
-        cleaned_up_pages_match(c, "reads")
+        default_view_reads_whole(c, "reads")

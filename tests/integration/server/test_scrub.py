@@ -36,6 +36,7 @@ from journald.storage.file.checkpoint_store import FileCheckpointStore
 from journald.storage.file.store import FileStore
 from tests.builders import TS, JournalBuilder, user_payload
 from tests.daemon import Daemon
+from tests.damage import alter_manifest_entry
 from tests.integration.rpc import Lease, error_of, stub
 from tests.integration.server.test_damaged_runs import cli
 from tests.storage.backend_jetstream import fresh_stream
@@ -70,19 +71,6 @@ def cut_last_line(path: Path) -> None:
 
 def garble_manifest(run: Path) -> None:
     (run / "manifest.json").write_bytes(b'{"form')
-
-
-def alter_manifest_entry(run: Path) -> None:
-    """Change what the manifest says segment 1 ends in, keeping its size and times."""
-    path = run / "manifest.json"
-    st = path.stat()
-    doc = json.loads(path.read_bytes())
-    h = doc["segments"][0]["last_hash"]
-    doc["segments"][0]["last_hash"] = ("0" if h[0] != "0" else "1") + h[1:]
-    data = json.dumps(doc, sort_keys=True, indent=1).encode() + b"\n"
-    assert len(data) == st.st_size
-    path.write_bytes(data)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 # run id -> (the damage, whether a stat of the files sees it)

@@ -6,17 +6,16 @@ Verify, a restarted store, and every read once one of them met it)."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 
 from journald.core.errors import StoreCorrupted
 from journald.storage.file.manifest_checks import MANIFESTS
-from journald.storage.file.segments import MANIFEST, SEGMENTS
+from journald.storage.file.segments import SEGMENTS
 from journald.storage.file.store import FileStore
 from tests.builders import JournalBuilder, user_payload
+from tests.damage import alter_manifest_entry
 
 RUN = "many-sealed"
 READS = 12
@@ -74,15 +73,7 @@ async def test_a_manifest_rewritten_in_place_keeping_its_size_and_mtime_is_parse
     store = FileStore(tmp_path, segment_max_records=5)
     try:
         assert len(await store.load(RUN, 1)) == last  # parsed and kept
-        path = run_dir(tmp_path) / MANIFEST
-        st = path.stat()
-        doc = json.loads(path.read_bytes())
-        h = doc["segments"][0]["last_hash"]
-        doc["segments"][0]["last_hash"] = ("0" if h[0] != "0" else "1") + h[1:]
-        data = json.dumps(doc, sort_keys=True, indent=1).encode() + b"\n"
-        assert len(data) == st.st_size
-        path.write_bytes(data)
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # only the ctime tells
+        alter_manifest_entry(run_dir(tmp_path))  # size and mtime kept: only the ctime tells
         with pytest.raises(StoreCorrupted) as refused:
             await store.load(RUN, 1)
         assert refused.value.metadata["file"].endswith("000001.jsonl")
