@@ -69,6 +69,20 @@ def written_since(before: dict[str, tuple[int, int]], after: dict[str, tuple[int
     return sum(size for p, (ino, size) in after.items() if before.get(p, (None, 0))[0] != ino)
 
 
+def tail_pages(pb: Any, run_id: str, total: int) -> dict[str, Any]:
+    """The History requests of the last ``PAGE`` messages, by view (what the goal measures)."""
+    views = {
+        "default": pb.HISTORY_VIEW_UNSPECIFIED,
+        "state": pb.HISTORY_VIEW_STATE,
+        "governed": pb.HISTORY_VIEW_GOVERNED,
+    }
+    offset = max(0, total - PAGE)
+    return {
+        name: pb.HistoryRequest(run_id=run_id, offset=offset, limit=PAGE, view=view)
+        for name, view in views.items()
+    }
+
+
 async def median_ms(call: Callable[[], Awaitable[Any]], reps: int) -> tuple[float, float]:
     """(first call ms, median of ``reps`` more)."""
     times = []
@@ -139,14 +153,7 @@ async def measure(d: Daemon, data: Path, n: int, reps: int) -> dict[str, Any]:
 
         row["open"] = await median_ms(open_release, reps)
         total = (await stub.History(pb.HistoryRequest(run_id=run_id, limit=1))).total
-        for name, view in (
-            ("default", pb.HISTORY_VIEW_UNSPECIFIED),
-            ("state", pb.HISTORY_VIEW_STATE),
-            ("governed", pb.HISTORY_VIEW_GOVERNED),
-        ):
-            req = pb.HistoryRequest(
-                run_id=run_id, offset=max(0, total - PAGE), limit=PAGE, view=view
-            )
+        for name, req in tail_pages(pb, run_id, total).items():
             row[f"hist {name}"] = await median_ms(functools.partial(stub.History, req), reps)
         fold_req = pb.FoldRequest(run_id=run_id, omit_messages=True)
         row["fold -m"] = await median_ms(lambda: stub.Fold(fold_req), reps)

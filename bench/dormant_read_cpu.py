@@ -27,7 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from tests.daemon import Daemon  # noqa: E402
 
-PAGE = 50
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_long_runs import tail_pages  # noqa: E402
+
 OPTS = [("grpc.max_receive_message_length", 1 << 30)]
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -50,14 +52,7 @@ async def measure(d: Daemon, n: int, calls: int) -> dict[str, tuple[float, float
         stub = pbg.JournalServiceStub(ch)
         total = (await stub.History(pb.HistoryRequest(run_id=run_id, limit=1))).total
         reads: dict[str, Callable[[], Awaitable[Any]]] = {}
-        for name, view in (
-            ("default", pb.HISTORY_VIEW_UNSPECIFIED),
-            ("state", pb.HISTORY_VIEW_STATE),
-            ("governed", pb.HISTORY_VIEW_GOVERNED),
-        ):
-            req = pb.HistoryRequest(
-                run_id=run_id, offset=max(0, total - PAGE), limit=PAGE, view=view
-            )
+        for name, req in tail_pages(pb, run_id, total).items():
             reads[f"hist {name}"] = lambda req=req: stub.History(req)  # type: ignore[misc]
         fold = pb.FoldRequest(run_id=run_id, omit_messages=True)
         reads["fold -m"] = lambda: stub.Fold(fold)
