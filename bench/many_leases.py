@@ -16,7 +16,8 @@ leases are capped to what fits and the output says so; the shipped systemd unit 
    ``Leases`` stream per holder connection (docs/protocol.md#many-leases-on-one-stream);
    ``both`` (the default): the whole sequence once per mode, each on a new daemon, one after
    the other in this one run;
-4. the same 16-run benchmark beside the held leases;
+4. the daemon's CPU (/proc utime + stime) over ``--seconds`` while the leases are merely
+   held; the same 16-run benchmark beside them;
 5. the leases ended (once the daemon has closed their journals); the benchmark alone again;
    threads, RSS, fds.
 The ratio compares step 4 with the mean of steps 2 and 5 (the disk's weather drifts).
@@ -30,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -211,6 +213,7 @@ def measure(
             group.wait_held()
             out["open_s"] = time.perf_counter() - t0
             out["held"] = proc_figures(d.pid)
+            out["held_cpu_s"] = daemon_cpu_over(d.pid, seconds)
             out["beside"] = run_agents(ctx, "unary", 16, d.target, tag="beside")
             out["held_after_bench"] = proc_figures(d.pid)
         finally:
@@ -226,6 +229,19 @@ def measure(
     out["alone_rate"] = alone
     out["ratio"] = alone / out["beside"]["rate"] if out["beside"]["rate"] else float("nan")
     return out
+
+
+def daemon_cpu_over(pid: int, seconds: float) -> float:
+    """The CPU seconds (user + system, /proc) the daemon spends in ``seconds`` while its
+    leases are merely held: what an idle lease costs on the loop, whatever the load."""
+
+    def cpu_s() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    before = cpu_s()
+    time.sleep(seconds)  # the window measured: nothing is sent to the daemon meanwhile
+    return cpu_s() - before
 
 
 def wait_closed(pid: int, timeout_s: float) -> bool:
@@ -272,6 +288,8 @@ def show(m: dict[str, Any]) -> str:
             f"opened in {m['open_s']:.1f} s; RLIMIT_NOFILE soft {m['nofile_soft']})",
             fig("idle", m["idle"]),
             fig(f"{m['leases']:,} leases held", m["held"]),
+            f"  daemon CPU while they are held, no calls: {m['held_cpu_s']:.2f} s in "
+            f"{m['seconds']:.0f} s",
             fig("leases held, after the benchmark", m["held_after_bench"]),
             fig(f"leases ended, closed in {m['close_s']:.1f} s", m["after"]),
             "16-run unary Append benchmark (bench/agent_procs.py):",
@@ -328,6 +346,7 @@ def compare(per_run: dict[str, Any], mux: dict[str, Any]) -> str:
         f"  {'open fds':<24} {a['fds']:>10.0f} {b['fds']:>12.0f}",
         f"  {'alone / beside':<24} {per_run['ratio']:>10.2f} {mux['ratio']:>12.2f}",
         f"  {'opened in (s)':<24} {per_run['open_s']:>10.1f} {mux['open_s']:>12.1f}",
+        f"  {'held CPU (s)':<24} {per_run['held_cpu_s']:>10.2f} {mux['held_cpu_s']:>12.2f}",
     ]
     return "\n".join(rows)
 

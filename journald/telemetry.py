@@ -407,6 +407,7 @@ async def _stream(
             finally:
                 otel_context.detach(token)
             yield item
+            del item  # not held while the stream waits (a held Open: the lease's life)
         span.set_attribute("rpc.grpc.status_code", 0)
     except BaseException as exc:
         _failed(span, exc)

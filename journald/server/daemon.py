@@ -167,6 +167,7 @@ async def serve(
         service.hub.buffer_bytes = shares.watch_buffer_bytes
         telemetry.observe_leases(lambda: len(service.leases))
         trimmer = malloc_trim.Trimmer()
+        service.leases.after_close = trimmer.lease_closed
         shared = shares_socket(cfg.socket_mode, cfg.socket_group)
         service.runs.owners.enforcing = shared
         service.runs.owners.shared_runs = cfg.shared_runs

@@ -198,6 +198,7 @@ def streaming(
             stream = fn(self, request, context)
             async for item in telemetry.traced_stream(fn.__name__, request, context, stream):
                 yield item
+                del item  # not held while the stream waits (a held Open: the lease's life)
             return
         except JournaldError as err:
             refused = refusal(err)
@@ -355,12 +356,16 @@ class Edge:
             return None if response is None else self._encode(context, name, response)
 
         async def out(stream: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:
+            # no local outlives its yield: a held Open stream waits here for the lease's
+            # whole life, and its first answer (the state, up to the message cap) is sent
             try:
                 async for item in stream:
                     data = self._encode(context, name, item)
+                    del item
                     if data is None:
                         return
                     yield data
+                    del data
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
 
@@ -381,6 +386,7 @@ class Edge:
             try:
                 async for data in out(fn(request, context), context):
                     yield data
+                    del data  # not held while the stream waits (``out``)
             finally:
                 held.__exit__(None, None, None)
 

@@ -101,6 +101,8 @@ class LeaseTable:
         """Runs once the journal is closed (the run's cross-host lease is released)."""
         self.on_change: Callable[[str], None] = lambda run_id: None
         """Told the run whose listing row a grant, release or close changed (ListChanges)."""
+        self.after_close: Callable[[], None] = lambda: None
+        """Told each time a released lease's journal is closed (the daemon's ``Trimmer``)."""
 
     def __len__(self) -> int:
         return len(self._by_run)
@@ -165,6 +167,7 @@ class LeaseTable:
                     await lease.writer.close()  # marks, snapshot, then the journal
                 finally:
                     self.on_change(lease.run_id)  # what the close wrote is listed now
+                    self.after_close()
                     if self.on_closed is not None:
                         await self.on_closed(lease.run_id)
 

@@ -6,7 +6,8 @@ returned on free, but it raises that threshold to the size of every such block f
 32 MiB), so after the first large message the next ones come from the heap arenas, and the
 arenas keep freed memory. A daemon that refused a thousand large requests then held hundreds
 of MiB it no longer used. So the daemon pins the threshold (``pin_mmap_threshold``) and,
-after a large message, trims the arenas once the call is over (``Trimmer``).
+after a large message, or after many leases have ended, trims the arenas once the call is
+over (``Trimmer``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ MMAP_THRESHOLD_BYTES = 1024 * 1024
 LARGE_MESSAGE_BYTES = 1024 * 1024
 """A message from this size on asks for a trim once the call is over."""
 TRIM_EVERY_S = 1.0
+LEASES_ENDED_PER_TRIM = 256
+"""Leases closed that ask for a trim: a client with thousands of leases that dies (or ends
+them) frees each one's journal, writer and stream in pieces the arenas keep (measured in
+docs/benchmarks.md#memory: 9,800 ended leases left ~200 MB that a trim gives back)."""
 _M_MMAP_THRESHOLD = -3  # mallopt parameter number (glibc malloc.h)
 
 
@@ -55,9 +60,19 @@ class Trimmer:
         self.every_s = every_s
         self.pending = 0
         self.trims = 0
+        self.leases_ended = 0
+        """Leases closed since the last trim they asked for."""
 
     def note(self, size_bytes: int) -> None:
         if size_bytes >= LARGE_MESSAGE_BYTES:
+            self.pending = 2
+
+    def lease_closed(self) -> None:
+        """A lease's journal is closed; every ``LEASES_ENDED_PER_TRIM`` of them ask for a
+        trim (a mass end trims about once a tick while it lasts, a lone one never)."""
+        self.leases_ended += 1
+        if self.leases_ended >= LEASES_ENDED_PER_TRIM:
+            self.leases_ended = 0
             self.pending = 2
 
     async def run(self) -> None:

@@ -129,11 +129,13 @@ class JournalService:
         with self.lease_budget(request, context):
             async for item in self._open(request, context):
                 yield item
+                del item  # the first answer (the state) is not kept while the lease lives
 
     async def _open(self, request: pb.OpenRequest, context: Ctx) -> AsyncIterator[pb.OpenResponse]:
         lease, first = await self.grant(request, context, pb.OpenResponse())
         try:
             yield first
+            del first  # sent: the lease keeps no copy of the state it answered with
             await lease.ended.wait()
             yield pb.OpenResponse(
                 ended=pb.LeaseEnded(
