@@ -105,3 +105,21 @@ def test_a_windowed_fork_answers_the_newest_messages_from_a_clean_boundary(
         _, state = client.fork("reads", new_run_id="window2", message_window=10)
         assert state.messages == want[tail_start(want, 10) :]
         assert client.fold("window2").messages == want  # the fork itself is whole
+
+
+def test_a_fork_whose_answer_cannot_fit_even_without_messages_leaves_no_run_behind(
+    daemon: Daemon,
+) -> None:
+    # framework state travels with a fork of the head and is always sent whole: three inline
+    # values of 400 KiB are over the 1 MiB answer on their own, whatever the message window
+    with jc.connect(str(daemon.socket)) as client:
+        with client.start("heavy", FP, "remember a lot") as run:
+            for i in range(3):  # one request each: a request has the same limit
+                run.append_many([jc.Entry.state("agent", f"k{i}", "bytes", b"s" * 400 * 1024)])
+            run.assistant("noted", stop_reason="end_turn")
+        with pytest.raises(jc.ResponseTooLarge) as err:
+            client.fork("heavy", new_run_id="heavy-fork", message_window=10)
+        assert "--max-message-bytes" in str(err.value)  # the advice that helps here
+        with pytest.raises(jc.SessionNotFound):
+            client.fold("heavy-fork", messages=False)
+        assert "heavy-fork" not in {r.run_id for r in client.list()}
