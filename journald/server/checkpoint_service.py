@@ -49,6 +49,7 @@ from journald.core.schema import validate_payload
 from journald.server.attachments import copy_attachments, copy_referenced
 from journald.server.convert import message_from_pb, state_to_pb
 from journald.server.edge import unary
+from journald.server.message_window import ask_for_state, check_fits, fill_fitting, room_left
 from journald.server.runs import Held, Runs, ack_pb
 from journald.storage.checkpoint_base import imported, make_checkpoint, new_id
 
@@ -397,12 +398,28 @@ class CheckpointRpcs:
                 await lease.writer.commit(records, paged.resolver())
                 if failpoints.ARMED:
                     failpoints.hit("op_after_rebase")
-                state = await self.runs.pages.whole_state(new_run, lease.state)
+                out = await self._fork_answer(new_run, lease.state, request.message_window)
         except JournaldError:
-            if created:
+            if created:  # the answer too: a fork whose answer fails leaves no run behind
                 await self._discard_run(new_run)
             raise
-        return pb.ForkResponse(run_id=new_run, state=state_to_pb(state))
+        return out
+
+    async def _fork_answer(self, run_id: str, state: RunState, window: int) -> pb.ForkResponse:
+        """The new run's state with the messages asked for, or the largest clean tail of them
+        that fits in the max message size (``messages_offset`` says where it starts): the
+        fork is written, so its answer is never refused for its size. What still does not fit
+        (the fields other than the messages alone) is ``response_too_large`` here, before it
+        is sent, so that the caller discards the run."""
+        limit = self.runs.limits.max_message_bytes
+        out = pb.ForkResponse(run_id=run_id, state=state_to_pb(state, messages=False))
+        msgs = await self.runs.pages.window(run_id, state.messages, window)
+        out.state.messages_offset = fill_fitting(
+            out.state.messages, msgs, window, room_left(out, limit)
+        )
+        # the messages are already cut to fit: only a larger limit helps (window 1's advice)
+        check_fits(out, limit, "the fork's state", ask_for_state(1), run_id)
+        return out
 
     async def _discard_run(self, run_id: str) -> None:
         """Remove a run a failed fork created (its records, pages and attachments)."""

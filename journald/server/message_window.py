@@ -11,7 +11,8 @@ every other field are always complete.
 
 Window 0 asks for every message (what every Open and Fold did before the window existed).
 An answer that would not fit is refused with ``response_too_large``, which says to ask for a
-window, instead of failing inside gRPC's send.
+window, instead of failing inside gRPC's send. A Fork's answer is not refused (the fork is
+written by then): window 0 gets the largest tail that fits (``fill_fitting``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ def fill_window(
         kept.append(m)
     out.extend(reversed(kept))
     return start
+
+
+def fill_fitting(
+    out: MutableSequence[pb.Message], messages: Sequence[Message], window: int, room: int
+) -> int:
+    """``fill_window`` for an answer that must not be refused (a Fork's, written before it is
+    answered): window 0 asks for every message, and gets the largest clean tail that fits in
+    ``room`` bytes when they do not all fit."""
+    return fill_window(out, messages, window if window > 0 else len(messages), room)
 
 
 def room_left(response: ProtoMessage, limit_bytes: int) -> int:

@@ -2421,7 +2421,7 @@ type RunState struct {
 	// seqs that wrote them (oldest first).
 	State []*StateEntry `protobuf:"bytes,18,rep,name=state,proto3" json:"state,omitempty"`
 	// The index of messages[0] in the whole message list: 0 when `messages` holds every
-	// message; more when an Open or Fold asked for a window (`message_window`), in which case
+	// message; more when an Open, Fold or Fork answered a window (`message_window`), in which case
 	// the messages before it are paged through History (view HISTORY_VIEW_STATE).
 	MessagesOffset uint64 `protobuf:"varint,19,opt,name=messages_offset,json=messagesOffset,proto3" json:"messages_offset,omitempty"`
 	// How many messages the whole list holds (`messages` is its tail from `messages_offset`).
@@ -6071,7 +6071,13 @@ type ForkRequest struct {
 	// The new run id.
 	NewRunId string `protobuf:"bytes,3,opt,name=new_run_id,json=newRunId,proto3" json:"new_run_id,omitempty"`
 	// Labels for the new run.
-	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// At most this many trailing messages in the answer's `state.messages` (0 = every
+	// message), as OpenRequest.message_window; earlier ones are paged through History. The
+	// answer never fails for its size once the fork is written: when the messages asked for
+	// would not fit in the daemon's max message size, it holds the largest tail that fits,
+	// from a clean tool-call boundary, and `state.messages_offset` says where it starts.
+	MessageWindow uint32 `protobuf:"varint,5,opt,name=message_window,json=messageWindow,proto3" json:"message_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6134,12 +6140,20 @@ func (x *ForkRequest) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *ForkRequest) GetMessageWindow() uint32 {
+	if x != nil {
+		return x.MessageWindow
+	}
+	return 0
+}
+
 // ForkResponse returns the new run's state.
 type ForkResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The new run id.
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	// Its folded state.
+	// Its folded state: the messages asked for (ForkRequest.message_window), or the largest
+	// tail of them that fits; `messages_offset` says where they start.
 	State         *RunState `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -7148,13 +7162,14 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\tR\fcheckpointId\x12:\n" +
 	"\rremoved_range\x18\x04 \x01(\v2\x15.journald.v1.SeqRangeR\fremovedRange\x12\"\n" +
-	"\x03ack\x18\x05 \x01(\v2\x10.journald.v1.AckR\x03ack\"\xe0\x01\n" +
+	"\x03ack\x18\x05 \x01(\v2\x10.journald.v1.AckR\x03ack\"\x87\x02\n" +
 	"\vForkRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\tR\fcheckpointId\x12\x1c\n" +
 	"\n" +
 	"new_run_id\x18\x03 \x01(\tR\bnewRunId\x12<\n" +
-	"\x06labels\x18\x04 \x03(\v2$.journald.v1.ForkRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x04 \x03(\v2$.journald.v1.ForkRequest.LabelsEntryR\x06labels\x12%\n" +
+	"\x0emessage_window\x18\x05 \x01(\rR\rmessageWindow\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +

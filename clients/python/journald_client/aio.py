@@ -371,10 +371,20 @@ class AsyncClient(AsyncOpener):
         checkpoint_id: str = "",
         new_run_id: str = "",
         labels: Mapping[str, str] | None = None,
+        message_window: int = 0,
     ) -> tuple[str, RunState]:
-        """Start a new run from a checkpoint (or the head); returns its id and state."""
-        req = codec.fork_request(run_id, checkpoint_id, new_run_id, labels)
+        """Start a new run from a checkpoint (or the head); returns its id and state.
+
+        ``message_window`` 0: the state holds every message (the daemon answers a window,
+        the earlier messages are paged through History before this returns, as for
+        ``fold``); more: only the newest that many (from a clean tool-call boundary, or
+        fewer if they would not fit in the daemon's max message size)."""
+        req = codec.fork_request(
+            run_id, checkpoint_id, new_run_id, labels, message_window or self.message_window
+        )
         resp = await self._unary("Fork", req)
+        if message_window <= 0:
+            await self._complete(resp.run_id, resp.state)
         return resp.run_id, codec.state_from_pb(resp.state)
 
     async def export_checkpoint(self, run_id: str, checkpoint_id: str) -> bytes:

@@ -420,11 +420,21 @@ class Client(Opener):
         checkpoint_id: str = "",
         new_run_id: str = "",
         labels: Mapping[str, str] | None = None,
+        message_window: int = 0,
     ) -> tuple[str, RunState]:
-        """Start a new run from a checkpoint (or the head); returns its id and state."""
-        req = codec.fork_request(run_id, checkpoint_id, new_run_id, labels)
+        """Start a new run from a checkpoint (or the head); returns its id and state.
+
+        ``message_window`` 0: the state holds every message (the daemon answers a window,
+        the earlier messages are paged through History when first read, as for
+        ``fold``); more: only the newest that many (from a clean tool-call boundary, or
+        fewer if they would not fit in the daemon's max message size)."""
+        req = codec.fork_request(
+            run_id, checkpoint_id, new_run_id, labels, message_window or self.message_window
+        )
         resp = self._unary("Fork", req)
-        return resp.run_id, codec.state_from_pb(resp.state)
+        if message_window > 0:
+            return resp.run_id, codec.state_from_pb(resp.state)
+        return resp.run_id, self._state(resp.run_id, resp.state)
 
     def export_checkpoint(self, run_id: str, checkpoint_id: str) -> bytes:
         """Self-contained ``journald-checkpoint/1`` bytes (attachments included)."""

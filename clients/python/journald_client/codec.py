@@ -686,13 +686,18 @@ def compact_request(
 
 
 def fork_request(
-    run_id: str, checkpoint_id: str, new_run_id: str, labels: Mapping[str, str] | None
+    run_id: str,
+    checkpoint_id: str,
+    new_run_id: str,
+    labels: Mapping[str, str] | None,
+    message_window: int = 0,
 ) -> pb.ForkRequest:
     return pb.ForkRequest(
         run_id=run_id,
         checkpoint_id=checkpoint_id,
         new_run_id=new_run_id,
         labels=dict(labels or {}),
+        message_window=max(0, message_window),
     )
 
 

@@ -1389,7 +1389,7 @@ class RunState(_message.Message):
     """The initial prompt blocks as a canonical JSON array."""
     messages_offset: _builtins.int
     """The index of messages[0] in the whole message list: 0 when `messages` holds every
-    message; more when an Open or Fold asked for a window (`message_window`), in which case
+    message; more when an Open, Fold or Fork answered a window (`message_window`), in which case
     the messages before it are paged through History (view HISTORY_VIEW_STATE).
     """
     messages_total: _builtins.int
@@ -3223,12 +3223,20 @@ class ForkRequest(_message.Message):
     CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     NEW_RUN_ID_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    MESSAGE_WINDOW_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The source run."""
     checkpoint_id: _builtins.str
     """The checkpoint to fork from; empty = the head."""
     new_run_id: _builtins.str
     """The new run id."""
+    message_window: _builtins.int
+    """At most this many trailing messages in the answer's `state.messages` (0 = every
+    message), as OpenRequest.message_window; earlier ones are paged through History. The
+    answer never fails for its size once the fork is written: when the messages asked for
+    would not fit in the daemon's max message size, it holds the largest tail that fits,
+    from a clean tool-call boundary, and `state.messages_offset` says where it starts.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels for the new run."""
@@ -3240,10 +3248,11 @@ class ForkRequest(_message.Message):
         checkpoint_id: _builtins.str = ...,
         new_run_id: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        message_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "labels", b"labels", "new_run_id", b"new_run_id", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "labels", b"labels", "message_window", b"message_window", "new_run_id", b"new_run_id", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3261,7 +3270,9 @@ class ForkResponse(_message.Message):
     """The new run id."""
     @_builtins.property
     def state(self) -> Global___RunState:
-        """Its folded state."""
+        """Its folded state: the messages asked for (ForkRequest.message_window), or the largest
+        tail of them that fits; `messages_offset` says where they start.
+        """
 
     def __init__(
         self,

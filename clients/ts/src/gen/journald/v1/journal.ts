@@ -1093,7 +1093,7 @@ export interface RunState {
   state: StateEntry[];
   /**
    * The index of messages[0] in the whole message list: 0 when `messages` holds every
-   * message; more when an Open or Fold asked for a window (`message_window`), in which case
+   * message; more when an Open, Fold or Fork answered a window (`message_window`), in which case
    * the messages before it are paged through History (view HISTORY_VIEW_STATE).
    */
   messagesOffset: number;
@@ -1765,6 +1765,14 @@ export interface ForkRequest {
   newRunId: string;
   /** Labels for the new run. */
   labels: { [key: string]: string };
+  /**
+   * At most this many trailing messages in the answer's `state.messages` (0 = every
+   * message), as OpenRequest.message_window; earlier ones are paged through History. The
+   * answer never fails for its size once the fork is written: when the messages asked for
+   * would not fit in the daemon's max message size, it holds the largest tail that fits,
+   * from a clean tool-call boundary, and `state.messages_offset` says where it starts.
+   */
+  messageWindow: number;
 }
 
 export interface ForkRequest_LabelsEntry {
@@ -1776,7 +1784,10 @@ export interface ForkRequest_LabelsEntry {
 export interface ForkResponse {
   /** The new run id. */
   runId: string;
-  /** Its folded state. */
+  /**
+   * Its folded state: the messages asked for (ForkRequest.message_window), or the largest
+   * tail of them that fits; `messages_offset` says where they start.
+   */
   state: RunState | undefined;
 }
 
@@ -11354,7 +11365,7 @@ export const CompactResponse: MessageFns<CompactResponse> = {
 };
 
 function createBaseForkRequest(): ForkRequest {
-  return { runId: "", checkpointId: "", newRunId: "", labels: {} };
+  return { runId: "", checkpointId: "", newRunId: "", labels: {}, messageWindow: 0 };
 }
 
 export const ForkRequest: MessageFns<ForkRequest> = {
@@ -11371,6 +11382,9 @@ export const ForkRequest: MessageFns<ForkRequest> = {
     globalThis.Object.entries(message.labels).forEach(([key, value]: [string, string]) => {
       ForkRequest_LabelsEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
     });
+    if (message.messageWindow !== 0) {
+      writer.uint32(40).uint32(message.messageWindow);
+    }
     return writer;
   },
 
@@ -11422,6 +11436,14 @@ export const ForkRequest: MessageFns<ForkRequest> = {
             }
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.messageWindow = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -11465,6 +11487,11 @@ export const ForkRequest: MessageFns<ForkRequest> = {
           {},
         )
         : {},
+      messageWindow: isSet(object.messageWindow)
+        ? globalThis.Number(object.messageWindow)
+        : isSet(object.message_window)
+        ? globalThis.Number(object.message_window)
+        : 0,
     };
   },
 
@@ -11488,6 +11515,9 @@ export const ForkRequest: MessageFns<ForkRequest> = {
         });
       }
     }
+    if (message.messageWindow !== 0) {
+      obj.messageWindow = Math.round(message.messageWindow);
+    }
     return obj;
   },
 
@@ -11508,6 +11538,7 @@ export const ForkRequest: MessageFns<ForkRequest> = {
       },
       {},
     );
+    message.messageWindow = object.messageWindow ?? 0;
     return message;
   },
 };
