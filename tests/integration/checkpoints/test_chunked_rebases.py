@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import journald_client as jc
@@ -76,16 +75,6 @@ def test_a_restore_and_a_fork_of_260_pages_write_a_rebase_of_a_few_kb_on_the_fil
 ) -> None:
     with Daemon(tmp_path, "file") as d, jc.connect(str(d.socket)) as client:
         restore_and_fork(client, "reads")
-
-
-@pytest.fixture
-def small_payload_nats(tmp_path: Path) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path / "nats", extra_config=["max_payload: 1MB"])
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import journald_client as jc
@@ -84,16 +83,6 @@ def test_six_800_kb_reads_checkpoint_restore_and_fork_on_the_file_backend(
 ) -> None:
     with Daemon(tmp_path, "file") as d, jc.connect(str(d.socket)) as client:
         restore_and_fork(client, "reads")
-
-
-@pytest.fixture
-def small_payload_nats(tmp_path: Path) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path / "nats", extra_config=["max_payload: 1MB"])
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.slow
