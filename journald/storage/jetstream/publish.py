@@ -22,10 +22,11 @@ Acks carry durability ``jetstream_ack``: what the server promised on ack (with
 ``sync_interval: always`` an fsync on every node that acknowledged; the daemon logs at start-up
 whether each server does, ``jetstream.sync``).
 
-Apart from ``jetstream.store`` because this is the one part of the store that writes; the
-journal (``jetstream.journal``) calls it once per append group. ``FencedPublish`` is a base
-class of ``JetStreamStore`` (the attributes it declares are the store's own); it reads back
-through ``StreamReads`` to resolve a refused publish.
+A module apart from ``jetstream.store`` because this is the one part of the store that
+writes records; the journal (``jetstream.journal``) calls it once per append group.
+``FencedPublish`` is a base class of ``JetStreamStore`` (the attributes it declares are set by
+``JetStreamStore.__init__``); it reads back through ``StreamReads`` to resolve a refused
+publish.
 """
 
 from __future__ import annotations
@@ -68,13 +69,13 @@ HDR_WRITER = "Journald-Writer"
 HDR_BATCH_ID = "Nats-Batch-Id"
 HDR_BATCH_SEQ = "Nats-Batch-Sequence"
 HDR_BATCH_COMMIT = "Nats-Batch-Commit"
-
 MAX_ATOMIC_BATCH = 1000
 """nats-server's default limit of messages in one atomic batch."""
 
 
 class FencedPublish(StreamReads):
-    """The writes of ``JetStreamStore`` (its base class: the attributes below are its own)."""
+    """The record writes of ``JetStreamStore``, a base class of it (the attributes are the
+    store's)."""
 
     max_record_bytes: int
     ack_timeout_s: float

@@ -6,10 +6,10 @@ a stream whose retention is not ``limits`` (a consumer there could make the serv
 it delivered; ``JetStreamStore.consumer_reads``). Every read is idempotent, so each is
 retried on a transient failure for a bounded time (``_retrying``).
 
-Apart from ``jetstream.store`` (which binds the stream and implements the Store protocol
-on top of these reads) so the store reads as the protocol; ``StreamReads`` is its base
-class and declares the attributes it uses, which ``JetStreamStore.__init__`` sets. The fenced
-writes (``jetstream.publish``) read back through it to tell a lost ack from a conflict.
+A module apart from ``jetstream.store`` so that the store reads as the Store protocol it
+implements on top of these reads. ``StreamReads`` is a base class of ``JetStreamStore``: it
+declares the attributes it uses, which ``JetStreamStore.__init__`` sets. The fenced writes
+(``jetstream.publish``) read back through it to tell a lost ack from a conflict.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class StoredMsg:
 
 
 class StreamReads:
-    """The reads of ``JetStreamStore`` (its base class: the attributes below are its own)."""
+    """The reads of ``JetStreamStore``, a base class of it (the attributes are the store's)."""
 
     _nc: Any
     _js: Any
