@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 import nats  # noqa: E402
 
 from journald.core.records import GENESIS, Record, make_record  # noqa: E402
-from journald.storage.jetstream.leases import JetStreamLeases, lease_bucket_name  # noqa: E402
+from journald.storage.jetstream.lease_bucket import lease_bucket_name  # noqa: E402
+from journald.storage.jetstream.leases import JetStreamLeases  # noqa: E402
 from journald.storage.jetstream.store import JetStreamStore  # noqa: E402
 from tests.nats_server import NatsServer, create_stream  # noqa: E402
 

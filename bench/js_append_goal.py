@@ -67,12 +67,12 @@ def _publish_only() -> None:
 
 def _no_publish() -> None:
     """The journal's write acknowledged at once, without a publish (the fence stays)."""
-    from journald.storage.jetstream import store
+    from journald.storage.jetstream import journal
 
     async def write(self: Any, new: Any) -> None:
         return None
 
-    store.JetStreamJournal._write = write  # type: ignore[method-assign]
+    journal.JetStreamJournal._write = write  # type: ignore[method-assign]
 
 
 def serve_floor(variant: str, argv: list[str]) -> int:

@@ -40,7 +40,7 @@ a run's create (``before_run_create``: the run directory not made yet), of a lis
 where ``raise:ERR`` stands for any errno the disk can answer
 (``tests/storage/file/test_file_disk_errors.py``).
 
-Points used by the JetStream backend (``journald.storage.jetstream.store``): ``before_write``
+Points used by the JetStream backend (``journald.storage.jetstream.journal``): ``before_write``
 (nothing of the append published yet) and ``after_fsync_before_advance`` (the server
 acknowledged every record, the journal has not advanced); by its object buckets
 (``journald.storage.jetstream.objects``): ``js_object_before_meta`` (every chunk of a

@@ -30,10 +30,10 @@ def command_modules() -> list[Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from journald.cli import commands as cli_commands
+    from journald.cli import dispatch as cli_dispatch
 
     parser = argparse.ArgumentParser(prog="journald", description=DESCRIPTION)
-    cli_commands.add_global_options(parser)
+    cli_dispatch.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve(sub)
     mig = sub.add_parser(
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="copy runs between file and JetStream stores (see migrate --help)",
     )
     mig.add_argument("rest", nargs=argparse.REMAINDER)
-    cli_commands.add_commands(sub, [c for m in command_modules() for c in m.COMMANDS])
+    cli_dispatch.add_commands(sub, [c for m in command_modules() for c in m.COMMANDS])
     return parser
 
 
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return cmd_serve(args)
     if getattr(args, "client_command", None) is not None:
-        from journald.cli.commands import dispatch
+        from journald.cli.dispatch import dispatch
 
         return dispatch(args)
     print(f"journald: unknown command {args.command}", file=sys.stderr)

@@ -370,7 +370,7 @@ async def create_buckets(
     from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType
 
     from journald.storage.jetstream.buckets import ROLES, bucket_name
-    from journald.storage.jetstream.leases import lease_bucket_name
+    from journald.storage.jetstream.lease_bucket import lease_bucket_name
 
     for role in ROLES:
         fields: dict[str, Any] = {"storage": StorageType.FILE, "replicas": replicas, **overrides}
@@ -401,7 +401,7 @@ async def delete_stream(url: str | list[str], name: str) -> None:
         for role in ROLES:
             with contextlib.suppress(Exception):
                 await nc.jetstream().delete_object_store(bucket_name(name, role))
-        from journald.storage.jetstream.leases import lease_bucket_name
+        from journald.storage.jetstream.lease_bucket import lease_bucket_name
 
         with contextlib.suppress(Exception):
             await nc.jetstream().delete_key_value(lease_bucket_name(name))

@@ -2,7 +2,7 @@
 ``restore``, ``compact``, ``fork``, ``export``, ``import``, ``history``.
 
 They talk to the daemon through the public checkpoint methods of the CLI's
-``journald_client.Client`` (errors map to the exit codes of ``journald.cli.commands``).
+``journald_client.Client`` (errors map to the exit codes of ``journald.cli.dispatch``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from journald_client import CheckpointMeta
 
-from journald.cli.commands import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, Command, Context
+from journald.cli.dispatch import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, Command, Context
 from journald.cli.replay import elide_end, one_line, result_text
 
 

@@ -3,7 +3,7 @@
 The daemon holds the run for it (refused with ``locked`` while a writer holds it), moves each
 damaged line to its quarantine directory and records the hole in the run as a rebase with
 reason ``quarantine`` (docs/design.md#recovery). Errors map to the
-exit codes of ``journald.cli.commands``.
+exit codes of ``journald.cli.dispatch``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 from journald_client import RecoverResult
 
-from journald.cli.commands import EXIT_OK, Command, Context
+from journald.cli.dispatch import EXIT_OK, Command, Context
 from journald.cli.replay import one_line
 
 

@@ -5,7 +5,7 @@ Each run gets the walk every backend's ``Verify`` makes (canonical bytes, record
 order, the hash chain; on the file backend also the line checksums and every sealed segment
 against its manifest entry and digest). ``--all`` verifies every listed run in turn, prints
 one line per damaged run and a summary, and exits 1 when any run is damaged (0 when none is);
-the other exit codes are those of ``journald.cli.commands``.
+the other exit codes are those of ``journald.cli.dispatch``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from journald_client import NotFoundError, StoreCorrupted
 
-from journald.cli.commands import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Command, Context
+from journald.cli.dispatch import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Command, Context
 from journald.cli.replay import one_line
 
 

@@ -200,7 +200,8 @@ async def _open_jetstream(opts: BackendOptions) -> OpenedBackend:
     like the stream: refused when missing or unsafe, except for a read-only source (a
     ``migrate`` from a stream without buckets: its runs have no side data)."""
     from journald.storage.jetstream.checkpoint_store import bind_run_stores, sweep_orphan_chunks
-    from journald.storage.jetstream.leases import JetStreamLeases, bind_lease_bucket
+    from journald.storage.jetstream.lease_bucket import bind_lease_bucket
+    from journald.storage.jetstream.leases import JetStreamLeases
     from journald.storage.jetstream.store import JetStreamStore
 
     records = await JetStreamStore.connect(

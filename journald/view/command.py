@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from journald.cli.commands import EXIT_OK, EXIT_USAGE, Command, Context
+from journald.cli.dispatch import EXIT_OK, EXIT_USAGE, Command, Context
 
 
 def _add(p: argparse.ArgumentParser) -> None:

@@ -194,7 +194,7 @@ async def absent_bucket_adds(
     its lease bucket that do not exist (for a route that recreates the stream: the daemon,
     and a migration into it, need all three)."""
     # the lease module builds on this one's BucketConfigError: imported here, not at the top
-    from journald.storage.jetstream.leases import kv_add_command, kv_stream, lease_bucket_name
+    from journald.storage.jetstream.lease_bucket import kv_add_command, kv_stream, lease_bucket_name
 
     wanted = [
         (bucket_name(stream, role), stream_of(bucket_name(stream, role)), object_add_command)

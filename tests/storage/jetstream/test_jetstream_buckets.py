@@ -31,12 +31,8 @@ from journald.storage.jetstream.buckets import (
 )
 from journald.storage.jetstream.checkpoint_store import bind_run_stores, sweep_orphan_chunks
 from journald.storage.jetstream.config import Cli
-from journald.storage.jetstream.leases import (
-    JetStreamLeases,
-    bind_lease_bucket,
-    kv_stream,
-    lease_bucket_name,
-)
+from journald.storage.jetstream.lease_bucket import bind_lease_bucket, kv_stream, lease_bucket_name
+from journald.storage.jetstream.leases import JetStreamLeases
 from journald.storage.jetstream.objects import stream_of
 from journald.storage.jetstream.store import JetStreamStore
 from tests.nats_server import NatsServer, create_stream, delete_stream

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from journald.core.errors import BackendUnavailable, LeaseLost, Locked
-from journald.storage.jetstream.leases import JetStreamLeases, lease_bucket_name
+from journald.storage.jetstream.lease_bucket import lease_bucket_name
+from journald.storage.jetstream.leases import JetStreamLeases
 from journald.storage.jetstream.store import JetStreamStore
 from tests.storage.backend_jetstream import fresh_stream
 from tests.waiting import NotYet, eventually_async

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from journald.cli.commands import Command, add_commands
+from journald.cli.dispatch import Command, add_commands
 from journald.program import build_parser, command_modules
 
 
