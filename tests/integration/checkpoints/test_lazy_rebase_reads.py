@@ -17,7 +17,7 @@ import pytest
 from journald_client.pb import journal_pb2 as pb
 from journald_client.pb import journal_pb2_grpc as pbg
 
-from journald.server.convert import fingerprint_to_pb, message_from_pb
+from journald.server.convert import message_from_pb
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 
@@ -63,7 +63,7 @@ def windowed_open(s: Any, run_id: str) -> Any:
         pb.OpenRequest(
             run_id=run_id,
             mode=pb.OPEN_MODE_RESUME,
-            fingerprint=fingerprint_to_pb(FP),
+            fingerprint=FP.to_pb(),
             message_window=PAGE,
         )
     )
