@@ -13,8 +13,10 @@ Invariants of the result:
   Consecutive assistant messages (a ``pause_turn`` continuation) merge the same way.
 * ``messages`` is a ``MessageLog`` (``journald.core.message_log``): sealed pages then an open
   tail; the fold changes only the tail (appends and merges into the last message).
-* A rebase replaces the messages with its own (its pages' messages, then its inline ones,
-  read through the resolver the fold is given); counters stay cumulative. A rebase with
+* A rebase replaces the messages with its own: its chunks and pages stay sealed in the new
+  log (``rebase_chunks.rebase_log``: no page is read but the last one or two when its inline
+  tail is shorter than two messages), its inline messages are the tail; counters stay
+  cumulative. A rebase with
   reason ``quarantine`` (written by recovery after moving damaged records out) is also kept
   as an anomaly, and every Open of the run warns about it.
 * A state record (framework state: LangGraph checkpoints, agent session items) never touches
@@ -49,7 +51,7 @@ from journald.core.errors import InvalidRecord, StoreCorrupted
 from journald.core.fingerprint import Fingerprint
 from journald.core.message_log import MessageLog
 from journald.core.pages import PageResolver
-from journald.core.rebase_chunks import rebase_conversation
+from journald.core.rebase_chunks import log_messages, rebase_log
 from journald.core.records import GENESIS, Record
 
 Message = dict[str, Any]
@@ -418,13 +420,17 @@ def _apply(st: RunState, rec: Record, pages: PageResolver | None = None) -> None
         append_message(st.messages, "user", content)
     elif rec.kind == "rebase":
         try:
-            msgs = rebase_conversation(p, pages)  # a missing page or chunk: store_corrupted
+            # its pages stay sealed: only the last ones a short inline tail needs are read (a
+            # missing page or chunk: store_corrupted)
+            log = rebase_log(p, pages)
         except StoreCorrupted as exc:
             exc.metadata.setdefault("seq", str(rec.seq))
             raise
-        _need(isinstance(msgs, list), rec, "lacks messages")
-        assert isinstance(msgs, list)
-        for m in msgs:
+        _need(log is not None, rec, "lacks messages")
+        assert log is not None
+        # the open tail's messages only: a sealed page is content-addressed and was written
+        # by the daemon (or an import) from messages it checked (docs/design.md#lazy-rebases)
+        for m in log.tail:
             _need(
                 isinstance(m, dict) and m.get("role") in ("user", "assistant"),
                 rec,
@@ -440,7 +446,7 @@ def _apply(st: RunState, rec: Record, pages: PageResolver | None = None) -> None
                 )
             )
         st.pending = None
-        st.messages = MessageLog(dict(m) for m in msgs)
+        st.messages = log
         if p.get("reason") == QUARANTINE:
             st.anomalies.append(Anomaly(rec.seq, QUARANTINED, quarantine_note(rec.seq, p)))
     elif rec.kind == "terminal":
@@ -509,7 +515,7 @@ def rebuilt_after_quarantine(
         if rec.kind == "tool_result" and not st.counters.llm_calls:
             continue  # the assistant turn it answered is among the damaged records
         fold_into(st, (rec,), pages)
-    msgs = list(st.messages)
+    msgs = log_messages(st.messages, pages)
     if st.pending is not None:
         append_message(msgs, "assistant", st.pending.message["content"])
         append_message(msgs, "user", pending_blocks(st.pending))

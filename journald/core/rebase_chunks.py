@@ -25,12 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from journald.core.errors import StoreCorrupted
+from journald.core.message_log import MessageLog
 from journald.core.pages import (
+    OPEN_TAIL_MESSAGES,
     Message,
     Paged,
     PageRef,
     PageResolver,
     conversation,
+    page_missing,
     page_refs,
     paged_payload,
     ref_from_json,
@@ -205,3 +208,84 @@ def last_page(payload: Mapping[str, Any], chunks: ChunkResolver | None) -> list[
     if chunks is None:
         raise ref_chunk_missing(named[-1])
     return list(chunks(named[-1])[-1:])
+
+
+# --- the fold of a paged rebase: its pages stay sealed (docs/design.md#lazy-rebases) ---------
+
+
+def open_chunk(payload: Mapping[str, Any]) -> PageRef | None:
+    """The chunk ``open_refs`` needs read: the last one, when the loose references and the
+    inline tail together hold fewer than ``OPEN_TAIL_MESSAGES`` messages (else None)."""
+    named = chunk_refs(payload)
+    tail = payload.get("messages")
+    held = (len(tail) if isinstance(tail, list) else 0) + sum(r.count for r in page_refs(payload))
+    return named[-1] if named and held < OPEN_TAIL_MESSAGES else None
+
+
+def _opened(
+    payload: Mapping[str, Any], chunks: ChunkResolver | None
+) -> tuple[list[PageRef], list[PageRef], list[PageRef]]:
+    """(chunks kept, loose references kept, the references taken back into the tail)."""
+    named, loose = chunk_refs(payload), page_refs(payload)
+    tail = payload.get("messages")
+    keep = len(tail) if isinstance(tail, list) else 0
+    opened: list[PageRef] = []
+    while keep < OPEN_TAIL_MESSAGES and (loose or named):
+        if not loose:
+            if chunks is None:
+                raise ref_chunk_missing(named[-1])
+            loose = list(chunks(named[-1]))
+            named = named[:-1]
+        ref = loose.pop()
+        opened.insert(0, ref)
+        keep += ref.count
+    return named, loose, opened
+
+
+def open_refs(payload: Mapping[str, Any], chunks: ChunkResolver | None) -> list[PageRef]:
+    """The pages the fold of a rebase reads: the last ones, taken back into the open tail
+    until it holds ``OPEN_TAIL_MESSAGES`` messages (as ``cut_open`` leaves a snapshot's), so
+    the fold can merge into the last message and the boundary before the tail stays clean
+    whatever the next record merges (none when the inline tail holds two messages)."""
+    return _opened(payload, chunks)[2]
+
+
+def rebase_log(payload: Mapping[str, Any], resolve: PageResolver | None) -> MessageLog | None:
+    """The conversation of a rebase payload as the fold holds it, reading no page but
+    ``open_refs``: its chunks and page references sealed (chunk ``i`` holds references
+    ``[128 i, 128 i + 128)``, fewer than 128 loose: the fixed cut a held run's log and a fold
+    snapshot keep), the opened pages' messages then its ``messages`` the tail. None when
+    ``messages`` is not a list. A page or chunk the resolver cannot give is ``store_corrupted``
+    naming it."""
+    tail = payload.get("messages")
+    if not isinstance(tail, list):
+        return None
+    chunks = resolve.chunks if isinstance(resolve, RebaseResolver) else None
+    named, loose, opened = _opened(payload, chunks)
+    head: list[Message] = []
+    for ref in opened:
+        if resolve is None:
+            raise page_missing(ref)
+        head.extend(resolve(ref))
+    return MessageLog([*(dict(m) for m in head), *(dict(m) for m in tail)], loose, None, named)
+
+
+def log_messages(log: MessageLog, resolve: PageResolver | None) -> list[Message]:
+    """Every message of ``log`` through ``resolve`` (what a caller that read every page of
+    the rebases it folded hands over: ``rebuilt_after_quarantine``)."""
+    if not log.has_pages:
+        return list(log)
+    chunks = resolve.chunks if isinstance(resolve, RebaseResolver) else None
+    refs: list[PageRef] = []
+    for ref in log.chunks:
+        if chunks is None:
+            raise ref_chunk_missing(ref)
+        refs.extend(chunks(ref))
+    refs.extend(log.loose)
+    out: list[Message] = []
+    for ref in refs:
+        if resolve is None:
+            raise page_missing(ref)
+        out.extend(resolve(ref))
+    out.extend(log.tail)
+    return out

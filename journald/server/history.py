@@ -27,6 +27,7 @@ from journald.core.checkpoints import governed
 from journald.core.errors import InvalidRequest, StoreCorrupted
 from journald.core.fold import Message, Pending, RunState
 from journald.core.message_log import MessageLog
+from journald.core.pages import is_paged
 from journald.core.paging import FoldMark, Page, Window, fold_window, page, page_window
 from journald.core.records import validate_id
 from journald.core.view_index import view_log
@@ -173,7 +174,11 @@ class HistoryRpcs:
             records = [r async for r in self.runs.store.iter_records(run_id, mark.seq)]
             if not records or records[0].seq != mark.seq or records[0].hash != m["hash"]:
                 continue  # the run changed under the mark (pruned, re-created)
-            # a rebase after the mark may reference pages: the window folds through them
+            if any(r.kind == "rebase" and is_paged(r.payload) for r in records[1:]):
+                # its fold keeps the rebase's pages sealed (docs/design.md#lazy-rebases): the
+                # dormant state's pages serve the page instead
+                continue
+            # an inline rebase after the mark: the window folds through it
             resolve = await self.runs.pages.for_records(run_id, records[1:])
             w = fold_window(mark, records[1:], resolve)
             p = page_window(w, offset, limit)

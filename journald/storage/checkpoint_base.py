@@ -172,12 +172,14 @@ def pre_prune_hook(
         reader = getattr(store, "pages", None)
         resolve = await reader.for_records(run_id, records[:cut]) if reader else None
         st = fold(records[:cut], pages=resolve)
+        # a paged rebase folds with its pages sealed: the checkpoint holds every message
+        messages = await reader.whole(run_id, st.messages) if reader else list(st.messages)
         cp = make_checkpoint(
             run_id=run_id,
             trigger="pre_prune",
             label=f"before pruning seqs up to {st.last_seq}",
             seq=st.last_seq,
-            messages=st.messages,
+            messages=messages,
             created=created(),
             model=st.fingerprint.model if st.fingerprint else "",
             cwd="",

@@ -37,11 +37,14 @@ from journald.core.pages import (
     bytes_resolver,
     cut,
     decode_page,
+    is_paged,
     page_missing,
 )
 from journald.core.rebase_chunks import (
     PagedRebase,
     chunk_map_resolver,
+    open_chunk,
+    open_refs,
     referenced_chunks,
     referenced_pages,
     with_chunks,
@@ -126,7 +129,19 @@ class PageStore:
         await self.put_chunks(run_id, rebase.chunks)
 
     async def for_records(self, run_id: str, records: Sequence[Record]) -> PageResolver:
-        return await self.resolver(run_id, [r.payload for r in records if r.kind == "rebase"])
+        """What the fold of ``records`` reads: of each paged rebase only the pages its open
+        tail takes back (``rebase_chunks.open_refs``: none when its inline tail holds two
+        messages) and, when they reach into its last chunk, that chunk; every other page
+        stays sealed in the folded log (docs/design.md#lazy-rebases)."""
+        payloads = [r.payload for r in records if r.kind == "rebase" and is_paged(r.payload)]
+        last = [c for c in map(open_chunk, payloads) if c is not None]
+        chunks = {sha: c.refs for sha, c in (await self.read_chunks(run_id, last)).items()}
+        seen: dict[str, PageRef] = {}
+        for p in payloads:
+            for ref in open_refs(p, chunk_map_resolver(chunks)):
+                seen.setdefault(ref.sha256, ref)
+        pages = bytes_resolver(await self.read(run_id, seen.values()))
+        return with_chunks(pages, chunks) if chunks else pages
 
     async def messages(self, run_id: str, refs: Sequence[PageRef]) -> list[Message]:
         resolve = bytes_resolver(await self.read(run_id, refs))

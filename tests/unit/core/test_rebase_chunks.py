@@ -14,7 +14,7 @@ from journald.core import schema
 from journald.core.errors import StoreCorrupted
 from journald.core.fold import fold
 from journald.core.pages import bytes_resolver, cut, paged_payload
-from journald.core.rebase_chunks import rebase_payload, with_chunks
+from journald.core.rebase_chunks import log_messages, rebase_payload, with_chunks
 from journald.core.records import GENESIS, Record, canonical_json, make_record
 from journald.core.ref_chunks import REFS_PER_CHUNK
 from journald.storage.memory import MemoryAttachmentStore
@@ -63,8 +63,11 @@ def test_a_rebase_of_many_pages_stays_under_16_kib_and_folds_to_the_same_message
     assert len(canonical_json(listed.as_json())) > 90 * pages
     assert len(payload["page_chunks"]) == pages // REFS_PER_CHUNK
     assert len(payload["pages"]) == pages % REFS_PER_CHUNK
-    chunked = fold(records(payload), pages=rebase.resolver()).messages
-    assert chunked == fold(records(paged_payload(BASE, paged)), pages=paged.resolver()).messages
+    chunked = log_messages(
+        fold(records(payload), pages=rebase.resolver()).messages, rebase.resolver()
+    )
+    listed_log = fold(records(paged_payload(BASE, paged)), pages=paged.resolver()).messages
+    assert chunked == log_messages(listed_log, paged.resolver())
     assert chunked == msgs
     # read back from bytes, each chunk and page checked
     stored = dict(paged.data) | {c.ref.sha256: c.raw for c in rebase.chunks}
@@ -72,7 +75,8 @@ def test_a_rebase_of_many_pages_stays_under_16_kib_and_folds_to_the_same_message
     for raw in stored.values():
         asyncio.run(store.put("r", raw))
     resolve = asyncio.run(PageStore(store).for_records("r", records(payload)))
-    assert fold(records(payload), pages=resolve).messages == msgs
+    folded = fold(records(payload), pages=resolve).messages
+    assert asyncio.run(PageStore(store).whole("r", folded)) == msgs
 
 
 def test_a_rebase_whose_chunk_is_missing_is_store_corrupted_naming_the_chunk() -> None:
@@ -80,18 +84,23 @@ def test_a_rebase_whose_chunk_is_missing_is_store_corrupted_naming_the_chunk() -
     payload, rebase = rebase_payload(BASE, paged)
     missing = rebase.chunks[1].ref.sha256
     known = with_chunks(bytes_resolver(paged.data), rebase.chunks[:1])
+    # the fold reads no chunk (its open tail takes the last loose pages): reading the whole
+    # conversation names the missing one
     with pytest.raises(StoreCorrupted) as err:
-        fold(records(payload), pages=known)
+        log_messages(fold(records(payload), pages=known).messages, known)
     assert err.value.metadata["chunk"] == missing
+    unchunked = bytes_resolver(paged.data)
     with pytest.raises(StoreCorrupted) as err:  # a reader that knows no chunk at all
-        fold(records(payload), pages=bytes_resolver(paged.data))
+        log_messages(fold(records(payload), pages=unchunked).messages, unchunked)
     assert err.value.metadata["chunk"] == rebase.chunks[0].ref.sha256
 
     store = MemoryAttachmentStore()  # a read through the run's store: pages, one chunk
     for raw in [*paged.data.values(), rebase.chunks[0].raw]:
         asyncio.run(store.put("r", raw))
+    resolve = asyncio.run(PageStore(store).for_records("r", records(payload)))
+    folded = fold(records(payload), pages=resolve).messages
     with pytest.raises(StoreCorrupted) as err:
-        asyncio.run(PageStore(store).for_records("r", records(payload)))
+        asyncio.run(PageStore(store).whole("r", folded))
     assert err.value.metadata["chunk"] == missing
     assert missing in err.value.message
     with pytest.raises(StoreCorrupted) as err:
