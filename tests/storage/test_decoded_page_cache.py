@@ -15,7 +15,7 @@ import pytest
 import journald.storage.pages as pages_module
 from journald.core.errors import StoreCorrupted
 from journald.core.message_log import MessageLog
-from journald.core.pages import Paged, paged_payload
+from journald.core.pages import Paged, decode_page, paged_payload
 from journald.storage.pages import PageStore
 from tests.builders import JournalBuilder
 from tests.storage.test_ref_chunk_storage import CountingAttachments
@@ -55,11 +55,10 @@ async def test_repeated_tail_reads_of_a_sealed_page_read_its_bytes_from_the_stor
 
 async def test_a_read_decodes_each_page_it_reads_once(monkeypatch: pytest.MonkeyPatch) -> None:
     decoded: list[str] = []
-    real = pages_module.decode_page
 
     def counting(ref: Any, raw: bytes) -> list[dict[str, Any]]:
         decoded.append(ref.sha256)
-        return real(ref, raw)
+        return decode_page(ref, raw)
 
     monkeypatch.setattr(pages_module, "decode_page", counting)
     pages = PageStore(CountingAttachments())
