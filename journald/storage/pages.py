@@ -86,10 +86,13 @@ class PageStore:
     through a bounded cache of checked, decoded pages keyed by (run, reference): a page is
     immutable (its address is its content), so a hit is the same messages; the run is in the
     key so that one run's page never answers for another's (a run missing its copy is still
-    ``store_corrupted``). A page deleted or damaged on disk after it was cached is still served
-    from the cache until it is evicted (the store has no cheap existence check on every
-    backend); ``read``, what Verify and the scrubber use, always reads the bytes, and a scrub
-    finding makes every read refuse the run (docs/design.md#message-pages)."""
+    ``store_corrupted``). Only small reads use it (``span``: a History page; ``load``; the
+    snapshot's last page); a resume's window and a whole conversation (``whole``, a fold of
+    rebases, a checkpoint) are read from the store. So a page deleted or damaged on disk
+    after it was cached is still served to small reads until it is evicted (the store has no
+    cheap existence check on every backend); ``read``, what Verify and the scrubber use,
+    always reads the bytes, and a scrub finding makes every read refuse the run
+    (docs/design.md, "What a read parses and stats")."""
 
     def __init__(
         self, attachments: AttachmentStore, cache_bytes: int = DECODED_PAGES_BYTES
@@ -142,12 +145,13 @@ class PageStore:
         return out
 
     async def decoded(
-        self, run_id: str, refs: Iterable[PageRef], keep: bool = True
+        self, run_id: str, refs: Iterable[PageRef], cached: bool = True
     ) -> dict[str, list[Message]]:
         """The messages of each page, checked (decoded once, then kept in the bounded cache;
-        ``keep`` False: a read of a whole conversation, which uses what is cached but does not
-        push the pages small reads come back for out of it); a missing or damaged one is
-        ``store_corrupted`` naming it. The lists and message dicts
+        ``cached`` False: a read of a whole conversation, which reads every page from the
+        store, so that it finds a page gone from disk, and does not push the pages small reads
+        come back for out of the cache); a missing or damaged one is ``store_corrupted``
+        naming it. The lists and message dicts
         are shared with later reads: callers never change them in place (a message changes
         by replacement: ``journald.core.message_log``)."""
         out: dict[str, list[Message]] = {}
@@ -155,10 +159,10 @@ class PageStore:
             if ref.sha256 in out:
                 continue
             key = (run_id, ref)
-            msgs = self._decoded.get(key)
+            msgs = self._decoded.get(key) if cached else None
             if msgs is None:
                 msgs = (await self._fetch(run_id, ref))[1]
-                if keep:
+                if cached:
                     self._keep(key, msgs)
             else:
                 self._decoded.move_to_end(key)
@@ -196,7 +200,8 @@ class PageStore:
         (read now, checked)."""
         chunks = await self.rebase_chunks(run_id, payloads)
         refs = referenced_pages(payloads, chunk_map_resolver(chunks))
-        pages = decoded_resolver(await self.decoded(run_id, refs))
+        # a fold of rebases reads a whole conversation: from the store
+        pages = decoded_resolver(await self.decoded(run_id, refs, cached=False))
         return with_chunks(pages, chunks) if chunks else pages
 
     async def put_rebase(self, run_id: str, rebase: PagedRebase) -> None:
@@ -208,9 +213,9 @@ class PageStore:
         return await self.resolver(run_id, [r.payload for r in records if r.kind == "rebase"])
 
     async def messages(
-        self, run_id: str, refs: Sequence[PageRef], keep: bool = True
+        self, run_id: str, refs: Sequence[PageRef], cached: bool = True
     ) -> list[Message]:
-        resolve = decoded_resolver(await self.decoded(run_id, refs, keep))
+        resolve = decoded_resolver(await self.decoded(run_id, refs, cached))
         out: list[Message] = []
         for ref in refs:
             out.extend(resolve(ref))
@@ -275,23 +280,27 @@ class PageStore:
         for ref in refs:
             log.provide(ref, got[ref.sha256])
 
-    async def span(self, run_id: str, log: MessageLog, start: int, end: int) -> Span:
+    async def span(
+        self, run_id: str, log: MessageLog, start: int, end: int, cached: bool = True
+    ) -> Span:
         """Messages ``[start, end)`` widened to whole pages, reading only the chunks and
         pages holding them: what a window or a History page reads (page boundaries are
         clean, so alignment stays inside them). Reads a copy taken first: a held run's writer
-        may seal more of its tail while the pages are read."""
+        may seal more of its tail while the pages are read. ``cached``: as ``decoded``."""
         log = log.copy()
         chunks = await self.load_chunks(run_id, log, start, end)
         refs = log.missing(start, end, chunks)
-        return log.span(start, end, await self.decoded(run_id, refs), chunks)
+        return log.span(start, end, await self.decoded(run_id, refs, cached), chunks)
 
     async def window(self, run_id: str, log: MessageLog, window: int) -> Sequence[Message]:
-        """What a message window of ``window`` trailing messages (0: all) reads."""
+        """What a message window of ``window`` trailing messages (0: all) reads: from the
+        store (a resume, once per lease, reads up to a whole conversation; it finds a page
+        gone from disk)."""
         if not log.has_pages:
             return log
         if window <= 0:
             return await self.whole(run_id, log)
-        return await self.span(run_id, log, len(log) - window, len(log))
+        return await self.span(run_id, log, len(log) - window, len(log), cached=False)
 
     async def whole(self, run_id: str, log: MessageLog) -> list[Message]:
         """Every message (governance of a whole conversation, a whole Fold, a checkpoint):
@@ -300,7 +309,7 @@ class PageStore:
         if not log.has_pages:
             return list(log)
         log = log.copy()
-        out = await self.messages(run_id, list(await self.all_refs(run_id, log)), keep=False)
+        out = await self.messages(run_id, list(await self.all_refs(run_id, log)), cached=False)
         out.extend(log.tail)
         return out
 
@@ -466,7 +475,7 @@ class PagedCheckpoints:
         cp = await self.inner.get(run_id, checkpoint_id)
         if not cp.pages:
             return cp
-        head = await self.pages.messages(run_id, cp.pages, keep=False)
+        head = await self.pages.messages(run_id, cp.pages, cached=False)
         return resolved(cp, [*head, *cp.messages], f"{run_id}/{checkpoint_id}")
 
     async def list(self, run_id: str) -> list[CheckpointMeta]:

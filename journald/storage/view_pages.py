@@ -167,9 +167,9 @@ class ViewPages:
         known = known or {}
         for at in range(0, len(todo), PAGES_PER_READ):
             batch = todo[at : at + PAGES_PER_READ]
-            # every page once, decoded once; not kept: a build walks the whole conversation
+            # every page once, decoded once, from the store: a build walks the whole conversation
             got = await self.pages.decoded(
-                run_id, [r for r in batch if r.sha256 not in known], keep=False
+                run_id, [r for r in batch if r.sha256 not in known], cached=False
             )
             for ref in batch:
                 data = known.get(ref.sha256)
