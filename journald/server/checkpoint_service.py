@@ -428,6 +428,7 @@ class CheckpointRpcs:
                 await self.runs.store.delete(run_id)
                 await self.runs.checkpoints.drop_run(run_id)
                 await self.runs.attachments.drop_run(run_id)
+                self.runs.pages.forget(run_id)
             self.runs.owners.forget(run_id)
             self.runs.changes.changed(run_id)
 

@@ -46,7 +46,7 @@ from journald.server.owners import Owners
 from journald.server.scrub import ScrubRecords
 from journald.storage.base import AppendResult, HostLeases, Store
 from journald.storage.checkpoint_base import AttachmentStore, CheckpointStore
-from journald.storage.pages import PageStore, paged_checkpoints
+from journald.storage.pages import PagedCheckpoints, PageStore, paged_checkpoints
 from journald.storage.view_pages import ViewPages
 from journald.writer.folding import fold_from_snapshot, fold_stored
 from journald.writer.gate import Gate
@@ -151,7 +151,12 @@ class Runs:
         self.checkpoints = paged_checkpoints(checkpoints, attachments)
         self.checkpoint_max = checkpoint_max
         self.attachments = attachments
-        self.pages = PageStore(attachments)
+        cps = self.checkpoints
+        # one decoded-page cache per daemon (its bound is the daemon's), forgotten on Delete
+        shared = isinstance(cps, PagedCheckpoints) and cps.pages.attachments is attachments
+        self.pages: PageStore = (
+            cps.pages if isinstance(cps, PagedCheckpoints) and shared else PageStore(attachments)
+        )
         """Message pages of rebases, checkpoints and snapshots (docs/design.md#message-pages)."""
         self.views = ViewPages(checkpoints, self.pages)
         """The cleaned-up and governed views' page index (docs/design.md#view-pages)."""

@@ -491,6 +491,7 @@ class JournalService:
             # between the two steps removes what the first one left behind
             await self.runs.checkpoints.drop_run(run_id)
             await self.runs.attachments.drop_run(run_id)
+            self.runs.pages.forget(run_id)
             await self.runs.scrubs.forget(run_id, deleted=True)
         self.runs.owners.forget(run_id)
         if deleted:
@@ -518,6 +519,7 @@ class JournalService:
             rep = await self.store.recover(run_id, check=self.runs.gate.record)
             # a snapshot naming an answered-id chunk that is gone is a cache to drop
             await self.runs.pages.drop_unreadable_snapshot(run_id, self.runs.checkpoints)
+            self.runs.pages.forget(run_id)  # decoded pages are read again from what is left
             await self.runs.scrubs.forget(run_id)  # the next pass verifies what is left
         if rep.rebase is not None:
             self.hub.publish(run_id, [rep.rebase])  # tails see the hole recorded

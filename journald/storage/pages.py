@@ -21,6 +21,7 @@ caller (the daemon, ``migrate``, the prune hook).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,6 @@ from journald.core.pages import (
     Paged,
     PageRef,
     PageResolver,
-    bytes_resolver,
     cut,
     decode_page,
     is_paged,
@@ -55,6 +55,25 @@ from journald.core.snapshot import snapshot_answered_head, snapshot_chunks
 from journald.storage.base import Store
 from journald.storage.checkpoint_base import MARKS, SNAPSHOT, AttachmentStore, CheckpointStore
 
+DECODED_PAGES_BYTES = 4 * 1024 * 1024
+"""Bound on the decoded pages a ``PageStore`` keeps, counted in the pages' stored bytes
+(``PageRef.size``): 32 full pages, so the tail page of every run a client is paging stays
+decoded across calls (a dormant History tail reads, hashes and decodes no page), while the
+decoded form (Python dicts and strings, a few times the JSON bytes for small messages)
+stays a small part of the daemon's RSS budget (a held 1M run <= idle + 64 MiB)."""
+
+
+def decoded_resolver(pages: Mapping[str, list[Message]]) -> PageResolver:
+    """Resolve from pages read and decoded already (``PageStore.decoded``)."""
+
+    def resolve(ref: PageRef) -> list[Message]:
+        msgs = pages.get(ref.sha256)
+        if msgs is None:
+            raise page_missing(ref)
+        return msgs
+
+    return resolve
+
 
 @dataclass(slots=True)
 class PageWrites:
@@ -66,10 +85,28 @@ class PageWrites:
 
 
 class PageStore:
-    def __init__(self, attachments: AttachmentStore) -> None:
+    """Reads and writes a run's pages. Reads for a caller (``decoded`` and what uses it) go
+    through a bounded cache of checked, decoded pages keyed by (run, reference): a page is
+    immutable (its address is its content), so a hit is the same messages; the run is in the
+    key so that one run's page never answers for another's (a run missing its copy is still
+    ``store_corrupted``). Only small reads use it (``span``: a History page; ``load``; the
+    snapshot's last page); a resume's window and a whole conversation (``whole``, a fold of
+    rebases, a checkpoint) are read from the store. So a page deleted or damaged on disk
+    after it was cached is still served to small reads until it is evicted (the store has no
+    cheap existence check on every backend); ``read``, what Verify and the scrubber use,
+    always reads the bytes, and a scrub finding makes every read refuse the run
+    (docs/design.md, "What a read parses and stats")."""
+
+    def __init__(
+        self, attachments: AttachmentStore, cache_bytes: int = DECODED_PAGES_BYTES
+    ) -> None:
         self.attachments = attachments
         self.written = PageWrites()
         """Running totals (the benchmark reads them)."""
+        self.cache_bytes = cache_bytes
+        self.cached_bytes = 0
+        """Stored bytes of the pages cached now (at most ``cache_bytes``)."""
+        self._decoded: OrderedDict[tuple[str, PageRef], list[Message]] = OrderedDict()
 
     async def put(self, run_id: str, paged: Paged) -> None:
         """Store every page of ``paged`` in ``run_id`` (those it holds already are kept)."""
@@ -86,25 +123,71 @@ class PageStore:
         await self.put(run_id, paged)
         return paged
 
+    async def _fetch(self, run_id: str, ref: PageRef) -> tuple[bytes, list[Message]]:
+        """One page's bytes read from the store and its messages (checked once); a missing or
+        damaged one is ``store_corrupted`` naming it."""
+        try:
+            raw = await self.attachments.get(run_id, ref.sha256)
+        except AttachmentNotFound:
+            raise named_page_error(page_missing(ref), run_id) from None
+        except StoreCorrupted as exc:
+            raise named_page_error(exc, run_id, ref) from None
+        try:
+            return raw, decode_page(ref, raw)
+        except StoreCorrupted as exc:
+            raise named_page_error(exc, run_id) from None
+
     async def read(self, run_id: str, refs: Iterable[PageRef]) -> dict[str, bytes]:
-        """The bytes of each page, checked; a missing or damaged one is ``store_corrupted``
-        naming it."""
+        """The bytes of each page, read from the store (never the cache: Verify and the
+        scrubber see what is on disk now) and checked; a missing or damaged one is
+        ``store_corrupted`` naming it."""
         out: dict[str, bytes] = {}
+        for ref in refs:
+            if ref.sha256 not in out:
+                out[ref.sha256] = (await self._fetch(run_id, ref))[0]
+        return out
+
+    async def decoded(
+        self, run_id: str, refs: Iterable[PageRef], cached: bool = True
+    ) -> dict[str, list[Message]]:
+        """The messages of each page, checked (decoded once, then kept in the bounded cache;
+        ``cached`` False: a read of a whole conversation, which reads every page from the
+        store, so that it finds a page gone from disk, and does not push the pages small reads
+        come back for out of the cache); a missing or damaged one is ``store_corrupted``
+        naming it. The lists and message dicts
+        are shared with later reads: callers never change them in place (a message changes
+        by replacement: ``journald.core.message_log``)."""
+        out: dict[str, list[Message]] = {}
         for ref in refs:
             if ref.sha256 in out:
                 continue
-            try:
-                raw = await self.attachments.get(run_id, ref.sha256)
-            except AttachmentNotFound:
-                raise named_page_error(page_missing(ref), run_id) from None
-            except StoreCorrupted as exc:
-                raise named_page_error(exc, run_id, ref) from None
-            try:
-                decode_page(ref, raw)
-            except StoreCorrupted as exc:
-                raise named_page_error(exc, run_id) from None
-            out[ref.sha256] = raw
+            key = (run_id, ref)
+            msgs = self._decoded.get(key) if cached else None
+            if msgs is None:
+                msgs = (await self._fetch(run_id, ref))[1]
+                if cached:
+                    self._keep(key, msgs)
+            else:
+                self._decoded.move_to_end(key)
+            out[ref.sha256] = msgs
         return out
+
+    def _keep(self, key: tuple[str, PageRef], msgs: list[Message]) -> None:
+        size = key[1].size
+        if size > self.cache_bytes or key in self._decoded:
+            return
+        self._decoded[key] = msgs
+        self.cached_bytes += size
+        while self.cached_bytes > self.cache_bytes:
+            (_, old), _ = self._decoded.popitem(last=False)
+            self.cached_bytes -= old.size
+
+    def forget(self, run_id: str) -> None:
+        """Drop the run's cached pages (``Delete``, a discarded fork, ``Recover``: its pages
+        may be gone or replaced)."""
+        for key in [k for k in self._decoded if k[0] == run_id]:
+            del self._decoded[key]
+            self.cached_bytes -= key[1].size
 
     async def rebase_chunks(
         self, run_id: str, payloads: Sequence[Mapping[str, Any]]
@@ -120,7 +203,8 @@ class PageStore:
         (read now, checked)."""
         chunks = await self.rebase_chunks(run_id, payloads)
         refs = referenced_pages(payloads, chunk_map_resolver(chunks))
-        pages = bytes_resolver(await self.read(run_id, refs))
+        # a fold of rebases reads a whole conversation: from the store
+        pages = decoded_resolver(await self.decoded(run_id, refs, cached=False))
         return with_chunks(pages, chunks) if chunks else pages
 
     async def put_rebase(self, run_id: str, rebase: PagedRebase) -> None:
@@ -143,8 +227,10 @@ class PageStore:
         pages = bytes_resolver(await self.read(run_id, seen.values()))
         return with_chunks(pages, chunks) if chunks else pages
 
-    async def messages(self, run_id: str, refs: Sequence[PageRef]) -> list[Message]:
-        resolve = bytes_resolver(await self.read(run_id, refs))
+    async def messages(
+        self, run_id: str, refs: Sequence[PageRef], cached: bool = True
+    ) -> list[Message]:
+        resolve = decoded_resolver(await self.decoded(run_id, refs, cached))
         out: list[Message] = []
         for ref in refs:
             out.extend(resolve(ref))
@@ -205,29 +291,31 @@ class PageStore:
         end = len(log) if end < 0 else end
         chunks = await self.load_chunks(run_id, log, start, end)
         refs = log.missing(start, end, chunks)
-        raw = await self.read(run_id, refs)
+        got = await self.decoded(run_id, refs)
         for ref in refs:
-            log.provide(ref, decode_page(ref, raw[ref.sha256]))
+            log.provide(ref, got[ref.sha256])
 
-    async def span(self, run_id: str, log: MessageLog, start: int, end: int) -> Span:
+    async def span(
+        self, run_id: str, log: MessageLog, start: int, end: int, cached: bool = True
+    ) -> Span:
         """Messages ``[start, end)`` widened to whole pages, reading only the chunks and
         pages holding them: what a window or a History page reads (page boundaries are
         clean, so alignment stays inside them). Reads a copy taken first: a held run's writer
-        may seal more of its tail while the pages are read."""
+        may seal more of its tail while the pages are read. ``cached``: as ``decoded``."""
         log = log.copy()
         chunks = await self.load_chunks(run_id, log, start, end)
         refs = log.missing(start, end, chunks)
-        raw = await self.read(run_id, refs)
-        got = {r.sha256: decode_page(r, raw[r.sha256]) for r in refs}
-        return log.span(start, end, got, chunks)
+        return log.span(start, end, await self.decoded(run_id, refs, cached), chunks)
 
     async def window(self, run_id: str, log: MessageLog, window: int) -> Sequence[Message]:
-        """What a message window of ``window`` trailing messages (0: all) reads."""
+        """What a message window of ``window`` trailing messages (0: all) reads: from the
+        store (a resume, once per lease, reads up to a whole conversation; it finds a page
+        gone from disk)."""
         if not log.has_pages:
             return log
         if window <= 0:
             return await self.whole(run_id, log)
-        return await self.span(run_id, log, len(log) - window, len(log))
+        return await self.span(run_id, log, len(log) - window, len(log), cached=False)
 
     async def whole(self, run_id: str, log: MessageLog) -> list[Message]:
         """Every message (governance of a whole conversation, a whole Fold, a checkpoint):
@@ -236,7 +324,7 @@ class PageStore:
         if not log.has_pages:
             return list(log)
         log = log.copy()
-        out = await self.messages(run_id, list(await self.all_refs(run_id, log)))
+        out = await self.messages(run_id, list(await self.all_refs(run_id, log)), cached=False)
         out.extend(log.tail)
         return out
 
@@ -381,9 +469,11 @@ def named_ref_chunk_error(exc: StoreCorrupted, run_id: str, ref: PageRef) -> Sto
 class PagedCheckpoints:
     """A checkpoint store whose checkpoints hold page references (``CheckpointStore``)."""
 
-    def __init__(self, inner: CheckpointStore, attachments: AttachmentStore) -> None:
+    def __init__(
+        self, inner: CheckpointStore, attachments: AttachmentStore, pages: PageStore | None = None
+    ) -> None:
         self.inner = inner
-        self.pages = PageStore(attachments)
+        self.pages = pages if pages is not None else PageStore(attachments)
 
     def __getattr__(self, name: str) -> Any:  # a backend's extras (follow, sweep, bucket)
         return getattr(self.inner, name)
@@ -400,7 +490,7 @@ class PagedCheckpoints:
         cp = await self.inner.get(run_id, checkpoint_id)
         if not cp.pages:
             return cp
-        head = await self.pages.messages(run_id, cp.pages)
+        head = await self.pages.messages(run_id, cp.pages, cached=False)
         return resolved(cp, [*head, *cp.messages], f"{run_id}/{checkpoint_id}")
 
     async def list(self, run_id: str) -> list[CheckpointMeta]:

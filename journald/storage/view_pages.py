@@ -167,10 +167,14 @@ class ViewPages:
         known = known or {}
         for at in range(0, len(todo), PAGES_PER_READ):
             batch = todo[at : at + PAGES_PER_READ]
-            raw = await self.pages.read(run_id, [r for r in batch if r.sha256 not in known])
+            # every page once, decoded once, from the store: a build walks the whole conversation
+            got = await self.pages.decoded(
+                run_id, [r for r in batch if r.sha256 not in known], cached=False
+            )
             for ref in batch:
-                data = known.get(ref.sha256) or raw[ref.sha256]
-                paged = b.add(decode_page(ref, data), seal)
+                data = known.get(ref.sha256)
+                msgs = decode_page(ref, data) if data is not None else got[ref.sha256]
+                paged = b.add(msgs, seal)
                 self.extended_pages += 1
                 if paged is None:
                     continue

@@ -29,7 +29,7 @@ from typing import Any
 from journald import failpoints
 from journald.core.errors import StoreCorrupted
 from journald.core.fold import RunState
-from journald.core.pages import Paged, PageRef, PageResolver, bytes_resolver, cut_open
+from journald.core.pages import Paged, PageRef, PageResolver, cut_open
 from journald.core.ref_chunks import ChunkResolver
 from journald.core.snapshot import (
     SnapshotUnreadable,
@@ -42,7 +42,7 @@ from journald.core.snapshot import (
 )
 from journald.core.view_index import FoldPages
 from journald.storage.checkpoint_base import SNAPSHOT, CheckpointStore
-from journald.storage.pages import PageStore
+from journald.storage.pages import PageStore, decoded_resolver
 from journald.storage.view_pages import ViewPages
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class FoldMarks:
                         return chunk.refs  # the one chunk decoding asks for, read now
 
                 if refs:
-                    resolve = bytes_resolver(await self.pages.read(run_id, refs))
+                    resolve = decoded_resolver(await self.pages.decoded(run_id, refs))
             except StoreCorrupted as exc:  # a cache: fold the run in full instead
                 log.debug("run %s: its fold snapshot's pages (%s); folding it in full", run_id, exc)
                 return None
