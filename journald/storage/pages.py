@@ -224,7 +224,8 @@ class PageStore:
         for p in payloads:
             for ref in open_refs(p, chunk_map_resolver(chunks)):
                 seen.setdefault(ref.sha256, ref)
-        pages = bytes_resolver(await self.read(run_id, seen.values()))
+        # a fold reads from the store, not the cache (it finds a page gone from disk)
+        pages = decoded_resolver(await self.decoded(run_id, seen.values(), cached=False))
         return with_chunks(pages, chunks) if chunks else pages
 
     async def messages(
