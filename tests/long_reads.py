@@ -6,6 +6,7 @@ from __future__ import annotations
 import journald_client as jc
 
 from journald.core.checkpoints import governed
+from tests.integration.clientbin.common import FP
 
 READ_BYTES = 300 * 1024  # each tool turn is a page of its own
 
@@ -30,3 +31,20 @@ def default_view_reads_whole(client: jc.Client, run_id: str) -> None:
         assert page.total == len(want)
         assert page.messages == want[page.offset : page.next_offset]
         offset = page.next_offset
+
+
+PAGE_RESULT_BYTES = 128 * 1024  # a result of a page's size: each tool turn closes a page
+
+
+def start_with_page_reads(
+    client: jc.Client, run_id: str, turns: int, result_bytes: int = PAGE_RESULT_BYTES
+) -> None:
+    """Start ``run_id`` and write ``turns`` tool turns of ``result_bytes`` each (tool ids
+    ``read_<i>``), then a final answer; the lease ends with the block."""
+    with client.start(run_id, FP, "read every file of the repository") as run:
+        for i in range(turns):
+            tid = f"read_{i}"
+            call = {"type": "tool_use", "id": tid, "name": "read_file", "input": f'{{"i": {i}}}'}
+            run.assistant([call], stop_reason="tool_use")
+            run.tool_result(tid, f"file {i} " + "y" * result_bytes)
+        run.assistant("I read them all.", stop_reason="end_turn")

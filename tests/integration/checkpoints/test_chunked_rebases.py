@@ -19,22 +19,17 @@ from journald.cli.migrate import main
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
 from tests.integration.jetstream.test_jetstream_side_data import objects_of
+from tests.long_reads import PAGE_RESULT_BYTES, start_with_page_reads
 from tests.nats_server import NatsServer, create_stream
 from tests.storage.backend_jetstream import fresh_stream
 
-RESULT_BYTES = 128 * 1024  # each tool turn closes a page of its own
+RESULT_BYTES = PAGE_RESULT_BYTES
 TURNS = 260  # two full chunks of 128 page references and a few loose ones
 RECORD_BOUND = 4 * 1024  # chunk references, loose references and a short tail
 
 
 def long_reads(client: jc.Client, run_id: str) -> None:
-    with client.start(run_id, FP, "read every file of the repository") as run:
-        for i in range(TURNS):
-            tid = f"read_{i}"
-            call = {"type": "tool_use", "id": tid, "name": "read_file", "input": f'{{"i": {i}}}'}
-            run.assistant([call], stop_reason="tool_use")
-            run.tool_result(tid, f"file {i} " + "y" * RESULT_BYTES)
-        run.assistant("I read them all.", stop_reason="end_turn")
+    start_with_page_reads(client, run_id, TURNS, RESULT_BYTES)
 
 
 def chunked_rebase(client: jc.Client, run_id: str) -> jc.JournalRecord:

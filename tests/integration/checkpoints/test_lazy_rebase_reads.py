@@ -20,20 +20,15 @@ from journald_client.pb import journal_pb2_grpc as pbg
 from journald.server.convert import message_from_pb
 from tests.daemon import Daemon
 from tests.integration.clientbin.common import FP
+from tests.long_reads import PAGE_RESULT_BYTES, start_with_page_reads
 
-RESULT_BYTES = 128 * 1024  # each tool turn closes a page of its own
+RESULT_BYTES = PAGE_RESULT_BYTES
 TURNS = 100  # ~13 MB of conversation: the fork's whole-state answer stays under 16 MiB
 PAGE = 10
 
 
 def long_reads(client: jc.Client, run_id: str) -> None:
-    with client.start(run_id, FP, "read every file of the repository") as run:
-        for i in range(TURNS):
-            tid = f"read_{i}"
-            call = {"type": "tool_use", "id": tid, "name": "read_file", "input": f'{{"i": {i}}}'}
-            run.assistant([call], stop_reason="tool_use")
-            run.tool_result(tid, f"file {i} " + "y" * RESULT_BYTES)
-        run.assistant("I read them all.", stop_reason="end_turn")
+    start_with_page_reads(client, run_id, TURNS, RESULT_BYTES)
 
 
 def rchar(pid: int) -> int:
