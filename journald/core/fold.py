@@ -15,7 +15,8 @@ Invariants of the result:
   tail; the fold changes only the tail (appends and merges into the last message).
 * A rebase replaces the messages with its own: its chunks and pages stay sealed in the new
   log (``rebase_chunks.rebase_log``: no page is read but the last one or two when its inline
-  tail is shorter than two messages), its inline messages are the tail; counters stay
+  tail is shorter than two messages and not one assistant message), its inline messages are
+  the tail; counters stay
   cumulative. A rebase with
   reason ``quarantine`` (written by recovery after moving damaged records out) is also kept
   as an anomaly, and every Open of the run warns about it.

@@ -218,8 +218,25 @@ def open_chunk(payload: Mapping[str, Any]) -> PageRef | None:
     inline tail together hold fewer than ``OPEN_TAIL_MESSAGES`` messages (else None)."""
     named = chunk_refs(payload)
     tail = payload.get("messages")
+    if _open_enough(tail):
+        return None
     held = (len(tail) if isinstance(tail, list) else 0) + sum(r.count for r in page_refs(payload))
     return named[-1] if named and held < OPEN_TAIL_MESSAGES else None
+
+
+def _open_enough(tail: Any) -> bool:
+    """Whether a rebase's inline tail needs no page taken back: it holds
+    ``OPEN_TAIL_MESSAGES`` messages, or one assistant message. ``cut_open`` keeps two open
+    because a tool result merged into a lone user message would make it answer the sealed
+    message before it; nothing merged into an assistant message answers anything, and the
+    page boundary before it is clean by the cut. So a conversation that ends with an
+    assistant's answer after a large tool result (the usual shape) keeps that result sealed
+    in its page instead of inline in the held tail and in every fold snapshot."""
+    if not isinstance(tail, list):
+        return False
+    if len(tail) >= OPEN_TAIL_MESSAGES:
+        return True
+    return len(tail) == 1 and isinstance(tail[0], dict) and tail[0].get("role") == "assistant"
 
 
 def _opened(
@@ -229,6 +246,8 @@ def _opened(
     named, loose = chunk_refs(payload), page_refs(payload)
     tail = payload.get("messages")
     keep = len(tail) if isinstance(tail, list) else 0
+    if _open_enough(tail):
+        keep = OPEN_TAIL_MESSAGES
     opened: list[PageRef] = []
     while keep < OPEN_TAIL_MESSAGES and (loose or named):
         if not loose:
@@ -246,7 +265,8 @@ def open_refs(payload: Mapping[str, Any], chunks: ChunkResolver | None) -> list[
     """The pages the fold of a rebase reads: the last ones, taken back into the open tail
     until it holds ``OPEN_TAIL_MESSAGES`` messages (as ``cut_open`` leaves a snapshot's), so
     the fold can merge into the last message and the boundary before the tail stays clean
-    whatever the next record merges (none when the inline tail holds two messages)."""
+    whatever the next record merges (none when the inline tail holds two messages, or one
+    assistant message: ``_open_enough``)."""
     return _opened(payload, chunks)[2]
 
 

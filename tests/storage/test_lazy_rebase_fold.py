@@ -106,3 +106,28 @@ def test_a_rebase_with_a_short_inline_tail_reads_only_its_last_pages_and_its_las
     assert len(st.messages) == len(msgs)
     assert st.messages.tail == msgs[-2:]
     assert asyncio.run(PageStore(store).whole(RUN, st.messages)) == msgs
+
+
+@pytest.mark.parametrize(("pages", "role"), [(51, "assistant"), (50, "user")])
+def test_a_rebase_ending_in_one_inline_assistant_message_takes_no_page_back(
+    pages: int, role: str
+) -> None:
+    """The usual end of a conversation: a large tool result closes a page, then the
+    assistant's answer is the inline tail. Nothing merged into an assistant message answers
+    the sealed message before it, so the fold reads no page and the result stays sealed (the
+    lease end's snapshot no longer inlines it: bench/bench_pages.py 802 KiB -> 2.1 KiB at
+    10 x 800 KB). A lone user message still takes its page back: a tool result merged into
+    it would answer the sealed message before it."""
+    records, msgs, store = stored_rebase(pages, tail=1)
+    assert msgs[-1]["role"] == role
+    resolve = asyncio.run(PageStore(store).for_records(RUN, records))
+    st = fold(records, pages=resolve)
+    assert len(st.messages) == len(msgs)
+    if role == "assistant":
+        assert store.gets == []
+        assert st.messages.tail == msgs[-1:]
+        assert st.messages.sealed == pages
+    else:
+        assert len(store.gets) == 1
+        assert st.messages.tail == msgs[-2:]
+    assert asyncio.run(PageStore(store).whole(RUN, st.messages)) == msgs
