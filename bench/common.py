@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -309,3 +310,21 @@ def loadavg() -> str:
 
 def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True, default=str)
+
+
+def print_round(
+    r: int, floor_text: str, p50: dict[str, float], ratios: dict[str, list[float]]
+) -> None:
+    """One round of a p50 goal script: the floor's parts, then each daemon's p50 and ratio."""
+    daemons = "; ".join(
+        f"{t} daemon Append p50 {p50[t]:.2f} ms ({xs[-1]:.2f}x)" for t, xs in ratios.items()
+    )
+    print(f"round {r + 1}: {floor_text}; {daemons}", flush=True)
+
+
+def print_medians(ratios: dict[str, list[float]], goal: float = 1.25) -> None:
+    """The median of each daemon's ratios over the rounds, against the goal."""
+    for t, xs in ratios.items():
+        print(
+            f"{t}: median ratio {statistics.median(xs):.2f}x over {len(xs)} rounds (goal <= {goal})"
+        )

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_all
-from common import ROOT
+from common import ROOT, print_medians, print_round
 
 sys.path.insert(0, str(ROOT))
 from tests.daemon import Daemon
@@ -147,21 +146,15 @@ def main(argv: list[str] | None = None) -> int:
                         row = run_all.run_agents(ctx, "unary", 1, d.target, tag=f"{v}{r}")
                     p50[v] = row["p50_ms"]
                     ratios[v].append(p50[v] / (p50["nats"] + p50["echo"]))
-                print(
-                    f"round {r + 1}: echo p50 {p50['echo']:.2f} ms, direct publish p50 "
-                    f"{p50['nats']:.2f} ms; "
-                    + "; ".join(
-                        f"{t} daemon Append p50 {p50[t]:.2f} ms ({ratios[t][-1]:.2f}x)"
-                        for t in (*trees, *floors)
-                    ),
-                    flush=True,
+                print_round(
+                    r,
+                    f"echo p50 {p50['echo']:.2f} ms, direct publish p50 {p50['nats']:.2f} ms",
+                    p50,
+                    ratios,
                 )
     finally:
         server.stop()
-    for t, xs in ratios.items():
-        print(
-            f"{t}: median ratio {statistics.median(xs):.2f}x over {len(xs)} rounds (goal <= 1.25)"
-        )
+    print_medians(ratios)
     return 0
 
 

@@ -14,14 +14,13 @@ run, sequential calls); the figure printed per round and as the median over roun
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_all
-from common import ROOT
+from common import ROOT, print_medians, print_round
 
 sys.path.insert(0, str(ROOT))
 from tests.daemon import Daemon
@@ -54,18 +53,13 @@ def main(argv: list[str] | None = None) -> int:
                 with Daemon(base, "file", cwd=tree) as d:
                     p50[t] = run_all.run_agents(ctx, "unary", 1, d.target, tag=f"{t}{r}")["p50_ms"]
                 ratios[t].append(p50[t] / floor)
-            print(
-                f"round {r + 1}: echo p50 {p50['echo']:.2f} ms, write+fdatasync p50 "
-                f"{p50['disk']:.2f} ms; "
-                + "; ".join(
-                    f"{t} daemon Append p50 {p50[t]:.2f} ms ({ratios[t][-1]:.2f}x)" for t in trees
-                ),
-                flush=True,
+            print_round(
+                r,
+                f"echo p50 {p50['echo']:.2f} ms, write+fdatasync p50 {p50['disk']:.2f} ms",
+                p50,
+                ratios,
             )
-    for t, xs in ratios.items():
-        print(
-            f"{t}: median ratio {statistics.median(xs):.2f}x over {len(xs)} rounds (goal <= 1.25)"
-        )
+    print_medians(ratios)
     return 0
 
 
