@@ -228,15 +228,25 @@ class _Generator:
         ]
 
     def _if(self, s: Mapping[str, Any], v: str, known: str | None, stack: tuple[str, ...]) -> Lines:
-        cond = self.fresh("_i")
-        self.function(cond, s["if"], (), known)
+        cond = self._present(s["if"], v, known)
+        if cond is None:
+            name = self.fresh("_i")
+            self.function(name, s["if"], (), known)
+            cond = f"{name}({v})"
         then = self.node(s.get("then", True), v, known, stack)
         other = self.node(s.get("else", True), v, known, stack)
         if not then and not other:
             return []
         if not other:
-            return [f"if {cond}({v}):", *_indent(then)]
-        return [f"if {cond}({v}):", *_indent(then or ["pass"]), "else:", *_indent(other)]
+            return [f"if {cond}:", *_indent(then)]
+        return [f"if {cond}:", *_indent(then or ["pass"]), "else:", *_indent(other)]
+
+    def _present(self, cond: object, v: str, known: str | None) -> str | None:
+        """An ``if`` of ``required`` alone (``state``'s branches) as an expression, not a call."""
+        if not isinstance(cond, Mapping) or set(cond) != {"required"} or not cond["required"]:
+            return None
+        test = " and ".join(f"{self._key(k)} in {v}" for k in cond["required"])
+        return f"({test})" if known == "dict" else f"(type({v}) is not dict or ({test}))"
 
     def _key(self, key: object) -> str:
         return repr(key) if type(key) is str else self.constant(key)

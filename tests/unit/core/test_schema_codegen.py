@@ -138,6 +138,7 @@ KEYS = ["a", "b", "type"]
 CONSTS = st.sampled_from(["a", "x", "", 0, 1, 1.0, 2.5, True, False, None, [1], {"a": 1}, []])
 TYPES = st.sampled_from(["object", "array", "string", "integer", "number", "boolean", "null"])
 BOUNDS = st.sampled_from([0, 1, 2, -1, 0.5, 2.0])
+REQUIRED = st.lists(st.sampled_from(KEYS), max_size=2, unique=True)
 
 
 def _schemas(inner: st.SearchStrategy[Any], with_ref: bool) -> st.SearchStrategy[Any]:
@@ -159,13 +160,14 @@ def _schemas(inner: st.SearchStrategy[Any], with_ref: bool) -> st.SearchStrategy
         "minimum": BOUNDS,
         "maximum": BOUNDS,
         "minItems": st.integers(0, 2),
-        "required": st.lists(st.sampled_from(KEYS), max_size=2, unique=True),
+        "required": REQUIRED,
         "properties": st.dictionaries(st.sampled_from(KEYS), inner, max_size=3),
         "additionalProperties": inner,
         "propertyNames": inner,
         "items": inner,
         "allOf": st.lists(inner, max_size=3),
-        "if": inner,
+        # A condition of required keys alone is written as an expression, not a call.
+        "if": st.one_of(inner, st.fixed_dictionaries({"required": REQUIRED})),
         "then": inner,
         "else": inner,
         "description": st.just("an annotation"),
@@ -185,7 +187,9 @@ def _schema_strategy(with_ref: bool) -> st.SearchStrategy[Any]:
 
 
 instances = st.recursive(
-    st.one_of(st.sampled_from([*TRICKIER, "a", "x", "1", "ab"]), json_values),
+    st.one_of(
+        st.sampled_from([*TRICKIER, "a", "x", "1", "ab", "type", ["a"], ["a", "b"]]), json_values
+    ),
     lambda inner: st.one_of(
         st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(KEYS), inner, max_size=3)
     ),
@@ -259,3 +263,25 @@ def test_the_generated_source_names_no_constant_but_through_its_namespace() -> N
     assert "re.compile" not in source
     assert "frozenset" not in source
     compile(source, "<check>", "exec")
+
+
+CONDITIONS = [
+    {"if": {"required": ["a", "b"]}, "then": False},
+    {"if": {"required": ["a"]}, "then": {"required": ["b"]}, "else": {"required": ["type"]}},
+    {"type": "object", "if": {"required": ["a", "b"]}, "then": False, "else": {"required": ["a"]}},
+    {"items": {"if": {"required": ["a"]}, "then": {"properties": {"a": {"type": "string"}}}}},
+]
+
+
+@pytest.mark.parametrize("schema", CONDITIONS, ids=range(len(CONDITIONS)))
+@pytest.mark.parametrize(
+    "value",
+    [{}, {"a": 1}, {"a": "x", "b": 1}, {"b": 1}, {"type": 1}, "ab", ["a", "b"], 1, [{"a": 1}]],
+)
+def test_a_condition_of_required_keys_holds_for_what_is_not_an_object(
+    schema: Any, value: Any
+) -> None:
+    doc = {"$defs": {"c": schema}}
+    expected = Draft202012Validator({"$ref": "#/$defs/c", **doc}).is_valid(value)
+    assert compile_definition(doc, "c")(value) is expected
+    assert compile_definitions(doc)["c"](value) is expected
