@@ -26,7 +26,10 @@ echo loops) at once over one channel, ~1 KB records, file backend (fdatasync per
 
 ``--profile MODES`` runs py-spy (bench/requirements.txt) against the daemon during those modes
 and writes the top frames of its event-loop thread (self and cumulative shares) to
-``bench/profiles/<mode>.txt``.
+``bench/profiles/<mode>.txt``. ``--perf MODES`` runs ``perf record`` against the server's
+event-loop thread during those modes (echo modes too: the echo server's) and writes its
+cycles by library and symbol to ``bench/profiles/<mode>-perf.txt`` (bench/perf_profile.py: py-spy
+charges a thread preempted inside a system call to that call; perf counts only cycles run).
 """
 
 from __future__ import annotations
@@ -330,6 +333,11 @@ def main() -> int:
     ap.add_argument("--profile", default="", help="modes to profile with py-spy, comma separated")
     ap.add_argument("--native", action="store_true", help="profile C frames too (py-spy --native)")
     ap.add_argument("--tag", default="", help="profile file names: bench/profiles/<tag><mode>.txt")
+    ap.add_argument(
+        "--perf",
+        default="",
+        help="modes to profile with perf record (the loop thread), comma separated",
+    )
     ap.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.client:
@@ -342,6 +350,7 @@ def main() -> int:
     seconds = args.seconds or (3.0 if args.quick else 8.0)
     modes = [m for m in args.modes.split(",") if m]
     profiled = {m for m in args.profile.split(",") if m}
+    perfed = {m for m in args.perf.split(",") if m}
     rate = 50 if args.native else 200  # a native sample pauses the daemon
     work = Path(tempfile.mkdtemp(prefix="journald-cpu-"))
     rows: list[dict[str, Any]] = []
@@ -365,7 +374,8 @@ def main() -> int:
                 rows.append(fdatasync_cpu(work, seconds))
                 continue
             if mode.startswith("echo"):
-                rows.append(run_mode(mode, echo_target, echo_pid, seconds, args.runs))
+                with perf_of(mode in perfed, echo_pid, seconds, work, f"{args.tag}{mode}"):
+                    rows.append(run_mode(mode, echo_target, echo_pid, seconds, args.runs))
                 continue
             if old is not None:
                 rows.append(run_mode(mode, old.target, old.pid, seconds, args.runs))
@@ -376,7 +386,8 @@ def main() -> int:
 
                 spy_raw = work / f"{mode}.raw"
                 spy = start(d.pid, seconds, spy_raw, rate=rate, native=args.native)
-            rows.append(run_mode(mode, d.target, d.pid, seconds, args.runs))
+            with perf_of(mode in perfed, d.pid, seconds, work, f"{args.tag}{mode}"):
+                rows.append(run_mode(mode, d.target, d.pid, seconds, args.runs))
             if spy is not None:
                 spy.wait(timeout=60)
                 PROFILES.mkdir(exist_ok=True)
@@ -391,6 +402,31 @@ def main() -> int:
                 print(f"    profile: {out.relative_to(ROOT)}", file=sys.stderr)
     print_table(rows, seconds, args.runs)
     return 0
+
+
+@contextlib.contextmanager
+def perf_of(wanted: bool, pid: int, seconds: float, work: Path, name: str) -> Iterator[None]:
+    """``perf record`` of ``pid``'s main (event-loop) thread while the body runs, its summary
+    written to ``bench/profiles/<name>-perf.txt``; nothing when not ``wanted``."""
+    if not wanted:
+        yield
+        return
+    from perf_profile import start, summarize
+
+    data = work / f"{name}.perf.data"
+    rec = start(pid, seconds, data)
+    try:
+        yield
+    finally:
+        rec.wait(timeout=120)
+    PROFILES.mkdir(exist_ok=True)
+    out = PROFILES / f"{name}-perf.txt"
+    title = (
+        f"perf record -g -t {pid} (the event-loop thread) for {seconds:.0f} s under mode "
+        f"{name!r} (bench/cpu_per_record.py): on-CPU cycles only"
+    )
+    out.write_text(summarize(data, title))
+    print(f"    perf: {out.relative_to(ROOT)}", file=sys.stderr)
 
 
 def fdatasync_cpu(work: Path, seconds: float) -> dict[str, Any]:
