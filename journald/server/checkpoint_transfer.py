@@ -38,8 +38,8 @@ from journald.server.fairness import PeerBudget, peer_key
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 CHUNK_BYTES = 1024 * 1024
-"""Bytes per export chunk: far below any max message size a daemon runs with, large enough
-that a 256 MiB export is 256 messages."""
+"""Bytes per export chunk: a 256 MiB export is 256 messages. A daemon whose max message size
+is below 2 MiB sends chunks of half of it (room for the message around the bytes)."""
 
 
 class CheckpointTransferRpcs:
@@ -54,7 +54,8 @@ class CheckpointTransferRpcs:
     ) -> AsyncIterator[pb.ExportCheckpointChunksResponse]:
         run_id = request.run_id
         cp = await self.checkpoints.exported(run_id, request.checkpoint_id)
-        pieces, chunks = ExportPieces(cp), Chunks(CHUNK_BYTES)
+        size = max(1, min(CHUNK_BYTES, self.runs.limits.max_message_bytes // 2))
+        pieces, chunks = ExportPieces(cp), Chunks(size)
         for chunk in chunks.add(pieces.start()):
             yield pb.ExportCheckpointChunksResponse(data=chunk)
         for digest in sorted(attachment_refs(cp.messages)):  # read one at a time

@@ -23,8 +23,9 @@ from journald_proto import journal_pb2 as pb
 from journald_client import codec, errors
 from journald_client.state import CheckpointMeta
 
-CHUNK_BYTES = 1024 * 1024
-"""Bytes per import request: far below any max message size a daemon runs with."""
+CHUNK_BYTES = 1024 * 1024 - 4096
+"""Bytes per import request: a request (these bytes, the run id, the framing) stays within a
+daemon's max message size down to 1 MiB (``--max-message-bytes``)."""
 
 ToError = Callable[[grpc.RpcError], errors.JournaldError]
 

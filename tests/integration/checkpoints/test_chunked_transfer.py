@@ -193,3 +193,28 @@ def test_an_import_past_the_256_mib_limit_is_refused_before_the_rest_is_sent(
         cp = client.checkpoint("dst")
         small = b"".join(chunked_export(s, "dst", cp.checkpoint_id))
         assert s.ImportCheckpointChunks(iter(requests("dst", small))).checkpoint.hash == cp.hash
+
+
+async def test_the_async_client_moves_an_export_in_chunks_like_the_sync_one(
+    tight: tuple[Daemon, bytes], tmp_path: Path
+) -> None:
+    d, data = tight
+    with jc.connect(str(d.socket)) as client:
+        cp = client.checkpoints("src")[0]
+        assert client.export_checkpoint("src", cp.checkpoint_id) == data
+        out = tmp_path / "sync.json"
+        with out.open("wb") as f:
+            assert client.export_checkpoint_to("src", cp.checkpoint_id, f) == len(data)
+        with out.open("rb") as f:
+            assert client.import_checkpoint_from("dst", f).hash == cp.hash
+    async with await jc.connect_async(str(d.socket)) as aio:
+        assert await aio.export_checkpoint("src", cp.checkpoint_id) == data
+        out = tmp_path / "async.json"
+        with out.open("wb") as f:
+            assert await aio.export_checkpoint_to("src", cp.checkpoint_id, f) == len(data)
+        assert out.read_bytes() == data
+        with out.open("rb") as f:
+            assert (await aio.import_checkpoint_from("dst", f)).hash == cp.hash
+        assert (await aio.import_checkpoint("dst", data)).hash == cp.hash
+        for imported in [m for m in await aio.checkpoints("dst") if m.trigger == "import"]:
+            assert await aio.delete_checkpoint("dst", imported.checkpoint_id)
