@@ -26,6 +26,7 @@ from journald.clock import utc_ts
 from journald.core.checkpoints import (
     Checkpoint,
     CheckpointMeta,
+    Exported,
     attachment_refs,
     export_bytes,
     governed,
@@ -456,9 +457,12 @@ class CheckpointRpcs:
     # --- export / import ------------------------------------------------------------------
 
     async def store_import(self, run_id: str, data: bytes) -> CheckpointMeta:
-        """Verify ``data`` completely, then store it as a new checkpoint of ``run_id`` (both
-        import RPCs): everything is checked before anything is written."""
-        ex = verify_export(data, validate_payload)
+        """Verify ``data`` completely, then store it as a new checkpoint of ``run_id``:
+        everything is checked before anything is written."""
+        return await self.store_verified(run_id, verify_export(data, validate_payload))
+
+    async def store_verified(self, run_id: str, ex: Exported) -> CheckpointMeta:
+        """Store a verified export as a new checkpoint of ``run_id`` (both import RPCs)."""
         async with self.runs.head(run_id, "", write=False) as held:
             cp = imported(ex, run_id=run_id, seq=held.state.last_seq, created=utc_ts())
             for blob in ex.attachments.values():  # content-addressed: idempotent

@@ -16,11 +16,13 @@ carry the same ``journald-checkpoint/1`` bytes:
   and by the peer's ``max_inflight_bytes_per_peer`` (``resource_exhausted``), which the
   buffered bytes are held against like appends not yet acknowledged, so one peer's
   concurrent imports cannot take the daemon's memory. A refused or cancelled stream writes
-  nothing and drops its buffer (its budget given back on the way out).
+  nothing and drops its buffer (its budget given back on the way out). The verification runs
+  on a read thread of the background class (``verified``), not on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,13 +30,21 @@ from typing import Any
 import grpc
 from journald_proto import journal_pb2 as pb
 
-from journald.core.checkpoints import MAX_EXPORT_BYTES, attachment_refs, export_too_large
+from journald.core.checkpoints import (
+    MAX_EXPORT_BYTES,
+    Exported,
+    attachment_refs,
+    export_too_large,
+    verify_export,
+)
 from journald.core.errors import InvalidRequest
 from journald.core.export_pieces import Chunks, ExportPieces
 from journald.core.records import validate_id
+from journald.core.schema import validate_payload
 from journald.server.checkpoint_service import CheckpointRpcs, meta_to_pb
 from journald.server.edge import streaming, unary
 from journald.server.fairness import PeerBudget, peer_key
+from journald.storage.io_pool import background
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 CHUNK_BYTES = 1024 * 1024
@@ -101,7 +111,8 @@ class CheckpointTransferRpcs:
                 buf.clear()  # released now, not when the refusal's traceback goes
                 raise
             # the budget is kept until the import is stored: the bytes are still held
-            meta = await self.checkpoints.store_import(run_id, _frozen(buf))
+            ex = await verified(_frozen(buf))
+            meta = await self.checkpoints.store_verified(run_id, ex)
         return pb.ImportCheckpointChunksResponse(checkpoint=meta_to_pb(meta))
 
     def _held(self, peer: str, run_id: str, size: int) -> contextlib.AbstractContextManager[None]:
@@ -112,6 +123,14 @@ class CheckpointTransferRpcs:
             lambda: f"an import of {size} more bytes into run {run_id}",
             "import one checkpoint at a time, or wait for the appends already sent",
         )
+
+
+async def verified(data: bytes) -> Exported:
+    """``verify_export`` on a read thread of the background class: up to 256 MiB of parsing,
+    hashing and schema checks would otherwise hold the event loop (every append, every Open)
+    for seconds; there it takes turns with the loop (the daemon's 1 ms switch interval)."""
+    with background():
+        return await asyncio.to_thread(verify_export, data, validate_payload)
 
 
 def _frozen(buf: bytearray) -> bytes:
