@@ -100,6 +100,13 @@ def record_payload(seq: int, size: int = RECORD_BYTES) -> tuple[str, dict[str, A
     }
 
 
+def client_json(value: object) -> bytes:
+    """JSON text as every client writes its ``content_json`` fields: canonical (sorted keys,
+    compact, UTF-8; journald_client.fingerprint.canonical_json, clients/go/canonical.go,
+    clients/ts/src/canonical.ts), the form the daemon's strict parser takes fastest."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def record_pb(pb: Any, seq: int) -> Any:
     """Record ``seq`` of a bench run as the ``journal_pb2.Record`` a client sends (``pb``: the
     generated module, imported by the caller so this module needs no gRPC)."""
@@ -110,7 +117,7 @@ def record_pb(pb: Any, seq: int) -> Any:
             seq=seq,
             ts=TS,
             assistant=pb.AssistantPayload(
-                message=pb.Message(role=m["role"], content_json=json.dumps(m["content"]).encode()),
+                message=pb.Message(role=m["role"], content_json=client_json(m["content"])),
                 iteration=p["iteration"],
                 stop_reason=p["stop_reason"],
                 usage=pb.Usage(**p["usage"]),
@@ -120,7 +127,7 @@ def record_pb(pb: Any, seq: int) -> Any:
         seq=seq,
         ts=TS,
         tool_result=pb.ToolResultPayload(
-            tool_use_id=p["tool_use_id"], content_json=json.dumps(p["content"]).encode()
+            tool_use_id=p["tool_use_id"], content_json=client_json(p["content"])
         ),
     )
 

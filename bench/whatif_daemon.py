@@ -42,7 +42,7 @@ def patch(mode: str) -> None:
     elif mode == "jsonschema":
         # The compiled predicate refuses everything, so each record takes the jsonschema path
         # (which then accepts a valid record): exactly the validator as it was.
-        schema._is_valid = lambda name: lambda instance: False  # type: ignore[assignment]
+        schema._is_valid = lambda name: lambda instance: False
     elif mode == "noop":
         from journald_client.pb import journal_pb2 as pb
 

@@ -316,7 +316,32 @@ def _lone_surrogate(value: object) -> bool:
 def strict_json(data: bytes, where: str) -> Any:
     """Parse UTF-8 JSON a record is built from; ``invalid_record`` naming ``where`` for what
     is not valid JSON, not UTF-8, a key repeated in one object, ``NaN``/``Infinity``, or a
-    lone surrogate: each a value no canonical encoder (ours or a client's) writes."""
+    lone surrogate: each a value no canonical encoder (ours or a client's) writes.
+
+    Canonical bytes (what every client sends, and every stored record) take a fast path:
+    orjson parses them, and its value is kept only if orjson writes it back, keys sorted, to
+    exactly ``data``. Those bytes are orjson's own output for that value, so they hold each
+    key of an object once (a repeated key would be collapsed and written once, shorter), no
+    whitespace, no ``NaN`` (written as ``null``), valid UTF-8 and no lone surrogate (orjson
+    refuses both); and the reference parser reads its output back to the same value, types
+    included (integers in decimal, floats in their shortest round-trip form). Anything else:
+    an orjson error, bytes that differ (spaces, other escapes, unsorted keys, ``-0``, deeper
+    than orjson writes), goes to ``_strict_json_reference``, which decides and names what is
+    refused exactly as before. Nesting limits are the callers' (``parse_json``, ``_parse``),
+    checked before this. tests/unit/core/test_strict_json_fast_path.py holds the two to the
+    same values and the same refusals."""
+    try:
+        value = orjson.loads(data)
+        if orjson.dumps(value, option=_SORTED) == data:
+            return value
+    except (ValueError, TypeError):  # JSONDecodeError, JSONEncodeError (nesting, surrogates)
+        pass
+    return _strict_json_reference(data, where)
+
+
+def _strict_json_reference(data: bytes, where: str) -> Any:
+    """``strict_json`` without the fast path: the definition of what is accepted, and of
+    every refusal's message."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

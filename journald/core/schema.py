@@ -4,11 +4,13 @@ The published schema is ``journald/schemas/records.v1.json`` (one document, ``$d
 payload kind). Every record written through the daemon is validated here first: an invalid
 record is refused with ``invalid_record`` naming the field, and nothing is written.
 
-Two evaluators of the one schema: the predicate compiled from it
-(``journald.core.schema_predicate``) decides, in a few µs per record; ``jsonschema`` runs only on a
-refused record, to name the field. Floats are refused separately (the schema cannot say
-"integer-valued but not 1.0" the way records need), and so are integers beyond ±(2^53-1)
-anywhere in a payload (the schema bounds the fields it names; content blocks may carry more).
+Two evaluators of the one schema: the predicates generated from it as Python source
+(``journald.core.schema_codegen``, checked against the closure compiler
+``journald.core.schema_predicate`` and ``jsonschema``) decide, in a few µs per record;
+``jsonschema`` runs only on a refused record, to name the field. Floats are refused
+separately (the schema cannot say "integer-valued but not 1.0" the way records need), and so
+are integers beyond ±(2^53-1) anywhere in a payload (the schema bounds the fields it names;
+content blocks may carry more).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from jsonschema.exceptions import ValidationError
 
 from journald.core.errors import InvalidRecord, clip
 from journald.core.records import KINDS, MAX_SAFE_INT, Record
-from journald.core.schema_predicate import Predicate, compile_definition
+from journald.core.schema_codegen import compile_definitions
+from journald.core.schema_predicate import Predicate
 
 SCHEMA_FILE = "records.v1.json"
 
@@ -42,10 +45,14 @@ def _validator(name: str) -> Draft202012Validator:
 
 
 @cache
+def _predicates() -> dict[str, Predicate]:
+    return compile_definitions(schema_document())
+
+
 def _is_valid(name: str) -> Predicate:
-    # The compiled predicate accepts exactly what jsonschema accepts (property-tested); it
+    # The generated predicate accepts exactly what jsonschema accepts (property-tested); it
     # only answers yes or no, so a refused instance is re-run through jsonschema for the error.
-    return compile_definition(schema_document(), name)
+    return _predicates()[name]
 
 
 def _path(err: ValidationError) -> str:

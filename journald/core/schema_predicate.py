@@ -13,6 +13,11 @@ The compiler implements exactly the keywords the schema uses, with draft 2020-12
 schema edit cannot silently weaken the fast path. A property test checks it agrees with
 ``jsonschema`` on generated valid and mutated records.
 
+The append path runs ``schema_codegen``'s predicates, the same decisions written out as
+source with the checks inlined (fewer calls per value); these closures stay the plainer
+statement of the meaning that the generated code is tested against, and share their keyword
+set and helpers with it.
+
 Pure: no I/O imports.
 """
 

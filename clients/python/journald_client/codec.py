@@ -1,13 +1,17 @@
 """Request building and response decoding shared by ``Client`` and ``AsyncClient``.
 
 Everything here is free of I/O: the two transports (``client.py``, ``aio.py``) only move the
-messages built here and hand the answers back here to be decoded.
+messages built here and hand the answers back here to be decoded. This module holds the
+records (``Entry``), the Open request and the writer view both transports share
+(``RunView``), history paging and the reconnect policy; content blocks
+(``content_blocks``), the decoding of answers (``response_decode``) and the checkpoint
+operations (``checkpoint_codec``) have their own modules, re-exported here so that
+``codec.X`` names them all.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import socket
@@ -20,43 +24,42 @@ from journald_proto import journal_pb2 as pb
 from journald_proto.conventions import now_ts as now_ts  # re-exported: one timestamp form
 
 from journald_client import errors, telemetry
+from journald_client.checkpoint_codec import COMPACT_STATUS as COMPACT_STATUS
+from journald_client.checkpoint_codec import TRIGGERS as TRIGGERS
+from journald_client.checkpoint_codec import Summary as Summary
+from journald_client.checkpoint_codec import checkpoint_meta_from_pb as checkpoint_meta_from_pb
+from journald_client.checkpoint_codec import compact_from_pb as compact_from_pb
+from journald_client.checkpoint_codec import compact_request as compact_request
+from journald_client.checkpoint_codec import fork_request as fork_request
+from journald_client.checkpoint_codec import message_to_pb as message_to_pb
+from journald_client.checkpoint_codec import restore_from_pb as restore_from_pb
+from journald_client.checkpoint_codec import restore_request as restore_request
+from journald_client.checkpoint_codec import summary_to_pb as summary_to_pb
+from journald_client.content_blocks import RESULT_BLOCKS_TYPE as RESULT_BLOCKS_TYPE
+from journald_client.content_blocks import RESULT_TEXT_TYPE as RESULT_TEXT_TYPE
+from journald_client.content_blocks import _block as _block
+from journald_client.content_blocks import _json_list as _json_list
+from journald_client.content_blocks import blocks as blocks
+from journald_client.content_blocks import blocks_json as blocks_json
+from journald_client.content_blocks import result_attachment as result_attachment
 from journald_client.fingerprint import Fingerprint, canonical_json
 from journald_client.own_records import same_record as same_record  # the lost-ack compare
-from journald_client.state import (
-    Ack,
-    Anomaly,
-    AttachmentRef,
-    Block,
-    CheckpointMeta,
-    CompactResult,
-    Counters,
-    GovernedView,
-    HistoryPage,
-    JournalRecord,
-    LeaseHolder,
-    LeaseWarning,
-    Message,
-    PendingResult,
-    PendingTurn,
-    QuarantinedRecord,
-    RecoverResult,
-    RestoreResult,
-    RunInfo,
-    RunState,
-    StateEntry,
-    Terminal,
-    ToolCall,
-    ToolOutput,
-    VerifyResult,
-)
+from journald_client.response_decode import _DURABILITY as _DURABILITY
+from journald_client.response_decode import ack_from_pb as ack_from_pb
+from journald_client.response_decode import acks_from_pb as acks_from_pb
+from journald_client.response_decode import attachment_from_pb as attachment_from_pb
+from journald_client.response_decode import governed_from_pb as governed_from_pb
+from journald_client.response_decode import history_from_pb as history_from_pb
+from journald_client.response_decode import message_from_pb as message_from_pb
+from journald_client.response_decode import pending_from_pb as pending_from_pb
+from journald_client.response_decode import record_from_pb as record_from_pb
+from journald_client.response_decode import recover_from_pb as recover_from_pb
+from journald_client.response_decode import run_info_from_pb as run_info_from_pb
+from journald_client.response_decode import state_from_pb as state_from_pb
+from journald_client.response_decode import verify_from_pb as verify_from_pb
+from journald_client.state import HistoryPage, LeaseWarning, RunState, ToolCall, ToolOutput
 
 TERMINAL_REASONS = ("completed", "suspended", "error", "budget", "max_iterations")
-_DURABILITY = {
-    pb.DURABILITY_UNSPECIFIED: "unspecified",
-    pb.DURABILITY_MEMORY: "memory",
-    pb.DURABILITY_FSYNC_LOCAL: "fsync_local",
-    pb.DURABILITY_JETSTREAM_ACK: "jetstream_ack",
-}
 
 
 _SAFE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
@@ -77,53 +80,6 @@ def prefixed_run_id(name: str, prefix: str) -> str:
     if _SAFE_ID.match(candidate) and len(candidate.encode()) <= 128:
         return candidate
     return prefix + hashlib.sha256(name.encode()).hexdigest()[:40]
-
-
-# --- content ---------------------------------------------------------------------------
-
-
-def _block(b: Mapping[str, Any]) -> Block:
-    out = dict(b)
-    # tool_use input and provider data are raw JSON *text* on the wire (no floats in records)
-    if out.get("type") == "tool_use" and "input" in out and not isinstance(out["input"], str):
-        out["input"] = canonical_json(out["input"]).decode()
-    if out.get("type") == "provider" and "data" in out and not isinstance(out["data"], str):
-        out["data"] = canonical_json(out["data"]).decode()
-    if out.get("type") == "tool_result" and "content" in out:
-        out["content"] = blocks(out["content"])
-    return out
-
-
-def blocks(content: str | Sequence[Mapping[str, Any]]) -> list[Block]:
-    """Content blocks from a string (one text block) or a list of blocks."""
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return [_block(b) for b in content]
-
-
-def blocks_json(content: str | Sequence[Mapping[str, Any]]) -> bytes:
-    return canonical_json(blocks(content))
-
-
-RESULT_TEXT_TYPE = "text/plain; charset=utf-8"
-RESULT_BLOCKS_TYPE = "application/json"
-
-
-def result_attachment(content: str | Sequence[Mapping[str, Any]]) -> tuple[bytes, str]:
-    """A tool result's content as attachment bytes (``tool_result(..., as_attachment=True)``,
-    docs/protocol.md#large-tool-results): text (a string, or one text block) as UTF-8, any
-    other content as the canonical JSON of its blocks."""
-    items = blocks(content)
-    if len(items) == 1 and set(items[0]) == {"type", "text"} and items[0]["type"] == "text":
-        return str(items[0]["text"]).encode("utf-8"), RESULT_TEXT_TYPE
-    return canonical_json(items), RESULT_BLOCKS_TYPE
-
-
-def _json_list(data: bytes) -> list[Any]:
-    if not data:
-        return []
-    value = json.loads(data)
-    return value if isinstance(value, list) else []
 
 
 # --- records ---------------------------------------------------------------------------
@@ -466,279 +422,7 @@ def metadata() -> tuple[tuple[str, str | bytes], ...]:
     return tuple(telemetry.call_metadata())
 
 
-# --- responses -------------------------------------------------------------------------
-
-
-def message_from_pb(m: pb.Message) -> Message:
-    return {"role": m.role, "content": _json_list(m.content_json)}
-
-
-def pending_from_pb(p: pb.PendingTurn) -> PendingTurn:
-    return PendingTurn(
-        message=message_from_pb(p.message),
-        iteration=p.iteration,
-        stop_reason=p.stop_reason,
-        results=[
-            PendingResult(r.tool_use_id, _json_list(r.content_json), r.is_error, r.seq)
-            for r in p.results
-        ],
-        answered_ids=list(p.answered_ids),
-        unanswered=[ToolCall(c.id, c.name, c.input_json) for c in p.unanswered],
-        seq=p.seq,
-    )
-
-
-def state_from_pb(st: pb.RunState, warnings: Sequence[pb.Warning] = ()) -> RunState:
-    pending = pending_from_pb(st.pending) if st.HasField("pending") else None
-    c = st.counters
-    lineage = None
-    if st.HasField("lineage"):
-        lineage = {
-            "forked_from_run_id": st.lineage.forked_from_run_id,
-            "forked_from_checkpoint_id": st.lineage.forked_from_checkpoint_id,
-            "forked_at_seq": st.lineage.forked_at_seq,
-        }
-    return RunState(
-        run_id=st.run_id,
-        fingerprint=Fingerprint.from_pb(st.fingerprint) if st.HasField("fingerprint") else None,
-        interactive=st.interactive,
-        messages=[message_from_pb(m) for m in st.messages],
-        pending=pending,
-        counters=Counters(
-            c.llm_calls,
-            c.tool_calls,
-            c.remote_tool_calls,
-            c.input_tokens,
-            c.output_tokens,
-            c.cache_read_tokens,
-            c.cache_creation_tokens,
-        ),
-        next_iteration=st.next_iteration,
-        last_stop_reason=st.last_stop_reason,
-        terminal=(
-            Terminal(st.terminal.reason, st.terminal.message) if st.HasField("terminal") else None
-        ),
-        terminal_is_last=st.terminal_is_last,
-        last_seq=st.last_seq,
-        last_hash=st.last_hash,
-        resume_at_input_boundary=st.resume_at_input_boundary,
-        anomalies=[Anomaly(a.seq, a.kind, a.detail) for a in st.anomalies],
-        labels=dict(st.labels),
-        prompt=_json_list(st.prompt_json),
-        lineage=lineage,
-        warnings=[LeaseWarning(w.code, w.message) for w in warnings],
-        state=[
-            StateEntry(e.namespace, e.key, e.type, bytes(e.data), e.sha256, e.size, e.seq)
-            for e in st.state
-        ],
-    )
-
-
-def governed_from_pb(resp: pb.FoldResponse) -> GovernedView:
-    g = resp.governance
-    return GovernedView(
-        messages=[message_from_pb(m) for m in resp.governed_messages],
-        synthesized_results=g.synthesized_results,
-        dropped_messages=g.dropped_messages,
-        dropped_blocks=g.dropped_blocks,
-        state=state_from_pb(resp.state),
-    )
-
-
-def ack_from_pb(a: pb.Ack) -> Ack:
-    return Ack(a.seq, a.hash, _DURABILITY.get(a.durability, "unspecified"), a.duplicate)
-
-
-def acks_from_pb(resp: pb.AppendResponse, sent: Sequence[pb.Record]) -> list[Ack]:
-    acks = [ack_from_pb(a) for a in resp.acks]
-    if [a.seq for a in acks] != [r.seq for r in sent]:
-        raise errors.JournaldError(
-            f"the daemon acknowledged seqs {[a.seq for a in acks]} for an append of seqs "
-            f"{[r.seq for r in sent]}; this is a daemon bug"
-        )
-    return acks
-
-
-def record_from_pb(rec: pb.Record) -> JournalRecord:
-    kind = str(rec.WhichOneof("payload") or "")
-    payload: dict[str, Any] = {}
-    if rec.canonical:
-        obj = json.loads(rec.canonical)
-        if isinstance(obj, dict) and isinstance(obj.get(kind), dict):
-            payload = obj[kind]
-    trace = (
-        {"trace_id": rec.trace.trace_id, "span_id": rec.trace.span_id}
-        if rec.HasField("trace") and rec.trace.trace_id
-        else None
-    )
-    return JournalRecord(
-        seq=rec.seq,
-        kind=kind,
-        ts=rec.ts,
-        prev=rec.prev,
-        hash=rec.hash,
-        canonical=bytes(rec.canonical),
-        trace=trace,
-        payload=payload,
-    )
-
-
-def run_info_from_pb(r: pb.RunInfo) -> RunInfo:
-    return RunInfo(
-        r.run_id,
-        r.created,
-        r.updated,
-        r.model,
-        r.prompt_preview,
-        r.status,
-        r.record_count,
-        r.bytes,
-        r.last_seq,
-        holder=(
-            LeaseHolder(r.holder.name, r.holder.pid, r.holder.host, r.holder.cwd, r.held_since)
-            if r.HasField("holder")
-            else None
-        ),
-        labels=dict(r.labels),
-        pending_calls=r.pending_calls if r.HasField("pending_calls") else None,
-        error=r.error,
-    )
-
-
-def verify_from_pb(v: pb.VerifyResponse) -> VerifyResult:
-    return VerifyResult(v.records, v.last_seq, v.last_hash, v.segments)
-
-
-def recover_from_pb(run_id: str, r: pb.RecoverResponse) -> RecoverResult:
-    return RecoverResult(
-        run_id,
-        r.quarantined,
-        [
-            QuarantinedRecord(q.file, q.line, q.seq, q.sha256, q.bytes, q.evidence, q.reason)
-            for q in r.records
-        ],
-        r.directory,
-        r.hole.from_seq,
-        r.hole.to_seq,
-        r.rebase_seq,
-        r.repaired,
-        r.last_seq,
-    )
-
-
-# --- checkpoints, history, attachments -------------------------------------------------
-
-TRIGGERS = {
-    pb.CHECKPOINT_TRIGGER_MANUAL: "manual",
-    pb.CHECKPOINT_TRIGGER_PRE_COMPACTION: "pre_compaction",
-    pb.CHECKPOINT_TRIGGER_PRE_RESTORE: "pre_restore",
-    pb.CHECKPOINT_TRIGGER_PRE_PRUNE: "pre_prune",
-    pb.CHECKPOINT_TRIGGER_IMPORT: "import",
-}
-COMPACT_STATUS = {
-    pb.COMPACT_STATUS_COMPACTED: "compacted",
-    pb.COMPACT_STATUS_REJECTED: "rejected",
-    pb.COMPACT_STATUS_FAILED: "failed",
-}
-
-Summary = str | Sequence[Mapping[str, Any]]
-"""A compaction summary: text (one user message) or a list of ``{role, content}`` dicts."""
-
-
-def message_to_pb(m: Mapping[str, Any]) -> pb.Message:
-    return pb.Message(role=str(m["role"]), content_json=blocks_json(m["content"]))
-
-
-def summary_to_pb(summary: Summary) -> list[pb.Message]:
-    if isinstance(summary, str):
-        return [pb.Message(role="user", content_json=blocks_json(summary))]
-    return [message_to_pb(m) for m in summary]
-
-
-def restore_request(
-    run_id: str, checkpoint_id: str, *, checkpoint: bool, lease_id: str = ""
-) -> pb.RestoreRequest:
-    return pb.RestoreRequest(
-        run_id=run_id,
-        checkpoint_id=checkpoint_id,
-        skip_checkpoint=not checkpoint,
-        lease_id=lease_id,
-    )
-
-
-def compact_request(
-    run_id: str,
-    summary: Summary,
-    *,
-    keep_last: int,
-    checkpoint: bool,
-    label: str,
-    lease_id: str = "",
-) -> pb.CompactRequest:
-    return pb.CompactRequest(
-        run_id=run_id,
-        summary=summary_to_pb(summary),
-        keep_last=max(0, keep_last),
-        skip_checkpoint=not checkpoint,
-        checkpoint_label=label,
-        lease_id=lease_id,
-    )
-
-
-def fork_request(
-    run_id: str,
-    checkpoint_id: str,
-    new_run_id: str,
-    labels: Mapping[str, str] | None,
-    message_window: int = 0,
-) -> pb.ForkRequest:
-    return pb.ForkRequest(
-        run_id=run_id,
-        checkpoint_id=checkpoint_id,
-        new_run_id=new_run_id,
-        labels=dict(labels or {}),
-        message_window=max(0, message_window),
-    )
-
-
-def checkpoint_meta_from_pb(m: pb.CheckpointMeta) -> CheckpointMeta:
-    return CheckpointMeta(
-        checkpoint_id=m.checkpoint_id,
-        run_id=m.run_id,
-        trigger=TRIGGERS.get(m.trigger, "unspecified"),
-        label=m.label,
-        seq=m.seq,
-        message_count=m.message_count,
-        created=m.created,
-        model=m.model,
-        hash=m.hash,
-        cwd=m.cwd,
-    )
-
-
-def restore_from_pb(r: pb.RestoreResponse) -> RestoreResult:
-    return RestoreResult(
-        from_messages=r.from_messages,
-        to_messages=r.to_messages,
-        pre_restore_checkpoint_id=r.pre_restore_checkpoint_id,
-        ack=ack_from_pb(r.ack),
-        warnings=[LeaseWarning(w.code, w.message) for w in r.warnings],
-    )
-
-
-def compact_from_pb(r: pb.CompactResponse) -> CompactResult:
-    compacted = r.status == pb.COMPACT_STATUS_COMPACTED
-    return CompactResult(
-        status=COMPACT_STATUS.get(r.status, "unspecified"),
-        reason=r.reason,
-        checkpoint_id=r.checkpoint_id,
-        removed_range=(
-            (r.removed_range.from_seq, r.removed_range.to_seq)
-            if compacted and r.HasField("removed_range")
-            else None
-        ),
-        ack=ack_from_pb(r.ack) if compacted and r.HasField("ack") else None,
-    )
+# --- history pages ---------------------------------------------------------------------
 
 
 def history_request(
@@ -752,32 +436,9 @@ def history_request(
     return req
 
 
-def history_from_pb(r: pb.HistoryResponse) -> HistoryPage:
-    return HistoryPage(
-        messages=[message_from_pb(m) for m in r.messages],
-        total=r.total,
-        offset=r.offset,
-        next_offset=r.next_offset,
-        last_seq=r.last_seq,
-        pending=pending_from_pb(r.pending) if r.HasField("pending") else None,
-        at_index=r.at_index,
-        at_seq=r.at_seq,
-    )
-
-
 def history_done(page: HistoryPage, asked: int) -> bool:
     """Whether ``iter_history`` is at the end (or the daemon would not move forward)."""
     return page.next_offset >= page.total or page.next_offset <= asked
-
-
-def attachment_from_pb(r: pb.PutAttachmentResponse) -> AttachmentRef:
-    block = json.loads(r.block_json) if r.block_json else {}
-    return AttachmentRef(
-        sha256=r.sha256,
-        size=r.size,
-        block=block if isinstance(block, dict) else {},
-        existed=r.existed,
-    )
 
 
 # --- reconnect policy ------------------------------------------------------------------
