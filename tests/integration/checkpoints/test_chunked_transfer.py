@@ -121,32 +121,41 @@ def test_a_cancelled_import_writes_nothing_and_gives_back_the_bytes_it_held(
     s = stub(d.target)
     before = tree(d.data_dir)
     stall = threading.Event()
+    stalled: list[grpc.Future[pb.ImportCheckpointChunksResponse]] = []
 
-    def three_chunks_then_wait() -> Iterator[pb.ImportCheckpointChunksRequest]:
+    def three_chunks_then_wait(sent: threading.Event) -> Iterator[pb.ImportCheckpointChunksRequest]:
         yield from requests("dst", data)[:3]
+        sent.set()
         stall.wait(60)
 
-    stalled = s.ImportCheckpointChunks.future(three_chunks_then_wait())
+    # an edited export as the probe: refused by the budget, or (not held yet) by its
+    # verification; either way it writes nothing
+    probe = data[:-2] + bytes([data[-2] ^ 1]) + data[-1:]
+
+    def refused_for_the_budget() -> pb.ErrorDetail:
+        # a probe that overtook the stalled import's chunks had them refused for the budget:
+        # then stall a new one
+        if not stalled or stalled[-1].done():
+            sent = threading.Event()
+            stalled.append(s.ImportCheckpointChunks.future(three_chunks_then_wait(sent)))
+            sent.wait(30)
+        call = s.ImportCheckpointChunks.future(iter(requests("dst", probe)))
+        with pytest.raises(grpc.RpcError) as info:
+            call.result(timeout=60)
+        if error_of(info.value).code != "resource_exhausted":
+            raise NotYet("the stalled import's chunks are not held yet")
+        return error_of(info.value)
+
     try:
         # while 3 MiB are held, a whole import (~3.3 MB more) is over the 4 MiB budget
-        # an edited export as the probe: refused by the budget, or (not held yet) by its
-        # verification; either way it writes nothing
-        probe = data[:-2] + bytes([data[-2] ^ 1]) + data[-1:]
-
-        def refused_for_the_budget() -> pb.ErrorDetail:
-            call = s.ImportCheckpointChunks.future(iter(requests("dst", probe)))
-            with pytest.raises(grpc.RpcError) as info:
-                call.result(timeout=60)
-            if error_of(info.value).code != "resource_exhausted":
-                raise NotYet("the stalled import's chunks are not held yet")
-            return error_of(info.value)
-
         err = eventually(refused_for_the_budget, what="the stalled import to hold its chunks")
         assert "max_inflight_bytes_per_peer" in err.message
-        stalled.cancel()
+        assert not stalled[-1].done()
+        stalled[-1].cancel()
     finally:
         stall.set()
-    assert stalled.cancelled() or stalled.exception() is not None
+    for call in stalled:
+        assert call.cancelled() or call.exception() is not None
     assert tree(d.data_dir) == before
 
     # once the cancel reached the daemon, its 3 MiB are given back: the whole import fits
