@@ -8,12 +8,14 @@ They talk to the daemon through the public checkpoint methods of the CLI's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from journald_client import CheckpointMeta
 
@@ -170,33 +172,45 @@ def _add_export(p: argparse.ArgumentParser) -> None:
 
 
 def _run_export(ctx: Context, args: argparse.Namespace) -> int:
-    data = ctx.client.export_checkpoint(args.run, args.checkpoint)
+    # streamed chunk by chunk (an export may be far above one message): never held whole
     if args.output is None:
-        sys.stdout.buffer.write(data)
+        size = ctx.client.export_checkpoint_to(args.run, args.checkpoint, sys.stdout.buffer)
         sys.stdout.buffer.flush()
-    else:
-        try:
-            write_private(args.output, data)
-        except OSError as exc:
-            ctx.note(f"cannot write {args.output} ({exc.strerror}); nothing was exported there")
-            return EXIT_ERROR
-        ctx.note(f"wrote {len(data)} bytes to {args.output}")
+        return EXIT_OK
+    try:
+        with private_file(args.output) as out:
+            size = ctx.client.export_checkpoint_to(args.run, args.checkpoint, out)
+    except OSError as exc:
+        ctx.note(f"cannot write {args.output} ({exc.strerror}); nothing was exported there")
+        return EXIT_ERROR
+    ctx.note(f"wrote {size} bytes to {args.output}")
     return EXIT_OK
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` readable by its owner alone (0600, as the daemon's own data
-    files): an export holds a whole conversation. An existing file is made 0600 before its
-    old bytes are replaced, so the new ones are never readable by others."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+@contextlib.contextmanager
+def private_file(path: Path) -> Iterator[BinaryIO]:
+    """A file that becomes ``path`` readable by its owner alone (0600, as the daemon's own
+    data files: an export holds a whole conversation) once the ``with`` block ends well.
+    The bytes go to a 0600 file beside it first, renamed over ``path`` at the end, so a
+    failure midway (the daemon, the disk) leaves ``path`` as it was, and old bytes are never
+    readable by others. Not a regular file (``/dev/stdout``, a pipe): written directly."""
+    if path.exists() and not path.is_file():
+        with path.open("wb") as direct:
+            yield direct
+        return
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        with os.fdopen(fd, "wb") as out:
+            fd = -1  # owned by ``out`` now
+            yield out
+        os.replace(part, path)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
 
 
 def _add_import(p: argparse.ArgumentParser) -> None:
@@ -206,15 +220,17 @@ def _add_import(p: argparse.ArgumentParser) -> None:
 
 
 def _run_import(ctx: Context, args: argparse.Namespace) -> int:
+    # read and sent chunk by chunk (ImportCheckpointChunks): the CLI never holds it whole
     if args.file == "-":
-        data = sys.stdin.buffer.read()
+        meta = ctx.client.import_checkpoint_from(args.run, sys.stdin.buffer)
     else:
         try:
-            data = Path(args.file).read_bytes()
+            source = Path(args.file).open("rb")  # noqa: SIM115 (closed below)
         except FileNotFoundError:
             ctx.note(f"no such file: {args.file}")
             return EXIT_NOT_FOUND
-    meta = ctx.client.import_checkpoint(args.run, data)
+        with source:
+            meta = ctx.client.import_checkpoint_from(args.run, source)
     if args.json:
         ctx.json(meta_json(meta))
     else:

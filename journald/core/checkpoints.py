@@ -302,6 +302,12 @@ def _invalid(what: str) -> CheckpointImportInvalid:
     )
 
 
+def export_too_large(size: int) -> CheckpointImportInvalid:
+    """An import of ``size`` bytes is over the limit: refused before it is parsed (a chunked
+    import: as soon as its bytes pass the limit, before the rest is received)."""
+    return _invalid(f"it is {size} bytes, above the {MAX_EXPORT_BYTES} byte limit")
+
+
 def attachment_blocks(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every attachment block, at any depth (tool results nest blocks)."""
     out: list[dict[str, Any]] = []
@@ -329,7 +335,7 @@ def verify_export(data: bytes, check_payload: PayloadCheck) -> Exported:
     """Check format, canonical form, every hash, counts, schema (``check_payload``) and
     message shapes; raises ``CheckpointImportInvalid`` saying what is wrong."""
     if len(data) > MAX_EXPORT_BYTES:
-        raise _invalid(f"it is {len(data)} bytes, above the {MAX_EXPORT_BYTES} byte limit")
+        raise export_too_large(len(data))
     if json_too_deep(data, MAX_DOCUMENT_DEPTH):
         raise _invalid(
             f"its JSON nests deeper than {MAX_DOCUMENT_DEPTH} levels (message content: "

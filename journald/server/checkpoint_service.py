@@ -26,6 +26,7 @@ from journald.clock import utc_ts
 from journald.core.checkpoints import (
     Checkpoint,
     CheckpointMeta,
+    Exported,
     attachment_refs,
     export_bytes,
     governed,
@@ -169,6 +170,11 @@ class CheckpointRpcs:
                 metadata={"run_id": run_id, "checkpoint_id": cid, "owner": cp.meta.run_id},
             )
         return cp
+
+    async def exported(self, run_id: str, checkpoint_id: str) -> Checkpoint:
+        """The checkpoint an export of ``run_id`` names (both export RPCs)."""
+        await self.runs.require_run(validate_id(run_id))
+        return await self._checkpoint_of(run_id, checkpoint_id)
 
     def _rebase(
         self,
@@ -450,13 +456,26 @@ class CheckpointRpcs:
 
     # --- export / import ------------------------------------------------------------------
 
+    async def store_import(self, run_id: str, data: bytes) -> CheckpointMeta:
+        """Verify ``data`` completely, then store it as a new checkpoint of ``run_id``:
+        everything is checked before anything is written."""
+        return await self.store_verified(run_id, verify_export(data, validate_payload))
+
+    async def store_verified(self, run_id: str, ex: Exported) -> CheckpointMeta:
+        """Store a verified export as a new checkpoint of ``run_id`` (both import RPCs)."""
+        async with self.runs.head(run_id, "", write=False) as held:
+            cp = imported(ex, run_id=run_id, seq=held.state.last_seq, created=utc_ts())
+            for blob in ex.attachments.values():  # content-addressed: idempotent
+                await self.runs.attachments.put(run_id, blob)
+            await self._store_checkpoint(cp)
+        return cp.meta
+
     @unary
     async def ExportCheckpoint(
         self, request: pb.ExportCheckpointRequest, context: Ctx
     ) -> pb.ExportCheckpointResponse:
-        run_id = validate_id(request.run_id)
-        await self.runs.require_run(run_id)
-        cp = await self._checkpoint_of(run_id, request.checkpoint_id)
+        run_id = request.run_id
+        cp = await self.exported(run_id, request.checkpoint_id)
         blobs = {
             d: await self.runs.attachments.get(run_id, d) for d in attachment_refs(cp.messages)
         }
@@ -466,12 +485,5 @@ class CheckpointRpcs:
     async def ImportCheckpoint(
         self, request: pb.ImportCheckpointRequest, context: Ctx
     ) -> pb.ImportCheckpointResponse:
-        run_id = validate_id(request.run_id)
-        # everything is checked before anything is written
-        ex = verify_export(request.data, validate_payload)
-        async with self.runs.head(run_id, "", write=False) as held:
-            cp = imported(ex, run_id=run_id, seq=held.state.last_seq, created=utc_ts())
-            for data in ex.attachments.values():  # content-addressed: idempotent
-                await self.runs.attachments.put(run_id, data)
-            await self._store_checkpoint(cp)
-        return pb.ImportCheckpointResponse(checkpoint=meta_to_pb(cp.meta))
+        meta = await self.store_import(validate_id(request.run_id), request.data)
+        return pb.ImportCheckpointResponse(checkpoint=meta_to_pb(meta))

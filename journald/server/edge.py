@@ -396,8 +396,8 @@ class Edge:
                     self.undecodable.note(context.peer(), name, request)
                     raise undecodable_error(request, name)
                 if self.owners is not None and name not in _CHECKED_INSIDE:
-                    for append in request.appends or (request.append,):
-                        await self.owners.check(append.run_id)
+                    for run_id in _run_ids(request):
+                        await self.owners.check(run_id)
                 yield request
 
         async def stream_stream(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[bytes]:
@@ -414,13 +414,32 @@ class Edge:
             finally:
                 held.__exit__(None, None, None)
 
+        async def stream_unary(requests: AsyncIterator[Any], context: Ctx) -> bytes | None:
+            PEER_UID.set(self.peer_uid)
+            try:
+                with call_budget(budget, context, name):
+                    response = await fn(checked(requests, context), context)
+            except JournaldError as err:  # a per-peer limit: nothing was held
+                send(context, refusal(err))
+                return None
+            return None if response is None else self._encode(context, name, response)
+
         if method.client_streaming and method.server_streaming:
             return grpc.stream_stream_rpc_method_handler(stream_stream, request_deserializer=decode)
         if method.client_streaming:
-            raise NotImplementedError(f"{name}: no stream-unary RPCs in journald")
+            return grpc.stream_unary_rpc_method_handler(stream_unary, request_deserializer=decode)
         if method.server_streaming:
             return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=decode)
         return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=decode)
+
+
+def _run_ids(request: Any) -> list[str]:
+    """The runs one request of a client stream names: each append's (AppendStream), else
+    its own ``run_id`` when set (ImportCheckpointChunks names it in its first request)."""
+    if hasattr(request, "appends"):
+        return [a.run_id for a in request.appends or (request.append,)]
+    run_id = getattr(request, "run_id", "")
+    return [run_id] if run_id else []
 
 
 def implementation(parts: Sequence[Any], name: str) -> Any:

@@ -65,7 +65,8 @@ class FairShares:
     """Leases one peer holds at once (0: two descriptors each of the descriptor limit but
     ``FDS_RESERVED``): a typed refusal before the descriptors run out."""
     max_inflight_bytes_per_peer: int = 256 * MiB
-    """Bytes of one peer's appends received and not yet acknowledged."""
+    """Bytes of one peer's appends received and not yet acknowledged, and of its chunked
+    imports received and not yet stored (ImportCheckpointChunks buffers an import whole)."""
     watch_buffer_bytes: int = 16 * MiB
     """Bytes of records a Watch may fall behind the appends before it is cut."""
     read_threads: int = DEFAULT_READ_THREADS
@@ -120,7 +121,7 @@ _HELP = {
     "max_calls_per_peer": "calls of one peer at once, long-lived streams apart",
     "max_streams_per_peer": "Open, Leases, AppendStream, Watch, ListChanges streams; 0: 3 a lease",
     "max_leases_per_peer": "leases of one peer at once; 0: two descriptors each, 256 spared",
-    "max_inflight_bytes_per_peer": "bytes of one peer's appends not yet acknowledged",
+    "max_inflight_bytes_per_peer": "bytes of one peer's appends and imports not yet answered",
     "watch_buffer_bytes": "bytes a Watch may fall behind before it is cut",
     "read_threads": "threads for reads and lease closes, apart from Opens and appends",
 }
@@ -147,7 +148,9 @@ def server_options(shares: FairShares) -> list[tuple[str, Any]]:
 
 LONG_LIVED = frozenset({"Open", "Leases", "AppendStream", "Watch", "ListChanges"})
 """RPCs counted as streams (``max_streams_per_peer``), not as calls."""
-BACKGROUND_RPCS = frozenset({"Verify", "Load", "History", "Watch", "ExportCheckpoint"})
+BACKGROUND_RPCS = frozenset(
+    {"Verify", "Load", "History", "Watch", "ExportCheckpoint", "ExportCheckpointChunks"}
+)
 """RPCs whose blocking reads run in the background class (``io_pool.background``)."""
 
 

@@ -24,6 +24,7 @@ from journald.core.fold import Message, RunState
 from journald.core.records import GENESIS, Record, validate_id
 from journald.server.attachments import AttachmentRpcs
 from journald.server.checkpoint_service import CheckpointRpcs, meta_to_pb
+from journald.server.checkpoint_transfer import CheckpointTransferRpcs
 from journald.server.convert import (
     fingerprint_from_pb,
     governance_to_pb,
@@ -114,10 +115,12 @@ class JournalService:
 
     def parts(self) -> list[Any]:
         runs = self.runs
+        checkpoints = CheckpointRpcs(runs)
         return [
             self,
             HistoryRpcs(runs),
-            CheckpointRpcs(runs),
+            checkpoints,
+            CheckpointTransferRpcs(checkpoints, self.budget),
             AttachmentRpcs(runs),
             ListChangesRpcs(runs),
         ]

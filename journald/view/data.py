@@ -37,6 +37,7 @@ from journald_client.errors import UntrustedSocket
 from journald_client.paths import check_socket, default_socket_path
 from journald_client.state import Message, PendingTurn
 
+from journald.cli.checkpoint_commands import private_file
 from journald.cli.replay import one_line
 from journald.view.model import Entry, build_entries, plural
 
@@ -412,6 +413,5 @@ class Source:
         return self.client.fork(run_id, checkpoint_id=checkpoint_id, new_run_id=new_run_id)[0]
 
     def export(self, run_id: str, checkpoint_id: str, path: Path) -> int:
-        data = self.client.export_checkpoint(run_id, checkpoint_id)
-        path.write_bytes(data)
-        return len(data)
+        with private_file(path) as out:  # chunk by chunk; the file appears once complete
+            return self.client.export_checkpoint_to(run_id, checkpoint_id, out)

@@ -6405,6 +6405,209 @@ func (x *ImportCheckpointResponse) GetCheckpoint() *CheckpointMeta {
 	return nil
 }
 
+// ExportCheckpointChunksRequest exports a checkpoint in chunks.
+type ExportCheckpointChunksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run id.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The checkpoint.
+	CheckpointId  string `protobuf:"bytes,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportCheckpointChunksRequest) Reset() {
+	*x = ExportCheckpointChunksRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportCheckpointChunksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportCheckpointChunksRequest) ProtoMessage() {}
+
+func (x *ExportCheckpointChunksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportCheckpointChunksRequest.ProtoReflect.Descriptor instead.
+func (*ExportCheckpointChunksRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *ExportCheckpointChunksRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ExportCheckpointChunksRequest) GetCheckpointId() string {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return ""
+}
+
+// ExportCheckpointChunksResponse carries the next bytes of the export.
+type ExportCheckpointChunksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the `journald-checkpoint/1` export (at most 1 MiB, never empty).
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportCheckpointChunksResponse) Reset() {
+	*x = ExportCheckpointChunksResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportCheckpointChunksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportCheckpointChunksResponse) ProtoMessage() {}
+
+func (x *ExportCheckpointChunksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportCheckpointChunksResponse.ProtoReflect.Descriptor instead.
+func (*ExportCheckpointChunksResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *ExportCheckpointChunksResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// ImportCheckpointChunksRequest carries the next bytes of an export to import.
+type ImportCheckpointChunksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target run (must exist): required in the first request; later requests leave it
+	// empty or repeat it (another run id is refused with `invalid_request`).
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The next bytes of the export (any size up to the max message size; 1 MiB is a good one).
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportCheckpointChunksRequest) Reset() {
+	*x = ImportCheckpointChunksRequest{}
+	mi := &file_journald_v1_journal_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportCheckpointChunksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportCheckpointChunksRequest) ProtoMessage() {}
+
+func (x *ImportCheckpointChunksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportCheckpointChunksRequest.ProtoReflect.Descriptor instead.
+func (*ImportCheckpointChunksRequest) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ImportCheckpointChunksRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ImportCheckpointChunksRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// ImportCheckpointChunksResponse returns the new checkpoint.
+type ImportCheckpointChunksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its meta (a new id, owned by the target run).
+	Checkpoint    *CheckpointMeta `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportCheckpointChunksResponse) Reset() {
+	*x = ImportCheckpointChunksResponse{}
+	mi := &file_journald_v1_journal_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportCheckpointChunksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportCheckpointChunksResponse) ProtoMessage() {}
+
+func (x *ImportCheckpointChunksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_journald_v1_journal_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportCheckpointChunksResponse.ProtoReflect.Descriptor instead.
+func (*ImportCheckpointChunksResponse) Descriptor() ([]byte, []int) {
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *ImportCheckpointChunksResponse) GetCheckpoint() *CheckpointMeta {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
 // PutAttachmentRequest uploads the bytes of one attachment.
 type PutAttachmentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -6422,7 +6625,7 @@ type PutAttachmentRequest struct {
 
 func (x *PutAttachmentRequest) Reset() {
 	*x = PutAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[76]
+	mi := &file_journald_v1_journal_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6434,7 +6637,7 @@ func (x *PutAttachmentRequest) String() string {
 func (*PutAttachmentRequest) ProtoMessage() {}
 
 func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[76]
+	mi := &file_journald_v1_journal_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6447,7 +6650,7 @@ func (x *PutAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*PutAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{76}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *PutAttachmentRequest) GetRunId() string {
@@ -6496,7 +6699,7 @@ type PutAttachmentResponse struct {
 
 func (x *PutAttachmentResponse) Reset() {
 	*x = PutAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[77]
+	mi := &file_journald_v1_journal_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6508,7 +6711,7 @@ func (x *PutAttachmentResponse) String() string {
 func (*PutAttachmentResponse) ProtoMessage() {}
 
 func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[77]
+	mi := &file_journald_v1_journal_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6521,7 +6724,7 @@ func (x *PutAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*PutAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{77}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *PutAttachmentResponse) GetSha256() string {
@@ -6565,7 +6768,7 @@ type GetAttachmentRequest struct {
 
 func (x *GetAttachmentRequest) Reset() {
 	*x = GetAttachmentRequest{}
-	mi := &file_journald_v1_journal_proto_msgTypes[78]
+	mi := &file_journald_v1_journal_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6577,7 +6780,7 @@ func (x *GetAttachmentRequest) String() string {
 func (*GetAttachmentRequest) ProtoMessage() {}
 
 func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[78]
+	mi := &file_journald_v1_journal_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6590,7 +6793,7 @@ func (x *GetAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{78}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetAttachmentRequest) GetRunId() string {
@@ -6622,7 +6825,7 @@ type GetAttachmentResponse struct {
 
 func (x *GetAttachmentResponse) Reset() {
 	*x = GetAttachmentResponse{}
-	mi := &file_journald_v1_journal_proto_msgTypes[79]
+	mi := &file_journald_v1_journal_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6634,7 +6837,7 @@ func (x *GetAttachmentResponse) String() string {
 func (*GetAttachmentResponse) ProtoMessage() {}
 
 func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[79]
+	mi := &file_journald_v1_journal_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6647,7 +6850,7 @@ func (x *GetAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{79}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetAttachmentResponse) GetData() []byte {
@@ -6689,7 +6892,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_journald_v1_journal_proto_msgTypes[80]
+	mi := &file_journald_v1_journal_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6701,7 +6904,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_journald_v1_journal_proto_msgTypes[80]
+	mi := &file_journald_v1_journal_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6714,7 +6917,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_journald_v1_journal_proto_rawDescGZIP(), []int{80}
+	return file_journald_v1_journal_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -7187,6 +7390,18 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x18ImportCheckpointResponse\x12;\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\v2\x1b.journald.v1.CheckpointMetaR\n" +
+	"checkpoint\"[\n" +
+	"\x1dExportCheckpointChunksRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\tR\fcheckpointId\"4\n" +
+	"\x1eExportCheckpointChunksResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"J\n" +
+	"\x1dImportCheckpointChunksRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"]\n" +
+	"\x1eImportCheckpointChunksResponse\x12;\n" +
+	"\n" +
+	"checkpoint\x18\x01 \x01(\v2\x1b.journald.v1.CheckpointMetaR\n" +
 	"checkpoint\"t\n" +
 	"\x14PutAttachmentRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
@@ -7283,7 +7498,7 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\x10RUN_STATUS_ERROR\x10\x05\x12\x15\n" +
 	"\x11RUN_STATUS_BUDGET\x10\x06\x12\x1d\n" +
 	"\x19RUN_STATUS_MAX_ITERATIONS\x10\a\x12\x18\n" +
-	"\x14RUN_STATUS_CORRUPTED\x10\b2\xa2\x0e\n" +
+	"\x14RUN_STATUS_CORRUPTED\x10\b2\x8c\x10\n" +
 	"\x0eJournalService\x12=\n" +
 	"\x04Open\x12\x18.journald.v1.OpenRequest\x1a\x19.journald.v1.OpenResponse0\x01\x12D\n" +
 	"\aRelease\x12\x1b.journald.v1.ReleaseRequest\x1a\x1c.journald.v1.ReleaseResponse\x12E\n" +
@@ -7305,7 +7520,9 @@ const file_journald_v1_journal_proto_rawDesc = "" +
 	"\aCompact\x12\x1b.journald.v1.CompactRequest\x1a\x1c.journald.v1.CompactResponse\x12;\n" +
 	"\x04Fork\x12\x18.journald.v1.ForkRequest\x1a\x19.journald.v1.ForkResponse\x12_\n" +
 	"\x10ExportCheckpoint\x12$.journald.v1.ExportCheckpointRequest\x1a%.journald.v1.ExportCheckpointResponse\x12_\n" +
-	"\x10ImportCheckpoint\x12$.journald.v1.ImportCheckpointRequest\x1a%.journald.v1.ImportCheckpointResponse\x12A\n" +
+	"\x10ImportCheckpoint\x12$.journald.v1.ImportCheckpointRequest\x1a%.journald.v1.ImportCheckpointResponse\x12s\n" +
+	"\x16ExportCheckpointChunks\x12*.journald.v1.ExportCheckpointChunksRequest\x1a+.journald.v1.ExportCheckpointChunksResponse0\x01\x12s\n" +
+	"\x16ImportCheckpointChunks\x12*.journald.v1.ImportCheckpointChunksRequest\x1a+.journald.v1.ImportCheckpointChunksResponse(\x01\x12A\n" +
 	"\x06Verify\x12\x1a.journald.v1.VerifyRequest\x1a\x1b.journald.v1.VerifyResponse\x12V\n" +
 	"\rPutAttachment\x12!.journald.v1.PutAttachmentRequest\x1a\".journald.v1.PutAttachmentResponse\x12V\n" +
 	"\rGetAttachment\x12!.journald.v1.GetAttachmentRequest\x1a\".journald.v1.GetAttachmentResponse\x12D\n" +
@@ -7324,106 +7541,110 @@ func file_journald_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_journald_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_journald_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_journald_v1_journal_proto_goTypes = []any{
-	(OpenMode)(0),                    // 0: journald.v1.OpenMode
-	(Durability)(0),                  // 1: journald.v1.Durability
-	(HistoryView)(0),                 // 2: journald.v1.HistoryView
-	(CheckpointTrigger)(0),           // 3: journald.v1.CheckpointTrigger
-	(CompactStatus)(0),               // 4: journald.v1.CompactStatus
-	(ErrorCode)(0),                   // 5: journald.v1.ErrorCode
-	(RunStatus)(0),                   // 6: journald.v1.RunStatus
-	(*Message)(nil),                  // 7: journald.v1.Message
-	(*Fingerprint)(nil),              // 8: journald.v1.Fingerprint
-	(*TraceContext)(nil),             // 9: journald.v1.TraceContext
-	(*Lineage)(nil),                  // 10: journald.v1.Lineage
-	(*MetaPayload)(nil),              // 11: journald.v1.MetaPayload
-	(*Usage)(nil),                    // 12: journald.v1.Usage
-	(*AssistantPayload)(nil),         // 13: journald.v1.AssistantPayload
-	(*ToolResultPayload)(nil),        // 14: journald.v1.ToolResultPayload
-	(*UserPayload)(nil),              // 15: journald.v1.UserPayload
-	(*SeqRange)(nil),                 // 16: journald.v1.SeqRange
-	(*RebasePayload)(nil),            // 17: journald.v1.RebasePayload
-	(*PageRef)(nil),                  // 18: journald.v1.PageRef
-	(*TerminalPayload)(nil),          // 19: journald.v1.TerminalPayload
-	(*StatePayload)(nil),             // 20: journald.v1.StatePayload
-	(*Record)(nil),                   // 21: journald.v1.Record
-	(*ToolCall)(nil),                 // 22: journald.v1.ToolCall
-	(*PendingResult)(nil),            // 23: journald.v1.PendingResult
-	(*PendingTurn)(nil),              // 24: journald.v1.PendingTurn
-	(*Counters)(nil),                 // 25: journald.v1.Counters
-	(*Anomaly)(nil),                  // 26: journald.v1.Anomaly
-	(*StateEntry)(nil),               // 27: journald.v1.StateEntry
-	(*RunState)(nil),                 // 28: journald.v1.RunState
-	(*GovernanceReport)(nil),         // 29: journald.v1.GovernanceReport
-	(*ClientInfo)(nil),               // 30: journald.v1.ClientInfo
-	(*OpenRequest)(nil),              // 31: journald.v1.OpenRequest
-	(*Lease)(nil),                    // 32: journald.v1.Lease
-	(*Warning)(nil),                  // 33: journald.v1.Warning
-	(*ReleaseRequest)(nil),           // 34: journald.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 35: journald.v1.ReleaseResponse
-	(*LeaseEnded)(nil),               // 36: journald.v1.LeaseEnded
-	(*OpenResponse)(nil),             // 37: journald.v1.OpenResponse
-	(*LeasesRequest)(nil),            // 38: journald.v1.LeasesRequest
-	(*LeasesResponse)(nil),           // 39: journald.v1.LeasesResponse
-	(*Ack)(nil),                      // 40: journald.v1.Ack
-	(*AppendRequest)(nil),            // 41: journald.v1.AppendRequest
-	(*AppendResponse)(nil),           // 42: journald.v1.AppendResponse
-	(*AppendStreamRequest)(nil),      // 43: journald.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),     // 44: journald.v1.AppendStreamResponse
-	(*LoadRequest)(nil),              // 45: journald.v1.LoadRequest
-	(*LoadResponse)(nil),             // 46: journald.v1.LoadResponse
-	(*FoldRequest)(nil),              // 47: journald.v1.FoldRequest
-	(*FoldResponse)(nil),             // 48: journald.v1.FoldResponse
-	(*RunInfo)(nil),                  // 49: journald.v1.RunInfo
-	(*ListRequest)(nil),              // 50: journald.v1.ListRequest
-	(*ListResponse)(nil),             // 51: journald.v1.ListResponse
-	(*ListChangesRequest)(nil),       // 52: journald.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),      // 53: journald.v1.ListChangesResponse
-	(*DeleteRequest)(nil),            // 54: journald.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 55: journald.v1.DeleteResponse
-	(*WatchRequest)(nil),             // 56: journald.v1.WatchRequest
-	(*CheckpointEvent)(nil),          // 57: journald.v1.CheckpointEvent
-	(*WatchResponse)(nil),            // 58: journald.v1.WatchResponse
-	(*HistoryRequest)(nil),           // 59: journald.v1.HistoryRequest
-	(*HistoryResponse)(nil),          // 60: journald.v1.HistoryResponse
-	(*VerifyRequest)(nil),            // 61: journald.v1.VerifyRequest
-	(*VerifyResponse)(nil),           // 62: journald.v1.VerifyResponse
-	(*RecoverRequest)(nil),           // 63: journald.v1.RecoverRequest
-	(*QuarantinedRecord)(nil),        // 64: journald.v1.QuarantinedRecord
-	(*RecoverResponse)(nil),          // 65: journald.v1.RecoverResponse
-	(*CheckpointMeta)(nil),           // 66: journald.v1.CheckpointMeta
-	(*CheckpointRequest)(nil),        // 67: journald.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),       // 68: journald.v1.CheckpointResponse
-	(*ListCheckpointsRequest)(nil),   // 69: journald.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),  // 70: journald.v1.ListCheckpointsResponse
-	(*RestoreRequest)(nil),           // 71: journald.v1.RestoreRequest
-	(*RestoreResponse)(nil),          // 72: journald.v1.RestoreResponse
-	(*DeleteCheckpointRequest)(nil),  // 73: journald.v1.DeleteCheckpointRequest
-	(*DeleteCheckpointResponse)(nil), // 74: journald.v1.DeleteCheckpointResponse
-	(*CompactRequest)(nil),           // 75: journald.v1.CompactRequest
-	(*CompactResponse)(nil),          // 76: journald.v1.CompactResponse
-	(*ForkRequest)(nil),              // 77: journald.v1.ForkRequest
-	(*ForkResponse)(nil),             // 78: journald.v1.ForkResponse
-	(*ExportCheckpointRequest)(nil),  // 79: journald.v1.ExportCheckpointRequest
-	(*ExportCheckpointResponse)(nil), // 80: journald.v1.ExportCheckpointResponse
-	(*ImportCheckpointRequest)(nil),  // 81: journald.v1.ImportCheckpointRequest
-	(*ImportCheckpointResponse)(nil), // 82: journald.v1.ImportCheckpointResponse
-	(*PutAttachmentRequest)(nil),     // 83: journald.v1.PutAttachmentRequest
-	(*PutAttachmentResponse)(nil),    // 84: journald.v1.PutAttachmentResponse
-	(*GetAttachmentRequest)(nil),     // 85: journald.v1.GetAttachmentRequest
-	(*GetAttachmentResponse)(nil),    // 86: journald.v1.GetAttachmentResponse
-	(*ErrorDetail)(nil),              // 87: journald.v1.ErrorDetail
-	nil,                              // 88: journald.v1.MetaPayload.LabelsEntry
-	nil,                              // 89: journald.v1.RunState.LabelsEntry
-	nil,                              // 90: journald.v1.OpenRequest.LabelsEntry
-	nil,                              // 91: journald.v1.RunInfo.LabelsEntry
-	nil,                              // 92: journald.v1.ForkRequest.LabelsEntry
-	nil,                              // 93: journald.v1.ErrorDetail.MetadataEntry
+	(OpenMode)(0),                          // 0: journald.v1.OpenMode
+	(Durability)(0),                        // 1: journald.v1.Durability
+	(HistoryView)(0),                       // 2: journald.v1.HistoryView
+	(CheckpointTrigger)(0),                 // 3: journald.v1.CheckpointTrigger
+	(CompactStatus)(0),                     // 4: journald.v1.CompactStatus
+	(ErrorCode)(0),                         // 5: journald.v1.ErrorCode
+	(RunStatus)(0),                         // 6: journald.v1.RunStatus
+	(*Message)(nil),                        // 7: journald.v1.Message
+	(*Fingerprint)(nil),                    // 8: journald.v1.Fingerprint
+	(*TraceContext)(nil),                   // 9: journald.v1.TraceContext
+	(*Lineage)(nil),                        // 10: journald.v1.Lineage
+	(*MetaPayload)(nil),                    // 11: journald.v1.MetaPayload
+	(*Usage)(nil),                          // 12: journald.v1.Usage
+	(*AssistantPayload)(nil),               // 13: journald.v1.AssistantPayload
+	(*ToolResultPayload)(nil),              // 14: journald.v1.ToolResultPayload
+	(*UserPayload)(nil),                    // 15: journald.v1.UserPayload
+	(*SeqRange)(nil),                       // 16: journald.v1.SeqRange
+	(*RebasePayload)(nil),                  // 17: journald.v1.RebasePayload
+	(*PageRef)(nil),                        // 18: journald.v1.PageRef
+	(*TerminalPayload)(nil),                // 19: journald.v1.TerminalPayload
+	(*StatePayload)(nil),                   // 20: journald.v1.StatePayload
+	(*Record)(nil),                         // 21: journald.v1.Record
+	(*ToolCall)(nil),                       // 22: journald.v1.ToolCall
+	(*PendingResult)(nil),                  // 23: journald.v1.PendingResult
+	(*PendingTurn)(nil),                    // 24: journald.v1.PendingTurn
+	(*Counters)(nil),                       // 25: journald.v1.Counters
+	(*Anomaly)(nil),                        // 26: journald.v1.Anomaly
+	(*StateEntry)(nil),                     // 27: journald.v1.StateEntry
+	(*RunState)(nil),                       // 28: journald.v1.RunState
+	(*GovernanceReport)(nil),               // 29: journald.v1.GovernanceReport
+	(*ClientInfo)(nil),                     // 30: journald.v1.ClientInfo
+	(*OpenRequest)(nil),                    // 31: journald.v1.OpenRequest
+	(*Lease)(nil),                          // 32: journald.v1.Lease
+	(*Warning)(nil),                        // 33: journald.v1.Warning
+	(*ReleaseRequest)(nil),                 // 34: journald.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),                // 35: journald.v1.ReleaseResponse
+	(*LeaseEnded)(nil),                     // 36: journald.v1.LeaseEnded
+	(*OpenResponse)(nil),                   // 37: journald.v1.OpenResponse
+	(*LeasesRequest)(nil),                  // 38: journald.v1.LeasesRequest
+	(*LeasesResponse)(nil),                 // 39: journald.v1.LeasesResponse
+	(*Ack)(nil),                            // 40: journald.v1.Ack
+	(*AppendRequest)(nil),                  // 41: journald.v1.AppendRequest
+	(*AppendResponse)(nil),                 // 42: journald.v1.AppendResponse
+	(*AppendStreamRequest)(nil),            // 43: journald.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),           // 44: journald.v1.AppendStreamResponse
+	(*LoadRequest)(nil),                    // 45: journald.v1.LoadRequest
+	(*LoadResponse)(nil),                   // 46: journald.v1.LoadResponse
+	(*FoldRequest)(nil),                    // 47: journald.v1.FoldRequest
+	(*FoldResponse)(nil),                   // 48: journald.v1.FoldResponse
+	(*RunInfo)(nil),                        // 49: journald.v1.RunInfo
+	(*ListRequest)(nil),                    // 50: journald.v1.ListRequest
+	(*ListResponse)(nil),                   // 51: journald.v1.ListResponse
+	(*ListChangesRequest)(nil),             // 52: journald.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),            // 53: journald.v1.ListChangesResponse
+	(*DeleteRequest)(nil),                  // 54: journald.v1.DeleteRequest
+	(*DeleteResponse)(nil),                 // 55: journald.v1.DeleteResponse
+	(*WatchRequest)(nil),                   // 56: journald.v1.WatchRequest
+	(*CheckpointEvent)(nil),                // 57: journald.v1.CheckpointEvent
+	(*WatchResponse)(nil),                  // 58: journald.v1.WatchResponse
+	(*HistoryRequest)(nil),                 // 59: journald.v1.HistoryRequest
+	(*HistoryResponse)(nil),                // 60: journald.v1.HistoryResponse
+	(*VerifyRequest)(nil),                  // 61: journald.v1.VerifyRequest
+	(*VerifyResponse)(nil),                 // 62: journald.v1.VerifyResponse
+	(*RecoverRequest)(nil),                 // 63: journald.v1.RecoverRequest
+	(*QuarantinedRecord)(nil),              // 64: journald.v1.QuarantinedRecord
+	(*RecoverResponse)(nil),                // 65: journald.v1.RecoverResponse
+	(*CheckpointMeta)(nil),                 // 66: journald.v1.CheckpointMeta
+	(*CheckpointRequest)(nil),              // 67: journald.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),             // 68: journald.v1.CheckpointResponse
+	(*ListCheckpointsRequest)(nil),         // 69: journald.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),        // 70: journald.v1.ListCheckpointsResponse
+	(*RestoreRequest)(nil),                 // 71: journald.v1.RestoreRequest
+	(*RestoreResponse)(nil),                // 72: journald.v1.RestoreResponse
+	(*DeleteCheckpointRequest)(nil),        // 73: journald.v1.DeleteCheckpointRequest
+	(*DeleteCheckpointResponse)(nil),       // 74: journald.v1.DeleteCheckpointResponse
+	(*CompactRequest)(nil),                 // 75: journald.v1.CompactRequest
+	(*CompactResponse)(nil),                // 76: journald.v1.CompactResponse
+	(*ForkRequest)(nil),                    // 77: journald.v1.ForkRequest
+	(*ForkResponse)(nil),                   // 78: journald.v1.ForkResponse
+	(*ExportCheckpointRequest)(nil),        // 79: journald.v1.ExportCheckpointRequest
+	(*ExportCheckpointResponse)(nil),       // 80: journald.v1.ExportCheckpointResponse
+	(*ImportCheckpointRequest)(nil),        // 81: journald.v1.ImportCheckpointRequest
+	(*ImportCheckpointResponse)(nil),       // 82: journald.v1.ImportCheckpointResponse
+	(*ExportCheckpointChunksRequest)(nil),  // 83: journald.v1.ExportCheckpointChunksRequest
+	(*ExportCheckpointChunksResponse)(nil), // 84: journald.v1.ExportCheckpointChunksResponse
+	(*ImportCheckpointChunksRequest)(nil),  // 85: journald.v1.ImportCheckpointChunksRequest
+	(*ImportCheckpointChunksResponse)(nil), // 86: journald.v1.ImportCheckpointChunksResponse
+	(*PutAttachmentRequest)(nil),           // 87: journald.v1.PutAttachmentRequest
+	(*PutAttachmentResponse)(nil),          // 88: journald.v1.PutAttachmentResponse
+	(*GetAttachmentRequest)(nil),           // 89: journald.v1.GetAttachmentRequest
+	(*GetAttachmentResponse)(nil),          // 90: journald.v1.GetAttachmentResponse
+	(*ErrorDetail)(nil),                    // 91: journald.v1.ErrorDetail
+	nil,                                    // 92: journald.v1.MetaPayload.LabelsEntry
+	nil,                                    // 93: journald.v1.RunState.LabelsEntry
+	nil,                                    // 94: journald.v1.OpenRequest.LabelsEntry
+	nil,                                    // 95: journald.v1.RunInfo.LabelsEntry
+	nil,                                    // 96: journald.v1.ForkRequest.LabelsEntry
+	nil,                                    // 97: journald.v1.ErrorDetail.MetadataEntry
 }
 var file_journald_v1_journal_proto_depIdxs = []int32{
 	8,   // 0: journald.v1.MetaPayload.fingerprint:type_name -> journald.v1.Fingerprint
-	88,  // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
+	92,  // 1: journald.v1.MetaPayload.labels:type_name -> journald.v1.MetaPayload.LabelsEntry
 	10,  // 2: journald.v1.MetaPayload.lineage:type_name -> journald.v1.Lineage
 	7,   // 3: journald.v1.AssistantPayload.message:type_name -> journald.v1.Message
 	12,  // 4: journald.v1.AssistantPayload.usage:type_name -> journald.v1.Usage
@@ -7449,11 +7670,11 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	19,  // 24: journald.v1.RunState.terminal:type_name -> journald.v1.TerminalPayload
 	26,  // 25: journald.v1.RunState.anomalies:type_name -> journald.v1.Anomaly
 	10,  // 26: journald.v1.RunState.lineage:type_name -> journald.v1.Lineage
-	89,  // 27: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
+	93,  // 27: journald.v1.RunState.labels:type_name -> journald.v1.RunState.LabelsEntry
 	27,  // 28: journald.v1.RunState.state:type_name -> journald.v1.StateEntry
 	0,   // 29: journald.v1.OpenRequest.mode:type_name -> journald.v1.OpenMode
 	8,   // 30: journald.v1.OpenRequest.fingerprint:type_name -> journald.v1.Fingerprint
-	90,  // 31: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
+	94,  // 31: journald.v1.OpenRequest.labels:type_name -> journald.v1.OpenRequest.LabelsEntry
 	30,  // 32: journald.v1.OpenRequest.client:type_name -> journald.v1.ClientInfo
 	9,   // 33: journald.v1.OpenRequest.trace:type_name -> journald.v1.TraceContext
 	28,  // 34: journald.v1.Lease.state:type_name -> journald.v1.RunState
@@ -7463,7 +7684,7 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	31,  // 38: journald.v1.LeasesRequest.acquire:type_name -> journald.v1.OpenRequest
 	34,  // 39: journald.v1.LeasesRequest.release:type_name -> journald.v1.ReleaseRequest
 	32,  // 40: journald.v1.LeasesResponse.lease:type_name -> journald.v1.Lease
-	87,  // 41: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
+	91,  // 41: journald.v1.LeasesResponse.refused:type_name -> journald.v1.ErrorDetail
 	35,  // 42: journald.v1.LeasesResponse.released:type_name -> journald.v1.ReleaseResponse
 	36,  // 43: journald.v1.LeasesResponse.ended:type_name -> journald.v1.LeaseEnded
 	1,   // 44: journald.v1.Ack.durability:type_name -> journald.v1.Durability
@@ -7478,7 +7699,7 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	7,   // 53: journald.v1.FoldResponse.governed_messages:type_name -> journald.v1.Message
 	29,  // 54: journald.v1.FoldResponse.governance:type_name -> journald.v1.GovernanceReport
 	30,  // 55: journald.v1.RunInfo.holder:type_name -> journald.v1.ClientInfo
-	91,  // 56: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
+	95,  // 56: journald.v1.RunInfo.labels:type_name -> journald.v1.RunInfo.LabelsEntry
 	49,  // 57: journald.v1.ListResponse.runs:type_name -> journald.v1.RunInfo
 	66,  // 58: journald.v1.CheckpointEvent.checkpoint:type_name -> journald.v1.CheckpointMeta
 	21,  // 59: journald.v1.WatchResponse.record:type_name -> journald.v1.Record
@@ -7497,63 +7718,68 @@ var file_journald_v1_journal_proto_depIdxs = []int32{
 	4,   // 72: journald.v1.CompactResponse.status:type_name -> journald.v1.CompactStatus
 	16,  // 73: journald.v1.CompactResponse.removed_range:type_name -> journald.v1.SeqRange
 	40,  // 74: journald.v1.CompactResponse.ack:type_name -> journald.v1.Ack
-	92,  // 75: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
+	96,  // 75: journald.v1.ForkRequest.labels:type_name -> journald.v1.ForkRequest.LabelsEntry
 	28,  // 76: journald.v1.ForkResponse.state:type_name -> journald.v1.RunState
 	66,  // 77: journald.v1.ImportCheckpointResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
-	93,  // 78: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
-	31,  // 79: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
-	34,  // 80: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
-	38,  // 81: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
-	41,  // 82: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
-	43,  // 83: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
-	45,  // 84: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
-	47,  // 85: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
-	50,  // 86: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
-	52,  // 87: journald.v1.JournalService.ListChanges:input_type -> journald.v1.ListChangesRequest
-	54,  // 88: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
-	56,  // 89: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
-	59,  // 90: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
-	67,  // 91: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
-	69,  // 92: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
-	71,  // 93: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
-	73,  // 94: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
-	75,  // 95: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
-	77,  // 96: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
-	79,  // 97: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
-	81,  // 98: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
-	61,  // 99: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
-	83,  // 100: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
-	85,  // 101: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
-	63,  // 102: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
-	37,  // 103: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
-	35,  // 104: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
-	39,  // 105: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
-	42,  // 106: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
-	44,  // 107: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
-	46,  // 108: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
-	48,  // 109: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
-	51,  // 110: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
-	53,  // 111: journald.v1.JournalService.ListChanges:output_type -> journald.v1.ListChangesResponse
-	55,  // 112: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
-	58,  // 113: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
-	60,  // 114: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
-	68,  // 115: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
-	70,  // 116: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
-	72,  // 117: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
-	74,  // 118: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
-	76,  // 119: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
-	78,  // 120: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
-	80,  // 121: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
-	82,  // 122: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
-	62,  // 123: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
-	84,  // 124: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
-	86,  // 125: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
-	65,  // 126: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
-	103, // [103:127] is the sub-list for method output_type
-	79,  // [79:103] is the sub-list for method input_type
-	79,  // [79:79] is the sub-list for extension type_name
-	79,  // [79:79] is the sub-list for extension extendee
-	0,   // [0:79] is the sub-list for field type_name
+	66,  // 78: journald.v1.ImportCheckpointChunksResponse.checkpoint:type_name -> journald.v1.CheckpointMeta
+	97,  // 79: journald.v1.ErrorDetail.metadata:type_name -> journald.v1.ErrorDetail.MetadataEntry
+	31,  // 80: journald.v1.JournalService.Open:input_type -> journald.v1.OpenRequest
+	34,  // 81: journald.v1.JournalService.Release:input_type -> journald.v1.ReleaseRequest
+	38,  // 82: journald.v1.JournalService.Leases:input_type -> journald.v1.LeasesRequest
+	41,  // 83: journald.v1.JournalService.Append:input_type -> journald.v1.AppendRequest
+	43,  // 84: journald.v1.JournalService.AppendStream:input_type -> journald.v1.AppendStreamRequest
+	45,  // 85: journald.v1.JournalService.Load:input_type -> journald.v1.LoadRequest
+	47,  // 86: journald.v1.JournalService.Fold:input_type -> journald.v1.FoldRequest
+	50,  // 87: journald.v1.JournalService.List:input_type -> journald.v1.ListRequest
+	52,  // 88: journald.v1.JournalService.ListChanges:input_type -> journald.v1.ListChangesRequest
+	54,  // 89: journald.v1.JournalService.Delete:input_type -> journald.v1.DeleteRequest
+	56,  // 90: journald.v1.JournalService.Watch:input_type -> journald.v1.WatchRequest
+	59,  // 91: journald.v1.JournalService.History:input_type -> journald.v1.HistoryRequest
+	67,  // 92: journald.v1.JournalService.Checkpoint:input_type -> journald.v1.CheckpointRequest
+	69,  // 93: journald.v1.JournalService.ListCheckpoints:input_type -> journald.v1.ListCheckpointsRequest
+	71,  // 94: journald.v1.JournalService.Restore:input_type -> journald.v1.RestoreRequest
+	73,  // 95: journald.v1.JournalService.DeleteCheckpoint:input_type -> journald.v1.DeleteCheckpointRequest
+	75,  // 96: journald.v1.JournalService.Compact:input_type -> journald.v1.CompactRequest
+	77,  // 97: journald.v1.JournalService.Fork:input_type -> journald.v1.ForkRequest
+	79,  // 98: journald.v1.JournalService.ExportCheckpoint:input_type -> journald.v1.ExportCheckpointRequest
+	81,  // 99: journald.v1.JournalService.ImportCheckpoint:input_type -> journald.v1.ImportCheckpointRequest
+	83,  // 100: journald.v1.JournalService.ExportCheckpointChunks:input_type -> journald.v1.ExportCheckpointChunksRequest
+	85,  // 101: journald.v1.JournalService.ImportCheckpointChunks:input_type -> journald.v1.ImportCheckpointChunksRequest
+	61,  // 102: journald.v1.JournalService.Verify:input_type -> journald.v1.VerifyRequest
+	87,  // 103: journald.v1.JournalService.PutAttachment:input_type -> journald.v1.PutAttachmentRequest
+	89,  // 104: journald.v1.JournalService.GetAttachment:input_type -> journald.v1.GetAttachmentRequest
+	63,  // 105: journald.v1.JournalService.Recover:input_type -> journald.v1.RecoverRequest
+	37,  // 106: journald.v1.JournalService.Open:output_type -> journald.v1.OpenResponse
+	35,  // 107: journald.v1.JournalService.Release:output_type -> journald.v1.ReleaseResponse
+	39,  // 108: journald.v1.JournalService.Leases:output_type -> journald.v1.LeasesResponse
+	42,  // 109: journald.v1.JournalService.Append:output_type -> journald.v1.AppendResponse
+	44,  // 110: journald.v1.JournalService.AppendStream:output_type -> journald.v1.AppendStreamResponse
+	46,  // 111: journald.v1.JournalService.Load:output_type -> journald.v1.LoadResponse
+	48,  // 112: journald.v1.JournalService.Fold:output_type -> journald.v1.FoldResponse
+	51,  // 113: journald.v1.JournalService.List:output_type -> journald.v1.ListResponse
+	53,  // 114: journald.v1.JournalService.ListChanges:output_type -> journald.v1.ListChangesResponse
+	55,  // 115: journald.v1.JournalService.Delete:output_type -> journald.v1.DeleteResponse
+	58,  // 116: journald.v1.JournalService.Watch:output_type -> journald.v1.WatchResponse
+	60,  // 117: journald.v1.JournalService.History:output_type -> journald.v1.HistoryResponse
+	68,  // 118: journald.v1.JournalService.Checkpoint:output_type -> journald.v1.CheckpointResponse
+	70,  // 119: journald.v1.JournalService.ListCheckpoints:output_type -> journald.v1.ListCheckpointsResponse
+	72,  // 120: journald.v1.JournalService.Restore:output_type -> journald.v1.RestoreResponse
+	74,  // 121: journald.v1.JournalService.DeleteCheckpoint:output_type -> journald.v1.DeleteCheckpointResponse
+	76,  // 122: journald.v1.JournalService.Compact:output_type -> journald.v1.CompactResponse
+	78,  // 123: journald.v1.JournalService.Fork:output_type -> journald.v1.ForkResponse
+	80,  // 124: journald.v1.JournalService.ExportCheckpoint:output_type -> journald.v1.ExportCheckpointResponse
+	82,  // 125: journald.v1.JournalService.ImportCheckpoint:output_type -> journald.v1.ImportCheckpointResponse
+	84,  // 126: journald.v1.JournalService.ExportCheckpointChunks:output_type -> journald.v1.ExportCheckpointChunksResponse
+	86,  // 127: journald.v1.JournalService.ImportCheckpointChunks:output_type -> journald.v1.ImportCheckpointChunksResponse
+	62,  // 128: journald.v1.JournalService.Verify:output_type -> journald.v1.VerifyResponse
+	88,  // 129: journald.v1.JournalService.PutAttachment:output_type -> journald.v1.PutAttachmentResponse
+	90,  // 130: journald.v1.JournalService.GetAttachment:output_type -> journald.v1.GetAttachmentResponse
+	65,  // 131: journald.v1.JournalService.Recover:output_type -> journald.v1.RecoverResponse
+	106, // [106:132] is the sub-list for method output_type
+	80,  // [80:106] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_journald_v1_journal_proto_init() }
@@ -7595,7 +7821,7 @@ func file_journald_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_journald_v1_journal_proto_rawDesc), len(file_journald_v1_journal_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   87,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

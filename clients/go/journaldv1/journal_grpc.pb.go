@@ -43,30 +43,32 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	JournalService_Open_FullMethodName             = "/journald.v1.JournalService/Open"
-	JournalService_Release_FullMethodName          = "/journald.v1.JournalService/Release"
-	JournalService_Leases_FullMethodName           = "/journald.v1.JournalService/Leases"
-	JournalService_Append_FullMethodName           = "/journald.v1.JournalService/Append"
-	JournalService_AppendStream_FullMethodName     = "/journald.v1.JournalService/AppendStream"
-	JournalService_Load_FullMethodName             = "/journald.v1.JournalService/Load"
-	JournalService_Fold_FullMethodName             = "/journald.v1.JournalService/Fold"
-	JournalService_List_FullMethodName             = "/journald.v1.JournalService/List"
-	JournalService_ListChanges_FullMethodName      = "/journald.v1.JournalService/ListChanges"
-	JournalService_Delete_FullMethodName           = "/journald.v1.JournalService/Delete"
-	JournalService_Watch_FullMethodName            = "/journald.v1.JournalService/Watch"
-	JournalService_History_FullMethodName          = "/journald.v1.JournalService/History"
-	JournalService_Checkpoint_FullMethodName       = "/journald.v1.JournalService/Checkpoint"
-	JournalService_ListCheckpoints_FullMethodName  = "/journald.v1.JournalService/ListCheckpoints"
-	JournalService_Restore_FullMethodName          = "/journald.v1.JournalService/Restore"
-	JournalService_DeleteCheckpoint_FullMethodName = "/journald.v1.JournalService/DeleteCheckpoint"
-	JournalService_Compact_FullMethodName          = "/journald.v1.JournalService/Compact"
-	JournalService_Fork_FullMethodName             = "/journald.v1.JournalService/Fork"
-	JournalService_ExportCheckpoint_FullMethodName = "/journald.v1.JournalService/ExportCheckpoint"
-	JournalService_ImportCheckpoint_FullMethodName = "/journald.v1.JournalService/ImportCheckpoint"
-	JournalService_Verify_FullMethodName           = "/journald.v1.JournalService/Verify"
-	JournalService_PutAttachment_FullMethodName    = "/journald.v1.JournalService/PutAttachment"
-	JournalService_GetAttachment_FullMethodName    = "/journald.v1.JournalService/GetAttachment"
-	JournalService_Recover_FullMethodName          = "/journald.v1.JournalService/Recover"
+	JournalService_Open_FullMethodName                   = "/journald.v1.JournalService/Open"
+	JournalService_Release_FullMethodName                = "/journald.v1.JournalService/Release"
+	JournalService_Leases_FullMethodName                 = "/journald.v1.JournalService/Leases"
+	JournalService_Append_FullMethodName                 = "/journald.v1.JournalService/Append"
+	JournalService_AppendStream_FullMethodName           = "/journald.v1.JournalService/AppendStream"
+	JournalService_Load_FullMethodName                   = "/journald.v1.JournalService/Load"
+	JournalService_Fold_FullMethodName                   = "/journald.v1.JournalService/Fold"
+	JournalService_List_FullMethodName                   = "/journald.v1.JournalService/List"
+	JournalService_ListChanges_FullMethodName            = "/journald.v1.JournalService/ListChanges"
+	JournalService_Delete_FullMethodName                 = "/journald.v1.JournalService/Delete"
+	JournalService_Watch_FullMethodName                  = "/journald.v1.JournalService/Watch"
+	JournalService_History_FullMethodName                = "/journald.v1.JournalService/History"
+	JournalService_Checkpoint_FullMethodName             = "/journald.v1.JournalService/Checkpoint"
+	JournalService_ListCheckpoints_FullMethodName        = "/journald.v1.JournalService/ListCheckpoints"
+	JournalService_Restore_FullMethodName                = "/journald.v1.JournalService/Restore"
+	JournalService_DeleteCheckpoint_FullMethodName       = "/journald.v1.JournalService/DeleteCheckpoint"
+	JournalService_Compact_FullMethodName                = "/journald.v1.JournalService/Compact"
+	JournalService_Fork_FullMethodName                   = "/journald.v1.JournalService/Fork"
+	JournalService_ExportCheckpoint_FullMethodName       = "/journald.v1.JournalService/ExportCheckpoint"
+	JournalService_ImportCheckpoint_FullMethodName       = "/journald.v1.JournalService/ImportCheckpoint"
+	JournalService_ExportCheckpointChunks_FullMethodName = "/journald.v1.JournalService/ExportCheckpointChunks"
+	JournalService_ImportCheckpointChunks_FullMethodName = "/journald.v1.JournalService/ImportCheckpointChunks"
+	JournalService_Verify_FullMethodName                 = "/journald.v1.JournalService/Verify"
+	JournalService_PutAttachment_FullMethodName          = "/journald.v1.JournalService/PutAttachment"
+	JournalService_GetAttachment_FullMethodName          = "/journald.v1.JournalService/GetAttachment"
+	JournalService_Recover_FullMethodName                = "/journald.v1.JournalService/Recover"
 )
 
 // JournalServiceClient is the client API for JournalService service.
@@ -128,6 +130,16 @@ type JournalServiceClient interface {
 	ExportCheckpoint(ctx context.Context, in *ExportCheckpointRequest, opts ...grpc.CallOption) (*ExportCheckpointResponse, error)
 	// ImportCheckpoint verifies exported bytes completely, then stores them as a checkpoint.
 	ImportCheckpoint(ctx context.Context, in *ImportCheckpointRequest, opts ...grpc.CallOption) (*ImportCheckpointResponse, error)
+	// ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+	// `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+	// is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+	// error status is an incomplete export: discard what it sent.
+	ExportCheckpointChunks(ctx context.Context, in *ExportCheckpointChunksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportCheckpointChunksResponse], error)
+	// ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+	// limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+	// request carries the next bytes. The daemon stores nothing until the stream ends and the
+	// whole export is verified; a refusal or a cancelled stream writes nothing.
+	ImportCheckpointChunks(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportCheckpointChunksRequest, ImportCheckpointChunksResponse], error)
 	// Verify checks a run's hash chain and record schemas end to end.
 	Verify(ctx context.Context, in *VerifyRequest, opts ...grpc.CallOption) (*VerifyResponse, error)
 	// PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
@@ -393,6 +405,38 @@ func (c *journalServiceClient) ImportCheckpoint(ctx context.Context, in *ImportC
 	return out, nil
 }
 
+func (c *journalServiceClient) ExportCheckpointChunks(ctx context.Context, in *ExportCheckpointChunksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportCheckpointChunksResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[6], JournalService_ExportCheckpointChunks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportCheckpointChunksRequest, ExportCheckpointChunksResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JournalService_ExportCheckpointChunksClient = grpc.ServerStreamingClient[ExportCheckpointChunksResponse]
+
+func (c *journalServiceClient) ImportCheckpointChunks(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportCheckpointChunksRequest, ImportCheckpointChunksResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JournalService_ServiceDesc.Streams[7], JournalService_ImportCheckpointChunks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportCheckpointChunksRequest, ImportCheckpointChunksResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JournalService_ImportCheckpointChunksClient = grpc.ClientStreamingClient[ImportCheckpointChunksRequest, ImportCheckpointChunksResponse]
+
 func (c *journalServiceClient) Verify(ctx context.Context, in *VerifyRequest, opts ...grpc.CallOption) (*VerifyResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(VerifyResponse)
@@ -492,6 +536,16 @@ type JournalServiceServer interface {
 	ExportCheckpoint(context.Context, *ExportCheckpointRequest) (*ExportCheckpointResponse, error)
 	// ImportCheckpoint verifies exported bytes completely, then stores them as a checkpoint.
 	ImportCheckpoint(context.Context, *ImportCheckpointRequest) (*ImportCheckpointResponse, error)
+	// ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+	// `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+	// is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+	// error status is an incomplete export: discard what it sent.
+	ExportCheckpointChunks(*ExportCheckpointChunksRequest, grpc.ServerStreamingServer[ExportCheckpointChunksResponse]) error
+	// ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+	// limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+	// request carries the next bytes. The daemon stores nothing until the stream ends and the
+	// whole export is verified; a refusal or a cancelled stream writes nothing.
+	ImportCheckpointChunks(grpc.ClientStreamingServer[ImportCheckpointChunksRequest, ImportCheckpointChunksResponse]) error
 	// Verify checks a run's hash chain and record schemas end to end.
 	Verify(context.Context, *VerifyRequest) (*VerifyResponse, error)
 	// PutAttachment stores binary tool output once per run, content-addressed by SHA-256, and
@@ -574,6 +628,12 @@ func (UnimplementedJournalServiceServer) ExportCheckpoint(context.Context, *Expo
 }
 func (UnimplementedJournalServiceServer) ImportCheckpoint(context.Context, *ImportCheckpointRequest) (*ImportCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ImportCheckpoint not implemented")
+}
+func (UnimplementedJournalServiceServer) ExportCheckpointChunks(*ExportCheckpointChunksRequest, grpc.ServerStreamingServer[ExportCheckpointChunksResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportCheckpointChunks not implemented")
+}
+func (UnimplementedJournalServiceServer) ImportCheckpointChunks(grpc.ClientStreamingServer[ImportCheckpointChunksRequest, ImportCheckpointChunksResponse]) error {
+	return status.Error(codes.Unimplemented, "method ImportCheckpointChunks not implemented")
 }
 func (UnimplementedJournalServiceServer) Verify(context.Context, *VerifyRequest) (*VerifyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Verify not implemented")
@@ -918,6 +978,24 @@ func _JournalService_ImportCheckpoint_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_ExportCheckpointChunks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportCheckpointChunksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JournalServiceServer).ExportCheckpointChunks(m, &grpc.GenericServerStream[ExportCheckpointChunksRequest, ExportCheckpointChunksResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JournalService_ExportCheckpointChunksServer = grpc.ServerStreamingServer[ExportCheckpointChunksResponse]
+
+func _JournalService_ImportCheckpointChunks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(JournalServiceServer).ImportCheckpointChunks(&grpc.GenericServerStream[ImportCheckpointChunksRequest, ImportCheckpointChunksResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JournalService_ImportCheckpointChunksServer = grpc.ClientStreamingServer[ImportCheckpointChunksRequest, ImportCheckpointChunksResponse]
+
 func _JournalService_Verify_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(VerifyRequest)
 	if err := dec(in); err != nil {
@@ -1102,6 +1180,16 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _JournalService_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ExportCheckpointChunks",
+			Handler:       _JournalService_ExportCheckpointChunks_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ImportCheckpointChunks",
+			Handler:       _JournalService_ImportCheckpointChunks_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "journald/v1/journal.proto",

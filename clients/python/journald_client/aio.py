@@ -12,13 +12,14 @@ import asyncio
 import builtins
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import grpc
 import grpc.aio
 from journald_proto import journal_pb2 as pb
 from journald_proto import journal_pb2_grpc as pb_grpc
 
+from journald_client import checkpoint_transfer as transfer
 from journald_client import codec, errors, retry, window
 from journald_client.aio_run import AsyncRun as AsyncRun
 from journald_client.aio_run import AsyncToolFn as AsyncToolFn
@@ -348,15 +349,26 @@ class AsyncClient(AsyncOpener):
         return resp.run_id, codec.state_from_pb(resp.state)
 
     async def export_checkpoint(self, run_id: str, checkpoint_id: str) -> bytes:
-        """Self-contained ``journald-checkpoint/1`` bytes (attachments included)."""
-        req = pb.ExportCheckpointRequest(run_id=run_id, checkpoint_id=checkpoint_id)
-        return bytes((await self._unary("ExportCheckpoint", req)).data)
+        """Self-contained ``journald-checkpoint/1`` bytes (attachments included), of any
+        size (sent in chunks: journald_client.checkpoint_transfer)."""
+        return await transfer.export_bytes_async(self._stub, self._error, run_id, checkpoint_id)
+
+    async def export_checkpoint_to(self, run_id: str, checkpoint_id: str, out: BinaryIO) -> int:
+        """Write the export to ``out`` chunk by chunk (never held whole); its size."""
+        return await transfer.export_to_async(
+            self._stub, self._error, run_id, checkpoint_id, out.write
+        )
 
     async def import_checkpoint(self, run_id: str, data: bytes) -> CheckpointMeta:
         """Verify exported bytes, then store them as a new checkpoint of ``run_id``."""
-        req = pb.ImportCheckpointRequest(run_id=run_id, data=data)
-        resp = await self._unary("ImportCheckpoint", req)
-        return codec.checkpoint_meta_from_pb(resp.checkpoint)
+        pieces = transfer.bytes_pieces(data)
+        return await transfer.import_pieces_async(
+            self._stub, self._error, run_id, pieces, lambda: data
+        )
+
+    async def import_checkpoint_from(self, run_id: str, source: BinaryIO) -> CheckpointMeta:
+        """``import_checkpoint`` of the export read from ``source`` chunk by chunk."""
+        return await transfer.import_file_async(self._stub, self._error, run_id, source)
 
     async def history(
         self,

@@ -22,12 +22,13 @@ import sys
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import grpc
 from journald_proto import journal_pb2 as pb
 from journald_proto import journal_pb2_grpc as pb_grpc
 
+from journald_client import checkpoint_transfer as transfer
 from journald_client import codec, errors, retry, window
 from journald_client.codec import OpenParams, Summary
 from journald_client.list_changes import ListChanges
@@ -394,15 +395,24 @@ class Client(Opener):
         return resp.run_id, self._state(resp.run_id, resp.state)
 
     def export_checkpoint(self, run_id: str, checkpoint_id: str) -> bytes:
-        """Self-contained ``journald-checkpoint/1`` bytes (attachments included)."""
-        req = pb.ExportCheckpointRequest(run_id=run_id, checkpoint_id=checkpoint_id)
-        return bytes(self._unary("ExportCheckpoint", req).data)
+        """Self-contained ``journald-checkpoint/1`` bytes (attachments included), of any
+        size (sent in chunks: journald_client.checkpoint_transfer)."""
+        return transfer.export_bytes(self._stub, self._error, run_id, checkpoint_id)
+
+    def export_checkpoint_to(self, run_id: str, checkpoint_id: str, out: BinaryIO) -> int:
+        """Write the export to ``out`` chunk by chunk (never held whole); its size. A
+        failure midway leaves a partial file: not an export, discard it."""
+        return transfer.export_to(self._stub, self._error, run_id, checkpoint_id, out.write)
 
     def import_checkpoint(self, run_id: str, data: bytes) -> CheckpointMeta:
         """Verify exported bytes completely, then store them as a new checkpoint of
         ``run_id`` (``checkpoint_import_invalid`` if anything is off)."""
-        req = pb.ImportCheckpointRequest(run_id=run_id, data=data)
-        return codec.checkpoint_meta_from_pb(self._unary("ImportCheckpoint", req).checkpoint)
+        pieces = transfer.bytes_pieces(data)
+        return transfer.import_pieces(self._stub, self._error, run_id, pieces, lambda: data)
+
+    def import_checkpoint_from(self, run_id: str, source: BinaryIO) -> CheckpointMeta:
+        """``import_checkpoint`` of the export read from ``source`` chunk by chunk."""
+        return transfer.import_file(self._stub, self._error, run_id, source)
 
     def history(
         self,

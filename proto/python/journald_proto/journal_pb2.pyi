@@ -3387,6 +3387,106 @@ class ImportCheckpointResponse(_message.Message):
 Global___ImportCheckpointResponse: _TypeAlias = ImportCheckpointResponse  # noqa: Y015
 
 @_typing.final
+class ExportCheckpointChunksRequest(_message.Message):
+    """ExportCheckpointChunksRequest exports a checkpoint in chunks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run id."""
+    checkpoint_id: _builtins.str
+    """The checkpoint."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        checkpoint_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportCheckpointChunksRequest: _TypeAlias = ExportCheckpointChunksRequest  # noqa: Y015
+
+@_typing.final
+class ExportCheckpointChunksResponse(_message.Message):
+    """ExportCheckpointChunksResponse carries the next bytes of the export."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the `journald-checkpoint/1` export (at most 1 MiB, never empty)."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportCheckpointChunksResponse: _TypeAlias = ExportCheckpointChunksResponse  # noqa: Y015
+
+@_typing.final
+class ImportCheckpointChunksRequest(_message.Message):
+    """ImportCheckpointChunksRequest carries the next bytes of an export to import."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The target run (must exist): required in the first request; later requests leave it
+    empty or repeat it (another run id is refused with `invalid_request`).
+    """
+    data: _builtins.bytes
+    """The next bytes of the export (any size up to the max message size; 1 MiB is a good one)."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportCheckpointChunksRequest: _TypeAlias = ImportCheckpointChunksRequest  # noqa: Y015
+
+@_typing.final
+class ImportCheckpointChunksResponse(_message.Message):
+    """ImportCheckpointChunksResponse returns the new checkpoint."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checkpoint(self) -> Global___CheckpointMeta:
+        """Its meta (a new id, owned by the target run)."""
+
+    def __init__(
+        self,
+        *,
+        checkpoint: Global___CheckpointMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportCheckpointChunksResponse: _TypeAlias = ImportCheckpointChunksResponse  # noqa: Y015
+
+@_typing.final
 class PutAttachmentRequest(_message.Message):
     """---------------------------------------------------------------------------------------
     Attachments

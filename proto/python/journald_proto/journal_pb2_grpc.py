@@ -135,6 +135,16 @@ class JournalServiceStub:
                 request_serializer=journald_dot_v1_dot_journal__pb2.ImportCheckpointRequest.SerializeToString,
                 response_deserializer=journald_dot_v1_dot_journal__pb2.ImportCheckpointResponse.FromString,
                 _registered_method=True)
+        self.ExportCheckpointChunks = channel.unary_stream(
+                '/journald.v1.JournalService/ExportCheckpointChunks',
+                request_serializer=journald_dot_v1_dot_journal__pb2.ExportCheckpointChunksRequest.SerializeToString,
+                response_deserializer=journald_dot_v1_dot_journal__pb2.ExportCheckpointChunksResponse.FromString,
+                _registered_method=True)
+        self.ImportCheckpointChunks = channel.stream_unary(
+                '/journald.v1.JournalService/ImportCheckpointChunks',
+                request_serializer=journald_dot_v1_dot_journal__pb2.ImportCheckpointChunksRequest.SerializeToString,
+                response_deserializer=journald_dot_v1_dot_journal__pb2.ImportCheckpointChunksResponse.FromString,
+                _registered_method=True)
         self.Verify = channel.unary_unary(
                 '/journald.v1.JournalService/Verify',
                 request_serializer=journald_dot_v1_dot_journal__pb2.VerifyRequest.SerializeToString,
@@ -314,6 +324,26 @@ class JournalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportCheckpointChunks(self, request, context):
+        """ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+        `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+        is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+        error status is an incomplete export: discard what it sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportCheckpointChunks(self, request_iterator, context):
+        """ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+        limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+        request carries the next bytes. The daemon stores nothing until the stream ends and the
+        whole export is verified; a refusal or a cancelled stream writes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Verify(self, request, context):
         """Verify checks a run's hash chain and record schemas end to end.
         """
@@ -449,6 +479,16 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.ImportCheckpoint,
                     request_deserializer=journald_dot_v1_dot_journal__pb2.ImportCheckpointRequest.FromString,
                     response_serializer=journald_dot_v1_dot_journal__pb2.ImportCheckpointResponse.SerializeToString,
+            ),
+            'ExportCheckpointChunks': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportCheckpointChunks,
+                    request_deserializer=journald_dot_v1_dot_journal__pb2.ExportCheckpointChunksRequest.FromString,
+                    response_serializer=journald_dot_v1_dot_journal__pb2.ExportCheckpointChunksResponse.SerializeToString,
+            ),
+            'ImportCheckpointChunks': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportCheckpointChunks,
+                    request_deserializer=journald_dot_v1_dot_journal__pb2.ImportCheckpointChunksRequest.FromString,
+                    response_serializer=journald_dot_v1_dot_journal__pb2.ImportCheckpointChunksResponse.SerializeToString,
             ),
             'Verify': grpc.unary_unary_rpc_method_handler(
                     servicer.Verify,
@@ -1012,6 +1052,60 @@ class JournalService:
             '/journald.v1.JournalService/ImportCheckpoint',
             journald_dot_v1_dot_journal__pb2.ImportCheckpointRequest.SerializeToString,
             journald_dot_v1_dot_journal__pb2.ImportCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportCheckpointChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/journald.v1.JournalService/ExportCheckpointChunks',
+            journald_dot_v1_dot_journal__pb2.ExportCheckpointChunksRequest.SerializeToString,
+            journald_dot_v1_dot_journal__pb2.ExportCheckpointChunksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportCheckpointChunks(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/journald.v1.JournalService/ImportCheckpointChunks',
+            journald_dot_v1_dot_journal__pb2.ImportCheckpointChunksRequest.SerializeToString,
+            journald_dot_v1_dot_journal__pb2.ImportCheckpointChunksResponse.FromString,
             options,
             channel_credentials,
             insecure,

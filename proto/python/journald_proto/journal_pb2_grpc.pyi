@@ -116,6 +116,18 @@ class JournalServiceStub:
     """ExportCheckpoint returns self-contained bytes (format `journald-checkpoint/1`)."""
     ImportCheckpoint: _grpc.UnaryUnaryMultiCallable[_journal_pb2.ImportCheckpointRequest, _journal_pb2.ImportCheckpointResponse]
     """ImportCheckpoint verifies exported bytes completely, then stores them as a checkpoint."""
+    ExportCheckpointChunks: _grpc.UnaryStreamMultiCallable[_journal_pb2.ExportCheckpointChunksRequest, _journal_pb2.ExportCheckpointChunksResponse]
+    """ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+    `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+    is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+    error status is an incomplete export: discard what it sent.
+    """
+    ImportCheckpointChunks: _grpc.StreamUnaryMultiCallable[_journal_pb2.ImportCheckpointChunksRequest, _journal_pb2.ImportCheckpointChunksResponse]
+    """ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+    limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+    request carries the next bytes. The daemon stores nothing until the stream ends and the
+    whole export is verified; a refusal or a cancelled stream writes nothing.
+    """
     Verify: _grpc.UnaryUnaryMultiCallable[_journal_pb2.VerifyRequest, _journal_pb2.VerifyResponse]
     """Verify checks a run's hash chain and record schemas end to end."""
     PutAttachment: _grpc.UnaryUnaryMultiCallable[_journal_pb2.PutAttachmentRequest, _journal_pb2.PutAttachmentResponse]
@@ -197,6 +209,18 @@ class JournalServiceAsyncStub(JournalServiceStub):
     """ExportCheckpoint returns self-contained bytes (format `journald-checkpoint/1`)."""
     ImportCheckpoint: _aio.UnaryUnaryMultiCallable[_journal_pb2.ImportCheckpointRequest, _journal_pb2.ImportCheckpointResponse]  # type: ignore[assignment]
     """ImportCheckpoint verifies exported bytes completely, then stores them as a checkpoint."""
+    ExportCheckpointChunks: _aio.UnaryStreamMultiCallable[_journal_pb2.ExportCheckpointChunksRequest, _journal_pb2.ExportCheckpointChunksResponse]  # type: ignore[assignment]
+    """ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+    `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+    is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+    error status is an incomplete export: discard what it sent.
+    """
+    ImportCheckpointChunks: _aio.StreamUnaryMultiCallable[_journal_pb2.ImportCheckpointChunksRequest, _journal_pb2.ImportCheckpointChunksResponse]  # type: ignore[assignment]
+    """ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+    limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+    request carries the next bytes. The daemon stores nothing until the stream ends and the
+    whole export is verified; a refusal or a cancelled stream writes nothing.
+    """
     Verify: _aio.UnaryUnaryMultiCallable[_journal_pb2.VerifyRequest, _journal_pb2.VerifyResponse]  # type: ignore[assignment]
     """Verify checks a run's hash chain and record schemas end to end."""
     PutAttachment: _aio.UnaryUnaryMultiCallable[_journal_pb2.PutAttachmentRequest, _journal_pb2.PutAttachmentResponse]  # type: ignore[assignment]
@@ -395,6 +419,30 @@ class JournalServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_journal_pb2.ImportCheckpointResponse, _abc.Awaitable[_journal_pb2.ImportCheckpointResponse]]:
         """ImportCheckpoint verifies exported bytes completely, then stores them as a checkpoint."""
+
+    @_abc_1.abstractmethod
+    def ExportCheckpointChunks(
+        self,
+        request: _journal_pb2.ExportCheckpointChunksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_journal_pb2.ExportCheckpointChunksResponse], _abc.AsyncIterator[_journal_pb2.ExportCheckpointChunksResponse]]:
+        """ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+        `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+        is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+        error status is an incomplete export: discard what it sent.
+        """
+
+    @_abc_1.abstractmethod
+    def ImportCheckpointChunks(
+        self,
+        request_iterator: _MaybeAsyncIterator[_journal_pb2.ImportCheckpointChunksRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_journal_pb2.ImportCheckpointChunksResponse, _abc.Awaitable[_journal_pb2.ImportCheckpointChunksResponse]]:
+        """ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+        limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+        request carries the next bytes. The daemon stores nothing until the stream ends and the
+        whole export is verified; a refusal or a cancelled stream writes nothing.
+        """
 
     @_abc_1.abstractmethod
     def Verify(

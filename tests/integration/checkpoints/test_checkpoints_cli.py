@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import journald_client as jc
+import pytest
 from journald_client.pb import journal_pb2 as pb
 
 from tests.daemon import Daemon
+from tests.integration.checkpoints.test_large_exports import thirty_file_reads
+from tests.integration.clientbin.common import FP
 from tests.integration.rpc import Lease, stub, until_unlocked
 
 CLI = [sys.executable, "-m", "journald.cli"]
@@ -80,3 +85,45 @@ def test_the_checkpoint_commands_take_list_export_import_restore_compact_fork_an
         assert missing.returncode == 4
         assert "checkpoint" in missing.stderr
         assert s.Fold(pb.FoldRequest(run_id="cli-other")).state.last_seq == 2
+
+
+@pytest.mark.slow
+def test_export_and_import_stream_a_24_mib_checkpoint_and_a_failed_export_keeps_the_file(
+    tmp_path: Path,
+) -> None:
+    with Daemon(tmp_path, "file") as d, jc.connect(str(d.socket)) as client:
+        thirty_file_reads(client, "cli-big")
+        cp = client.checkpoint("cli-big")
+        with client.start("cli-dst", FP, "elsewhere") as run:
+            run.assistant("ready", stop_reason="end_turn")
+        out = tmp_path / "cp.json"
+        out.write_bytes(b"an older export")
+        out.chmod(0o644)
+        cli(d, "export", "cli-big", cp.checkpoint_id, "-o", str(out))
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+        assert out.stat().st_size > 16 * 1024 * 1024  # above one gRPC message
+        to_stdout = subprocess.run(
+            [*CLI, "--socket", str(d.socket), "export", "cli-big", cp.checkpoint_id],
+            capture_output=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert to_stdout == out.read_bytes()
+
+        # a checkpoint that does not exist: refused before any byte, the file is untouched
+        missing = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+        failed = cli(d, "export", "cli-big", missing, "-o", str(out), ok=False)
+        assert failed.returncode == 4, failed.stderr
+        assert out.read_bytes() == to_stdout
+        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+
+        # import from a file and from stdin, each read and sent in chunks
+        from_file = json.loads(cli(d, "import", "cli-dst", str(out), "--json").stdout)
+        piped = subprocess.run(
+            [*CLI, "--socket", str(d.socket), "import", "cli-dst", "-", "--json"],
+            input=to_stdout,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        assert json.loads(piped.stdout)["hash"] == from_file["hash"] == cp.hash

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import journald_client as jc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from journald_client.pb import journal_pb2 as pb
@@ -108,6 +109,29 @@ def test_a_response_above_the_message_cap_fails_with_a_typed_error(tmp_path: Pat
         export = pb.ExportCheckpointRequest(run_id="wide", checkpoint_id=mark.checkpoint_id)
         assert error_of(failure(lambda: s.ExportCheckpoint(export))).code == "response_too_large"
         assert len(canonical_records(s, "wide")) == 5
+        assert serving(d)
+
+
+def test_an_export_above_the_message_cap_moves_in_chunks_each_within_it(tmp_path: Path) -> None:
+    """What ExportCheckpoint refuses above a 1 MiB cap, ExportCheckpointChunks sends in
+    chunks of half the cap, and the client's import chunks fit the cap too."""
+    with Daemon(tmp_path, BACKEND, "--max-message-bytes", "1MiB") as d:
+        s = stub(d.target)
+        lease = Lease(s, "wide")
+        for _ in range(4):
+            lease.append(user(lease.next_seq(), blocks(text("w" * 300_000))))
+        lease.close()
+        mark = s.Checkpoint(pb.CheckpointRequest(run_id="wide")).checkpoint
+        export = pb.ExportCheckpointRequest(run_id="wide", checkpoint_id=mark.checkpoint_id)
+        assert error_of(failure(lambda: s.ExportCheckpoint(export))).code == "response_too_large"
+        req = pb.ExportCheckpointChunksRequest(run_id="wide", checkpoint_id=mark.checkpoint_id)
+        chunks = [c.data for c in s.ExportCheckpointChunks(req)]
+        assert len(chunks) > 2
+        assert all(0 < len(c) <= MIB // 2 for c in chunks)
+        Lease(s, "other").close()
+        with jc.connect(str(d.socket), max_message_bytes=MIB) as client:
+            imp = client.import_checkpoint("other", b"".join(chunks))
+        assert imp.hash == mark.hash
         assert serving(d)
 
 
@@ -246,6 +270,11 @@ def test_a_bad_checkpoint_id_and_a_bad_digest_have_their_own_codes(daemon: Daemo
     for call in (
         lambda: s.DeleteCheckpoint(pb.DeleteCheckpointRequest(run_id="codes", checkpoint_id="x")),
         lambda: s.ExportCheckpoint(pb.ExportCheckpointRequest(run_id="codes", checkpoint_id="x")),
+        lambda: list(
+            s.ExportCheckpointChunks(
+                pb.ExportCheckpointChunksRequest(run_id="codes", checkpoint_id="x")
+            )
+        ),
         lambda: s.Restore(
             pb.RestoreRequest(run_id="codes", checkpoint_id="../x", lease_id=lease.lease.lease_id)
         ),

@@ -191,7 +191,9 @@ def call_raw(channel: grpc.Channel, method: MethodDescriptor, data: bytes) -> gr
     """Send ``data`` as one request of ``method``; the failure, or None if it was answered."""
     path = METHOD_PREFIX + method.name
     try:
-        if method.client_streaming:
+        if method.client_streaming and not method.server_streaming:  # ImportCheckpointChunks
+            channel.stream_unary(path, **RAW_BYTES)(iter([data]), timeout=10)
+        elif method.client_streaming:
             list(channel.stream_stream(path, **RAW_BYTES)(iter([data]), timeout=10))
         elif method.server_streaming:
             call = channel.unary_stream(path, **RAW_BYTES)(
@@ -374,6 +376,8 @@ def refused(method: MethodDescriptor) -> bytes:
     """A request of ``method`` the daemon refuses (a run id that is not an id), padded."""
     if method.name == "Leases":
         return padded(pb.LeasesRequest(acquire=pb.OpenRequest(run_id="../x")), PAD_BYTES)
+    if method.name == "ImportCheckpointChunks":
+        return padded(pb.ImportCheckpointChunksRequest(run_id="../x"), PAD_BYTES)
     if method.client_streaming:
         return padded(pb.AppendStreamRequest(append=pb.AppendRequest(run_id="../x")), PAD_BYTES)
     return padded(request_type(method)(run_id="../x"), PAD_BYTES)

@@ -308,6 +308,8 @@ with jc.connect(sock, timeout=10) as c:
     append = pb.AppendRequest(run_id="alice-run", lease_id=lease)  # a leaked lease id
     attempt("append", lambda: stub.Append(append))
     attempt("delete", lambda: c.delete("alice-run"))
+    attempt("export", lambda: c.export_checkpoint("alice-run", "01ARZ3NDEKTSV4RRFFQ69G5FAV"))
+    attempt("import", lambda: c.import_checkpoint("alice-run", b"{}"))
     attempt("own run", lambda: c.start("bob-run", fp, "bob's prompt").close())
     out["list"] = sorted(r.run_id for r in c.list())
 print(json.dumps(out))
@@ -338,7 +340,7 @@ def test_a_second_uid_may_not_read_append_or_delete_the_first_uids_run(tmp_path:
         assert alice.wait(30) == 0
         assert denied.returncode == 0, denied.stderr
         outcome = json.loads(denied.stdout)
-        for call in ("load", "fold", "history", "resume", "append", "delete"):
+        for call in ("load", "fold", "history", "resume", "append", "delete", "export", "import"):
             assert outcome[call] == "permission_denied", (call, outcome)
         assert outcome["own run"] == "ok"
         assert outcome["list"] == ["bob-run"]  # alice's run is not even listed

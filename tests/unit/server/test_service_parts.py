@@ -20,6 +20,8 @@ def test_every_rpc_of_the_proto_is_implemented_by_exactly_one_part() -> None:
     assert owners["History"] == "HistoryRpcs"
     assert owners["PutAttachment"] == "AttachmentRpcs"
     assert owners["Restore"] == "CheckpointRpcs"
+    assert owners["ExportCheckpointChunks"] == "CheckpointTransferRpcs"
+    assert owners["ImportCheckpointChunks"] == "CheckpointTransferRpcs"
     assert owners["Append"] == "JournalService"
 
 

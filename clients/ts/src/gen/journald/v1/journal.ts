@@ -14,7 +14,9 @@ import {
   type ClientOptions,
   type ClientReadableStream,
   type ClientUnaryCall,
+  type ClientWritableStream,
   type handleBidiStreamingCall,
+  type handleClientStreamingCall,
   type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
@@ -1815,6 +1817,37 @@ export interface ImportCheckpointRequest {
 
 /** ImportCheckpointResponse returns the new checkpoint. */
 export interface ImportCheckpointResponse {
+  /** Its meta (a new id, owned by the target run). */
+  checkpoint: CheckpointMeta | undefined;
+}
+
+/** ExportCheckpointChunksRequest exports a checkpoint in chunks. */
+export interface ExportCheckpointChunksRequest {
+  /** The run id. */
+  runId: string;
+  /** The checkpoint. */
+  checkpointId: string;
+}
+
+/** ExportCheckpointChunksResponse carries the next bytes of the export. */
+export interface ExportCheckpointChunksResponse {
+  /** The next bytes of the `journald-checkpoint/1` export (at most 1 MiB, never empty). */
+  data: Buffer;
+}
+
+/** ImportCheckpointChunksRequest carries the next bytes of an export to import. */
+export interface ImportCheckpointChunksRequest {
+  /**
+   * The target run (must exist): required in the first request; later requests leave it
+   * empty or repeat it (another run id is refused with `invalid_request`).
+   */
+  runId: string;
+  /** The next bytes of the export (any size up to the max message size; 1 MiB is a good one). */
+  data: Buffer;
+}
+
+/** ImportCheckpointChunksResponse returns the new checkpoint. */
+export interface ImportCheckpointChunksResponse {
   /** Its meta (a new id, owned by the target run). */
   checkpoint: CheckpointMeta | undefined;
 }
@@ -12037,6 +12070,332 @@ export const ImportCheckpointResponse: MessageFns<ImportCheckpointResponse> = {
   },
 };
 
+function createBaseExportCheckpointChunksRequest(): ExportCheckpointChunksRequest {
+  return { runId: "", checkpointId: "" };
+}
+
+export const ExportCheckpointChunksRequest: MessageFns<ExportCheckpointChunksRequest> = {
+  encode(message: ExportCheckpointChunksRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.runId !== "") {
+      writer.uint32(10).string(message.runId);
+    }
+    if (message.checkpointId !== "") {
+      writer.uint32(18).string(message.checkpointId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExportCheckpointChunksRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExportCheckpointChunksRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.checkpointId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExportCheckpointChunksRequest {
+    return {
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      checkpointId: isSet(object.checkpointId)
+        ? globalThis.String(object.checkpointId)
+        : isSet(object.checkpoint_id)
+        ? globalThis.String(object.checkpoint_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ExportCheckpointChunksRequest): unknown {
+    const obj: any = {};
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.checkpointId !== "") {
+      obj.checkpointId = message.checkpointId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ExportCheckpointChunksRequest>, I>>(base?: I): ExportCheckpointChunksRequest {
+    return ExportCheckpointChunksRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ExportCheckpointChunksRequest>, I>>(
+    object: I,
+  ): ExportCheckpointChunksRequest {
+    const message = createBaseExportCheckpointChunksRequest();
+    message.runId = object.runId ?? "";
+    message.checkpointId = object.checkpointId ?? "";
+    return message;
+  },
+};
+
+function createBaseExportCheckpointChunksResponse(): ExportCheckpointChunksResponse {
+  return { data: Buffer.alloc(0) };
+}
+
+export const ExportCheckpointChunksResponse: MessageFns<ExportCheckpointChunksResponse> = {
+  encode(message: ExportCheckpointChunksResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.data.length !== 0) {
+      writer.uint32(10).bytes(message.data);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExportCheckpointChunksResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExportCheckpointChunksResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExportCheckpointChunksResponse {
+    return { data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0) };
+  },
+
+  toJSON(message: ExportCheckpointChunksResponse): unknown {
+    const obj: any = {};
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ExportCheckpointChunksResponse>, I>>(base?: I): ExportCheckpointChunksResponse {
+    return ExportCheckpointChunksResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ExportCheckpointChunksResponse>, I>>(
+    object: I,
+  ): ExportCheckpointChunksResponse {
+    const message = createBaseExportCheckpointChunksResponse();
+    message.data = object.data ?? Buffer.alloc(0);
+    return message;
+  },
+};
+
+function createBaseImportCheckpointChunksRequest(): ImportCheckpointChunksRequest {
+  return { runId: "", data: Buffer.alloc(0) };
+}
+
+export const ImportCheckpointChunksRequest: MessageFns<ImportCheckpointChunksRequest> = {
+  encode(message: ImportCheckpointChunksRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.runId !== "") {
+      writer.uint32(10).string(message.runId);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(18).bytes(message.data);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ImportCheckpointChunksRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseImportCheckpointChunksRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ImportCheckpointChunksRequest {
+    return {
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      data: isSet(object.data) ? Buffer.from(bytesFromBase64(object.data)) : Buffer.alloc(0),
+    };
+  },
+
+  toJSON(message: ImportCheckpointChunksRequest): unknown {
+    const obj: any = {};
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.data.length !== 0) {
+      obj.data = base64FromBytes(message.data);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ImportCheckpointChunksRequest>, I>>(base?: I): ImportCheckpointChunksRequest {
+    return ImportCheckpointChunksRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ImportCheckpointChunksRequest>, I>>(
+    object: I,
+  ): ImportCheckpointChunksRequest {
+    const message = createBaseImportCheckpointChunksRequest();
+    message.runId = object.runId ?? "";
+    message.data = object.data ?? Buffer.alloc(0);
+    return message;
+  },
+};
+
+function createBaseImportCheckpointChunksResponse(): ImportCheckpointChunksResponse {
+  return { checkpoint: undefined };
+}
+
+export const ImportCheckpointChunksResponse: MessageFns<ImportCheckpointChunksResponse> = {
+  encode(message: ImportCheckpointChunksResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.checkpoint !== undefined) {
+      CheckpointMeta.encode(message.checkpoint, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ImportCheckpointChunksResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseImportCheckpointChunksResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.checkpoint = CheckpointMeta.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ImportCheckpointChunksResponse {
+    return { checkpoint: isSet(object.checkpoint) ? CheckpointMeta.fromJSON(object.checkpoint) : undefined };
+  },
+
+  toJSON(message: ImportCheckpointChunksResponse): unknown {
+    const obj: any = {};
+    if (message.checkpoint !== undefined) {
+      obj.checkpoint = CheckpointMeta.toJSON(message.checkpoint);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ImportCheckpointChunksResponse>, I>>(base?: I): ImportCheckpointChunksResponse {
+    return ImportCheckpointChunksResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ImportCheckpointChunksResponse>, I>>(
+    object: I,
+  ): ImportCheckpointChunksResponse {
+    const message = createBaseImportCheckpointChunksResponse();
+    message.checkpoint = (object.checkpoint !== undefined && object.checkpoint !== null)
+      ? CheckpointMeta.fromPartial(object.checkpoint)
+      : undefined;
+    return message;
+  },
+};
+
 function createBasePutAttachmentRequest(): PutAttachmentRequest {
   return { runId: "", data: Buffer.alloc(0), mediaType: "", name: "" };
 }
@@ -12944,6 +13303,42 @@ export const JournalServiceService = {
       Buffer.from(ImportCheckpointResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ImportCheckpointResponse => ImportCheckpointResponse.decode(value),
   },
+  /**
+   * ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+   * `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+   * is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+   * error status is an incomplete export: discard what it sent.
+   */
+  exportCheckpointChunks: {
+    path: "/journald.v1.JournalService/ExportCheckpointChunks" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: ExportCheckpointChunksRequest): Buffer =>
+      Buffer.from(ExportCheckpointChunksRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ExportCheckpointChunksRequest => ExportCheckpointChunksRequest.decode(value),
+    responseSerialize: (value: ExportCheckpointChunksResponse): Buffer =>
+      Buffer.from(ExportCheckpointChunksResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ExportCheckpointChunksResponse =>
+      ExportCheckpointChunksResponse.decode(value),
+  },
+  /**
+   * ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+   * limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+   * request carries the next bytes. The daemon stores nothing until the stream ends and the
+   * whole export is verified; a refusal or a cancelled stream writes nothing.
+   */
+  importCheckpointChunks: {
+    path: "/journald.v1.JournalService/ImportCheckpointChunks" as const,
+    requestStream: true as const,
+    responseStream: false as const,
+    requestSerialize: (value: ImportCheckpointChunksRequest): Buffer =>
+      Buffer.from(ImportCheckpointChunksRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ImportCheckpointChunksRequest => ImportCheckpointChunksRequest.decode(value),
+    responseSerialize: (value: ImportCheckpointChunksResponse): Buffer =>
+      Buffer.from(ImportCheckpointChunksResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ImportCheckpointChunksResponse =>
+      ImportCheckpointChunksResponse.decode(value),
+  },
   /** Verify checks a run's hash chain and record schemas end to end. */
   verify: {
     path: "/journald.v1.JournalService/Verify" as const,
@@ -13065,6 +13460,20 @@ export interface JournalServiceServer extends UntypedServiceImplementation {
   exportCheckpoint: handleUnaryCall<ExportCheckpointRequest, ExportCheckpointResponse>;
   /** ImportCheckpoint verifies exported bytes completely, then stores them as a checkpoint. */
   importCheckpoint: handleUnaryCall<ImportCheckpointRequest, ImportCheckpointResponse>;
+  /**
+   * ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+   * `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+   * is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+   * error status is an incomplete export: discard what it sent.
+   */
+  exportCheckpointChunks: handleServerStreamingCall<ExportCheckpointChunksRequest, ExportCheckpointChunksResponse>;
+  /**
+   * ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+   * limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+   * request carries the next bytes. The daemon stores nothing until the stream ends and the
+   * whole export is verified; a refusal or a cancelled stream writes nothing.
+   */
+  importCheckpointChunks: handleClientStreamingCall<ImportCheckpointChunksRequest, ImportCheckpointChunksResponse>;
   /** Verify checks a run's hash chain and record schemas end to end. */
   verify: handleUnaryCall<VerifyRequest, VerifyResponse>;
   /**
@@ -13358,6 +13767,43 @@ export interface JournalServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ImportCheckpointResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * ExportCheckpointChunks is ExportCheckpoint for a checkpoint of any size: the same
+   * `journald-checkpoint/1` bytes, in order, in chunks of at most 1 MiB (their concatenation
+   * is what ExportCheckpoint answers when that fits one message). A stream that ends with an
+   * error status is an incomplete export: discard what it sent.
+   */
+  exportCheckpointChunks(
+    request: ExportCheckpointChunksRequest,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ExportCheckpointChunksResponse>;
+  exportCheckpointChunks(
+    request: ExportCheckpointChunksRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ExportCheckpointChunksResponse>;
+  /**
+   * ImportCheckpointChunks is ImportCheckpoint for an export of any size up to the import
+   * limit (256 MiB, docs/protocol.md#limits): the first request names the target run, every
+   * request carries the next bytes. The daemon stores nothing until the stream ends and the
+   * whole export is verified; a refusal or a cancelled stream writes nothing.
+   */
+  importCheckpointChunks(
+    callback: (error: ServiceError | null, response: ImportCheckpointChunksResponse) => void,
+  ): ClientWritableStream<ImportCheckpointChunksRequest>;
+  importCheckpointChunks(
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ImportCheckpointChunksResponse) => void,
+  ): ClientWritableStream<ImportCheckpointChunksRequest>;
+  importCheckpointChunks(
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ImportCheckpointChunksResponse) => void,
+  ): ClientWritableStream<ImportCheckpointChunksRequest>;
+  importCheckpointChunks(
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ImportCheckpointChunksResponse) => void,
+  ): ClientWritableStream<ImportCheckpointChunksRequest>;
   /** Verify checks a run's hash chain and record schemas end to end. */
   verify(
     request: VerifyRequest,
