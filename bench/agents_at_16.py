@@ -54,6 +54,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=Path, default=None, help="an older tree's code")
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
     from tests.daemon import Daemon
 
@@ -76,14 +77,18 @@ def main() -> int:
     print(f"\n{AGENTS} agent processes, {args.seconds:.0f} s each, file backend, ~1 KB records")
     for name, rate in rates.items():
         print(f"  {name:16} {rate:8.0f} rec/s")
+    goals: dict[str, dict[str, float]] = {}
     for when in ("before", "after"):
         if f"stream ({when})" in rates:
             stream = rates[f"stream ({when})"] / rates["sqlite FULL"]
             unary = rates[f"unary ({when})"] / rates["echo"]
+            goals[when] = {"stream_vs_sqlite_full": stream, "unary_vs_echo": unary}
             print(
                 f"{when}: stream / SQLite FULL {stream:.2f} (goal >= 2); "
                 f"unary / echo {unary:.2f} (goal >= 0.8)"
             )
+    if args.json is not None:
+        args.json.write_text(json.dumps({"records_per_s": rates, "goals": goals}, indent=1))
     return 0
 
 

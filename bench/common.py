@@ -335,3 +335,8 @@ def print_medians(ratios: dict[str, list[float]], goal: float = 1.25) -> None:
         print(
             f"{t}: median ratio {statistics.median(xs):.2f}x over {len(xs)} rounds (goal <= {goal})"
         )
+
+
+def medians(ratios: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Each daemon's ratios over the rounds and their median, as data (``--json``)."""
+    return {t: {"rounds": xs, "median": statistics.median(xs)} for t, xs in ratios.items()}

@@ -266,9 +266,20 @@ def client_main(mode: str, target: str, server_pid: int, seconds: float, runs: i
 # --- the host: servers, one client process per mode, the table -------------------------------
 
 
-def run_mode(mode: str, target: str, pid: int, seconds: float, runs: int) -> dict[str, Any]:
+def run_mode(
+    mode: str, target: str, pid: int, seconds: float, runs: int, client_tree: Path | None = None
+) -> dict[str, Any]:
+    """One client process driving ``mode``; ``client_tree``: an older tree whose Python client
+    (its ``clients/python``, with its ``journald_proto`` beside it) the process imports instead
+    of this tree's."""
     argv = [sys.executable, __file__, "--client", mode, target, str(pid), str(seconds), str(runs)]
-    out = subprocess.run(argv, capture_output=True, cwd=ROOT, timeout=seconds + 120, check=False)
+    env = None
+    if client_tree is not None:
+        tree = client_tree.resolve()
+        env = {**os.environ, "PYTHONPATH": f"{tree / 'clients' / 'python'}:{tree}"}
+    out = subprocess.run(
+        argv, capture_output=True, cwd=ROOT, timeout=seconds + 120, check=False, env=env
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{mode} client failed:\n{out.stderr.decode()[-3000:]}")
     row: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
@@ -338,6 +349,7 @@ def main() -> int:
         default="",
         help="modes to profile with perf record (the loop thread), comma separated",
     )
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--client", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.client:
@@ -378,7 +390,9 @@ def main() -> int:
                     rows.append(run_mode(mode, echo_target, echo_pid, seconds, args.runs))
                 continue
             if old is not None:
-                rows.append(run_mode(mode, old.target, old.pid, seconds, args.runs))
+                # the before client too where the mode measures the client
+                own = args.before if mode == "client-unary" else None
+                rows.append(run_mode(mode, old.target, old.pid, seconds, args.runs, own))
                 rows[-1]["mode"] = f"{mode} (before)"
             spy = None
             if mode in profiled:
@@ -401,7 +415,40 @@ def main() -> int:
                 out.write_text(profile_summary(spy_raw, title))
                 print(f"    profile: {out.relative_to(ROOT)}", file=sys.stderr)
     print_table(rows, seconds, args.runs)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures(rows, seconds, args.runs), indent=1))
     return 0
+
+
+def figures(rows: list[dict[str, Any]], seconds: float, runs: int) -> dict[str, Any]:
+    """The table as data: per mode the server's CPU per record (µs) and its ratio to the
+    echo's CPU per call, the client's CPU per call (µs); and the client goal's ratio, before
+    and after (``client-unary`` ÷ ``unary`` of the same daemon)."""
+    echo = next((r for r in rows if r["mode"] == "echo"), None)
+    echo_us = echo["server_cpu_s"] / echo["calls"] * 1e6 if echo and echo["calls"] else 0.0
+    modes: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if not r["records"]:
+            continue
+        per = r["server_cpu_s"] / r["records"] * 1e6
+        modes[r["mode"]] = {
+            "server_cpu_per_record_us": per,
+            "vs_echo_cpu_per_call": per / echo_us if echo_us else float("nan"),
+            "client_cpu_per_call_us": r["client_cpu_s"] / r["calls"] * 1e6,
+            "records_per_s": r["records"] / r["wall_s"],
+        }
+    client: dict[str, float] = {}
+    for suffix, when in (("", "after"), (" (before)", "before")):
+        own, stub = modes.get(f"client-unary{suffix}"), modes.get(f"unary{suffix}")
+        if own and stub:
+            client[when] = own["client_cpu_per_call_us"] / stub["client_cpu_per_call_us"]
+    return {
+        "seconds": seconds,
+        "runs": runs,
+        "echo_cpu_per_call_us": echo_us,
+        "modes": modes,
+        "client_vs_stub": client,
+    }
 
 
 @contextlib.contextmanager
@@ -476,10 +523,6 @@ def echo_server(work: Path) -> Iterator[tuple[int, str]]:
 def print_table(rows: list[dict[str, Any]], seconds: float, runs: int) -> None:
     echo = next((r for r in rows if r["mode"] == "echo"), None)
     echo_us = echo["server_cpu_s"] / echo["calls"] * 1e6 if echo and echo["calls"] else 0.0
-    stub_us = next(
-        (r["client_cpu_s"] / r["calls"] * 1e6 for r in rows if r["mode"] == "unary" and r["calls"]),
-        0.0,
-    )
     print(f"\n{seconds:.0f} s per mode, {runs} runs at once, ~1 KB records, file backend")
     print(
         f"{'mode':22} {'records':>8} {'rec/s':>8} {'server CPU/rec µs':>18} "
@@ -499,10 +542,8 @@ def print_table(rows: list[dict[str, Any]], seconds: float, runs: int) -> None:
             parts = sorted(r["threads"].items(), key=lambda kv: -kv[1])
             shown = ", ".join(f"{k} {v / r['records'] * 1e6:.0f}" for k, v in parts if v > 0)
             print(f"  {r['mode']:22} {shown}")
-    for r in rows:
-        if r["mode"] == "client-unary" and stub_us and r["calls"]:
-            own = r["client_cpu_s"] / r["calls"] * 1e6
-            print(f"Python client CPU per unary append ÷ bare stub call: {own / stub_us:.2f}")
+    for when, ratio in figures(rows, seconds, runs)["client_vs_stub"].items():
+        print(f"Python client CPU per unary append ÷ bare stub call ({when}): {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_all
-from common import ROOT, print_medians, print_round
+from common import ROOT, medians, print_medians, print_round
 
 sys.path.insert(0, str(ROOT))
 from tests.daemon import Daemon
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, default=None, help="an older tree (its journald/)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="seconds per workload")
+    ap.add_argument("--json", type=Path, default=None, help="also write the ratios here")
     ap.add_argument("--floor", action="store_true", help="also the publish-only/no-publish daemons")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="journald-jsgoal-"))
@@ -155,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     print_medians(ratios)
+    if args.json is not None:
+        args.json.write_text(json.dumps(medians(ratios), indent=1))
     return 0
 
 

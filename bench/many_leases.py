@@ -185,11 +185,17 @@ connection."""
 
 
 def measure(
-    leases: int, seconds: float, holders: int, work: Path, procs: int = 4, mode: str = "per-run"
+    leases: int,
+    seconds: float,
+    holders: int,
+    work: Path,
+    procs: int = 4,
+    mode: str = "per-run",
+    tree: Path | None = None,
 ) -> dict[str, Any]:
     """The whole sequence of the module docstring, on a new daemon under ``work``; ``mode``:
     ``per-run`` (an Open stream per lease) or ``multiplexed`` (a Leases stream per holder
-    connection)."""
+    connection); ``tree``: an older tree whose daemon to start (``--before``)."""
     from run_all import Config, Ctx, run_agents
 
     from tests.daemon import Daemon
@@ -199,7 +205,7 @@ def measure(
     ctx = Ctx(cfg, work)
     out: dict[str, Any] = {"leases": leases, "holders": holders, "seconds": seconds, "mode": mode}
     (work / "daemon").mkdir()
-    with Daemon(work / "daemon", "file") as d:
+    with Daemon(work / "daemon", "file", cwd=tree) as d:
         out["nofile_soft"] = _soft_nofile(d.pid)
         fits = (out["nofile_soft"] - FDS_SPARE) // FDS_PER_LEASE
         if leases > fits:
@@ -313,6 +319,13 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--mode", choices=[*MODES, "both"], default="both", help="how leases are held")
     ap.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="an older tree (git archive, its journald_proto beside it): its daemon runs the "
+        "per-run sequence first, in this one run (it may predate the Leases RPC)",
+    )
+    ap.add_argument(
         "--hold", nargs=4, metavar=("TARGET", "FIRST", "COUNT", "MODE"), help=argparse.SUPPRESS
     )
     args = ap.parse_args()
@@ -324,11 +337,17 @@ def main() -> int:
     leases, seconds = (200, 0.5) if args.quick else (args.leases, args.seconds)
     modes = list(MODES) if args.mode == "both" else [args.mode]
     figures = {}
+    if args.before is not None:
+        with tempfile.TemporaryDirectory(prefix="journald-leases-", dir=args.dir) as tmp:
+            figures["per-run (before)"] = measure(
+                leases, seconds, args.holders, Path(tmp), tree=args.before.resolve()
+            )
+        print("before:", show(figures["per-run (before)"]), flush=True)
     for mode in modes:  # one after the other, each on a new daemon, in this one run
         with tempfile.TemporaryDirectory(prefix="journald-leases-", dir=args.dir) as tmp:
             figures[mode] = measure(leases, seconds, args.holders, Path(tmp), mode=mode)
         print(show(figures[mode]), flush=True)
-    if len(figures) == 2:
+    if "per-run" in figures and "multiplexed" in figures:
         print(compare(figures["per-run"], figures["multiplexed"]))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2))

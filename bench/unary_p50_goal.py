@@ -14,13 +14,14 @@ run, sequential calls); the figure printed per round and as the median over roun
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_all
-from common import ROOT, print_medians, print_round
+from common import ROOT, medians, print_medians, print_round
 
 sys.path.insert(0, str(ROOT))
 from tests.daemon import Daemon
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, default=None, help="an older tree (its journald/)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="seconds per workload")
+    ap.add_argument("--json", type=Path, default=None, help="also write the ratios here")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="journald-p50goal-"))
     cfg = run_all.Config.make(False, args.seconds, set())
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                 ratios,
             )
     print_medians(ratios)
+    if args.json is not None:
+        args.json.write_text(json.dumps(medians(ratios), indent=1))
     return 0
 
 

@@ -1,0 +1,240 @@
+"""Every goal of issue 27, before and after, in one run: the goal scripts one after the other
+against this tree's daemon and an older tree's, their figures gathered into one table.
+
+    git archive 7b0db43 journald bench tests clients/python/journald_client | tar -x -C /tmp/b
+    git archive 7b0db43 proto/python/journald_proto | tar -x -C /tmp/b
+    mv /tmp/b/proto/python/journald_proto /tmp/b/
+    .venv/bin/python bench/issue27_goals.py --before /tmp/b --out /tmp/goals   # ~25 minutes
+
+The steps (each a script of its own, which says how it measures):
+
+1. ``cpu_per_record.py``: the daemon's CPU per record (unary, a 16-record Append, the Python
+   pipelined writer) beside the no-op echo's CPU per call, and the Python client's own CPU
+   per unary append beside a bare stub call's (the before tree's client against its daemon);
+2. ``agents_at_16.py``: 16 agent processes, pipelined against SQLite FULL and unary against
+   the echo;
+3. ``unary_p50_goal.py``: the unary Append p50 against echo p50 + write+fdatasync p50;
+4. ``js_append_goal.py --floor``: the JetStream Append p50 against direct publish + echo,
+   with the publish-only and no-publish daemons (the design's floor);
+5. ``many_leases.py --mode both``: 10,000 leases (capped by the fd limit) held as an ``Open``
+   stream each on the before daemon (it predates the ``Leases`` RPC), then on this tree's
+   daemon both as an ``Open`` each and over ``Leases`` streams;
+6. with ``--perf``: ``perf record`` of the loop thread under unary, batch and pipelined, its
+   summary in ``bench/profiles/<tag>*-perf.txt`` (after the measured steps: perf slows what
+   it watches).
+
+Writes ``<out>/goals.json`` (every script's figures) and ``<out>/goals.md`` (the table) and
+prints the table. Every process is started and stopped by the step scripts, by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT
+
+BENCH = ROOT / "bench"
+STEP_TIMEOUT_S = 3600
+
+
+def steps(args: argparse.Namespace, out: Path) -> dict[str, list[str]]:
+    before = str(args.before.resolve())
+    s = str(args.seconds)
+    return {
+        "cpu": [
+            "cpu_per_record.py",
+            *("--before", before, "--seconds", s, "--json", str(out / "cpu.json")),
+            *("--modes", "fdatasync,echo,unary,batch,pipelined,client-unary"),
+        ],
+        "agents": [
+            "agents_at_16.py",
+            *("--before", before, "--seconds", "3", "--json", str(out / "agents.json")),
+        ],
+        "p50": [
+            "unary_p50_goal.py",
+            *("--before", before, "--rounds", str(args.rounds), "--json", str(out / "p50.json")),
+        ],
+        "js": [
+            "js_append_goal.py",
+            *("--before", before, "--rounds", str(args.rounds), "--floor"),
+            *("--json", str(out / "js.json")),
+        ],
+        "leases": [
+            "many_leases.py",
+            *("--before", before, "--leases", str(args.leases), "--seconds", "3"),
+            *("--mode", "both", "--json", str(out / "leases.json")),
+        ],
+    }
+
+
+def run_step(name: str, argv: list[str], out: Path) -> None:
+    t0 = time.perf_counter()
+    print(f"== {name}: {' '.join(argv)}", file=sys.stderr, flush=True)
+    with (out / f"{name}.log").open("w") as log:
+        proc = subprocess.run(
+            [sys.executable, str(BENCH / argv[0]), *argv[1:]],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=STEP_TIMEOUT_S,
+            check=False,
+        )
+    took = time.perf_counter() - t0
+    print(f"   {name}: exit {proc.returncode} in {took:.0f} s", file=sys.stderr, flush=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"step {name} failed: see {out / (name + '.log')}")
+
+
+def load(out: Path) -> dict[str, Any]:
+    return {n: json.loads((out / f"{n}.json").read_text()) for n in steps_names()}
+
+
+def steps_names() -> tuple[str, ...]:
+    return ("cpu", "agents", "p50", "js", "leases")
+
+
+def table(f: dict[str, Any]) -> str:
+    """The goals as a markdown table: before, after, limit, and met or missed by how much."""
+    cpu, modes = f["cpu"], f["cpu"]["modes"]
+    held = {k: v["held_after_bench"] for k, v in f["leases"].items()}
+    leases = f["leases"]["multiplexed"]["leases"]
+    rows: list[tuple[str, str, str, float, str, float]] = []  # goal, before, after, limit, op, x
+
+    def ratio_row(goal: str, before: float, after: float, op: str, limit: float) -> None:
+        rows.append((goal, f"{before:.2f}", f"{after:.2f}", limit, op, after))
+
+    def cpu_row(goal: str, mode: str, limit: float) -> None:
+        b, a = modes[f"{mode} (before)"], modes[mode]
+        rows.append(
+            (
+                goal,
+                f"{b['vs_echo_cpu_per_call']:.2f} ({b['server_cpu_per_record_us']:,.0f} µs)",
+                f"{a['vs_echo_cpu_per_call']:.2f} ({a['server_cpu_per_record_us']:,.0f} µs)",
+                limit,
+                "<=",
+                a["vs_echo_cpu_per_call"],
+            )
+        )
+
+    echo_us = cpu["echo_cpu_per_call_us"]
+    cpu_row(f"daemon CPU per record, unary ÷ echo CPU per call ({echo_us:,.0f} µs)", "unary", 1.5)
+    cpu_row("the same, Append of 16 records", "batch", 0.15)
+    cpu_row("the same, pipelined stream (Python writer, window 16)", "pipelined", 0.4)
+    ag = f["agents"]["goals"]
+    sqlite = f["agents"]["records_per_s"]["sqlite FULL"]
+    echo16 = f["agents"]["records_per_s"]["echo"]
+    ratio_row(
+        f"16 agent processes: pipelined ÷ SQLite FULL records/s ({sqlite:,.0f})",
+        ag["before"]["stream_vs_sqlite_full"],
+        ag["after"]["stream_vs_sqlite_full"],
+        ">=",
+        2.0,
+    )
+    ratio_row(
+        f"16 agent processes: unary ÷ echo calls/s ({echo16:,.0f})",
+        ag["before"]["unary_vs_echo"],
+        ag["after"]["unary_vs_echo"],
+        ">=",
+        0.8,
+    )
+    p50 = f["p50"]
+    n = len(p50["after"]["rounds"])
+    ratio_row(
+        f"unary Append p50 ÷ (echo p50 + write+fdatasync p50), median of {n} rounds",
+        p50["before"]["median"],
+        p50["after"]["median"],
+        "<=",
+        1.25,
+    )
+    b, m, o = held["per-run (before)"], held["multiplexed"], held["per-run"]
+    rows.append(
+        (
+            f"{leases:,} open leases: RSS MB (before: an `Open` stream each, the only way; "
+            "after: `Leases` streams)",
+            f"{b['rss_mb']:.0f}",
+            f"{m['rss_mb']:.0f}",
+            300,
+            "<=",
+            m["rss_mb"],
+        )
+    )
+    rows.append(
+        ("the same leases as an `Open` stream each: RSS MB", f"{b['rss_mb']:.0f}",
+         f"{o['rss_mb']:.0f}", 300, "<=", o["rss_mb"])
+    )  # fmt: skip
+    rows.append(
+        ("threads with them held (after: `Leases`; `Open` each)", f"{b['threads']:.0f}",
+         f"{m['threads']:.0f}; {o['threads']:.0f}", 64, "<=", max(m["threads"], o["threads"]))
+    )  # fmt: skip
+    lb, lm, lo = (f["leases"][k]["ratio"] for k in ("per-run (before)", "multiplexed", "per-run"))
+    rows.append(
+        ("16-run append alone ÷ beside them (after: `Leases`; `Open` each)", f"{lb:.2f}",
+         f"{lm:.2f}; {lo:.2f}", 1.2, "<=", max(lm, lo))
+    )  # fmt: skip
+    cl = cpu["client_vs_stub"]
+    goal = "Python client CPU per unary append ÷ a bare stub call"
+    ratio_row(goal, cl["before"], cl["after"], "<=", 1.5)
+    js = f["js"]
+    floor = js.get("publish-only", {}).get("median")
+    ratio_row(
+        "JetStream Append p50 ÷ (direct publish p50 + echo p50), median"
+        + (f" (publish-only floor {floor:.2f})" if floor else ""),
+        js["before"]["median"],
+        js["after"]["median"],
+        "<=",
+        1.25,
+    )
+    lines = ["| goal | before | after | limit | met |", "|---|---:|---:|---:|---|"]
+    for goal, bt, at, limit, op, x in rows:
+        met = x <= limit if op == "<=" else x >= limit
+        by = x / limit if op == "<=" else limit / x
+        verdict = "met" if met else f"missed by {by:.2f}×"
+        sign = "≤" if op == "<=" else "≥"
+        lines.append(f"| {goal} | {bt} | {at} | {sign} {limit:g} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--before", type=Path, required=True, help="the older tree (see above)")
+    ap.add_argument("--out", type=Path, required=True, help="a directory for the figures")
+    ap.add_argument("--seconds", type=float, default=5.0, help="per CPU mode")
+    ap.add_argument("--rounds", type=int, default=5, help="p50 rounds (unary and JetStream)")
+    ap.add_argument("--leases", type=int, default=10_000)
+    ap.add_argument("--only", default="", help="steps to run (comma separated; default all)")
+    ap.add_argument("--table-only", action="store_true", help="re-print from <out>/*.json")
+    ap.add_argument("--perf", default="", help="after the steps: perf of the loop, this tag")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.table_only:
+        chosen = {s for s in args.only.split(",") if s} or set(steps_names())
+        for name, argv in steps(args, args.out).items():
+            if name in chosen:
+                run_step(name, argv, args.out)
+        if args.perf:
+            run_step(
+                "perf",
+                [
+                    "cpu_per_record.py",
+                    *("--seconds", "4", "--modes", "echo,unary,batch,pipelined"),
+                    *("--perf", "echo,unary,batch,pipelined", "--tag", args.perf),
+                ],
+                args.out,
+            )
+    figures = load(args.out)
+    text = table(figures)
+    (args.out / "goals.json").write_text(json.dumps(figures, indent=1))
+    (args.out / "goals.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
