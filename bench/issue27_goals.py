@@ -16,10 +16,12 @@ The steps (each a script of its own, which says how it measures):
 3. ``unary_p50_goal.py``: the unary Append p50 against echo p50 + write+fdatasync p50;
 4. ``js_append_goal.py --floor``: the JetStream Append p50 against direct publish + echo,
    with the publish-only and no-publish daemons (the design's floor);
-5. ``many_leases.py --mode both``: 10,000 leases (capped by the fd limit) held as an ``Open``
+5. ``unary_ablation.py``: the unary Append with one piece switched off per variant (the
+   hops and the servicer's parts), beside the echo, 3 rounds interleaved;
+6. ``many_leases.py --mode both``: 10,000 leases (capped by the fd limit) held as an ``Open``
    stream each on the before daemon (it predates the ``Leases`` RPC), then on this tree's
    daemon both as an ``Open`` each and over ``Leases`` streams;
-6. with ``--perf``: ``perf record`` of the loop thread under unary, batch and pipelined, its
+7. with ``--perf``: ``perf record`` of the loop thread under unary, batch and pipelined, its
    summary in ``bench/profiles/<tag>*-perf.txt`` (after the measured steps: perf slows what
    it watches).
 
@@ -42,6 +44,12 @@ from common import ROOT
 
 BENCH = ROOT / "bench"
 STEP_TIMEOUT_S = 3600
+ABLATION = (
+    "full,echo-in-daemon,noop,servicer-off,memory,no-write,no-fdatasync,answer-first,"
+    "aio-off,no-schema,no-admit-fold,no-seal,no-budget"
+)
+"""The unary ablation's variants re-measured in the sitting: what each hop and piece of the
+unary path costs now (bench/unary_ablation.py prints the table into ``<out>/ablation.log``)."""
 
 
 def steps(args: argparse.Namespace, out: Path) -> dict[str, list[str]]:
@@ -65,6 +73,10 @@ def steps(args: argparse.Namespace, out: Path) -> dict[str, list[str]]:
             "js_append_goal.py",
             *("--before", before, "--rounds", str(args.rounds), "--floor"),
             *("--json", str(out / "js.json")),
+        ],
+        "ablation": [
+            "unary_ablation.py",
+            *("--variants", ABLATION, "--rounds", "3", "--seconds", "4"),
         ],
         "leases": [
             "many_leases.py",
@@ -97,7 +109,36 @@ def load(out: Path) -> dict[str, Any]:
 
 
 def steps_names() -> tuple[str, ...]:
+    """The steps whose figures the table reads (the ablation's stay in its log)."""
     return ("cpu", "agents", "p50", "js", "leases")
+
+
+def bounds(f: dict[str, Any]) -> str:
+    """Why the 16-agent goals stand where they do: the server's CPUs in use inside each
+    system's window (agents_at_16.py samples /proc), its CPU per record there, and what the
+    goal's rate would need of one event loop."""
+    rows = f["agents"]["cpu"]
+    lines = ["16 agent processes: where the CPU goes (inside each window):"]
+    for name, row in rows.items():
+        if "daemon_cpus" not in row or name == "sqlite FULL":
+            lines.append(
+                f"  {name}: {row['rate']:,.0f} rec/s, machine {row['machine_busy']:.0%} busy"
+            )
+            continue
+        per_us = row["daemon_cpus"] / row["rate"] * 1e6 if row["rate"] else float("nan")
+        lines.append(
+            f"  {name}: {row['rate']:,.0f} rec/s, server {row['daemon_cpus']:.2f} CPUs "
+            f"(loop thread {row['loop_cpus']:.2f}), machine {row['machine_busy']:.0%} busy: "
+            f"{per_us:,.0f} µs of server CPU a record"
+        )
+    rates = f["agents"]["records_per_s"]
+    for system, ref, goal in (("stream", "sqlite FULL", 2.0), ("unary", "echo", 0.8)):
+        need = goal * rates[ref]
+        lines.append(
+            f"  {system} at {goal:g}x {ref} is {need:,.0f} rec/s: one event loop on one CPU "
+            f"would have to spend at most {1e6 / need:,.0f} µs a record"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def table(f: dict[str, Any]) -> str:
@@ -229,7 +270,7 @@ def main() -> int:
                 args.out,
             )
     figures = load(args.out)
-    text = table(figures)
+    text = table(figures) + "\n" + bounds(figures)
     (args.out / "goals.json").write_text(json.dumps(figures, indent=1))
     (args.out / "goals.md").write_text(text)
     print(text)
