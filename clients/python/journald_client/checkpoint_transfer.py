@@ -183,6 +183,25 @@ async def _async_requests(
         yield request
 
 
+async def _lacks_chunks(stub: Any, to_error: ToError) -> bool:
+    """Whether the daemon answers ``unimplemented`` to ExportCheckpointChunks (added with
+    ImportCheckpointChunks). grpc.aio reports a client stream that the server ended while a
+    chunk was being sent (an older daemon's UNIMPLEMENTED, answered at once) as a bare
+    INTERNAL "Internal error from Core" now and then; a call that sends nothing after its
+    request gets the daemon's own status."""
+    probe = stub.ExportCheckpointChunks(
+        pb.ExportCheckpointChunksRequest(), metadata=codec.metadata()
+    )
+    try:
+        async for _ in probe:
+            return False
+    except grpc.RpcError as exc:
+        return _unimplemented(to_error(exc))
+    finally:
+        probe.cancel()
+    return False
+
+
 async def import_pieces_async(
     stub: Any,
     to_error: ToError,
@@ -196,7 +215,13 @@ async def import_pieces_async(
         )
     except grpc.RpcError as exc:
         err = to_error(exc)
-        if again is None or not _unimplemented(err):
+        if again is None:
+            raise err from None
+        # a bare INTERNAL may be an older daemon's UNIMPLEMENTED (see _lacks_chunks)
+        maybe_older = err.status in errors.TRANSPORT_FAILURES and isinstance(
+            err, errors.DaemonUnavailable
+        )
+        if not (_unimplemented(err) or (maybe_older and await _lacks_chunks(stub, to_error))):
             raise err from None
         one = pb.ImportCheckpointRequest(run_id=run_id, data=again())
         try:
