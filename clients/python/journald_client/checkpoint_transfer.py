@@ -45,6 +45,16 @@ def _import_requests(
         yield pb.ImportCheckpointChunksRequest(run_id=run_id)
 
 
+def _read_once(err: errors.JournaldError) -> errors.Unsupported:
+    """An older daemon's ``unimplemented`` to an import from a source read only once."""
+    return errors.Unsupported(
+        "this daemon is older than ImportCheckpointChunks: it takes an import only in one "
+        "message, and the source (a pipe?) cannot be read again from its start to send it "
+        "so; import from a seekable file, or pass the bytes to import_checkpoint",
+        status=err.status,
+    )
+
+
 def bytes_pieces(data: bytes) -> Iterator[bytes]:
     view = memoryview(data)
     for at in range(0, len(view), CHUNK_BYTES):
@@ -116,8 +126,10 @@ def import_pieces(
         )
     except grpc.RpcError as exc:
         err = to_error(exc)
-        if again is None or not _unimplemented(err):
+        if not _unimplemented(err):
             raise err from None
+        if again is None:
+            raise _read_once(err) from None
         one = pb.ImportCheckpointRequest(run_id=run_id, data=again())
         try:
             resp = stub.ImportCheckpoint(one, metadata=codec.metadata())
@@ -215,14 +227,14 @@ async def import_pieces_async(
         )
     except grpc.RpcError as exc:
         err = to_error(exc)
-        if again is None:
-            raise err from None
         # a bare INTERNAL may be an older daemon's UNIMPLEMENTED (see _lacks_chunks)
         maybe_older = err.status in errors.TRANSPORT_FAILURES and isinstance(
             err, errors.DaemonUnavailable
         )
         if not (_unimplemented(err) or (maybe_older and await _lacks_chunks(stub, to_error))):
             raise err from None
+        if again is None:
+            raise _read_once(err) from None
         one = pb.ImportCheckpointRequest(run_id=run_id, data=again())
         try:
             resp = await stub.ImportCheckpoint(one, metadata=codec.metadata())
