@@ -14,6 +14,7 @@ are used (for an import from a file, when the file can be read again from its st
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -138,17 +139,41 @@ def import_pieces(
     return codec.checkpoint_meta_from_pb(resp.checkpoint)
 
 
+class _Stoppable:
+    """Pieces that gRPC's sending thread reads, stopped under a lock before the fallback
+    reads the file again: the sending thread may still be inside ``next`` when the call has
+    already failed, and the two must not move one file position at once."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        with self._lock:
+            if self._stopped:
+                raise StopIteration
+            return next(self._pieces)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+
+
 def import_file(stub: Any, to_error: ToError, run_id: str, source: BinaryIO) -> CheckpointMeta:
     start = _start_of(source)
+    pieces = _Stoppable(file_pieces(source))
 
     def again() -> bytes:
         assert start is not None
+        pieces.stop()
         source.seek(start)
         return source.read()
 
-    return import_pieces(
-        stub, to_error, run_id, file_pieces(source), again if start is not None else None
-    )
+    return import_pieces(stub, to_error, run_id, pieces, again if start is not None else None)
 
 
 # --- asynchronous ---------------------------------------------------------------------------
