@@ -14,6 +14,7 @@ are used (for an import from a file, when the file can be read again from its st
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -43,6 +44,16 @@ def _import_requests(
         first = False
     if first:  # an empty export still names its run (the daemon refuses the bytes)
         yield pb.ImportCheckpointChunksRequest(run_id=run_id)
+
+
+def _read_once(err: errors.JournaldError) -> errors.Unsupported:
+    """An older daemon's ``unimplemented`` to an import from a source read only once."""
+    return errors.Unsupported(
+        "this daemon is older than ImportCheckpointChunks: it takes an import only in one "
+        "message, and the source (a pipe?) cannot be read again from its start to send it "
+        "so; import from a seekable file, or pass the bytes to import_checkpoint",
+        status=err.status,
+    )
 
 
 def bytes_pieces(data: bytes) -> Iterator[bytes]:
@@ -116,8 +127,10 @@ def import_pieces(
         )
     except grpc.RpcError as exc:
         err = to_error(exc)
-        if again is None or not _unimplemented(err):
+        if not _unimplemented(err):
             raise err from None
+        if again is None:
+            raise _read_once(err) from None
         one = pb.ImportCheckpointRequest(run_id=run_id, data=again())
         try:
             resp = stub.ImportCheckpoint(one, metadata=codec.metadata())
@@ -126,17 +139,41 @@ def import_pieces(
     return codec.checkpoint_meta_from_pb(resp.checkpoint)
 
 
+class _Stoppable:
+    """Pieces that gRPC's sending thread reads, stopped under a lock before the fallback
+    reads the file again: the sending thread may still be inside ``next`` when the call has
+    already failed, and the two must not move one file position at once."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        with self._lock:
+            if self._stopped:
+                raise StopIteration
+            return next(self._pieces)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+
+
 def import_file(stub: Any, to_error: ToError, run_id: str, source: BinaryIO) -> CheckpointMeta:
     start = _start_of(source)
+    pieces = _Stoppable(file_pieces(source))
 
     def again() -> bytes:
         assert start is not None
+        pieces.stop()
         source.seek(start)
         return source.read()
 
-    return import_pieces(
-        stub, to_error, run_id, file_pieces(source), again if start is not None else None
-    )
+    return import_pieces(stub, to_error, run_id, pieces, again if start is not None else None)
 
 
 # --- asynchronous ---------------------------------------------------------------------------
@@ -183,6 +220,25 @@ async def _async_requests(
         yield request
 
 
+async def _lacks_chunks(stub: Any, to_error: ToError) -> bool:
+    """Whether the daemon answers ``unimplemented`` to ExportCheckpointChunks (added with
+    ImportCheckpointChunks). grpc.aio reports a client stream that the server ended while a
+    chunk was being sent (an older daemon's UNIMPLEMENTED, answered at once) as a bare
+    INTERNAL "Internal error from Core" now and then; a call that sends nothing after its
+    request gets the daemon's own status."""
+    probe = stub.ExportCheckpointChunks(
+        pb.ExportCheckpointChunksRequest(), metadata=codec.metadata()
+    )
+    try:
+        async for _ in probe:
+            return False
+    except grpc.RpcError as exc:
+        return _unimplemented(to_error(exc))
+    finally:
+        probe.cancel()
+    return False
+
+
 async def import_pieces_async(
     stub: Any,
     to_error: ToError,
@@ -196,8 +252,14 @@ async def import_pieces_async(
         )
     except grpc.RpcError as exc:
         err = to_error(exc)
-        if again is None or not _unimplemented(err):
+        # a bare INTERNAL may be an older daemon's UNIMPLEMENTED (see _lacks_chunks)
+        maybe_older = err.status in errors.TRANSPORT_FAILURES and isinstance(
+            err, errors.DaemonUnavailable
+        )
+        if not (_unimplemented(err) or (maybe_older and await _lacks_chunks(stub, to_error))):
             raise err from None
+        if again is None:
+            raise _read_once(err) from None
         one = pb.ImportCheckpointRequest(run_id=run_id, data=again())
         try:
             resp = await stub.ImportCheckpoint(one, metadata=codec.metadata())
