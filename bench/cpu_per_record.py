@@ -14,7 +14,8 @@ echo loops) at once over one channel, ~1 KB records, file backend (fdatasync per
   CPU the kernel spends on one durable write (the daemon pays it once per group commit);
 * ``echo``: a unary call of 1 KB to the no-op echo servicer (the framework's floor);
   ``echo-task`` and ``echo-thread``: the same, answered once another task ran, or a thread
-  ran a no-op (the two hand-offs an Append's handler waits through);
+  ran a no-op (the two hand-offs an Append's handler waits through); ``echo-batch``: 16 KB
+  (a 16-record Append's bytes) in, an empty answer out (what gRPC charges for the batch's bytes);
 * ``unary``: ``Append`` of one record;
 * ``batch``: ``Append`` of 16 records (one call);
 * ``stream``: raw ``AppendStream``, one record per message, 16 messages in flight per run
@@ -56,6 +57,7 @@ MODES = (
     "echo",
     "echo-task",
     "echo-thread",
+    "echo-batch",
     "unary",
     "batch",
     "stream",
@@ -159,11 +161,11 @@ async def drive_raw(mode: str, target: str, w: Window, runs: int, tag: str) -> N
 
     channel: Any = grpc.aio.insecure_channel(target)  # grpc-stubs types the sync API
     if mode.startswith("echo"):
-        from echo_server import AFTER_TASK, AFTER_THREAD, METHOD
+        from echo_server import ABSORB, AFTER_TASK, AFTER_THREAD, METHOD
 
-        method = {"echo": METHOD, "echo-task": AFTER_TASK, "echo-thread": AFTER_THREAD}[mode]
-        call = channel.unary_unary(method)
-        body = b"e" * RECORD_BYTES
+        methods = {"echo": METHOD, "echo-task": AFTER_TASK, "echo-thread": AFTER_THREAD}
+        call = channel.unary_unary(methods.get(mode, ABSORB))
+        body = b"e" * RECORD_BYTES * (BATCH if mode == "echo-batch" else 1)
 
         async def echo_loop() -> None:
             while not w.over:

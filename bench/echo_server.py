@@ -19,6 +19,9 @@ import sys
 METHOD = "/journald.bench.Echo/Echo"
 AFTER_TASK = "/journald.bench.Echo/EchoAfterTask"
 AFTER_THREAD = "/journald.bench.Echo/EchoAfterThread"
+ABSORB = "/journald.bench.Echo/Absorb"
+"""Answers an empty message: the framework's cost of a large request with a small answer
+(a 16-record Append's bytes in, its acks out)."""
 
 
 async def serve(socket_path: str) -> None:
@@ -39,12 +42,16 @@ async def serve(socket_path: str) -> None:
         await loop.run_in_executor(None, bytes)
         return request
 
+    async def absorb(request: bytes, context: object) -> bytes:
+        return b""
+
     handler = grpc.method_handlers_generic_handler(
         "journald.bench.Echo",
         {
             "Echo": grpc.unary_unary_rpc_method_handler(echo),
             "EchoAfterTask": grpc.unary_unary_rpc_method_handler(echo_after_task),
             "EchoAfterThread": grpc.unary_unary_rpc_method_handler(echo_after_thread),
+            "Absorb": grpc.unary_unary_rpc_method_handler(absorb),
         },
     )
     server = grpc.aio.server(

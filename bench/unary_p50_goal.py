@@ -33,6 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="seconds per workload")
     ap.add_argument("--json", type=Path, default=None, help="also write the ratios here")
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME:ARG,ARG",
+        help="also this tree's daemon started with these arguments (e.g. aio-off:--aio-sync,off)",
+    )
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="journald-p50goal-"))
     cfg = run_all.Config.make(False, args.seconds, set())
@@ -40,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     trees: dict[str, Path] = {"after": ROOT}
     if args.before is not None:
         trees = {"before": args.before.resolve(), **trees}
+    extra: dict[str, list[str]] = {}
+    for spec in args.also:
+        name, _, argv_text = spec.partition(":")
+        trees[name], extra[name] = ROOT, [a for a in argv_text.split(",") if a]
     ratios: dict[str, list[float]] = {t: [] for t in trees}
     with run_all.echo_server(work) as echo:
         for r in range(args.rounds):
@@ -52,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             for t, tree in trees.items():
                 base = work / f"{t}-{r}"
                 base.mkdir()
-                with Daemon(base, "file", cwd=tree) as d:
+                with Daemon(base, "file", *extra.get(t, []), cwd=tree) as d:
                     p50[t] = run_all.run_agents(ctx, "unary", 1, d.target, tag=f"{t}{r}")["p50_ms"]
                 ratios[t].append(p50[t] / floor)
             print_round(
